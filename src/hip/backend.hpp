@@ -1,0 +1,51 @@
+// The seam between the platform-neutral API and one backend.
+//
+// Internal to src/hip: exactly one backend_*.cpp is compiled into a build and
+// implements these functions over opaque handles. The public RAII types
+// (Stream, Event, buffers, ImportedBuffer) own those handles and are the only
+// callers. Every function returns a Status naming the runtime call that failed.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <string>
+
+#include "hip/copy.hpp"
+#include "hip/ipc_handle.hpp"
+#include "hip/status.hpp"
+
+namespace kvstrand::hip::backend {
+
+const char* name() noexcept;
+bool is_gpu() noexcept;
+
+Status device_count(int* out);
+Status device_name(int ordinal, std::string* out);
+Status set_device(int ordinal);
+
+Status device_malloc(void** out, std::size_t bytes);
+Status device_free(void* p);
+Status host_malloc(void** out, std::size_t bytes);  // page-locked
+Status host_free(void* p);
+
+Status stream_create(void** out);
+Status stream_destroy(void* s);  // work already queued still runs to the end
+Status stream_synchronize(void* s);
+Status stream_query(void* s);  // ok, not_ready, or the stream's failure
+Status stream_host_func(void* s, void (*fn)(void*), void* arg);
+
+Status event_create(void** out);  // ordinary, timing disabled
+Status event_destroy(void* e);
+Status event_record(void* e, void* s);
+Status event_query(void* e);  // ok, not_ready, or the failure it observed
+Status event_synchronize(void* e);
+
+Status memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind, void* s);
+// Segments are already validated as non-overlapping runs by the caller.
+Status memcpy_batch_async(std::span<const Segment> segs, CopyKind kind, void* s);
+
+Status ipc_export(void* device_base, IpcHandle* out);
+Status ipc_open(const IpcHandle& h, void** out);
+Status ipc_close(void* p);
+
+}  // namespace kvstrand::hip::backend

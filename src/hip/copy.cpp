@@ -1,0 +1,65 @@
+#include "hip/copy.hpp"
+
+#include "hip/stream.hpp"
+
+namespace kvstrand::hip {
+
+const char* to_string(CopyKind k) noexcept {
+  switch (k) {
+    case CopyKind::host_to_device: return "H2D";
+    case CopyKind::device_to_host: return "D2H";
+    case CopyKind::device_to_device: return "D2D";
+  }
+  return "?";
+}
+
+namespace {
+
+Status single(Stream& s, void* dst, const void* src, std::size_t bytes, CopyKind kind, const char* call) {
+  if (bytes == 0) return {};
+  if (dst == nullptr || src == nullptr) return {Errc::invalid_value, call, "null pointer"};
+  return backend::memcpy_async(dst, src, bytes, kind, s.native());
+}
+
+}  // namespace
+
+Status copy_h2d(Stream& s, void* d, const void* h, std::size_t n) {
+  return single(s, d, h, n, CopyKind::host_to_device, "copy_h2d");
+}
+Status copy_d2h(Stream& s, void* h, const void* d, std::size_t n) {
+  return single(s, h, d, n, CopyKind::device_to_host, "copy_d2h");
+}
+Status copy_d2d(Stream& s, void* d, const void* src, std::size_t n) {
+  return single(s, d, src, n, CopyKind::device_to_device, "copy_d2d");
+}
+
+std::vector<Segment> coalesce(std::span<const Segment> segments) {
+  std::vector<Segment> out;
+  out.reserve(segments.size());
+  for (const Segment& g : segments) {
+    if (g.bytes == 0) continue;
+    if (!out.empty()) {
+      Segment& last = out.back();
+      auto* src_end = static_cast<const std::byte*>(last.src) + last.bytes;
+      auto* dst_end = static_cast<std::byte*>(last.dst) + last.bytes;
+      if (src_end == g.src && dst_end == g.dst) {
+        last.bytes += g.bytes;
+        continue;
+      }
+    }
+    out.push_back(g);
+  }
+  return out;
+}
+
+Status copy_batch(Stream& s, CopyKind kind, std::span<const Segment> segments) {
+  for (const Segment& g : segments) {
+    if (g.bytes != 0 && (g.src == nullptr || g.dst == nullptr))
+      return {Errc::invalid_value, "copy_batch", "null pointer in a segment"};
+  }
+  std::vector<Segment> merged = coalesce(segments);
+  if (merged.empty()) return {};
+  return backend::memcpy_batch_async(merged, kind, s.native());
+}
+
+}  // namespace kvstrand::hip

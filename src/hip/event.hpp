@@ -1,0 +1,37 @@
+// An ordinary device event (timing disabled, not interprocess).
+//
+// An event marks a point in a stream: it completes when the stream reaches it.
+// An event never recorded counts as complete, as in HIP. Events are cheap to
+// record and query but not to create: the hot path takes them from an
+// EventPool rather than calling create().
+#pragma once
+
+#include "hip/backend.hpp"
+#include "hip/unique_handle.hpp"
+
+namespace kvstrand::hip {
+
+class Stream;
+
+class Event {
+ public:
+  static Result<Event> create();
+
+  Event(Event&&) noexcept = default;
+  Event& operator=(Event&&) noexcept = default;
+
+  Status record(Stream& s);
+  // ok once complete; Errc::not_ready while pending; otherwise the failure of
+  // the work it waited for (e.g. Errc::launch_failure, Errc::injected_fault).
+  Status query() const;
+  // Blocks the calling thread; never on the reactor strand.
+  Status synchronize() const;
+
+  void* native() const noexcept { return h_.get(); }
+
+ private:
+  explicit Event(void* h) : h_(h) {}
+  detail::UniqueHandle<&backend::event_destroy> h_;
+};
+
+}  // namespace kvstrand::hip

@@ -1,0 +1,35 @@
+// A device stream: an ordered queue of copies and event records.
+//
+// Owns one backend stream. Destroying it lets already queued work finish.
+// Safe to use from any one thread at a time.
+#pragma once
+
+#include "hip/backend.hpp"
+#include "hip/unique_handle.hpp"
+
+namespace kvstrand::hip {
+
+class Stream {
+ public:
+  static Result<Stream> create();
+
+  Stream(Stream&&) noexcept = default;
+  Stream& operator=(Stream&&) noexcept = default;
+
+  // Blocks the calling thread until all queued work is done. Never call it on
+  // the reactor strand: await an Event through the Poller instead.
+  Status synchronize();
+  // ok when idle, Errc::not_ready while work is queued.
+  Status query();
+  // Runs fn(arg) on a runtime thread once all earlier work is done. fn must
+  // not call into the device runtime and must return quickly.
+  Status host_func(void (*fn)(void*), void* arg);
+
+  void* native() const noexcept { return h_.get(); }
+
+ private:
+  explicit Stream(void* h) : h_(h) {}
+  detail::UniqueHandle<&backend::stream_destroy> h_;
+};
+
+}  // namespace kvstrand::hip
