@@ -1,0 +1,212 @@
+#include "reactor/poller.hpp"
+
+#include <boost/asio/append.hpp>
+#include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <list>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "hip/event.hpp"
+
+namespace kvstrand::reactor {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+std::error_code canceled() { return std::make_error_code(std::errc::operation_canceled); }
+}  // namespace
+
+struct Poller::Impl : std::enable_shared_from_this<Poller::Impl> {
+  // Boost 1.81's any_completion_handler must never be copied or
+  // move-assigned: its move assignment goes through its unconstrained
+  // converting constructor and wraps the handler in itself without end
+  // (stack overflow). So these types only move-construct (noexcept, so
+  // vectors relocate by moving), assignment is deleted, and waiters live in
+  // a std::list, which erases without shifting elements.
+  struct Waiter {
+    const hip::Event* event = nullptr;
+    Handler handler;
+    std::uint64_t id = 0;
+    asio::cancellation_slot slot;
+
+    Waiter(const hip::Event* e, Handler h, std::uint64_t i, asio::cancellation_slot s) noexcept
+        : event(e), handler(std::move(h)), id(i), slot(s) {}
+    Waiter(Waiter&&) noexcept = default;
+    Waiter& operator=(Waiter&&) = delete;
+    Waiter(const Waiter&) = delete;
+    Waiter& operator=(const Waiter&) = delete;
+  };
+  struct Completion {
+    Handler handler;
+    std::error_code ec;
+
+    Completion(Handler h, std::error_code e) noexcept : handler(std::move(h)), ec(e) {}
+    Completion(Completion&&) noexcept = default;
+    Completion& operator=(Completion&&) = delete;
+    Completion(const Completion&) = delete;
+    Completion& operator=(const Completion&) = delete;
+  };
+
+  Impl(Strand s, PollerOptions o) : strand(std::move(s)), timer(strand), options(o), backoff(o.min_backoff) {}
+
+  void add(const hip::Event* event, Handler handler) {
+    if (stopped) {
+      ++stats.cancelled;
+      deliver_one(std::move(handler), canceled());
+      return;
+    }
+    const std::uint64_t id = next_id++;
+    asio::cancellation_slot slot = asio::get_associated_cancellation_slot(handler);
+    if (slot.is_connected()) {
+      slot.template emplace<CancelHandler>(weak_from_this(), id);
+    }
+    waiters.emplace_back(event, std::move(handler), id, slot);
+    stats.max_outstanding = std::max(stats.max_outstanding, waiters.size());
+    progress();
+    if (!running) {
+      running = true;
+      post_tick();
+    } else if (timer_armed) {
+      timer.cancel();  // cut the backoff sleep short; the handler ticks
+    }
+  }
+
+  void tick() {
+    ++stats.ticks;
+    std::vector<Completion> ready;
+    for (auto it = waiters.begin(); it != waiters.end();) {
+      hip::Status st = it->event->query();
+      if (st.code() == hip::Errc::not_ready) {
+        ++it;
+        continue;
+      }
+      it->slot.clear();
+      if (st.ok()) {
+        ++stats.completed;
+      } else {
+        ++stats.failed;
+      }
+      ready.emplace_back(std::move(it->handler), st.code());
+      it = waiters.erase(it);
+    }
+    if (!ready.empty()) progress();
+    // Resumed coroutines may start new waits or shut the poller down; both
+    // only touch `waiters`, never the local list being delivered.
+    for (Completion& c : ready) deliver_one(std::move(c.handler), c.ec);
+    schedule();
+  }
+
+  void schedule() {
+    if (waiters.empty() || stopped) {
+      running = false;
+      return;
+    }
+    if (Clock::now() - last_progress < options.spin) {
+      ++stats.spin_ticks;
+      // The thread that completes the work we wait for (a runtime callback
+      // thread, the sim's stream thread, the engine thread posting work) is
+      // often woken onto this CPU; yielding lets it run now rather than when
+      // the scheduler next balances, which on a 2-core machine was the whole
+      // spin window (docs/PERFORMANCE.md).
+      std::this_thread::yield();
+      post_tick();
+      return;
+    }
+    ++stats.timer_ticks;
+    timer.expires_after(backoff);
+    backoff = std::min(backoff * 2, options.max_backoff);
+    timer_armed = true;
+    timer.async_wait([self = shared_from_this()](const boost::system::error_code&) {
+      self->timer_armed = false;
+      self->tick();
+    });
+  }
+
+  void post_tick() {
+    asio::post(strand, [self = shared_from_this()] { self->tick(); });
+  }
+
+  void progress() {
+    last_progress = Clock::now();
+    backoff = options.min_backoff;
+  }
+
+  void cancel(std::uint64_t id) {
+    for (auto it = waiters.begin(); it != waiters.end(); ++it) {
+      if (it->id != id) continue;
+      Handler h = std::move(it->handler);
+      it->slot.clear();
+      waiters.erase(it);
+      ++stats.cancelled;
+      deliver_one(std::move(h), canceled());
+      return;
+    }
+  }
+
+  void shutdown() {
+    stopped = true;
+    timer.cancel();
+    std::list<Waiter> all;
+    all.swap(waiters);
+    for (Waiter& w : all) {
+      w.slot.clear();
+      ++stats.cancelled;
+      deliver_one(std::move(w.handler), canceled());
+    }
+  }
+
+  static void deliver_one(Handler h, std::error_code ec) {
+    // Resumes the waiter on its own executor: inline when that is this strand.
+    asio::dispatch(asio::append(std::move(h), ec));
+  }
+
+  struct CancelHandler {
+    std::weak_ptr<Impl> impl;
+    std::uint64_t id;
+    CancelHandler(std::weak_ptr<Impl> i, std::uint64_t n) : impl(std::move(i)), id(n) {}
+    void operator()(asio::cancellation_type_t) {
+      if (auto p = impl.lock()) p->cancel(id);
+    }
+  };
+
+  Strand strand;
+  asio::steady_timer timer;
+  PollerOptions options;
+  std::list<Waiter> waiters;
+  bool running = false;  // a tick is posted, armed on the timer, or executing
+  bool timer_armed = false;
+  bool stopped = false;
+  std::uint64_t next_id = 1;
+  std::chrono::microseconds backoff;
+  Clock::time_point last_progress{};
+  PollerStats stats;
+};
+
+Poller::Poller(Strand strand, PollerOptions options)
+    : impl_(std::make_shared<Impl>(std::move(strand), options)) {}
+
+Poller::~Poller() {
+  asio::dispatch(impl_->strand, [impl = impl_] { impl->shutdown(); });
+}
+
+void Poller::start_wait(const hip::Event* event, Handler handler) {
+  asio::dispatch(impl_->strand, [impl = impl_, event, h = std::move(handler)]() mutable {
+    impl->add(event, std::move(h));
+  });
+}
+
+void Poller::shutdown() { impl_->shutdown(); }
+
+PollerStats Poller::stats() const {
+  PollerStats s = impl_->stats;
+  s.outstanding = impl_->waiters.size();
+  return s;
+}
+
+const Strand& Poller::strand() const noexcept { return impl_->strand; }
+
+}  // namespace kvstrand::reactor

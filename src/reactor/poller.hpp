@@ -1,0 +1,94 @@
+// The polled awaitable: `co_await poller.ready(event)` on the reactor strand.
+//
+// One Poller serves every outstanding event of one strand. Each tick queries
+// every outstanding event and resumes the waiters whose event completed, in
+// the order completions are observed (not the order waits began). Between
+// ticks it
+// - spins by re-posting itself to the strand while it has made progress (a
+//   new wait or a completion) within `spin`, so other strand work still runs
+//   between ticks;
+// - then backs off on a timer, doubling from `min_backoff` up to
+//   `max_backoff`, so it never sleeps longer than that while an event is
+//   outstanding; a new wait cuts a sleep short;
+// - does nothing at all when nothing is outstanding (no timer, no posts).
+//
+// A wait completes with an error_code, never an exception: empty when the
+// event completed, the device error when the work before it failed, and
+// std::errc::operation_canceled when the wait was cancelled (per-operation
+// cancellation slot, emitted on the strand) or the poller shut down.
+//
+// Everything here runs on the strand; async_ready() may be called from any
+// executor (it hops to the strand). The Event must outlive the wait.
+#pragma once
+
+#include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <system_error>
+
+namespace kvstrand::hip {
+class Event;
+}
+
+namespace kvstrand::reactor {
+
+namespace asio = boost::asio;
+using Strand = asio::strand<asio::io_context::executor_type>;
+
+struct PollerOptions {
+  std::chrono::microseconds spin{2000};
+  std::chrono::microseconds min_backoff{10};
+  std::chrono::microseconds max_backoff{200};
+};
+
+struct PollerStats {
+  std::uint64_t ticks = 0;
+  std::uint64_t spin_ticks = 0;   // ticks scheduled by re-posting
+  std::uint64_t timer_ticks = 0;  // ticks scheduled on the backoff timer
+  std::uint64_t completed = 0;    // waits that ended with the event complete
+  std::uint64_t failed = 0;       // waits that ended with a device error
+  std::uint64_t cancelled = 0;
+  std::size_t outstanding = 0;
+  std::size_t max_outstanding = 0;
+};
+
+class Poller {
+ public:
+  using Handler = asio::any_completion_handler<void(std::error_code)>;
+
+  explicit Poller(Strand strand, PollerOptions options = {});
+  // Cancels outstanding waits on the strand (if it still runs).
+  ~Poller();
+  Poller(const Poller&) = delete;
+  Poller& operator=(const Poller&) = delete;
+
+  template <asio::completion_token_for<void(std::error_code)> Token>
+  auto async_ready(const hip::Event& event, Token&& token) {
+    return asio::async_initiate<Token, void(std::error_code)>(
+        [this, ev = &event](auto handler) { start_wait(ev, Handler(std::move(handler))); }, token);
+  }
+
+  // The awaitable form: `std::error_code ec = co_await poller.ready(ev);`
+  auto ready(const hip::Event& event) { return async_ready(event, asio::use_awaitable); }
+
+  // On the strand: completes every outstanding wait with operation_canceled;
+  // later waits complete at once the same way.
+  void shutdown();
+
+  // On the strand.
+  PollerStats stats() const;
+  const Strand& strand() const noexcept;
+
+ private:
+  void start_wait(const hip::Event* event, Handler handler);
+
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace kvstrand::reactor
