@@ -1,0 +1,172 @@
+// src/hip's platform-neutral API against this build's backend. Tagged [gpu]:
+// in a GPU build these same cases run on the GPU, or skip with a message.
+#include <atomic>
+#include <thread>
+
+#include "support.hpp"
+
+using namespace kvstrand;
+using namespace kvstrand::test;
+using hip::CopyKind;
+using hip::Errc;
+using hip::Segment;
+
+TEST_CASE("backend reports itself and one device at least", "[hip][gpu]") {
+  const std::string backend = hip::backend_name();
+  REQUIRE((backend == "sim" || backend == "hip" || backend == "cuda"));
+  if (!device_present()) return;
+  auto name = must(hip::device_name(0));
+  INFO(name);
+  REQUIRE(!name.empty());
+}
+
+TEST_CASE("allocations refuse zero bytes with a typed error", "[hip][gpu]") {
+  if (!device_present()) return;
+  auto d = hip::DeviceBuffer::allocate(0);
+  REQUIRE_FALSE(d.ok());
+  REQUIRE(d.status().code() == Errc::invalid_value);
+  REQUIRE(d.status().call() == "DeviceBuffer::allocate");
+  auto p = hip::PinnedBuffer::allocate(0);
+  REQUIRE(p.status().code() == Errc::invalid_value);
+  REQUIRE_THROWS_AS(p.value(), hip::DeviceError);
+}
+
+TEST_CASE("H2D then D2H round-trips random bytes exactly", "[hip][gpu]") {
+  if (!device_present()) return;
+  auto s = must(hip::Stream::create());
+  const std::size_t n = (3u << 20) + 123;  // not a multiple of anything
+  auto dev = must(hip::DeviceBuffer::allocate(n));
+  const auto data = random_bytes(n, 1);
+  write_device(s, dev.data(), data);
+  REQUIRE(read_device(s, dev.data(), n) == data);
+}
+
+TEST_CASE("D2D copies between and within allocations", "[hip][gpu]") {
+  if (!device_present()) return;
+  auto s = must(hip::Stream::create());
+  const std::size_t n = 1 << 20;
+  auto a = must(hip::DeviceBuffer::allocate(n));
+  auto b = must(hip::DeviceBuffer::allocate(2 * n));
+  const auto data = random_bytes(n, 2);
+  write_device(s, a.data(), data);
+  require_ok(hip::copy_d2d(s, b.data() + n, a.data(), n));
+  require_ok(hip::copy_d2d(s, b.data(), b.data() + n, n / 2));
+  require_ok(s.synchronize());
+  REQUIRE(read_device(s, b.data() + n, n) == data);
+  const auto head = read_device(s, b.data(), n / 2);
+  REQUIRE(std::equal(head.begin(), head.end(), data.begin()));
+}
+
+TEST_CASE("batched copy moves scattered blocks byte for byte", "[hip][gpu]") {
+  if (!device_present()) return;
+  auto s = must(hip::Stream::create());
+  // A pool of blocks on the device; save 7 scattered blocks to a contiguous
+  // host staging area, overwrite the pool, restore into other block ids.
+  const std::size_t block = 64 * 1024 + 40, blocks = 64;
+  auto pool = must(hip::DeviceBuffer::allocate(block * blocks));
+  const auto original = random_bytes(block * blocks, 3);
+  write_device(s, pool.data(), original);
+  const std::vector<std::size_t> from = {3, 17, 18, 19, 40, 2, 63};
+  const std::vector<std::size_t> to = {0, 5, 6, 7, 50, 51, 9};
+  auto host = must(hip::PinnedBuffer::allocate(block * from.size()));
+
+  std::vector<Segment> save, load;
+  for (std::size_t i = 0; i < from.size(); ++i) {
+    save.push_back({pool.data() + from[i] * block, host.data() + i * block, block});
+    load.push_back({host.data() + i * block, pool.data() + to[i] * block, block});
+  }
+  require_ok(hip::copy_batch(s, CopyKind::device_to_host, save));
+  require_ok(s.synchronize());
+  write_device(s, pool.data(), random_bytes(block * blocks, 4));  // "evicted"
+  require_ok(hip::copy_batch(s, CopyKind::host_to_device, load));
+  const auto after = read_device(s, pool.data(), block * blocks);
+  for (std::size_t i = 0; i < from.size(); ++i) {
+    INFO("block " << from[i] << " -> " << to[i]);
+    REQUIRE(std::memcmp(after.data() + to[i] * block, original.data() + from[i] * block, block) == 0);
+  }
+}
+
+TEST_CASE("coalesce merges runs contiguous on both sides only", "[hip]") {
+  std::byte src[64], dst[64];
+  const std::vector<Segment> segs = {
+      {src, dst, 8},            // a run...
+      {src + 8, dst + 8, 8},    // ...continued on both sides: merged
+      {src + 16, dst + 32, 8},  // source continues, destination jumps: new run
+      {src + 24, dst + 40, 0},  // empty: dropped
+      {src + 24, dst + 40, 8},  // continues the previous run
+  };
+  const auto merged = hip::coalesce(segs);
+  REQUIRE(merged.size() == 2);
+  REQUIRE(merged[0].bytes == 16);
+  REQUIRE(merged[1].src == src + 16);
+  REQUIRE(merged[1].dst == dst + 32);
+  REQUIRE(merged[1].bytes == 16);
+}
+
+TEST_CASE("copies refuse a null pointer before anything is queued", "[hip][gpu]") {
+  if (!device_present()) return;
+  auto s = must(hip::Stream::create());
+  auto dev = must(hip::DeviceBuffer::allocate(4096));
+  hip::Status st = hip::copy_h2d(s, dev.data(), nullptr, 16);
+  REQUIRE(st.code() == Errc::invalid_value);
+  REQUIRE(st.call() == "copy_h2d");
+  const std::vector<Segment> segs = {{dev.data(), nullptr, 16}};
+  REQUIRE(hip::copy_batch(s, CopyKind::device_to_host, segs).code() == Errc::invalid_value);
+}
+
+TEST_CASE("an event never recorded is complete; a recorded one completes with its stream", "[hip][gpu]") {
+  if (!device_present()) return;
+  auto s = must(hip::Stream::create());
+  auto ev = must(hip::Event::create());
+  require_ok(ev.query());
+  auto dev = must(hip::DeviceBuffer::allocate(1 << 20));
+  auto host = must(hip::PinnedBuffer::allocate(1 << 20));
+  for (int round = 0; round < 3; ++round) {  // re-recording reuses the event
+    require_ok(hip::copy_d2h(s, host.data(), dev.data(), 1 << 20));
+    require_ok(ev.record(s));
+    require_ok(ev.synchronize());
+    require_ok(ev.query());
+    require_ok(s.query());
+  }
+}
+
+namespace {
+struct Order {
+  std::atomic<int> next{0};
+  int seen[2] = {-1, -1};
+};
+void first(void* p) {
+  auto* o = static_cast<Order*>(p);
+  o->seen[0] = o->next++;
+}
+void second(void* p) {
+  auto* o = static_cast<Order*>(p);
+  o->seen[1] = o->next++;
+}
+}  // namespace
+
+TEST_CASE("host functions run in stream order after earlier work", "[hip][gpu]") {
+  if (!device_present()) return;
+  auto s = must(hip::Stream::create());
+  Order o;
+  require_ok(s.host_func(&first, &o));
+  require_ok(s.host_func(&second, &o));
+  require_ok(s.synchronize());
+  REQUIRE(o.seen[0] == 0);
+  REQUIRE(o.seen[1] == 1);
+  REQUIRE(s.host_func(nullptr, nullptr).code() == Errc::invalid_value);
+}
+
+TEST_CASE("streams run concurrently and independently", "[hip][gpu]") {
+  if (!device_present()) return;
+  auto a = must(hip::Stream::create());
+  auto b = must(hip::Stream::create());
+  const std::size_t n = 1 << 20;
+  auto da = must(hip::DeviceBuffer::allocate(n));
+  auto db = must(hip::DeviceBuffer::allocate(n));
+  const auto xa = random_bytes(n, 5), xb = random_bytes(n, 6);
+  write_device(a, da.data(), xa);
+  write_device(b, db.data(), xb);
+  REQUIRE(read_device(b, da.data(), n) == xa);
+  REQUIRE(read_device(a, db.data(), n) == xb);
+}

@@ -1,0 +1,233 @@
+// The polled awaitable: one Poller per strand resumes every waiter when its
+// event completes, in completion order, with error codes rather than throws.
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <functional>
+#include <thread>
+
+#include "reactor/poller.hpp"
+#include "support.hpp"
+
+using namespace kvstrand;
+using namespace kvstrand::test;
+using namespace std::chrono_literals;
+namespace asio = boost::asio;
+using reactor::Poller;
+using reactor::Strand;
+
+namespace {
+
+// Runs `body(poller, strand)` as a coroutine on a strand of a fresh
+// io_context, on this thread, failing the test if it has not finished in 20 s.
+template <class Body>
+void run_on_strand(Body body, reactor::PollerOptions options = {}) {
+  asio::io_context ctx;
+  Strand strand = asio::make_strand(ctx);
+  Poller poller(strand, options);
+  bool done = false;
+  std::exception_ptr error;
+  auto coro = body(poller, strand);
+  asio::co_spawn(strand, std::move(coro), [&](std::exception_ptr e) {
+    error = e;
+    done = true;
+    poller.shutdown();
+  });
+  ctx.run_for(20s);
+  REQUIRE(done);
+  if (error) std::rethrow_exception(error);
+}
+
+asio::awaitable<void> sleep_for(Strand& strand, std::chrono::microseconds d) {
+  asio::steady_timer t(strand, d);
+  co_await t.async_wait(asio::use_awaitable);
+}
+
+asio::awaitable<void> wait_then(Poller& poller, const hip::Event& ev, std::function<void(std::error_code)> done) {
+  std::error_code ec = co_await poller.ready(ev);
+  done(ec);
+}
+
+// Starts a wait on the strand that reports its outcome when resumed. (A
+// coroutine function, not a lambda: a spawned lambda coroutine would outlive
+// its closure.)
+void spawn_wait(Strand& strand, Poller& poller, const hip::Event& ev, std::function<void(std::error_code)> done) {
+  asio::co_spawn(strand, wait_then(poller, ev, std::move(done)), asio::detached);
+}
+
+void sleep_30ms(void*) { std::this_thread::sleep_for(30ms); }
+
+}  // namespace
+
+TEST_CASE("poller: waiters resume in completion order, not wait order", "[poller][sim]") {
+  if (!sim_hooks_present()) return;
+  std::vector<hip::Stream> streams;
+  std::vector<hip::Event> events;
+  for (int i = 0; i < 3; ++i) {
+    streams.push_back(must(hip::Stream::create()));
+    events.push_back(must(hip::Event::create()));
+    require_ok(hip::sim::hold_stream(streams[i]));
+    require_ok(events[i].record(streams[i]));
+  }
+  std::vector<int> order;
+  run_on_strand([&](Poller& poller, Strand& strand) -> asio::awaitable<void> {
+    for (int i = 0; i < 3; ++i)  // waits begin in the order 0, 1, 2
+      spawn_wait(strand, poller, events[i], [&order, i](std::error_code ec) {
+        REQUIRE(!ec);
+        order.push_back(i);
+      });
+    for (int i = 2; i >= 0; --i) {  // ...and complete in the order 2, 1, 0
+      const std::size_t before = order.size();
+      require_ok(hip::sim::release_stream(streams[i]));
+      while (order.size() == before) co_await sleep_for(strand, 100us);
+    }
+  });
+  REQUIRE(order == std::vector<int>{2, 1, 0});
+}
+
+TEST_CASE("poller: 1500 outstanding waits on one strand all complete", "[poller][gpu]") {
+  if (!device_present()) return;
+  constexpr int n = 1500;
+  auto s = must(hip::Stream::create());
+  auto dev = must(hip::DeviceBuffer::allocate(1 << 16));
+  auto host = must(hip::PinnedBuffer::allocate(1 << 16));
+  std::vector<hip::Event> events;
+  for (int i = 0; i < n; ++i) events.push_back(must(hip::Event::create()));
+  const bool held = hip::sim::available() && hip::sim::hold_stream(s).ok();
+  for (auto& ev : events) {
+    require_ok(hip::copy_d2h(s, host.data(), dev.data(), 4096));
+    require_ok(ev.record(s));
+  }
+  int completed = 0;
+  std::size_t outstanding_while_held = 0;
+  run_on_strand([&](Poller& poller, Strand& strand) -> asio::awaitable<void> {
+    for (auto& ev : events)
+      spawn_wait(strand, poller, ev, [&completed](std::error_code ec) {
+        REQUIRE(!ec);
+        ++completed;
+      });
+    co_await sleep_for(strand, 5ms);
+    outstanding_while_held = poller.stats().outstanding;
+    if (held) require_ok(hip::sim::release_stream(s));
+    while (completed < n) co_await sleep_for(strand, 200us);
+    REQUIRE(poller.stats().outstanding == 0);
+    REQUIRE(poller.stats().completed == static_cast<std::uint64_t>(n));
+  });
+  REQUIRE(completed == n);
+  if (held) REQUIRE(outstanding_while_held == static_cast<std::size_t>(n));
+}
+
+TEST_CASE("poller: a failure before the event completes the wait with the device error", "[poller][sim][fault]") {
+  if (!sim_hooks_present()) return;
+  auto s = must(hip::Stream::create());
+  auto dev = must(hip::DeviceBuffer::allocate(4096));
+  auto host = must(hip::PinnedBuffer::allocate(4096));
+  auto ev = must(hip::Event::create());
+  require_ok(hip::sim::fail_copies(s, hip::sim::FailAt::execute));
+  require_ok(hip::copy_d2h(s, host.data(), dev.data(), 4096));
+  require_ok(ev.record(s));
+  std::error_code got;
+  run_on_strand([&](Poller& poller, Strand&) -> asio::awaitable<void> {
+    got = co_await poller.ready(ev);  // an error code, not an exception
+    REQUIRE(poller.stats().failed == 1);
+  });
+  REQUIRE(got == hip::Errc::injected_fault);
+}
+
+TEST_CASE("poller: cancelling one wait ends it alone", "[poller][sim]") {
+  if (!sim_hooks_present()) return;
+  auto s = must(hip::Stream::create());
+  auto ev = must(hip::Event::create());
+  require_ok(hip::sim::hold_stream(s));
+  require_ok(ev.record(s));
+  std::error_code cancelled_ec, other_ec{hip::Errc::backend_error};
+  bool cancelled_done = false, other_done = false;
+  run_on_strand([&](Poller& poller, Strand& strand) -> asio::awaitable<void> {
+    asio::cancellation_signal sig;
+    auto cancellable = [&]() -> asio::awaitable<void> {
+      cancelled_ec = co_await poller.async_ready(ev, asio::bind_cancellation_slot(sig.slot(), asio::use_awaitable));
+      cancelled_done = true;
+    };
+    asio::co_spawn(strand, cancellable(), asio::detached);
+    spawn_wait(strand, poller, ev, [&](std::error_code ec) {
+      other_ec = ec;
+      other_done = true;
+    });
+    co_await sleep_for(strand, 2ms);
+    REQUIRE(poller.stats().outstanding == 2);
+    sig.emit(asio::cancellation_type::terminal);
+    REQUIRE(cancelled_done);
+    REQUIRE(cancelled_ec == std::errc::operation_canceled);
+    REQUIRE(poller.stats().outstanding == 1);
+    require_ok(hip::sim::release_stream(s));
+    while (!other_done) co_await sleep_for(strand, 100us);
+  });
+  REQUIRE(!other_ec);
+}
+
+TEST_CASE("poller: shutdown ends every wait with operation_canceled, and later ones too", "[poller][sim]") {
+  if (!sim_hooks_present()) return;
+  auto s = must(hip::Stream::create());
+  auto ev = must(hip::Event::create());
+  require_ok(hip::sim::hold_stream(s));
+  require_ok(ev.record(s));
+  int cancelled = 0;
+  run_on_strand([&](Poller& poller, Strand& strand) -> asio::awaitable<void> {
+    for (int i = 0; i < 5; ++i)
+      spawn_wait(strand, poller, ev, [&](std::error_code ec) { cancelled += ec == std::errc::operation_canceled; });
+    co_await sleep_for(strand, 1ms);
+    poller.shutdown();
+    REQUIRE(cancelled == 5);
+    std::error_code late = co_await poller.ready(ev);
+    REQUIRE(late == std::errc::operation_canceled);
+  });
+  require_ok(hip::sim::release_stream(s));
+}
+
+TEST_CASE("poller: a completion is observed with no new work arriving (F5)", "[poller][gpu]") {
+  if (!device_present()) return;
+  auto s = must(hip::Stream::create());
+  auto ev = must(hip::Event::create());
+  reactor::PollerOptions opts;
+  opts.spin = 1ms;  // the 30 ms wait outlasts the spin: the backoff timer must find it
+  std::uint64_t timer_ticks = 0;
+  run_on_strand(
+      [&](Poller& poller, Strand&) -> asio::awaitable<void> {
+        require_ok(s.host_func(&sleep_30ms, nullptr));
+        require_ok(ev.record(s));
+        std::error_code ec = co_await poller.ready(ev);
+        REQUIRE(!ec);
+        require_ok(ev.query());
+        timer_ticks = poller.stats().timer_ticks;
+      },
+      opts);
+  REQUIRE(timer_ticks > 0);
+}
+
+TEST_CASE("poller: idle costs nothing, and other strand work runs while it spins", "[poller][sim]") {
+  if (!sim_hooks_present()) return;
+  auto s = must(hip::Stream::create());
+  auto ev = must(hip::Event::create());
+  require_ok(hip::sim::hold_stream(s));
+  require_ok(ev.record(s));
+  run_on_strand([&](Poller& poller, Strand& strand) -> asio::awaitable<void> {
+    bool done = false;
+    spawn_wait(strand, poller, ev, [&](std::error_code ec) {
+      REQUIRE(!ec);
+      done = true;
+    });
+    // While the wait spins on the strand, timers on the same strand still fire.
+    int beats = 0;
+    for (; beats < 10; ++beats) co_await sleep_for(strand, 500us);
+    REQUIRE(poller.stats().spin_ticks > 0);
+    require_ok(hip::sim::release_stream(s));
+    while (!done) co_await sleep_for(strand, 100us);
+    const auto ticks = poller.stats().ticks;
+    co_await sleep_for(strand, 20ms);
+    REQUIRE(poller.stats().ticks == ticks);  // nothing outstanding: no ticks
+    REQUIRE(poller.stats().outstanding == 0);
+  });
+}
