@@ -1,0 +1,68 @@
+# The README's two commands, and the rest of what CI runs. Every target
+# installs what it is missing first (scripts/bootstrap.sh, idempotent).
+#
+#   make demo            build (sim backend) and run the demo
+#   make test            build and run the whole test suite through CTest
+#   make test-asan       the suite under AddressSanitizer + UBSan
+#   make test-tsan       the suite under ThreadSanitizer
+#   make test-sanitize   both
+#   make check-backends  compile and link the hip and cuda backends (no GPU needed)
+#   make bench           run the benchmarks (sim backend)
+#   make gpu-pack        cuda build + the shared libraries it needs, for the GPU machine
+
+SHELL := /bin/bash
+JOBS ?= $(shell nproc)
+GPU ?= sim
+CONFIGURE = cmake -S . -G Ninja -Wno-dev
+SAN_BUILD_OPTS = -DKVSTRAND_BENCH=OFF -DKVSTRAND_EXAMPLES=OFF
+CTEST = ctest --output-on-failure -j $(JOBS) --test-dir
+
+export ASAN_OPTIONS ?= detect_leaks=1:abort_on_error=1
+export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
+export TSAN_OPTIONS ?= halt_on_error=1:second_deadlock_stack=1
+
+.PHONY: all bootstrap build demo test test-asan test-tsan test-sanitize check-backends bench gpu-pack clean
+
+all: build
+
+bootstrap:
+	@scripts/bootstrap.sh
+
+build: bootstrap
+	$(CONFIGURE) -B build -DKVSTRAND_GPU=$(GPU)
+	cmake --build build -j $(JOBS)
+
+demo: build
+	./build/examples/kvstrand-move-chunk
+
+test: build
+	$(CTEST) build
+
+test-asan: bootstrap
+	$(CONFIGURE) -B build-asan -DKVSTRAND_GPU=sim -DKVSTRAND_SANITIZE=address $(SAN_BUILD_OPTS)
+	cmake --build build-asan -j $(JOBS)
+	$(CTEST) build-asan
+
+test-tsan: bootstrap
+	$(CONFIGURE) -B build-tsan -DKVSTRAND_GPU=sim -DKVSTRAND_SANITIZE=thread $(SAN_BUILD_OPTS)
+	cmake --build build-tsan -j $(JOBS)
+	$(CTEST) build-tsan
+
+test-sanitize: test-asan test-tsan
+
+check-backends:
+	@scripts/bootstrap.sh --hip
+	$(CONFIGURE) -B build-hip -DKVSTRAND_GPU=hip -DCMAKE_BUILD_TYPE=Release
+	cmake --build build-hip -j $(JOBS)
+	$(CONFIGURE) -B build-cuda -DKVSTRAND_GPU=cuda -DCMAKE_BUILD_TYPE=Release
+	cmake --build build-cuda -j $(JOBS)
+	@echo "check-backends: hip and cuda backends compiled and linked"
+
+bench: build
+	./build/bench/bench_poller
+
+gpu-pack: check-backends
+	scripts/gpu-pack.sh build-cuda
+
+clean:
+	rm -rf build build-asan build-tsan build-hip build-cuda

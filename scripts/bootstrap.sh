@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs, from Debian's packages, whatever the build needs and is missing.
+# Does nothing (and asks no registry) when everything is present.
+#
+#   scripts/bootstrap.sh          what `make demo` and `make test` need
+#   scripts/bootstrap.sh --hip    also the HIP headers and runtime, for the
+#                                 hip backend's compile-and-link check
+set -euo pipefail
+
+pkgs=(make cmake ninja-build g++ libboost1.81-dev libspdlog-dev catch2)
+if [[ "${1:-}" == "--hip" ]]; then
+  pkgs+=(libamdhip64-dev)
+fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+
+echo "bootstrap: installing from Debian: ${missing[*]}"
+sudo=()
+if [[ $(id -u) -ne 0 ]]; then
+  command -v sudo >/dev/null || { echo "bootstrap: need root or sudo to install ${missing[*]}" >&2; exit 1; }
+  sudo=(sudo)
+fi
+"${sudo[@]}" apt-get update -qq
+DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Runs, on the GPU machine, everything a packed cuda build holds: the whole
+# test suite ([gpu] cases included), the benchmarks and the demo. Writes one
+# log per program and a summary into RESULTS (default: $OUT, else ./gpu-results).
+#
+#   scripts/gpu-run.sh build-cuda [RESULTS]
+set -uo pipefail
+build=${1:?usage: gpu-run.sh BUILD_DIR [RESULTS]}
+results=${2:-${OUT:-gpu-results}}
+mkdir -p "$results"
+summary=$results/summary.txt
+: >"$summary"
+{
+  echo "host: $(hostname), $(date -u +%FT%TZ)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "nvidia-smi: none"
+} >>"$summary"
+
+failed=0
+for t in "$build"/tests/test_*; do
+  [[ -x $t ]] || continue
+  name=$(basename "$t")
+  "$t" --reporter console --durations no >"$results/$name.log" 2>&1
+  rc=$?
+  line=$(grep -E "^(All tests passed|test cases:)" "$results/$name.log" | tail -1)
+  warnings=$(grep -c "skipped:" "$results/$name.log")
+  echo "$name: rc=$rc $line (skip warnings: $warnings)" | tee -a "$summary"
+  [[ $rc -eq 0 ]] || failed=1
+done
+"$build"/bench/bench_poller 1000 >"$results/bench_poller.log" 2>&1 || failed=1
+tail -1 "$results/bench_poller.log" | tee -a "$summary"
+"$build"/examples/kvstrand-move-chunk --rounds 5 >"$results/demo.log" 2>&1 || failed=1
+tail -1 "$results/demo.log" | tee -a "$summary"
+exit $failed
