@@ -64,6 +64,28 @@ hipMemcpyKind to_kind(CopyKind k) {
 hipStream_t as_stream(void* s) { return static_cast<hipStream_t>(s); }
 hipEvent_t as_event(void* e) { return static_cast<hipEvent_t>(e); }
 
+#if defined(KVSTRAND_GPU_HIP)
+// HIP 5.2 declares hipLaunchHostFunc but its runtime does not export it; the
+// stream callback it does export runs the same function in stream order.
+struct HostFn {
+  void (*fn)(void*);
+  void* arg;
+};
+void run_host_fn(hipStream_t, hipError_t, void* p) {
+  auto* h = static_cast<HostFn*>(p);
+  h->fn(h->arg);
+  delete h;
+}
+hipError_t launch_host_func(hipStream_t s, void (*fn)(void*), void* arg) {
+  auto* h = new HostFn{fn, arg};
+  hipError_t e = hipStreamAddCallback(s, &run_host_fn, h, 0);
+  if (e != hipSuccess) delete h;
+  return e;
+}
+#else
+hipError_t launch_host_func(hipStream_t s, void (*fn)(void*), void* arg) { return hipLaunchHostFunc(s, fn, arg); }
+#endif
+
 static_assert(sizeof(hipIpcMemHandle_t) <= IpcHandle::opaque_size, "IPC handle does not fit");
 
 }  // namespace
@@ -117,7 +139,7 @@ Status stream_destroy(void* s) { return check(hipStreamDestroy(as_stream(s)), "h
 Status stream_synchronize(void* s) { return check(hipStreamSynchronize(as_stream(s)), "hipStreamSynchronize"); }
 Status stream_query(void* s) { return check(hipStreamQuery(as_stream(s)), "hipStreamQuery"); }
 Status stream_host_func(void* s, void (*fn)(void*), void* arg) {
-  return check(hipLaunchHostFunc(as_stream(s), fn, arg), "hipLaunchHostFunc");
+  return check(launch_host_func(as_stream(s), fn, arg), "hipLaunchHostFunc");
 }
 
 Status event_create(void** out) {
