@@ -7,7 +7,7 @@
 #                                 hip backend's compile-and-link check
 set -euo pipefail
 
-pkgs=(make cmake ninja-build g++ libboost1.81-dev libspdlog-dev catch2)
+pkgs=(make cmake ninja-build g++ libboost1.81-dev libspdlog-dev catch2 libssl-dev)
 if [[ "${1:-}" == "--hip" ]]; then
   pkgs+=(libamdhip64-dev)
 fi

@@ -1,0 +1,56 @@
+// Chunk keys: (namespace, kv_rank, chunk_hash).
+//
+// chunk_hash[i] = SHA-256(namespace || chunk_hash[i-1] || tokens of chunk i),
+// with chunk_hash[-1] all zeros and tokens as little-endian uint32. Equal keys
+// therefore imply equal whole prefixes under equal layouts, and a tenant
+// (whose salt is in the namespace) cannot produce another tenant's key. Only
+// full chunks get keys; a partial last chunk is never stored.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "kv/digest.hpp"
+#include "kv/layout.hpp"
+
+namespace kvstrand::kv {
+
+struct ChunkKey {
+  Digest ns{};
+  std::uint32_t kv_rank = 0;
+  Digest hash{};
+  friend bool operator==(const ChunkKey&, const ChunkKey&) = default;
+};
+
+// The rank part of keys: with tp_rank_collapse every rank maps to rank 0.
+std::uint32_t kv_rank_of(const Layout& layout) noexcept;
+// Whether this rank writes to the tier: with tp_rank_collapse only rank 0
+// does (one copy, not one per rank); every rank reads.
+bool writes_to_tier(const Layout& layout) noexcept;
+
+// Incremental hasher; keep one per thread and reuse it (it holds an OpenSSL
+// digest context, so hashing a chunk allocates nothing).
+class ChunkHasher {
+ public:
+  ChunkHasher();
+  ~ChunkHasher();
+  ChunkHasher(const ChunkHasher&) = delete;
+  ChunkHasher& operator=(const ChunkHasher&) = delete;
+
+  Digest next(const Digest& ns, const Digest& prev, std::span<const std::uint32_t> chunk_tokens);
+
+  // Hashes of every full chunk of `tokens`, continuing from `prev` (zeros
+  // for a prompt's start).
+  std::vector<Digest> hashes(const Digest& ns, std::span<const std::uint32_t> tokens, std::uint32_t chunk_tokens,
+                             const Digest& prev = Digest{});
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+std::vector<ChunkKey> chunk_keys(const Layout& layout, const Digest& ns, std::span<const std::uint32_t> tokens);
+
+}  // namespace kvstrand::kv

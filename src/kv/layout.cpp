@@ -1,0 +1,55 @@
+#include "kv/layout.hpp"
+
+#include <set>
+
+namespace kvstrand::kv {
+
+std::uint64_t Layout::bytes_per_block() const noexcept {
+  std::uint64_t n = 0;
+  for (const Plane& p : planes) n += p.bytes_per_block;
+  return n;
+}
+
+std::uint64_t Layout::object_bytes(bool with_image) const noexcept {
+  return bytes_per_block() * blocks_per_chunk() + (with_image ? checkpoint.image_bytes : 0);
+}
+
+std::optional<ConfigError> validate(const Layout& l) {
+  auto err = [](std::string option, std::string msg) { return ConfigError{std::move(option), std::move(msg)}; };
+  if (l.model_id.empty()) return err("model_id", "must name the model");
+  if (l.layout_name.empty()) return err("layout_name", "must name the KV layout");
+  if (l.planes.empty()) return err("planes", "at least one plane is needed");
+  std::set<std::string> names;
+  for (const Plane& p : l.planes) {
+    if (p.name.empty()) return err("planes", "every plane needs a name");
+    if (!names.insert(p.name).second) return err("planes", "plane '" + p.name + "' appears twice");
+    if (p.bytes_per_block == 0) return err("planes", "plane '" + p.name + "' has 0 bytes per block");
+  }
+  if (l.block_tokens == 0) return err("block_tokens", "must be > 0");
+  if (l.chunk_tokens == 0 || l.chunk_tokens % l.block_tokens != 0)
+    return err("chunk_tokens", "must be a positive multiple of block_tokens (" + std::to_string(l.block_tokens) +
+                                   "), got " + std::to_string(l.chunk_tokens));
+  if (l.has_state() && l.checkpoint.interval_tokens != l.chunk_tokens)
+    return err("checkpoint.interval_tokens",
+               "checkpoints are stored with the chunk that ends at them, so the interval must equal chunk_tokens (" +
+                   std::to_string(l.chunk_tokens) + "), got " + std::to_string(l.checkpoint.interval_tokens));
+  if (!l.has_state() && l.checkpoint.interval_tokens != 0)
+    return err("checkpoint.image_bytes", "a checkpoint interval is set but the image size is 0");
+  if (l.speculative.enabled() && l.speculative.method.empty())
+    return err("speculative.method", "speculative decoding is on (num_tokens > 0) but no method is named");
+  if (l.dtype.empty()) return err("dtype", "must name the KV dtype");
+  if (l.tp_size == 0 || l.tp_rank >= l.tp_size)
+    return err("tp_rank", "must be < tp_size (" + std::to_string(l.tp_size) + "), got " + std::to_string(l.tp_rank));
+  return std::nullopt;
+}
+
+std::optional<ConfigError> check_layout_override(const Layout& l, std::string_view override_name) {
+  if (override_name.empty() || override_name == l.layout_name) return std::nullopt;
+  if (!l.has_state()) return std::nullopt;
+  return ConfigError{"layout_override", "names layout '" + std::string(override_name) + "', but model '" +
+                                             l.model_id + "' uses layout '" + l.layout_name +
+                                             "', which owns recurrent state; its checkpoints only fit its own layout. "
+                                             "Remove the override."};
+}
+
+}  // namespace kvstrand::kv

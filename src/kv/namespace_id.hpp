@@ -1,0 +1,19 @@
+// The namespace: a stable hash of everything that moves the stored bytes.
+//
+// Covers model id, layout name and version, planes (name, bytes per block, in
+// order: the order is the object's byte layout), block and chunk tokens,
+// sliding window, checkpoint spec, speculative config, dtype, TP size and
+// tenant salt. The encoding is canonical: every field is tagged and
+// length-prefixed, integers are little-endian, and the speculative
+// parameters are sorted by name, so reordering them does not change it.
+// The TP rank is not in it: it is part of each key (chunk_keys.hpp).
+#pragma once
+
+#include "kv/digest.hpp"
+#include "kv/layout.hpp"
+
+namespace kvstrand::kv {
+
+Digest namespace_of(const Layout& layout);
+
+}  // namespace kvstrand::kv

@@ -1,0 +1,33 @@
+// One save or load as the scheduler decides it and the Connector takes it:
+// the same type on both sides, no translation layer.
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kv/block_leases.hpp"
+#include "kv/chunk_keys.hpp"
+#include "kv/committed_blocks.hpp"
+#include "kv/token_range.hpp"
+
+namespace kvstrand::kv {
+
+struct TransferSpec {
+  std::string request;
+  TokenRange tokens;              // on the block grid; a save's is on the chunk grid
+  std::vector<ChunkKey> keys;     // the chunks the range touches, in order
+  std::vector<BlockId> blocks;    // one per block of the range: save source / load destination
+  bool with_state = false;        // save: images at the chunk ends it covers; load: the image at tokens.end
+  BlockLeases::LeaseId lease = 0; // a save's source lease, released when it is source-safe
+};
+
+// Builds the save of `tokens` for `request`: sources are the blocks committed
+// now under `block_hashes` (one per block of the range), leased for the
+// transfer's life. None (and no lease taken) if any block has no committed KV.
+std::optional<TransferSpec> build_save(const std::string& request, TokenRange tokens, std::vector<ChunkKey> keys,
+                                       std::span<const Digest> block_hashes, bool with_state,
+                                       const CommittedBlocks& committed, BlockLeases& leases);
+
+}  // namespace kvstrand::kv

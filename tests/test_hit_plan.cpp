@@ -1,0 +1,105 @@
+// Hit capping (F8, F9): where a request resumes, from which source.
+#include <catch2/catch.hpp>
+
+#include "kv/hit_plan.hpp"
+#include "kv_fixtures.hpp"
+
+using namespace kvstrand;
+using kv::HitInputs;
+using kv::HitSource;
+using kv::NoLoad;
+using kv::TokenRange;
+
+namespace {
+// Checkpoints at every chunk boundary up to `end` (what a save that carried
+// every image leaves), or only at the listed boundaries.
+std::vector<std::uint32_t> every_chunk(std::uint32_t end) {
+  std::vector<std::uint32_t> c;
+  for (std::uint32_t b = 256; b <= end; b += 256) c.push_back(b);
+  return c;
+}
+HitSource src(std::uint32_t tokens) { return {tokens, every_chunk(tokens)}; }
+}  // namespace
+
+TEST_CASE("hit plan: table of cases", "[kv][plan]") {
+  const kv::Layout state = test::reference_layout();
+  const kv::Layout spec = test::with_speculation(state);
+  const kv::Layout plain = test::stateless_layout();
+  struct Case {
+    const char* name;
+    const kv::Layout* layout;
+    HitInputs in;
+    std::uint32_t hbm_tokens;
+    std::optional<TokenRange> load;
+    std::uint32_t frontier;
+    NoLoad no_load;
+  };
+  const std::vector<Case> cases = {
+      {"no hit anywhere", &state, {7097, {}, src(0), 0}, 0, std::nullopt, 0, NoLoad::not_beyond_hbm},
+      {"no lookup made", &state, {7097, src(4096), std::nullopt, 0}, 4096, std::nullopt, 4096, NoLoad::no_tier_answer},
+      {"the seed's workload: HBM holds the shared prefix, the tier the rest", &state,
+       {7097, src(4096), src(6912), 256}, 4096, TokenRange{4096, 6912}, 6912, NoLoad::none},
+      {"the tier hit is capped at the last stored checkpoint", &state,
+       {7097, {}, HitSource{6912, {256, 512, 768, 1024, 4096}}, 0}, 0, TokenRange{0, 4096}, 4096, NoLoad::none},
+      {"HBM KV without its checkpoint: the load starts at the HBM frontier", &state,
+       {7097, HitSource{4096, {256}}, src(6912), 256}, 4096, TokenRange{4096, 6912}, 6912, NoLoad::none},
+      {"HBM hit capped at its own last checkpoint when nothing is loaded", &state,
+       {7097, HitSource{4000, {256, 1024, 3840}}, std::nullopt, 0}, 3840, std::nullopt, 3840, NoLoad::no_tier_answer},
+      {"a tier hit not beyond HBM is not loaded", &state, {7097, src(4096), src(4096), 0}, 4096, std::nullopt, 4096,
+       NoLoad::not_beyond_hbm},
+      {"a tier hit below min_load_tokens past HBM is not loaded", &state, {7097, src(4096), src(4352), 512}, 4096,
+       std::nullopt, 4096, NoLoad::below_min_load},
+      {"exactly min_load_tokens past HBM is loaded", &state, {7097, src(4096), src(4608), 512}, 4096,
+       TokenRange{4096, 4608}, 4608, NoLoad::none},
+      {"F9: 1024-token prompt fully in the tier, HBM 0, min load 256", &state, {1024, {}, src(1024), 256}, 0,
+       TokenRange{0, 768}, 768, NoLoad::none},
+      {"F8: 1025-token prompt hitting 1024 in HBM keeps 1 token to compute", &state,
+       {1025, src(1024), std::nullopt, 0}, 1024, std::nullopt, 1024, NoLoad::no_tier_answer},
+      {"F8: ...and under speculative decoding it must keep 2: capped to 768", &spec,
+       {1025, src(1024), std::nullopt, 0}, 768, std::nullopt, 768, NoLoad::no_tier_answer},
+      {"F8: the same tail rule for a tier hit under speculative decoding", &spec, {1025, {}, src(1024), 0}, 0,
+       TokenRange{0, 768}, 768, NoLoad::none},
+      {"F8: 1026 tokens under speculative decoding may resume at 1024", &spec, {1026, {}, src(1024), 0}, 0,
+       TokenRange{0, 1024}, 1024, NoLoad::none},
+      {"stateless: HBM resumes on the block grid", &plain, {1000, HitSource{999, {}}, std::nullopt, 0}, 992,
+       std::nullopt, 992, NoLoad::no_tier_answer},
+      {"stateless: the tier resumes on the chunk grid, from the HBM block frontier", &plain,
+       {7097, HitSource{1000, {}}, HitSource{3000, {}}, 0}, 992, TokenRange{992, 2816}, 2816, NoLoad::none},
+      {"a checkpoint off the chunk grid does not count", &state, {7097, {}, HitSource{2000, {300, 512}}, 0}, 0,
+       TokenRange{0, 512}, 512, NoLoad::none},
+      {"prompt shorter than the tail", &state, {1, src(0), src(0), 0}, 0, std::nullopt, 0, NoLoad::not_beyond_hbm},
+  };
+  for (const Case& c : cases) {
+    INFO(c.name);
+    const kv::HitPlan p = kv::plan_hit(*c.layout, c.in);
+    REQUIRE(p.hbm_tokens == c.hbm_tokens);
+    REQUIRE(p.load == c.load);
+    REQUIRE(p.frontier == c.frontier);
+    REQUIRE(p.no_load == c.no_load);
+    // One number: where the transfer ends is where the state lands and where
+    // computing resumes.
+    if (p.load) {
+      REQUIRE(p.load->end == p.frontier);
+      REQUIRE(p.state_from_tier == c.layout->has_state());
+      REQUIRE(p.hbm_tokens == p.load->begin);
+    }
+    REQUIRE(p.frontier + c.layout->prefill_tail() <= std::max(c.in.prompt_tokens, c.layout->prefill_tail()));
+  }
+}
+
+TEST_CASE("prefill chunks end on the 256 grid, except at the prompt's end", "[kv][plan]") {
+  const kv::Layout state = test::reference_layout();
+  const kv::Layout plain = test::stateless_layout();
+  REQUIRE(kv::prefill_chunk_end(state, 0, 2048, 7097) == 2048);
+  REQUIRE(kv::prefill_chunk_end(state, 0, 2000, 7097) == 1792);       // clipped down to the grid
+  REQUIRE(kv::prefill_chunk_end(state, 6912, 2048, 7097) == 7097);    // the prompt's end needs no boundary
+  REQUIRE(kv::prefill_chunk_end(state, 768, 200, 7097) == 768);       // cannot reach a boundary: wait
+  REQUIRE(kv::prefill_chunk_end(plain, 768, 200, 7097) == 968);       // without state it may
+  REQUIRE(kv::prefill_chunk_end(state, 7097, 2048, 7097) == 7097);
+  for (std::uint32_t f = 0; f < 7097;) {  // a whole prompt in budget-2000 steps: every end on the grid
+    const std::uint32_t e = kv::prefill_chunk_end(state, f, 2000, 7097);
+    REQUIRE(e > f);
+    REQUIRE((e % 256 == 0 || e == 7097));
+    f = e;
+  }
+}
