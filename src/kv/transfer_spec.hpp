@@ -2,6 +2,7 @@
 // the same type on both sides, no translation layer.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
@@ -20,6 +21,10 @@ struct TransferSpec {
   std::vector<ChunkKey> keys;     // the chunks the range touches, in order
   std::vector<BlockId> blocks;    // one per block of the range: save source / load destination
   bool with_state = false;        // save: images at the chunk ends it covers; load: the image at tokens.end
+  // Checkpoint image slots in the registered state memory. Save: one per key,
+  // -1 where that chunk's end has no image. Load: one, the slot that
+  // receives the image at tokens.end.
+  std::vector<std::int32_t> state_slots;
   BlockLeases::LeaseId lease = 0; // a save's source lease, released when it is source-safe
 };
 
