@@ -1,0 +1,172 @@
+// Step-thread cost of kvstrand in an engine-like loop.
+//
+// 16 requests run concurrently. Every step, each request may post a save of
+// its next chunk or a load of a chunk it saved earlier (never two of a kind
+// live at once); the step posts them in one batch with submit(), then drains
+// finished(). Between steps the thread sleeps 200 us, standing in for the
+// engine waiting on its forward pass. Timed: the step's own work, excluding
+// that sleep. The same loop with the kvstrand calls replaced by nothing runs
+// first, in the same process, as the baseline. Last two lines:
+//   baseline p50 X p99 Y
+//   step-thread us per step: p50 X p99 Y   (and the difference to baseline)
+//
+// usage: bench_step [steps]   (default 10000)
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "hip/device.hpp"
+#include "hip/device_buffer.hpp"
+#include "kv/chunk_keys.hpp"
+#include "kv/namespace_id.hpp"
+#include "reactor/connector.hpp"
+
+using namespace kvstrand;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr int kRequests = 16;
+constexpr std::uint32_t kBlocksPerRequest = 32;  // two chunks of 16 blocks
+constexpr std::uint64_t kPlaneBlockBytes = 4096;
+
+double pct(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  return v[static_cast<std::size_t>(p * static_cast<double>(v.size() - 1))];
+}
+
+struct Engine {
+  kv::Layout layout;
+  kv::Digest ns{};
+  std::vector<std::vector<kv::ChunkKey>> keys;  // per request: its two chunks
+  struct Req {
+    bool save_live = false, load_live = false;
+    int saved = 0;  // chunks saved so far (0..2)
+  };
+  std::vector<Req> reqs = std::vector<Req>(kRequests);
+  std::mt19937 rng{7};
+
+  Engine() {
+    layout.model_id = "bench";
+    layout.layout_name = "bench";
+    for (int p = 0; p < 5; ++p) layout.planes.push_back({"p" + std::to_string(p), kPlaneBlockBytes});
+    layout.dtype = "bf16";
+    ns = kv::namespace_of(layout);
+    for (int r = 0; r < kRequests; ++r) {
+      std::vector<std::uint32_t> toks(512);
+      for (std::size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<std::uint32_t>(r * 100003 + i);
+      keys.push_back(kv::chunk_keys(layout, ns, toks));
+    }
+  }
+
+  // The ops this step would post (built in both arms).
+  std::vector<reactor::Connector::Op> plan_step() {
+    std::vector<reactor::Connector::Op> ops;
+    for (int r = 0; r < kRequests; ++r) {
+      Req& q = reqs[r];
+      const std::uint32_t base = static_cast<std::uint32_t>(r) * kBlocksPerRequest;
+      if (!q.save_live && (rng() % 4 == 0)) {
+        const int c = q.saved % 2;
+        kv::TransferSpec s;
+        s.request = "r" + std::to_string(r);
+        s.tokens = {static_cast<std::uint32_t>(c) * 256, static_cast<std::uint32_t>(c + 1) * 256};
+        s.keys = {keys[r][c]};
+        for (std::uint32_t b = 0; b < 16; ++b) s.blocks.push_back(base + c * 16 + b);
+        ops.push_back({reactor::TransferKind::save, std::move(s), nullptr});
+        q.save_live = true;
+      } else if (!q.load_live && q.saved > 0 && (rng() % 4 == 0)) {
+        kv::TransferSpec s;
+        s.request = "r" + std::to_string(r);
+        s.tokens = {0, 256};
+        s.keys = {keys[r][0]};
+        for (std::uint32_t b = 0; b < 16; ++b) s.blocks.push_back(kRequests * kBlocksPerRequest + static_cast<std::uint32_t>(r) * 16 + b);
+        ops.push_back({reactor::TransferKind::load, std::move(s), nullptr});
+        q.load_live = true;
+      }
+    }
+    return ops;
+  }
+
+  void settle(const reactor::Finished& f) {
+    for (const auto& o : f.saves) {
+      Req& q = reqs[std::stoi(o.request.substr(1))];
+      q.save_live = false;
+      if (o.ok) ++q.saved;
+    }
+    for (const auto& o : f.loads) reqs[std::stoi(o.request.substr(1))].load_live = false;
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int steps = argc > 1 ? std::max(100, std::atoi(argv[1])) : 10000;
+  if (auto n = hip::device_count(); !n.ok() || *n == 0) {
+    std::fprintf(stderr, "bench_step: no %s device\n", hip::backend_name());
+    return 1;
+  }
+  (void)hip::select_device(0);
+  const std::uint32_t pool_blocks = kRequests * kBlocksPerRequest + 16 * 16;
+  std::vector<hip::DeviceBuffer> planes;
+  for (int p = 0; p < 5; ++p) planes.push_back(hip::DeviceBuffer::allocate(pool_blocks * kPlaneBlockBytes).value());
+
+  auto run = [&](bool with_kvstrand) {
+    Engine engine;
+    std::unique_ptr<reactor::Connector> conn;
+    if (with_kvstrand) {
+      reactor::ConnectorOptions opts;
+      opts.tier_bytes = 256ull << 20;
+      conn = std::make_unique<reactor::Connector>(opts);
+      reactor::Registration reg;
+      reg.layout = engine.layout;
+      for (auto& p : planes) reg.planes.push_back({p.data(), pool_blocks});
+      conn->register_layout(reg);
+    }
+    std::vector<double> us;
+    std::size_t posted = 0, completed = 0;
+    for (int step = 0; step < steps; ++step) {
+      const auto t0 = Clock::now();
+      auto ops = engine.plan_step();
+      posted += ops.size();
+      if (conn) {
+        if (!ops.empty()) conn->submit(std::move(ops));
+        auto f = conn->finished();
+        completed += f.saves.size() + f.loads.size();
+        engine.settle(f);
+      } else {
+        // Baseline: everything posted completes at once, with no kvstrand call.
+        reactor::Finished f;
+        for (auto& op : ops) {
+          reactor::TransferOutcome o;
+          o.request = op.spec.request;
+          o.kind = op.kind;
+          o.ok = true;
+          (op.kind == reactor::TransferKind::save ? f.saves : f.loads).push_back(std::move(o));
+        }
+        completed += ops.size();
+        engine.settle(f);
+      }
+      us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+      std::this_thread::sleep_for(std::chrono::microseconds(200));  // the forward pass
+      if (step % 2000 == 1999)
+        std::fprintf(stderr, "  %s: step %d of %d\n", with_kvstrand ? "kvstrand" : "baseline", step + 1, steps);
+    }
+    if (conn) conn->close();
+    std::printf("  %s: %zu transfers posted, %zu completed\n", with_kvstrand ? "kvstrand" : "baseline", posted,
+                completed);
+    return us;
+  };
+
+  std::printf("bench_step: backend %s, %d requests, %d steps, 200 us forward pass between steps\n",
+              hip::backend_name(), kRequests, steps);
+  const auto base = run(false);
+  const auto kvs = run(true);
+  std::printf("baseline p50 %.2f p99 %.2f\n", pct(base, 0.5), pct(base, 0.99));
+  std::printf("step-thread us per step: p50 %.2f p99 %.2f (above baseline: p50 %.2f p99 %.2f)\n", pct(kvs, 0.5),
+              pct(kvs, 0.99), pct(kvs, 0.5) - pct(base, 0.5), pct(kvs, 0.99) - pct(base, 0.99));
+  return 0;
+}

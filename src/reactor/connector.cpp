@@ -1,0 +1,394 @@
+#include "reactor/connector.hpp"
+
+#include <boost/asio/append.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <list>
+#include <map>
+#include <stdexcept>
+
+#include "reactor/local_tier.hpp"
+
+namespace kvstrand::reactor {
+
+namespace asio = boost::asio;
+using Clock = std::chrono::steady_clock;
+
+const char* to_string(TransferKind k) noexcept { return k == TransferKind::save ? "save" : "load"; }
+const char* to_string(TransferState s) noexcept {
+  switch (s) {
+    case TransferState::queued: return "queued";
+    case TransferState::waiting_producer: return "waiting for producer event";
+    case TransferState::submitted: return "submitted";
+    case TransferState::pending: return "pending";
+    case TransferState::done: return "done";
+    case TransferState::failed: return "failed";
+  }
+  return "?";
+}
+
+std::optional<kv::ConfigError> validate(const ConnectorOptions& o) {
+  if (o.transfer_deadline.count() <= 0)
+    return kv::ConfigError{"transfer_deadline", "must be > 0 ms, got " + std::to_string(o.transfer_deadline.count())};
+  if (!o.make_tier && o.tier_bytes == 0) return kv::ConfigError{"tier_bytes", "must be > 0"};
+  if (o.reactor.poller.max_backoff < o.reactor.poller.min_backoff || o.reactor.poller.min_backoff.count() <= 0)
+    return kv::ConfigError{"poller.min_backoff", "must be > 0 and <= poller.max_backoff"};
+  return std::nullopt;
+}
+
+// ---- the strand side ---------------------------------------------------------
+
+// Everything here runs on the reactor strand, and only there.
+struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
+  struct Live {
+    std::shared_ptr<Transfer> t;
+    std::unique_ptr<asio::steady_timer> deadline;
+  };
+  // Boost 1.81's any_completion_handler must not be move-assigned (it
+  // recurses), so fences live in a list and are only moved-constructed.
+  struct Fence {
+    Fence(std::uint64_t i, std::set<std::string> r, bool a, Handler h)
+        : id(i), requests(std::move(r)), all(a), handler(std::move(h)) {}
+    Fence(Fence&&) noexcept = default;
+    Fence& operator=(Fence&&) = delete;
+
+    std::uint64_t id = 0;
+    std::set<std::string> requests;
+    bool all = false;  // close(): every transfer
+    Handler handler;
+    std::unique_ptr<asio::steady_timer> timer;
+  };
+
+  Core(Reactor& r, std::unique_ptr<Tier> t, std::shared_ptr<Mailbox> m, std::chrono::milliseconds d)
+      : reactor(r), tier(std::move(t)), mailbox(std::move(m)), deadline(d) {}
+
+  void start(Op op) {
+    auto t = std::make_shared<Transfer>();
+    t->id = next_id++;
+    t->kind = op.kind;
+    t->spec = std::move(op.spec);
+    t->producer = op.producer;
+    t->posted = Clock::now();
+    t->deadline = t->posted + deadline;
+    Live& live = transfers[t->id];
+    live.t = t;
+    live.deadline = std::make_unique<asio::steady_timer>(reactor.strand(), t->deadline);
+    live.deadline->async_wait([self = shared_from_this(), id = t->id](const boost::system::error_code& ec) {
+      if (!ec) self->deadline_passed(id);
+    });
+    ++live_per_request[t->spec.request];
+    asio::co_spawn(reactor.strand(), run(shared_from_this(), t), asio::detached);
+  }
+
+  // One transfer: producer event -> submit -> completion -> terminal.
+  static asio::awaitable<void> run(std::shared_ptr<Core> self, std::shared_ptr<Transfer> t) {
+    if (t->producer != nullptr) {
+      t->state = TransferState::waiting_producer;
+      std::error_code ec = co_await self->reactor.poller().ready(*t->producer);
+      if (ec) {
+        t->reason = "producer event: " + ec.message();
+        self->finish(*t, TransferErrc::device_error);
+        co_return;
+      }
+    }
+    if (t->terminal()) {  // its deadline passed while it waited: do not touch memory now
+      self->stuck.erase(t->id);
+      co_return;
+    }
+    t->state = TransferState::submitted;
+    std::error_code ec =
+        t->kind == TransferKind::save ? co_await self->tier->save(*t) : co_await self->tier->load(*t);
+    self->finish(*t, ec);
+  }
+
+  void finish(Transfer& t, std::error_code ec) {
+    if (t.terminal()) {  // already failed by its deadline; its copy has now ended
+      stuck.erase(t.id);
+      return;
+    }
+    t.state = ec ? TransferState::failed : TransferState::done;
+    t.error = ec;
+    transfers.erase(t.id);  // the entry owns the deadline timer: erasing it cancels it
+    deliver(t);
+  }
+
+  void deadline_passed(std::uint64_t id) {
+    auto it = transfers.find(id);
+    if (it == transfers.end()) return;
+    std::shared_ptr<Transfer> t = it->second.t;
+    const std::string what = std::string("kvstrand: ") + to_string(t->kind) + " of request '" + t->spec.request +
+                             "' (transfer " + std::to_string(id) + ") passed its " +
+                             std::to_string(deadline.count()) + " ms deadline while " + to_string(t->state);
+    t->state = TransferState::failed;
+    t->error = TransferErrc::deadline_exceeded;
+    t->reason = what;
+    set_fail_stop(TransferErrc::deadline_exceeded, what);
+    stuck[id] = t;
+    transfers.erase(it);
+    deliver(*t);
+  }
+
+  void set_fail_stop(std::error_code code, const std::string& what) {
+    if (!fail_code) fail_code = code;
+    mailbox->set_fail_stop(code, what);
+  }
+
+  void deliver(const Transfer& t) {
+    TransferOutcome o;
+    o.request = t.spec.request;
+    o.kind = t.kind;
+    o.ok = t.state == TransferState::done;
+    o.error = t.error;
+    o.reason = t.reason;
+    o.tokens = t.spec.tokens;
+    if (t.kind == TransferKind::load && !o.ok) o.blocks = t.spec.blocks;
+    // A save frees its source blocks once its copy out of them is known to
+    // have ended (done, failed, or never queued). Never after a deadline
+    // failure or a shutdown that cut the wait short: the copy may still run.
+    const bool source_safe = t.kind == TransferKind::save && t.error != TransferErrc::deadline_exceeded &&
+                             t.error != std::errc::operation_canceled;
+    if (t.kind == TransferKind::save) o.blocks = t.spec.blocks;
+    mailbox->push(std::move(o));
+    if (source_safe) mailbox->push(SourceSafe{t.spec.request, t.spec.blocks});
+    auto r = live_per_request.find(t.spec.request);
+    if (r != live_per_request.end() && --r->second == 0) live_per_request.erase(r);
+    check_fences();
+  }
+
+  bool fence_done(const Fence& f) const {
+    if (f.all) return transfers.empty();
+    for (const std::string& r : f.requests)
+      if (live_per_request.contains(r)) return false;
+    return true;
+  }
+
+  void fence(std::vector<std::string> requests, std::chrono::milliseconds timeout, bool all, Handler h) {
+    Fence f(next_fence++, std::set<std::string>(requests.begin(), requests.end()), all, std::move(h));
+    if (fence_done(f)) {
+      complete(std::move(f.handler), fail_code.value_or(std::error_code{}));
+      return;
+    }
+    if (!all) {
+      f.timer = std::make_unique<asio::steady_timer>(reactor.strand(), timeout);
+      f.timer->async_wait([self = shared_from_this(), id = f.id, timeout](const boost::system::error_code& ec) {
+        if (!ec) self->fence_timed_out(id, timeout);
+      });
+    }
+    fences.push_back(std::move(f));
+  }
+
+  void check_fences() {
+    for (auto it = fences.begin(); it != fences.end();) {
+      if (!fence_done(*it)) {
+        ++it;
+        continue;
+      }
+      Handler h = std::move(it->handler);
+      it = fences.erase(it);
+      complete(std::move(h), fail_code.value_or(std::error_code{}));
+    }
+  }
+
+  void fence_timed_out(std::uint64_t id, std::chrono::milliseconds timeout) {
+    for (auto it = fences.begin(); it != fences.end(); ++it) {
+      if (it->id != id) continue;
+      std::string what = "kvstrand: fence timed out after " + std::to_string(timeout.count()) +
+                         " ms with transfers still live:";
+      for (const auto& [tid, live] : transfers)
+        if (it->requests.contains(live.t->spec.request))
+          what += " " + std::to_string(tid) + " (" + to_string(live.t->kind) + " of '" + live.t->spec.request +
+                  "', " + to_string(live.t->state) + ")";
+      set_fail_stop(TransferErrc::fence_timeout, what);
+      Handler h = std::move(it->handler);
+      fences.erase(it);
+      complete(std::move(h), TransferErrc::fence_timeout);
+      return;
+    }
+  }
+
+  static void complete(Handler h, std::error_code ec) { asio::dispatch(asio::append(std::move(h), ec)); }
+
+  std::vector<TransferInfo> snapshot() const {
+    std::vector<TransferInfo> out;
+    const auto now = Clock::now();
+    auto add = [&](const Transfer& t, bool past) {
+      TransferInfo i;
+      i.id = t.id;
+      i.request = t.spec.request;
+      i.kind = t.kind;
+      i.state = t.state;
+      i.age = std::chrono::duration_cast<std::chrono::microseconds>(now - t.posted);
+      i.deadline_left = std::chrono::duration_cast<std::chrono::microseconds>(t.deadline - now);
+      i.bytes = reg ? t.spec.blocks.size() * reg->layout.bytes_per_block() : 0;
+      i.past_deadline = past;
+      out.push_back(i);
+    };
+    for (const auto& [id, live] : transfers) add(*live.t, false);
+    for (const auto& [id, t] : stuck) add(*t, true);
+    return out;
+  }
+
+  Reactor& reactor;
+  std::unique_ptr<Tier> tier;
+  std::shared_ptr<Mailbox> mailbox;
+  std::chrono::milliseconds deadline;
+  std::optional<Registration> reg;
+  std::uint64_t next_id = 1;
+  std::uint64_t next_fence = 1;
+  std::map<std::uint64_t, Live> transfers;                     // live
+  std::map<std::uint64_t, std::shared_ptr<Transfer>> stuck;    // failed by deadline, copy not seen to end
+  std::map<std::string, std::uint32_t> live_per_request;
+  std::list<Fence> fences;
+  std::optional<std::error_code> fail_code;
+};
+
+// ---- the engine side ---------------------------------------------------------
+
+Connector::Connector(ConnectorOptions options) : options_(std::move(options)) {
+  if (auto err = validate(options_)) throw std::invalid_argument(err->describe());
+  reactor_ = std::make_unique<Reactor>(options_.reactor);
+  mailbox_ = std::make_shared<Mailbox>();
+  std::unique_ptr<Tier> tier = options_.make_tier ? options_.make_tier(*reactor_)
+                                                  : std::make_unique<LocalTier>(*reactor_, options_.tier_bytes);
+  core_ = std::make_shared<Core>(*reactor_, std::move(tier), mailbox_, options_.transfer_deadline);
+}
+
+Connector::~Connector() { close(); }
+
+void Connector::register_layout(Registration registration) {
+  if (closed_) throw TransferRefused(TransferErrc::closed, "register_layout after close()");
+  if (auto err = registration.check()) throw TransferRefused(TransferErrc::bad_spec, *err);
+  std::error_code ec = reactor_->call([core = core_, reg = registration]() mutable -> asio::awaitable<std::error_code> {
+    core->reg = std::move(reg);
+    co_return core->tier->attach(*core->reg);
+  });
+  if (ec) throw TransferRefused(ec, "register_layout: the tier could not attach: " + ec.message());
+  registration_ = std::move(registration);
+}
+
+void Connector::raise_fail_stop() const {
+  if (auto f = mailbox_->fail_stop()) throw FailStop(f->code, f->what);
+}
+
+void Connector::check(TransferKind kind, const kv::TransferSpec& spec) const {
+  raise_fail_stop();
+  if (closed_) throw TransferRefused(TransferErrc::closed, "the connector is closed");
+  if (!registration_) throw TransferRefused(TransferErrc::not_registered, "no layout registered");
+  if (live_.contains({spec.request, kind}))
+    throw TransferRefused(TransferErrc::duplicate_transfer, std::string("a ") + to_string(kind) + " of request '" +
+                                                                spec.request + "' is still live");
+  auto err = kind == TransferKind::save ? registration_->check_save(spec) : registration_->check_load(spec);
+  if (err) throw TransferRefused(TransferErrc::bad_spec, std::string(to_string(kind)) + " of request '" +
+                                                             spec.request + "': " + *err);
+}
+
+void Connector::save(kv::TransferSpec spec, const hip::Event* producer) {
+  std::vector<Op> ops;
+  ops.push_back({TransferKind::save, std::move(spec), producer});
+  submit(std::move(ops));
+}
+
+void Connector::load(kv::TransferSpec spec, const hip::Event* producer) {
+  std::vector<Op> ops;
+  ops.push_back({TransferKind::load, std::move(spec), producer});
+  submit(std::move(ops));
+}
+
+void Connector::submit(std::vector<Op> ops) {
+  std::set<std::pair<std::string, TransferKind>> batch;
+  for (const Op& op : ops) {
+    check(op.kind, op.spec);
+    if (!batch.insert({op.spec.request, op.kind}).second)
+      throw TransferRefused(TransferErrc::duplicate_transfer, std::string("two ") + to_string(op.kind) +
+                                                                  "s of request '" + op.spec.request + "' in one batch");
+  }
+  live_.insert(batch.begin(), batch.end());
+  asio::post(reactor_->strand(), [core = core_, ops = std::move(ops)]() mutable {
+    for (Op& op : ops) core->start(std::move(op));
+  });
+}
+
+std::uint64_t Connector::lookup(std::vector<kv::ChunkKey> keys) {
+  raise_fail_stop();
+  if (closed_) throw TransferRefused(TransferErrc::closed, "the connector is closed");
+  if (!registration_) throw TransferRefused(TransferErrc::not_registered, "no layout registered");
+  const std::uint64_t id = next_lookup_++;
+  asio::post(reactor_->strand(), [core = core_, id, keys = std::move(keys)] {
+    core->mailbox->push(LookupOutcome{id, core->tier->lookup(keys)});
+  });
+  return id;
+}
+
+void Connector::forget_drained(const Finished& f) {
+  for (const auto& o : f.saves) live_.erase({o.request, TransferKind::save});
+  for (const auto& o : f.loads) live_.erase({o.request, TransferKind::load});
+}
+
+Finished Connector::finished() {
+  raise_fail_stop();
+  Finished f = mailbox_->drain();
+  forget_drained(f);
+  return f;
+}
+
+void Connector::start_fence(std::vector<std::string> requests, std::chrono::milliseconds timeout, Handler handler) {
+  if (closed_) {
+    Core::complete(std::move(handler), TransferErrc::closed);
+    return;
+  }
+  asio::post(reactor_->strand(), [core = core_, r = std::move(requests), timeout, h = std::move(handler)]() mutable {
+    core->fence(std::move(r), timeout, false, std::move(h));
+  });
+}
+
+void Connector::fence(const std::vector<std::string>& requests, std::chrono::milliseconds timeout) {
+  raise_fail_stop();
+  std::error_code ec = async_fence(requests, timeout, asio::use_future).get();
+  raise_fail_stop();
+  if (ec) throw TransferRefused(ec, "fence: " + ec.message());
+}
+
+void Connector::close() {
+  if (closed_) return;
+  closed_ = true;
+  // Wait, on the strand, until every live transfer is terminal: they settle
+  // or reach their own deadlines. Shutdown itself fails nothing.
+  reactor_->call([core = core_]() -> asio::awaitable<void> {
+    // Built before the co_await: GCC 12 miscompiles a capturing lambda
+    // written inside the co_await expression.
+    auto wait_all = [core](auto handler) {
+      core->fence({}, std::chrono::milliseconds(0), true, Handler(std::move(handler)));
+    };
+    asio::use_awaitable_t<> token;
+    std::error_code ec = co_await asio::async_initiate<decltype(token), void(std::error_code)>(wait_all, token);
+    (void)ec;  // a fail-stop is already in the mailbox
+    co_await core->tier->drain();
+  });
+  reactor_->stop();
+  core_->tier.reset();  // after the reactor thread ended: nothing can touch it now
+}
+
+std::vector<TransferInfo> Connector::transfers() {
+  if (closed_) return {};
+  return reactor_->call([core = core_]() -> asio::awaitable<std::vector<TransferInfo>> { co_return core->snapshot(); });
+}
+
+kv::ObjectStore::Stats Connector::tier_stats() {
+  if (closed_) return {};
+  return reactor_->call([core = core_]() -> asio::awaitable<kv::ObjectStore::Stats> { co_return core->tier->stats(); });
+}
+
+PollerStats Connector::poller_stats() {
+  if (closed_) return {};
+  return reactor_->call([r = reactor_.get()]() -> asio::awaitable<PollerStats> { co_return r->poller().stats(); });
+}
+
+hip::EventPool::Stats Connector::event_stats() {
+  if (closed_) return {};
+  return reactor_->call([r = reactor_.get()]() -> asio::awaitable<hip::EventPool::Stats> { co_return r->events().stats(); });
+}
+
+}  // namespace kvstrand::reactor

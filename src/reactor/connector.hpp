@@ -1,0 +1,148 @@
+// The engine-facing API: what an inference engine calls to offload and
+// restore KV blocks without its step thread stalling.
+//
+// Threads: one engine thread calls a Connector (its methods are not for
+// several engine threads at once); everything they start runs as coroutines
+// on the reactor strand. save(), load(), submit() and lookup() only post;
+// finished() reads what already arrived. Only fence() and close() wait, and
+// each has a coroutine form (async_fence, async_close) for engines that
+// co_await at step boundaries on their own executor.
+//
+// Lifetimes: the device memory named at registration, and a transfer's
+// producer event, must stay valid until the transfer is terminal (seen in
+// finished(), or covered by a fence that returned).
+#pragma once
+
+#include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/async_result.hpp>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kv/layout.hpp"
+#include "kv/object_store.hpp"
+#include "kv/transfer_spec.hpp"
+#include "reactor/mailbox.hpp"
+#include "reactor/reactor.hpp"
+#include "reactor/registration.hpp"
+#include "reactor/tier.hpp"
+#include "reactor/transfer_error.hpp"
+
+namespace kvstrand::reactor {
+
+struct ConnectorOptions {
+  // Every transfer's own deadline; passing it is fail-stop. Must be > 0.
+  std::chrono::milliseconds transfer_deadline{60'000};
+  // LocalTier's arena. Ignored when make_tier builds another tier.
+  std::uint64_t tier_bytes = 1ull << 30;
+  ReactorOptions reactor;
+  // The tier to use; LocalTier(tier_bytes) when empty.
+  std::function<std::unique_ptr<Tier>(Reactor&)> make_tier;
+};
+
+// Refuses options kvstrand cannot serve, naming the option.
+std::optional<kv::ConfigError> validate(const ConnectorOptions& options);
+
+// A live transfer, as the debug views show it.
+struct TransferInfo {
+  std::uint64_t id = 0;
+  std::string request;
+  TransferKind kind = TransferKind::save;
+  TransferState state = TransferState::queued;
+  std::chrono::microseconds age{};
+  std::chrono::microseconds deadline_left{};
+  std::uint64_t bytes = 0;
+  bool past_deadline = false;  // fail-stopped; its copy has not been seen to end
+};
+
+class Connector {
+ public:
+  struct Op {
+    TransferKind kind = TransferKind::save;
+    kv::TransferSpec spec;
+    const hip::Event* producer = nullptr;
+  };
+
+  // Throws std::invalid_argument naming the option for invalid options.
+  explicit Connector(ConnectorOptions options = {});
+  ~Connector();
+  Connector(const Connector&) = delete;
+  Connector& operator=(const Connector&) = delete;
+
+  // Blocks until the tier has attached the memory. Throws TransferRefused
+  // (bad_spec) naming what does not fit.
+  void register_layout(Registration registration);
+
+  // Post one transfer and return at once. Throws TransferRefused, posting
+  // nothing, for: a live transfer of the same kind for the request
+  // (duplicate_transfer), no registration, a spec that does not fit, a
+  // closed connector. A FailStop already set is raised here too.
+  void save(kv::TransferSpec spec, const hip::Event* producer = nullptr);
+  void load(kv::TransferSpec spec, const hip::Event* producer = nullptr);
+  // A whole step's transfers in one post. All are checked first; if one is
+  // refused, none is posted.
+  void submit(std::vector<Op> ops);
+
+  // Asks the tier what it holds of `keys`; the answer arrives in
+  // finished().lookups under the returned id.
+  std::uint64_t lookup(std::vector<kv::ChunkKey> keys);
+
+  // Everything that became terminal since the last call. Never waits. Once a
+  // fail-stop error is set it throws FailStop on every call.
+  Finished finished();
+
+  // Returns when every transfer of `requests` is terminal, whatever state it
+  // was in. Throws FailStop when `timeout` passes first (and sets the
+  // fail-stop error), or when one is already set.
+  void fence(const std::vector<std::string>& requests, std::chrono::milliseconds timeout);
+
+  template <boost::asio::completion_token_for<void(std::error_code)> Token>
+  auto async_fence(std::vector<std::string> requests, std::chrono::milliseconds timeout, Token&& token) {
+    return boost::asio::async_initiate<Token, void(std::error_code)>(
+        [this, r = std::move(requests), timeout](auto handler) mutable {
+          start_fence(std::move(r), timeout, Handler(std::move(handler)));
+        },
+        token);
+  }
+
+  // Lets in-flight transfers settle (bounded by their deadlines), then stops
+  // the reactor and releases the tier. Idempotent; safe before registration.
+  // Completions that arrived stay readable through finished().
+  void close();
+
+  // The reactor, for engines that run their own coroutines beside kvstrand's
+  // (never touching its state) and for tests.
+  Reactor& reactor() noexcept { return *reactor_; }
+
+  // Debug views (they hop to the strand and back: not for the step loop).
+  std::vector<TransferInfo> transfers();
+  kv::ObjectStore::Stats tier_stats();
+  PollerStats poller_stats();
+  hip::EventPool::Stats event_stats();
+
+ private:
+  using Handler = boost::asio::any_completion_handler<void(std::error_code)>;
+  struct Core;
+
+  void check(TransferKind kind, const kv::TransferSpec& spec) const;
+  void raise_fail_stop() const;
+  void start_fence(std::vector<std::string> requests, std::chrono::milliseconds timeout, Handler handler);
+  void forget_drained(const Finished& f);
+
+  ConnectorOptions options_;
+  std::unique_ptr<Reactor> reactor_;
+  std::shared_ptr<Core> core_;
+  std::shared_ptr<Mailbox> mailbox_;
+  // Engine-thread state: what this thread posted and has not yet drained.
+  std::optional<Registration> registration_;
+  std::set<std::pair<std::string, TransferKind>> live_;
+  std::uint64_t next_lookup_ = 1;
+  bool closed_ = false;
+};
+
+}  // namespace kvstrand::reactor

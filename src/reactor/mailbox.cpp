@@ -1,0 +1,39 @@
+#include "reactor/mailbox.hpp"
+
+namespace kvstrand::reactor {
+
+std::vector<const TransferOutcome*> Finished::failed_loads() const {
+  std::vector<const TransferOutcome*> out;
+  for (const auto& l : loads)
+    if (!l.ok) out.push_back(&l);
+  return out;
+}
+
+void Mailbox::push(TransferOutcome o) {
+  std::lock_guard lk(m_);
+  (o.kind == TransferKind::save ? pending_.saves : pending_.loads).push_back(std::move(o));
+}
+void Mailbox::push(SourceSafe s) {
+  std::lock_guard lk(m_);
+  pending_.source_safe.push_back(std::move(s));
+}
+void Mailbox::push(LookupOutcome l) {
+  std::lock_guard lk(m_);
+  pending_.lookups.push_back(std::move(l));
+}
+void Mailbox::set_fail_stop(std::error_code code, std::string what) {
+  std::lock_guard lk(m_);
+  if (!fail_) fail_ = FailStopState{code, std::move(what)};
+}
+
+Finished Mailbox::drain() {
+  std::lock_guard lk(m_);
+  return std::exchange(pending_, Finished{});
+}
+
+std::optional<FailStopState> Mailbox::fail_stop() const {
+  std::lock_guard lk(m_);
+  return fail_;
+}
+
+}  // namespace kvstrand::reactor

@@ -1,0 +1,38 @@
+// The interface every tier offers the reactor: one transfer path for all.
+//
+// Every member runs on the reactor strand. save() and load() are coroutines
+// that queue the copies, mark the transfer `pending`, and complete when the
+// copies are done; they complete with an error_code, never by throwing.
+// A tier keeps every buffer a queued copy references alive until that copy
+// completed, whatever happens to the transfer meanwhile (a deadline may make
+// the transfer terminal for the engine while its copy still runs).
+#pragma once
+
+#include <boost/asio/awaitable.hpp>
+#include <span>
+#include <system_error>
+
+#include "kv/chunk_keys.hpp"
+#include "kv/hit_plan.hpp"
+#include "kv/object_store.hpp"
+#include "reactor/registration.hpp"
+#include "reactor/transfer.hpp"
+
+namespace kvstrand::reactor {
+
+class Tier {
+ public:
+  virtual ~Tier() = default;
+  virtual std::error_code attach(const Registration& reg) = 0;
+  // Longest run of consecutive stored chunks from keys[0], with the image
+  // boundaries within it. Never waits.
+  virtual kv::HitSource lookup(std::span<const kv::ChunkKey> keys) = 0;
+  virtual boost::asio::awaitable<std::error_code> save(Transfer& t) = 0;
+  virtual boost::asio::awaitable<std::error_code> load(Transfer& t) = 0;
+  virtual kv::ObjectStore::Stats stats() const = 0;
+  // Called on the strand before the reactor stops: finish or abandon what
+  // is in flight so nothing is left referencing the tier's memory.
+  virtual boost::asio::awaitable<void> drain() = 0;
+};
+
+}  // namespace kvstrand::reactor

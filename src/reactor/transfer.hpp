@@ -1,0 +1,42 @@
+// One save or load, owned by the reactor strand from post to terminal.
+//
+// queued -> waiting_producer -> submitted -> pending -> terminal (done/failed)
+// Only the strand reads or writes a Transfer. Its deadline is its own: a
+// timer per transfer, so nothing another transfer does can delay it.
+#pragma once
+
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <system_error>
+
+#include "hip/event.hpp"
+#include "kv/transfer_spec.hpp"
+
+namespace kvstrand::reactor {
+
+enum class TransferKind { save, load };
+enum class TransferState { queued, waiting_producer, submitted, pending, done, failed };
+
+const char* to_string(TransferKind k) noexcept;
+const char* to_string(TransferState s) noexcept;
+
+struct Transfer {
+  using Clock = std::chrono::steady_clock;
+
+  std::uint64_t id = 0;
+  TransferKind kind = TransferKind::save;
+  kv::TransferSpec spec;
+  const hip::Event* producer = nullptr;  // the engine's event after the last forward touching these blocks
+  TransferState state = TransferState::queued;
+  Clock::time_point posted{};
+  Clock::time_point deadline{};
+  std::error_code error;
+  std::string reason;
+  boost::asio::steady_timer* deadline_timer = nullptr;  // owned by the reactor while live
+
+  bool terminal() const noexcept { return state == TransferState::done || state == TransferState::failed; }
+};
+
+}  // namespace kvstrand::reactor

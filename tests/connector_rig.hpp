@@ -1,0 +1,141 @@
+// A small registered KV geometry on the device, and a Connector over it, for
+// the reactor tests: 3 planes, 64 blocks of 16 tokens, 64-token chunks
+// (4 blocks), a 512-byte state image per chunk boundary.
+#pragma once
+
+#include <thread>
+
+#include "kv/chunk_keys.hpp"
+#include "kv/namespace_id.hpp"
+#include "reactor/connector.hpp"
+#include "reactor/local_tier.hpp"
+#include "support.hpp"
+
+namespace kvstrand::test {
+
+struct Rig {
+  static constexpr std::uint32_t kBlocks = 64;
+  static constexpr std::uint64_t kPlaneBlockBytes = 2048;
+  static constexpr std::uint32_t kSlots = 16;
+
+  kv::Layout layout;
+  kv::Digest ns{};
+  hip::Stream engine_stream = must(hip::Stream::create());  // the engine's own stream
+  std::vector<hip::DeviceBuffer> planes;
+  std::optional<hip::DeviceBuffer> state;
+  reactor::LocalTier* tier = nullptr;  // owned by the connector
+  std::unique_ptr<reactor::Connector> conn;
+
+  explicit Rig(reactor::ConnectorOptions opts = {}, std::uint64_t tier_objects = 64) {
+    layout.model_id = "rig";
+    layout.layout_name = "rig";
+    layout.planes = {{"k", kPlaneBlockBytes}, {"v", kPlaneBlockBytes}, {"idx", kPlaneBlockBytes}};
+    layout.block_tokens = 16;
+    layout.chunk_tokens = 64;
+    layout.checkpoint = {"ring", 512, 64};
+    layout.dtype = "bf16";
+    ns = kv::namespace_of(layout);
+    for (int p = 0; p < 3; ++p) planes.push_back(must(hip::DeviceBuffer::allocate(kBlocks * kPlaneBlockBytes)));
+    state.emplace(must(hip::DeviceBuffer::allocate(kSlots * 512)));
+    randomize(1);
+    if (!opts.make_tier) {
+      const std::uint64_t bytes = tier_objects * layout.object_bytes(true);
+      opts.make_tier = [this, bytes](reactor::Reactor& r) {
+        auto t = std::make_unique<reactor::LocalTier>(r, bytes);
+        tier = t.get();
+        return t;
+      };
+    }
+    conn = std::make_unique<reactor::Connector>(opts);
+    conn->register_layout(registration());
+  }
+
+  reactor::Registration registration() {
+    reactor::Registration reg;
+    reg.layout = layout;
+    for (auto& p : planes) reg.planes.push_back({p.data(), kBlocks});
+    reg.state = {state->data(), kSlots};
+    return reg;
+  }
+
+  void randomize(std::uint64_t seed) {
+    for (std::size_t p = 0; p < planes.size(); ++p)
+      write_device(engine_stream, planes[p].data(), random_bytes(planes[p].size(), seed * 10 + p));
+    write_device(engine_stream, state->data(), random_bytes(state->size(), seed * 10 + 9));
+  }
+
+  // Contents of the given blocks, plane by plane, and of the state slots.
+  std::vector<std::byte> snapshot(const std::vector<kv::BlockId>& blocks, const std::vector<std::int32_t>& slots) {
+    std::vector<std::byte> out;
+    for (auto& p : planes)
+      for (kv::BlockId b : blocks) {
+        auto v = read_device(engine_stream, p.data() + b * kPlaneBlockBytes, kPlaneBlockBytes);
+        out.insert(out.end(), v.begin(), v.end());
+      }
+    for (std::int32_t s : slots) {
+      auto v = read_device(engine_stream, state->data() + s * 512, 512);
+      out.insert(out.end(), v.begin(), v.end());
+    }
+    return out;
+  }
+
+  // Keys of chunks [first, last) of a prompt made from `seed`.
+  std::vector<kv::ChunkKey> keys(std::uint64_t seed, std::uint32_t first, std::uint32_t last) {
+    std::vector<std::uint32_t> toks(last * layout.chunk_tokens);
+    for (std::size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<std::uint32_t>(seed * 7919 + i * 31);
+    auto all = kv::chunk_keys(layout, ns, toks);
+    return {all.begin() + first, all.begin() + last};
+  }
+
+  // A save of chunks [first, last) of prompt `seed` from `blocks`, with an
+  // image at every chunk end from slots 0, 1, ...
+  kv::TransferSpec save_spec(const std::string& req, std::uint64_t seed, std::uint32_t first, std::uint32_t last,
+                             std::vector<kv::BlockId> blocks) {
+    kv::TransferSpec s;
+    s.request = req;
+    s.tokens = {first * layout.chunk_tokens, last * layout.chunk_tokens};
+    s.keys = keys(seed, first, last);
+    s.blocks = std::move(blocks);
+    s.with_state = true;
+    for (std::uint32_t i = 0; i < last - first; ++i) s.state_slots.push_back(static_cast<std::int32_t>(i));
+    return s;
+  }
+
+  kv::TransferSpec load_spec(const std::string& req, std::uint64_t seed, std::uint32_t first, std::uint32_t last,
+                             std::vector<kv::BlockId> blocks, std::int32_t slot) {
+    kv::TransferSpec s;
+    s.request = req;
+    s.tokens = {first * layout.chunk_tokens, last * layout.chunk_tokens};
+    s.keys = keys(seed, first, last);
+    s.blocks = std::move(blocks);
+    s.with_state = true;
+    s.state_slots = {slot};
+    return s;
+  }
+
+  static std::vector<kv::BlockId> block_range(kv::BlockId from, std::uint32_t n) {
+    std::vector<kv::BlockId> v(n);
+    for (std::uint32_t i = 0; i < n; ++i) v[i] = from + i;
+    return v;
+  }
+
+  // Polls finished() until `pred` holds for the accumulated outcomes, or 10 s.
+  template <class Pred>
+  reactor::Finished wait_for(Pred pred) {
+    reactor::Finished all;
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (std::chrono::steady_clock::now() < end) {
+      auto f = conn->finished();
+      for (auto& o : f.saves) all.saves.push_back(o);
+      for (auto& o : f.loads) all.loads.push_back(o);
+      for (auto& o : f.source_safe) all.source_safe.push_back(o);
+      for (auto& o : f.lookups) all.lookups.push_back(o);
+      if (pred(all)) return all;
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    FAIL("timed out waiting for completions");
+    return all;
+  }
+};
+
+}  // namespace kvstrand::test
