@@ -60,6 +60,9 @@ check-backends:
 
 bench: build
 	./build/bench/bench_poller
+	./build/bench/bench_chunk_keys
+	./build/bench/bench_step
+	./build/bench/bench_transfer
 
 gpu-pack: check-backends
 	scripts/gpu-pack.sh build-cuda

@@ -26,8 +26,12 @@ for t in "$build"/tests/test_*; do
   echo "$name: rc=$rc $line (skip warnings: $warnings)" | tee -a "$summary"
   [[ $rc -eq 0 ]] || failed=1
 done
-"$build"/bench/bench_poller 1000 >"$results/bench_poller.log" 2>&1 || failed=1
-tail -1 "$results/bench_poller.log" | tee -a "$summary"
+for bench in "bench_poller 1000" "bench_chunk_keys" "bench_step" "bench_transfer --iterations 200"; do
+  name=${bench%% *}
+  # shellcheck disable=SC2086
+  "$build"/bench/$bench >"$results/$name.log" 2>&1 || failed=1
+  tail -1 "$results/$name.log" | tee -a "$summary"
+done
 "$build"/examples/kvstrand-move-chunk --rounds 5 >"$results/demo.log" 2>&1 || failed=1
 tail -1 "$results/demo.log" | tee -a "$summary"
 exit $failed
