@@ -11,7 +11,7 @@ probe=$build/tests/test_device_runtime
 [[ -x $probe ]] || { echo "gpu-pack: $probe missing; run make check-backends first" >&2; exit 1; }
 mkdir -p "$build/lib"
 ldd "$probe" | awk '/libspdlog|libfmt/ {print $3}' | while read -r lib; do
-  cp -L "$lib" "$build/lib/"
+  [[ -e "$build/lib/$(basename "$lib")" ]] || cp -L "$lib" "$build/lib/"  # idempotent
 done
 ls "$build/lib"
 du -sh "$build" | awk '{print "gpu-pack: " $2 " is " $1}'
