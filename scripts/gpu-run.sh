@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs, on the GPU machine, everything a packed cuda build holds: the whole
-# test suite ([gpu] cases included), the benchmarks and the demo. Writes one
-# log per program and a summary into RESULTS (default: $OUT, else ./gpu-results).
+# test suite ([gpu] cases included), the benchmarks and the demo. Writes
+# tests.log (every test binary's output), one log per benchmark, demo.log and
+# summary.txt into RESULTS (default: $OUT, else ./gpu-results): few files,
+# since the device tool brings back at most 8.
 #
 #   scripts/gpu-run.sh build-cuda [RESULTS]
 set -uo pipefail
@@ -10,6 +12,7 @@ results=${2:-${OUT:-gpu-results}}
 mkdir -p "$results"
 summary=$results/summary.txt
 : >"$summary"
+: >"$results/tests.log"
 {
   echo "host: $(hostname), $(date -u +%FT%TZ)"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "nvidia-smi: none"
@@ -19,10 +22,12 @@ failed=0
 for t in "$build"/tests/test_*; do
   [[ -x $t ]] || continue
   name=$(basename "$t")
-  "$t" --reporter console --durations no >"$results/$name.log" 2>&1
+  "$t" --reporter console --durations no >"$results/one.log" 2>&1
   rc=$?
-  line=$(grep -E "^(All tests passed|test cases:)" "$results/$name.log" | tail -1)
-  warnings=$(grep -c "skipped:" "$results/$name.log")
+  line=$(grep -E "^(All tests passed|test cases:)" "$results/one.log" | tail -1)
+  warnings=$(grep -c "skipped:" "$results/one.log")
+  { echo "=== $name (rc=$rc)"; cat "$results/one.log"; } >>"$results/tests.log"
+  rm -f "$results/one.log"
   echo "$name: rc=$rc $line (skip warnings: $warnings)" | tee -a "$summary"
   [[ $rc -eq 0 ]] || failed=1
 done
