@@ -89,6 +89,11 @@ asio::awaitable<void> engine_step(Rig& rig, std::error_code& got) {
   std::vector<std::string> requests;
   requests.emplace_back("a");
   got = co_await rig.conn->async_fence(std::move(requests), 10s, asio::use_awaitable);
+  // Then a save still in flight when the engine closes: async_close resumes
+  // only once it settled.
+  rig.conn->save(rig.save_spec("b", 2, 0, 2, Rig::block_range(8, 8)));
+  std::error_code closed = co_await rig.conn->async_close(asio::use_awaitable);
+  REQUIRE(!closed);
 }
 
 }  // namespace
@@ -458,7 +463,7 @@ TEST_CASE("F10: events come from the pool and are created on the reactor thread 
   REQUIRE(denied.status().code() == hip::Errc::wrong_executor);
 }
 
-TEST_CASE("connector: the coroutine form of fence, from the engine's own executor", "[reactor][gpu]") {
+TEST_CASE("connector: the coroutine forms of fence and close, from the engine's own executor", "[reactor][gpu]") {
   if (!device_present()) return;
   // The engine's context outlives the connector: the reactor thread posts the
   // fence's completion to it and must be done with it before it goes.
@@ -468,5 +473,9 @@ TEST_CASE("connector: the coroutine form of fence, from the engine's own executo
   asio::co_spawn(engine, engine_step(rig, got), asio::detached);
   engine.run();
   REQUIRE(!got);
-  REQUIRE(rig.conn->finished().saves.size() == 1);
+  auto f = rig.conn->finished();
+  REQUIRE(f.saves.size() == 2);  // both, the second one settled before async_close resumed
+  REQUIRE(f.saves[1].ok);
+  REQUIRE_THROWS_AS(rig.conn->save(rig.save_spec("c", 3, 0, 1, Rig::block_range(0, 4))), TransferRefused);
+  rig.conn->close();  // stops the thread; waits for nothing now
 }

@@ -351,43 +351,62 @@ void Connector::fence(const std::vector<std::string>& requests, std::chrono::mil
   if (ec) throw TransferRefused(ec, "fence: " + ec.message());
 }
 
-void Connector::close() {
-  if (closed_) return;
+namespace {
+// On the strand: resumes once every live transfer is terminal (settled, or
+// failed by its own deadline), then lets the tier drain.
+template <class Core, class Handler>
+asio::awaitable<void> settle_all(std::shared_ptr<Core> core) {
+  // Built before the co_await: GCC 12 miscompiles a capturing lambda
+  // written inside the co_await expression.
+  auto wait_all = [core](auto handler) {
+    core->fence({}, std::chrono::milliseconds(0), true, Handler(std::move(handler)));
+  };
+  asio::use_awaitable_t<> token;
+  std::error_code ec = co_await asio::async_initiate<decltype(token), void(std::error_code)>(wait_all, token);
+  (void)ec;  // a fail-stop, if any, is already in the mailbox
+  co_await core->tier->drain();
+}
+}  // namespace
+
+void Connector::start_close(Handler handler) {
+  if (closed_) {
+    Core::complete(std::move(handler), {});
+    return;
+  }
   closed_ = true;
-  // Wait, on the strand, until every live transfer is terminal: they settle
-  // or reach their own deadlines. Shutdown itself fails nothing.
-  reactor_->call([core = core_]() -> asio::awaitable<void> {
-    // Built before the co_await: GCC 12 miscompiles a capturing lambda
-    // written inside the co_await expression.
-    auto wait_all = [core](auto handler) {
-      core->fence({}, std::chrono::milliseconds(0), true, Handler(std::move(handler)));
-    };
-    asio::use_awaitable_t<> token;
-    std::error_code ec = co_await asio::async_initiate<decltype(token), void(std::error_code)>(wait_all, token);
-    (void)ec;  // a fail-stop is already in the mailbox
-    co_await core->tier->drain();
-  });
+  auto done = [h = std::move(handler)](std::exception_ptr) mutable { Core::complete(std::move(h), {}); };
+  asio::co_spawn(reactor_->strand(), settle_all<Core, Handler>(core_), std::move(done));
+}
+
+void Connector::close() {
+  if (stopped_) return;
+  if (!closed_) {
+    closed_ = true;
+    // Shutdown itself fails nothing: transfers settle or reach their deadlines.
+    reactor_->call([core = core_] { return settle_all<Core, Handler>(core); });
+  }
+  stopped_ = true;
   reactor_->stop();
   core_->tier.reset();  // after the reactor thread ended: nothing can touch it now
 }
 
 std::vector<TransferInfo> Connector::transfers() {
-  if (closed_) return {};
+  if (stopped_) return {};
   return reactor_->call([core = core_]() -> asio::awaitable<std::vector<TransferInfo>> { co_return core->snapshot(); });
 }
 
 kv::ObjectStore::Stats Connector::tier_stats() {
-  if (closed_) return {};
+  if (stopped_) return {};
   return reactor_->call([core = core_]() -> asio::awaitable<kv::ObjectStore::Stats> { co_return core->tier->stats(); });
 }
 
 PollerStats Connector::poller_stats() {
-  if (closed_) return {};
+  if (stopped_) return {};
   return reactor_->call([r = reactor_.get()]() -> asio::awaitable<PollerStats> { co_return r->poller().stats(); });
 }
 
 hip::EventPool::Stats Connector::event_stats() {
-  if (closed_) return {};
+  if (stopped_) return {};
   return reactor_->call([r = reactor_.get()]() -> asio::awaitable<hip::EventPool::Stats> { co_return r->events().stats(); });
 }
 

@@ -115,6 +115,15 @@ class Connector {
   // Completions that arrived stay readable through finished().
   void close();
 
+  // The coroutine form: refuses new work at once and completes when every
+  // transfer has settled. Stopping the reactor thread is left to close() or
+  // the destructor, which then no longer wait for any transfer.
+  template <boost::asio::completion_token_for<void(std::error_code)> Token>
+  auto async_close(Token&& token) {
+    return boost::asio::async_initiate<Token, void(std::error_code)>(
+        [this](auto handler) { start_close(Handler(std::move(handler))); }, token);
+  }
+
   // The reactor, for engines that run their own coroutines beside kvstrand's
   // (never touching its state) and for tests.
   Reactor& reactor() noexcept { return *reactor_; }
@@ -132,6 +141,7 @@ class Connector {
   void check(TransferKind kind, const kv::TransferSpec& spec) const;
   void raise_fail_stop() const;
   void start_fence(std::vector<std::string> requests, std::chrono::milliseconds timeout, Handler handler);
+  void start_close(Handler handler);
   void forget_drained(const Finished& f);
 
   ConnectorOptions options_;
@@ -142,7 +152,8 @@ class Connector {
   std::optional<Registration> registration_;
   std::set<std::pair<std::string, TransferKind>> live_;
   std::uint64_t next_lookup_ = 1;
-  bool closed_ = false;
+  bool closed_ = false;   // no new work is accepted
+  bool stopped_ = false;  // the reactor thread has ended and the tier is released
 };
 
 }  // namespace kvstrand::reactor
