@@ -9,6 +9,7 @@
 #   make check-backends  compile and link the hip and cuda backends (no GPU needed)
 #   make bench           run the benchmarks (sim backend)
 #   make gpu-pack        cuda build + the shared libraries it needs, for the GPU machine
+#   make fuzz            the protocol decoder under libFuzzer (clang-14), FUZZ_SECONDS long
 
 SHELL := /bin/bash
 JOBS ?= $(shell nproc)
@@ -21,7 +22,9 @@ export ASAN_OPTIONS ?= detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
 export TSAN_OPTIONS ?= halt_on_error=1:second_deadlock_stack=1
 
-.PHONY: all bootstrap build demo test test-asan test-tsan test-sanitize check-backends bench gpu-pack clean
+FUZZ_SECONDS ?= 60
+
+.PHONY: all bootstrap build demo test test-asan test-tsan test-sanitize check-backends bench gpu-pack fuzz clean
 
 all: build
 
@@ -67,5 +70,12 @@ bench: build
 gpu-pack: check-backends
 	scripts/gpu-pack.sh build-cuda
 
+fuzz:
+	@scripts/bootstrap.sh --fuzz
+	$(CONFIGURE) -B build-fuzz -DCMAKE_CXX_COMPILER=clang++-14 -DKVSTRAND_FUZZ=ON -DKVSTRAND_SANITIZE=address
+	cmake --build build-fuzz -j $(JOBS) --target fuzz_frame_decoder fuzz_seed_corpus
+	./build-fuzz/fuzz_seed_corpus build-fuzz/corpus
+	./build-fuzz/fuzz_frame_decoder -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1 build-fuzz/corpus
+
 clean:
-	rm -rf build build-asan build-tsan build-hip build-cuda
+	rm -rf build build-asan build-tsan build-hip build-cuda build-fuzz

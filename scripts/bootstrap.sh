@@ -5,12 +5,14 @@
 #   scripts/bootstrap.sh          what `make demo` and `make test` need
 #   scripts/bootstrap.sh --hip    also the HIP headers and runtime, for the
 #                                 hip backend's compile-and-link check
+#   scripts/bootstrap.sh --fuzz   also clang-14 and its libFuzzer runtime
 set -euo pipefail
 
 pkgs=(make cmake ninja-build g++ libboost1.81-dev libspdlog-dev catch2 libssl-dev)
-if [[ "${1:-}" == "--hip" ]]; then
-  pkgs+=(libamdhip64-dev)
-fi
+case "${1:-}" in
+  --hip) pkgs+=(libamdhip64-dev) ;;
+  --fuzz) pkgs+=(clang-14 libclang-rt-14-dev) ;;
+esac
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,0 +1,48 @@
+// Writes one valid frame of every request and reply type into DIR, the seed
+// corpus of fuzz_frame_decoder (so the fuzzer starts past the magic and the
+// length checks).
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "kv/namespace_id.hpp"
+#include "kv/protocol.hpp"
+
+using namespace kvstrand::kv;
+using namespace kvstrand::kv::proto;
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s DIR\n", argv[0]);
+    return 2;
+  }
+  std::filesystem::create_directories(argv[1]);
+  Layout l;
+  l.model_id = "m";
+  l.layout_name = "l";
+  l.planes = {{"k", 4096}, {"v", 4096}};
+  l.checkpoint = {"ring", 512, 256};
+  l.dtype = "bf16";
+  std::vector<std::uint32_t> toks(512, 1);
+  TransferSpec s;
+  s.request = "r";
+  s.tokens = {0, 512};
+  s.keys = chunk_keys(l, namespace_of(l), toks);
+  s.blocks = {1, 2, 3};
+  s.with_state = true;
+  s.state_slots = {0, -1};
+  RegisterLayout reg{l, {MemoryHandle{}, MemoryHandle{}}, MemoryHandle{}};
+  const std::vector<Request> requests = {Hello{1, 0, "seed"}, reg, Unregister{1}, Lookup{1, s.keys}, FreeLocks{2},
+                                         Store{1, s}, Retrieve{1, 2, s}, EndSession{}, Stats{}, Ping{}};
+  int n = 0;
+  auto write = [&](const std::vector<std::byte>& frame) {
+    std::ofstream(std::string(argv[1]) + "/seed-" + std::to_string(n++), std::ios::binary)
+        .write(reinterpret_cast<const char*>(frame.data()), static_cast<std::streamsize>(frame.size()));
+  };
+  for (const Request& r : requests) write(encode_request(r, 1));
+  write(encode_reply(Type::lookup, 1, Reply{Status::ok, "", LookupReply{3, {512, {256, 512}}}}));
+  write(encode_reply(Type::stats, 1, Reply{Status::ok, "", StatsReply{}}));
+  write(encode_reply(Type::retrieve, 1, Reply{Status::missing_chunk, "no", Empty{}}));
+  return 0;
+}

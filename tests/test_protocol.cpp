@@ -1,0 +1,146 @@
+// The server protocol's encoding: every message round-trips, and every
+// malformed input (truncated at any byte, trailing bytes, impossible counts,
+// unknown types, another major version, oversize) is refused cleanly.
+#include <catch2/catch.hpp>
+
+#include "kv/namespace_id.hpp"
+#include "kv/protocol.hpp"
+#include "kv/wire.hpp"
+#include "kv_fixtures.hpp"
+
+using namespace kvstrand;
+using namespace kvstrand::kv::proto;
+
+namespace {
+
+kv::TransferSpec spec() {
+  const kv::Layout l = test::reference_layout();
+  std::vector<std::uint32_t> toks(512, 7);
+  kv::TransferSpec s;
+  s.request = "req-42";
+  s.tokens = {0, 512};
+  s.keys = kv::chunk_keys(l, kv::namespace_of(l), toks);
+  for (kv::BlockId b = 0; b < 32; ++b) s.blocks.push_back(b * 3);
+  s.with_state = true;
+  s.state_slots = {4, -1};
+  return s;
+}
+
+std::vector<Request> every_request() {
+  RegisterLayout reg;
+  reg.layout = test::with_speculation(test::reference_layout());
+  reg.layout.speculative.params = {{"a", "1"}, {"b", "2"}};
+  for (int p = 0; p < 5; ++p) {
+    MemoryHandle m;
+    m.handle.fill(static_cast<std::byte>(p + 1));
+    m.offset = 4096u * p;
+    m.count = 4000;
+    reg.planes.push_back(m);
+  }
+  reg.state.count = 64;
+  Lookup lookup{3, spec().keys};
+  return {Hello{1, 0, "engine-rank-0"}, reg, Unregister{3}, lookup, FreeLocks{77}, Store{3, spec()},
+          Retrieve{3, 77, spec()}, EndSession{}, Stats{}, Ping{}};
+}
+
+std::pair<Header, std::vector<std::byte>> split(const std::vector<std::byte>& frame) {
+  Header h;
+  REQUIRE(decode_header(frame, kDefaultMaxBody, &h) == HeaderError::none);
+  REQUIRE(h.body_bytes == frame.size() - kHeaderBytes);
+  return {h, std::vector<std::byte>(frame.begin() + kHeaderBytes, frame.end())};
+}
+
+}  // namespace
+
+TEST_CASE("protocol: every request round-trips through its frame", "[kv][protocol]") {
+  for (const Request& req : every_request()) {
+    INFO(to_string(type_of(req)));
+    const auto frame = encode_request(req, 1234);
+    auto [h, body] = split(frame);
+    REQUIRE(h.request_id == 1234);
+    REQUIRE(h.type == static_cast<std::uint16_t>(type_of(req)));
+    std::string why;
+    auto back = decode_request(h.type, body, &why);
+    INFO(why);
+    REQUIRE(back.has_value());
+    REQUIRE(encode_request(*back, 1234) == frame);  // decoded == encoded, field for field
+  }
+}
+
+TEST_CASE("protocol: a request cut short at any byte is refused, never read past", "[kv][protocol]") {
+  for (const Request& req : every_request()) {
+    auto [h, body] = split(encode_request(req, 1));
+    for (std::size_t n = 0; n < body.size(); ++n) {
+      std::string why;
+      INFO(to_string(type_of(req)) << " cut at " << n << " of " << body.size());
+      REQUIRE_FALSE(decode_request(h.type, std::span(body).first(n), &why).has_value());
+      REQUIRE(!why.empty());
+    }
+    body.push_back(std::byte{0});  // and one byte too many
+    std::string why;
+    REQUIRE_FALSE(decode_request(h.type, body, &why).has_value());
+    REQUIRE(why.find("unexpected bytes") != std::string::npos);
+  }
+}
+
+TEST_CASE("protocol: impossible counts and unknown types are refused before allocating", "[kv][protocol]") {
+  kv::wire::Writer w;
+  w.u32(3);           // registration
+  w.u32(0xffffffff);  // four billion keys in a 8-byte body
+  std::string why;
+  REQUIRE_FALSE(decode_request(static_cast<std::uint16_t>(Type::lookup), w.buffer(), &why).has_value());
+  REQUIRE_FALSE(decode_request(999, {}, &why).has_value());
+  REQUIRE(why.find("unknown request type 999") != std::string::npos);
+  REQUIRE_FALSE(decode_request(0, {}, &why).has_value());
+}
+
+TEST_CASE("protocol: headers with another magic, another major version or an oversize body", "[kv][protocol]") {
+  Header h;
+  h.type = static_cast<std::uint16_t>(Type::ping);
+  auto bytes = encode_header(h);
+  Header out;
+  REQUIRE(decode_header(bytes, kDefaultMaxBody, &out) == HeaderError::none);
+  auto bad = bytes;
+  bad[0] = std::byte{'X'};
+  REQUIRE(decode_header(bad, kDefaultMaxBody, &out) == HeaderError::bad_magic);
+  REQUIRE(decode_header(std::span(bytes).first(10), kDefaultMaxBody, &out) == HeaderError::bad_magic);
+  h.major = 2;
+  REQUIRE(decode_header(encode_header(h), kDefaultMaxBody, &out) == HeaderError::other_major);
+  h.major = kMajor;
+  h.minor = 7;  // a newer minor version is compatible
+  REQUIRE(decode_header(encode_header(h), kDefaultMaxBody, &out) == HeaderError::none);
+  h.body_bytes = kDefaultMaxBody + 1;
+  REQUIRE(decode_header(encode_header(h), kDefaultMaxBody, &out) == HeaderError::too_large);
+}
+
+TEST_CASE("protocol: replies round-trip, and errors carry their message", "[kv][protocol]") {
+  LookupReply lr;
+  lr.lock = 9;
+  lr.hit = {768, {256, 768}};
+  StatsReply sr{1, 2, 3, 4, 5, 6, 7};
+  const std::vector<std::pair<Type, Reply>> replies = {
+      {Type::hello, {Status::ok, "", HelloReply{5, 1, 0}}},
+      {Type::register_layout, {Status::ok, "", RegisterReply{3}}},
+      {Type::lookup, {Status::ok, "", lr}},
+      {Type::store, {Status::ok, "", StoreReply{2, 1, 1}}},
+      {Type::stats, {Status::ok, "", sr}},
+      {Type::ping, {Status::ok, "", Empty{}}},
+      {Type::retrieve, {Status::missing_chunk, "chunk 3 of 4 is not stored", Empty{}}},
+      {Type::hello, {Status::refused_version, "client major 2, server speaks 1", Empty{}}},
+  };
+  for (const auto& [type, rep] : replies) {
+    INFO(to_string(type) << " " << to_string(rep.status));
+    const auto frame = encode_reply(type, 77, rep);
+    auto [h, body] = split(frame);
+    REQUIRE((h.type & kReplyBit) != 0);
+    std::string why;
+    auto back = decode_reply(h.type, body, &why);
+    INFO(why);
+    REQUIRE(back.has_value());
+    REQUIRE(back->status == rep.status);
+    REQUIRE(back->message == rep.message);
+    REQUIRE(encode_reply(type, 77, *back) == frame);
+    for (std::size_t n = 0; n < body.size(); ++n)
+      REQUIRE_FALSE(decode_reply(h.type, std::span(body).first(n), &why).has_value());
+  }
+}
