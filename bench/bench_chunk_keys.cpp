@@ -14,16 +14,11 @@
 
 #include "kv/chunk_keys.hpp"
 #include "kv/namespace_id.hpp"
+#include "percentile.hpp"
 
 using namespace kvstrand;
+using kvstrand::bench::pct;
 using Clock = std::chrono::steady_clock;
-
-namespace {
-double pct(std::vector<double> v, double p) {
-  std::sort(v.begin(), v.end());
-  return v[static_cast<std::size_t>(p * static_cast<double>(v.size() - 1))];
-}
-}  // namespace
 
 int main(int argc, char** argv) {
   const std::size_t tokens = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 131072;

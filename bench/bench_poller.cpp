@@ -25,8 +25,10 @@
 #include "hip/event.hpp"
 #include "hip/stream.hpp"
 #include "reactor/poller.hpp"
+#include "percentile.hpp"
 
 using namespace kvstrand;
+using kvstrand::bench::pct;
 namespace asio = boost::asio;
 using Clock = std::chrono::steady_clock;
 
@@ -43,12 +45,6 @@ void busy_then_mark(void* p) {
   while (Clock::now() < end) {
   }
   w->finished_ns.store(Clock::now().time_since_epoch().count(), std::memory_order_release);
-}
-
-double pct(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[static_cast<std::size_t>(p * static_cast<double>(v.size() - 1))];
 }
 
 void die(const hip::Status& s) {

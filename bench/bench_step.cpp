@@ -24,8 +24,10 @@
 #include "kv/chunk_keys.hpp"
 #include "kv/namespace_id.hpp"
 #include "reactor/connector.hpp"
+#include "percentile.hpp"
 
 using namespace kvstrand;
+using kvstrand::bench::pct;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -33,11 +35,6 @@ namespace {
 constexpr int kRequests = 16;
 constexpr std::uint32_t kBlocksPerRequest = 32;  // two chunks of 16 blocks
 constexpr std::uint64_t kPlaneBlockBytes = 4096;
-
-double pct(std::vector<double> v, double p) {
-  std::sort(v.begin(), v.end());
-  return v[static_cast<std::size_t>(p * static_cast<double>(v.size() - 1))];
-}
 
 struct Engine {
   kv::Layout layout;

@@ -29,16 +29,13 @@
 #include "kv/chunk_keys.hpp"
 #include "kv/namespace_id.hpp"
 #include "reactor/connector.hpp"
+#include "percentile.hpp"
 
 using namespace kvstrand;
+using kvstrand::bench::pct;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-double pct(std::vector<double> v, double p) {
-  std::sort(v.begin(), v.end());
-  return v[static_cast<std::size_t>(p * static_cast<double>(v.size() - 1))];
-}
 
 template <class T>
 T must(hip::Result<T> r, const char* what) {

@@ -87,28 +87,28 @@ struct Rig {
     return {all.begin() + first, all.begin() + last};
   }
 
-  // A save of chunks [first, last) of prompt `seed` from `blocks`, with an
-  // image at every chunk end from slots 0, 1, ...
-  kv::TransferSpec save_spec(const std::string& req, std::uint64_t seed, std::uint32_t first, std::uint32_t last,
-                             std::vector<kv::BlockId> blocks) {
+  // A transfer of chunks [first, last) of prompt `seed` with state. A save
+  // takes an image at every chunk end from slots 0, 1, ...; a load puts the
+  // image at its end into `slot`.
+  kv::TransferSpec spec(const std::string& req, std::uint64_t seed, std::uint32_t first, std::uint32_t last,
+                        std::vector<kv::BlockId> blocks) {
     kv::TransferSpec s;
     s.request = req;
     s.tokens = {first * layout.chunk_tokens, last * layout.chunk_tokens};
     s.keys = keys(seed, first, last);
     s.blocks = std::move(blocks);
     s.with_state = true;
+    return s;
+  }
+  kv::TransferSpec save_spec(const std::string& req, std::uint64_t seed, std::uint32_t first, std::uint32_t last,
+                             std::vector<kv::BlockId> blocks) {
+    kv::TransferSpec s = spec(req, seed, first, last, std::move(blocks));
     for (std::uint32_t i = 0; i < last - first; ++i) s.state_slots.push_back(static_cast<std::int32_t>(i));
     return s;
   }
-
   kv::TransferSpec load_spec(const std::string& req, std::uint64_t seed, std::uint32_t first, std::uint32_t last,
                              std::vector<kv::BlockId> blocks, std::int32_t slot) {
-    kv::TransferSpec s;
-    s.request = req;
-    s.tokens = {first * layout.chunk_tokens, last * layout.chunk_tokens};
-    s.keys = keys(seed, first, last);
-    s.blocks = std::move(blocks);
-    s.with_state = true;
+    kv::TransferSpec s = spec(req, seed, first, last, std::move(blocks));
     s.state_slots = {slot};
     return s;
   }
