@@ -15,6 +15,15 @@ LocalTier::~LocalTier() {
 }
 
 std::error_code LocalTier::attach(const Registration& reg) {
+  if (store_) {
+    if (reg.object_bytes() != object_bytes_) {
+      spdlog::error("kvstrand: a layout with {}-byte objects cannot share a tier of {}-byte objects",
+                    reg.object_bytes(), object_bytes_);
+      return TransferErrc::bad_spec;
+    }
+    reg_ = &reg;
+    return {};
+  }
   reg_ = &reg;
   object_bytes_ = reg.object_bytes();
   const std::uint64_t slots = object_bytes_ == 0 ? 0 : capacity_ / object_bytes_;
@@ -39,8 +48,16 @@ std::error_code LocalTier::attach(const Registration& reg) {
 
 kv::HitSource LocalTier::lookup(std::span<const kv::ChunkKey> keys) {
   if (!store_) return {};
-  return store_->lookup(keys, reg_->layout.chunk_tokens);
+  return lookup(keys, reg_->layout.chunk_tokens);
 }
+
+kv::HitSource LocalTier::lookup(std::span<const kv::ChunkKey> keys, std::uint32_t chunk_tokens) {
+  if (!store_) return {};
+  return store_->lookup(keys, chunk_tokens);
+}
+
+boost::asio::awaitable<std::error_code> LocalTier::save(Transfer& t) { return save(*reg_, t); }
+boost::asio::awaitable<std::error_code> LocalTier::load(Transfer& t) { return load(*reg_, t); }
 
 boost::asio::awaitable<std::error_code> LocalTier::copy(Transfer& t, hip::Stream& stream, hip::CopyKind kind,
                                                         std::vector<hip::Segment> segs, bool* copied) {
@@ -71,7 +88,7 @@ boost::asio::awaitable<std::error_code> LocalTier::copy(Transfer& t, hip::Stream
   co_return std::error_code{};
 }
 
-boost::asio::awaitable<std::error_code> LocalTier::save(Transfer& t) {
+boost::asio::awaitable<std::error_code> LocalTier::save(const Registration& reg, Transfer& t) {
   const kv::TransferSpec& s = t.spec;
   std::vector<std::byte*> objects(s.keys.size(), nullptr);
   std::vector<bool> images(s.keys.size(), false);
@@ -86,14 +103,14 @@ boost::asio::awaitable<std::error_code> LocalTier::save(Transfer& t) {
         images[i] = image;
         reserved.push_back(s.keys[i]);
         break;
-      case kv::ObjectStore::Reserve::exists: break;  // never rewritten
+      case kv::ObjectStore::Reserve::exists: ++t.chunks_existed; break;  // never rewritten
       case kv::ObjectStore::Reserve::full: ++refused; break;
     }
   }
   std::error_code ec;
   if (!reserved.empty()) {
     bool copied = true;
-    ec = co_await copy(t, *save_stream_, hip::CopyKind::device_to_host, reg_->segments(s, objects, true, images), &copied);
+    ec = co_await copy(t, *save_stream_, hip::CopyKind::device_to_host, reg.segments(s, objects, true, images), &copied);
     if (!copied) co_return ec;  // slots stay reserved: the copy may still write them
     for (const kv::ChunkKey& k : reserved) {
       if (ec) {
@@ -103,6 +120,7 @@ boost::asio::awaitable<std::error_code> LocalTier::save(Transfer& t) {
       }
     }
   }
+  t.chunks_refused = static_cast<std::uint32_t>(refused);
   if (!ec && refused > 0) {
     t.reason = std::to_string(refused) + " of " + std::to_string(s.keys.size()) +
                " chunks refused: every object is in use (tier full)";
@@ -111,7 +129,7 @@ boost::asio::awaitable<std::error_code> LocalTier::save(Transfer& t) {
   co_return ec;
 }
 
-boost::asio::awaitable<std::error_code> LocalTier::load(Transfer& t) {
+boost::asio::awaitable<std::error_code> LocalTier::load(const Registration& reg, Transfer& t) {
   const kv::TransferSpec& s = t.spec;
   auto slots = store_->pin(s.keys);
   if (!slots) {
@@ -128,7 +146,7 @@ boost::asio::awaitable<std::error_code> LocalTier::load(Transfer& t) {
   std::vector<bool> images(objects.size(), false);
   if (s.with_state) images.back() = true;
   bool copied = true;
-  std::error_code ec = co_await copy(t, *load_stream_, hip::CopyKind::host_to_device, reg_->segments(s, objects, false, images),
+  std::error_code ec = co_await copy(t, *load_stream_, hip::CopyKind::host_to_device, reg.segments(s, objects, false, images),
                                      &copied);
   // Read locks go only once the copies out of the objects completed.
   if (copied) store_->unpin(s.keys);

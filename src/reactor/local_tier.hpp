@@ -28,6 +28,15 @@ class LocalTier final : public Tier {
   kv::ObjectStore::Stats stats() const override;
   boost::asio::awaitable<void> drain() override { co_return; }
 
+  // For a tier shared by several registrations (kvstrand-server): the same
+  // operations against a given registration. Every registration attached
+  // must have the first one's object size.
+  boost::asio::awaitable<std::error_code> save(const Registration& reg, Transfer& t);
+  boost::asio::awaitable<std::error_code> load(const Registration& reg, Transfer& t);
+  kv::HitSource lookup(std::span<const kv::ChunkKey> keys, std::uint32_t chunk_tokens);
+  kv::ObjectStore& store() { return *store_; }
+  bool attached() const noexcept { return store_.has_value(); }
+
   // The streams the tier copies on (tests hold them with the sim hooks).
   hip::Stream& save_stream() { return *save_stream_; }
   hip::Stream& load_stream() { return *load_stream_; }

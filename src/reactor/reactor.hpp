@@ -34,6 +34,8 @@ class Reactor {
   Reactor& operator=(const Reactor&) = delete;
 
   Strand& strand() noexcept { return strand_; }
+  // For I/O objects (sockets, timers, signals) whose handlers run on the strand.
+  asio::io_context& context() noexcept { return ctx_; }
   Poller& poller() noexcept { return *poller_; }     // on the strand
   hip::EventPool& events() noexcept { return *pool_; }  // on the strand
   bool on_strand() const noexcept { return strand_.running_in_this_thread(); }

@@ -1,0 +1,75 @@
+#include "server/server_options.hpp"
+
+#include <CLI/CLI.hpp>
+#include <cctype>
+#include <iostream>
+
+namespace kvstrand::server {
+
+std::optional<std::uint64_t> parse_bytes(std::string_view text) {
+  if (text.empty()) return std::nullopt;
+  std::uint64_t shift = 0;
+  const char unit = static_cast<char>(std::toupper(static_cast<unsigned char>(text.back())));
+  if (unit == 'K' || unit == 'M' || unit == 'G' || unit == 'T') {
+    shift = unit == 'K' ? 10 : unit == 'M' ? 20 : unit == 'G' ? 30 : 40;
+    text.remove_suffix(1);
+  }
+  if (text.empty() || text.size() > 15) return std::nullopt;
+  std::uint64_t v = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  if (shift > 0 && v > (~0ull >> shift)) return std::nullopt;
+  return v << shift;
+}
+
+std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
+  ServerOptions o;
+  CLI::App app{"kvstrand-server: the node-wide host tier for KV-cache prefixes, shared by every engine rank"};
+  std::string tier_bytes = "8G";
+  std::string max_frame = "16M";
+  long lock_ttl = o.lock_ttl.count(), reap_after = o.reap_after.count();
+  app.add_option("--socket", o.socket, "Unix-domain socket to listen on (created 0600)")->capture_default_str();
+  app.add_option("--tier-bytes", tier_bytes, "Pinned host memory for stored objects, e.g. 8G, 512M")
+      ->capture_default_str();
+  app.add_option("--chunk-tokens", o.chunk_tokens, "Tokens per stored chunk; registrations must match")
+      ->capture_default_str();
+  app.add_option("--lock-ttl", lock_ttl, "Seconds a lookup's read locks live without a retrieve")
+      ->capture_default_str();
+  app.add_option("--reap-after", reap_after, "Seconds without a request after which a session is reaped")
+      ->capture_default_str();
+  app.add_option("--log-level", o.log_level, "trace, debug, info, warn, error or off")->capture_default_str();
+  app.add_option("--max-frame", max_frame, "Largest frame body accepted; larger closes the connection")
+      ->capture_default_str();
+  app.add_option("--device", o.device, "Device ordinal the server copies with")->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  auto refuse = [](const std::string& flag, const std::string& why) {
+    std::cerr << "kvstrand-server: invalid " << flag << ": " << why << "\n";
+    return 2;
+  };
+  auto bytes = parse_bytes(tier_bytes);
+  if (!bytes || *bytes == 0) return refuse("--tier-bytes", "'" + tier_bytes + "' is not a size like 8G or 512M");
+  o.tier_bytes = *bytes;
+  auto frame = parse_bytes(max_frame);
+  if (!frame || *frame < 1024 || *frame > (1ull << 30))
+    return refuse("--max-frame", "'" + max_frame + "' must be a size between 1K and 1G");
+  o.max_frame = static_cast<std::uint32_t>(*frame);
+  if (o.socket.empty() || o.socket.size() >= 108) return refuse("--socket", "must be a path of 1 to 107 bytes");
+  if (o.chunk_tokens == 0) return refuse("--chunk-tokens", "must be > 0");
+  if (lock_ttl <= 0) return refuse("--lock-ttl", "must be > 0 seconds");
+  if (reap_after <= 0) return refuse("--reap-after", "must be > 0 seconds");
+  o.lock_ttl = std::chrono::seconds(lock_ttl);
+  o.reap_after = std::chrono::seconds(reap_after);
+  static const char* levels[] = {"trace", "debug", "info", "warn", "error", "off"};
+  if (std::find(std::begin(levels), std::end(levels), o.log_level) == std::end(levels))
+    return refuse("--log-level", "'" + o.log_level + "' is not one of trace, debug, info, warn, error, off");
+  if (o.device < 0) return refuse("--device", "must be >= 0");
+  return o;
+}
+
+}  // namespace kvstrand::server

@@ -1,0 +1,32 @@
+// kvstrand-server's command line: every flag validated at start-up, a bad
+// value refused with a message naming the flag.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+
+namespace kvstrand::server {
+
+struct ServerOptions {
+  std::string socket = "/tmp/kvstrand.sock";
+  std::uint64_t tier_bytes = 8ull << 30;
+  std::uint32_t chunk_tokens = 256;
+  std::chrono::seconds lock_ttl{30};
+  std::chrono::seconds reap_after{300};
+  std::string log_level = "info";
+  std::uint32_t max_frame = 16u << 20;
+  int device = 0;
+};
+
+// "8G", "512M", "64K", "1024" (binary units). None when it is not a size.
+std::optional<std::uint64_t> parse_bytes(std::string_view text);
+
+// The options, or the exit code to leave with (0 after --help; 2 after a
+// refusal, which has been printed naming the flag).
+std::variant<ServerOptions, int> parse_server_options(int argc, char** argv);
+
+}  // namespace kvstrand::server

@@ -1,0 +1,146 @@
+// A real kvstrand-server process for the tests, and a minimal blocking
+// protocol client to talk to it (every wait bounded by a timeout).
+#pragma once
+
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kv/protocol.hpp"
+#include "process.hpp"
+
+namespace kvstrand::test {
+
+class ServerProcess {
+ public:
+  explicit ServerProcess(std::vector<std::string> extra = {}) {
+    socket_ = "/tmp/kvstrand-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter()++) + ".sock";
+    std::vector<std::string> args = {sibling_binary("../kvstrand-server"), "--socket", socket_, "--log-level",
+                                     "warn"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    if (::posix_spawn(&pid_, argv[0], nullptr, nullptr, argv.data(), environ) != 0) pid_ = -1;
+  }
+  ~ServerProcess() { kill(SIGKILL); }
+
+  const std::string& socket_path() const { return socket_; }
+  pid_t pid() const { return pid_; }
+
+  // True once the server accepts connections (within 10 s).
+  bool ready() const {
+    for (int i = 0; i < 1000; ++i) {
+      if (const int fd = connect_to(socket_); fd >= 0) {
+        ::close(fd);
+        return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }
+  void kill(int sig) {
+    if (pid_ <= 0) return;
+    ::kill(pid_, sig);
+    if (sig == SIGKILL || sig == SIGTERM) {
+      int status = 0;
+      ::waitpid(pid_, &status, 0);
+      pid_ = -1;
+    }
+  }
+
+  static int connect_to(const std::string& path) {
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      ::close(fd);
+      return -1;
+    }
+    return fd;
+  }
+
+ private:
+  static int& counter() {
+    static int n = 0;
+    return n;
+  }
+  std::string socket_;
+  pid_t pid_ = -1;
+};
+
+class Client {
+ public:
+  explicit Client(const std::string& path) : fd_(ServerProcess::connect_to(path)) {}
+  ~Client() { close(); }
+  void close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+  bool connected() const { return fd_ >= 0; }
+
+  bool send_raw(const std::vector<std::byte>& bytes) {
+    std::size_t off = 0;
+    while (off < bytes.size()) {
+      const ssize_t n = ::send(fd_, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      off += static_cast<std::size_t>(n);
+    }
+    return true;
+  }
+  // Reads exactly n bytes within the timeout; false on EOF, error or timeout.
+  bool read_exact(std::byte* out, std::size_t n, int timeout_ms = 10000) {
+    std::size_t off = 0;
+    while (off < n) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, timeout_ms) <= 0) return false;
+      const ssize_t r = ::recv(fd_, out + off, n - off, 0);
+      if (r <= 0) return false;
+      off += static_cast<std::size_t>(r);
+    }
+    return true;
+  }
+  // The server closed the connection within the timeout (EOF, or a reset
+  // when it closed with our bytes unread).
+  bool closed_by_server(int timeout_ms = 10000) {
+    std::byte b;
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, timeout_ms) <= 0) return false;
+    return ::recv(fd_, &b, 1, 0) <= 0;
+  }
+
+  std::optional<kv::proto::Reply> call(const kv::proto::Request& req) {
+    const std::uint64_t id = next_id_++;
+    if (!send_raw(kv::proto::encode_request(req, id))) return std::nullopt;
+    return read_reply(id);
+  }
+  std::optional<kv::proto::Reply> read_reply(std::uint64_t expect_id) {
+    std::array<std::byte, kv::proto::kHeaderBytes> head{};
+    if (!read_exact(head.data(), head.size())) return std::nullopt;
+    kv::proto::Header h;
+    if (kv::proto::decode_header(head, kv::proto::kDefaultMaxBody, &h) != kv::proto::HeaderError::none)
+      return std::nullopt;
+    std::vector<std::byte> body(h.body_bytes);
+    if (!read_exact(body.data(), body.size())) return std::nullopt;
+    if (expect_id != 0 && h.request_id != expect_id) return std::nullopt;
+    std::string why;
+    return kv::proto::decode_reply(h.type, body, &why);
+  }
+
+ private:
+  int fd_ = -1;
+  std::uint64_t next_id_ = 1;
+};
+
+}  // namespace kvstrand::test
