@@ -38,7 +38,7 @@ struct Rig {
     for (int p = 0; p < 3; ++p) planes.push_back(must(hip::DeviceBuffer::allocate(kBlocks * kPlaneBlockBytes)));
     state.emplace(must(hip::DeviceBuffer::allocate(kSlots * 512)));
     randomize(1);
-    if (!opts.make_tier) {
+    if (!opts.make_tier && opts.server_socket.empty()) {
       const std::uint64_t bytes = tier_objects * layout.object_bytes(true);
       opts.make_tier = [this, bytes](reactor::Reactor& r) {
         auto t = std::make_unique<reactor::LocalTier>(r, bytes);

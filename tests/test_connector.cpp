@@ -61,8 +61,10 @@ FailStop wait_for_fail_stop(reactor::Connector& c) {
 class StuckTier final : public reactor::Tier {
  public:
   StuckTier(reactor::Reactor& r, std::uint64_t bytes) : reactor_(r), inner_(r, bytes) {}
-  std::error_code attach(const reactor::Registration& reg) override { return inner_.attach(reg); }
-  kv::HitSource lookup(std::span<const kv::ChunkKey> keys) override { return inner_.lookup(keys); }
+  asio::awaitable<std::error_code> attach(const reactor::Registration& reg) override { return inner_.attach(reg); }
+  asio::awaitable<kv::HitSource> lookup(std::vector<kv::ChunkKey> keys) override {
+    return inner_.lookup(std::move(keys));
+  }
   asio::awaitable<std::error_code> save(reactor::Transfer& t) override {
     if (t.spec.request.starts_with("stuck")) {
       asio::steady_timer forever(reactor_.strand(), std::chrono::hours(1));

@@ -45,6 +45,8 @@ Status memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind
 Status memcpy_batch_async(std::span<const Segment> segs, CopyKind kind, void* s);
 
 Status ipc_export(void* device_base, IpcHandle* out);
+// The allocation containing `ptr`: its handle, and ptr's offset within it.
+Status ipc_export_range(const void* ptr, IpcHandle* out, std::uint64_t* offset);
 Status ipc_open(const IpcHandle& h, void** out);
 Status ipc_close(void* p);
 

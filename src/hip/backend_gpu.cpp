@@ -16,6 +16,9 @@
 #error "backend_gpu.cpp needs KVSTRAND_GPU_HIP or KVSTRAND_GPU_CUDA"
 #endif
 
+#include <dlfcn.h>
+
+#include <cstddef>
 #include <cstring>
 #include <string>
 
@@ -84,6 +87,31 @@ hipError_t launch_host_func(hipStream_t s, void (*fn)(void*), void* arg) {
 }
 #else
 hipError_t launch_host_func(hipStream_t s, void (*fn)(void*), void* arg) { return hipLaunchHostFunc(s, fn, arg); }
+#endif
+
+#if defined(KVSTRAND_GPU_HIP)
+hipError_t mem_address_range(void** base, std::size_t* size, const void* ptr) {
+  hipDeviceptr_t b{};
+  hipError_t e = hipMemGetAddressRange(&b, size, const_cast<void*>(ptr));
+  *base = reinterpret_cast<void*>(b);
+  return e;
+}
+#else
+// The CUDA runtime has no address-range query; the driver's is looked up at
+// run time so that the binaries need no libcuda at link time.
+hipError_t mem_address_range(void** base, std::size_t* size, const void* ptr) {
+  using Fn = int (*)(unsigned long long*, std::size_t*, unsigned long long);
+  static Fn fn = [] {
+    void* lib = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (lib == nullptr) lib = ::dlopen("libcuda.so.1", RTLD_NOW);
+    return lib ? reinterpret_cast<Fn>(::dlsym(lib, "cuMemGetAddressRange_v2")) : nullptr;
+  }();
+  if (fn == nullptr) return hipErrorInvalidValue;
+  unsigned long long b = 0;
+  if (fn(&b, size, reinterpret_cast<unsigned long long>(ptr)) != 0) return hipErrorInvalidValue;
+  *base = reinterpret_cast<void*>(b);
+  return hipSuccess;
+}
 #endif
 
 static_assert(sizeof(hipIpcMemHandle_t) <= IpcHandle::opaque_size, "IPC handle does not fit");
@@ -170,6 +198,16 @@ Status ipc_export(void* device_base, IpcHandle* out) {
   hipIpcMemHandle_t h{};
   if (Status s = check_ipc(hipIpcGetMemHandle(&h, device_base), "hipIpcGetMemHandle"); !s.ok()) return s;
   std::memcpy(out->opaque.data(), &h, sizeof h);
+  return {};
+}
+
+Status ipc_export_range(const void* ptr, IpcHandle* out, std::uint64_t* offset) {
+  void* base = nullptr;
+  std::size_t size = 0;
+  if (Status s = check_ipc(mem_address_range(&base, &size, ptr), "hipMemGetAddressRange"); !s.ok()) return s;
+  if (Status s = ipc_export(base, out); !s.ok()) return s;
+  out->bytes = size;
+  *offset = static_cast<std::uint64_t>(static_cast<const std::byte*>(ptr) - static_cast<const std::byte*>(base));
   return {};
 }
 

@@ -72,6 +72,16 @@ class Memory {
     device_.erase(it);
     return a;
   }
+  // The allocation containing p, with its base.
+  std::optional<std::pair<std::uintptr_t, Allocation>> find_containing(const void* p) {
+    const auto a = reinterpret_cast<std::uintptr_t>(p);
+    std::lock_guard lk(m_);
+    auto it = device_.upper_bound(a);
+    if (it == device_.begin()) return std::nullopt;
+    --it;
+    if (a - it->first >= it->second.bytes) return std::nullopt;
+    return *it;
+  }
   std::optional<Allocation> find_base(const void* p) {
     std::lock_guard lk(m_);
     auto it = device_.find(reinterpret_cast<std::uintptr_t>(p));
@@ -461,6 +471,16 @@ Status ipc_export(void* device_base, IpcHandle* out) {
   std::memcpy(o + 4, &pid, 4);
   std::memcpy(o + 8, &fd, 4);
   std::memcpy(o + 16, &a->nonce, 8);
+  return {};
+}
+
+Status ipc_export_range(const void* ptr, IpcHandle* out, std::uint64_t* offset) {
+  auto found = Memory::get().find_containing(ptr);
+  if (!found || found->second.fd < 0)
+    return {Errc::invalid_value, "hipIpcGetMemHandle", "sim: not inside a device allocation of this process"};
+  if (Status s = ipc_export(reinterpret_cast<void*>(found->first), out); !s.ok()) return s;
+  out->bytes = found->second.bytes;
+  *offset = reinterpret_cast<std::uintptr_t>(ptr) - found->first;
   return {};
 }
 

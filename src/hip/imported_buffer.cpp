@@ -19,6 +19,13 @@ std::optional<IpcHandle> IpcHandle::from_bytes(std::span<const std::byte> wire) 
   return h;
 }
 
+Result<IpcRange> export_ipc_range(const void* ptr) {
+  if (ptr == nullptr) return Status{Errc::invalid_value, "export_ipc_range", "null pointer"};
+  IpcRange r;
+  if (Status s = backend::ipc_export_range(ptr, &r.handle, &r.offset); !s.ok()) return s;
+  return r;
+}
+
 Result<ImportedBuffer> ImportedBuffer::open(const IpcHandle& handle) {
   if (handle.bytes == 0) return Status{Errc::invalid_value, "ImportedBuffer::open", "handle of zero bytes"};
   void* p = nullptr;

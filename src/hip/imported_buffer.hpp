@@ -13,6 +13,15 @@
 
 namespace kvstrand::hip {
 
+// The IPC handle of the device allocation that contains `ptr`, and where ptr
+// lies in it: for exporting memory the caller knows only by pointer (a plane
+// base inside a larger pool, say). The importer adds `offset` to the base.
+struct IpcRange {
+  IpcHandle handle;
+  std::uint64_t offset = 0;
+};
+Result<IpcRange> export_ipc_range(const void* ptr);
+
 class ImportedBuffer {
  public:
   static Result<ImportedBuffer> open(const IpcHandle& handle);

@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "reactor/local_tier.hpp"
+#include "reactor/remote_tier.hpp"
 
 namespace kvstrand::reactor {
 
@@ -33,7 +34,10 @@ const char* to_string(TransferState s) noexcept {
 std::optional<kv::ConfigError> validate(const ConnectorOptions& o) {
   if (o.transfer_deadline.count() <= 0)
     return kv::ConfigError{"transfer_deadline", "must be > 0 ms, got " + std::to_string(o.transfer_deadline.count())};
-  if (!o.make_tier && o.tier_bytes == 0) return kv::ConfigError{"tier_bytes", "must be > 0"};
+  if (!o.make_tier && o.server_socket.empty() && o.tier_bytes == 0)
+    return kv::ConfigError{"tier_bytes", "must be > 0"};
+  if (o.server_request_timeout.count() <= 0)
+    return kv::ConfigError{"server_request_timeout", "must be > 0 ms"};
   if (o.reactor.poller.max_backoff < o.reactor.poller.min_backoff || o.reactor.poller.min_backoff.count() <= 0)
     return kv::ConfigError{"poller.min_backoff", "must be > 0 and <= poller.max_backoff"};
   return std::nullopt;
@@ -251,8 +255,15 @@ Connector::Connector(ConnectorOptions options) : options_(std::move(options)) {
   if (auto err = validate(options_)) throw std::invalid_argument(err->describe());
   reactor_ = std::make_unique<Reactor>(options_.reactor);
   mailbox_ = std::make_shared<Mailbox>();
-  std::unique_ptr<Tier> tier = options_.make_tier ? options_.make_tier(*reactor_)
-                                                  : std::make_unique<LocalTier>(*reactor_, options_.tier_bytes);
+  std::unique_ptr<Tier> tier;
+  if (options_.make_tier) {
+    tier = options_.make_tier(*reactor_);
+  } else if (!options_.server_socket.empty()) {
+    tier = std::make_unique<RemoteTier>(
+        *reactor_, RemoteTierOptions{options_.server_socket, options_.server_request_timeout});
+  } else {
+    tier = std::make_unique<LocalTier>(*reactor_, options_.tier_bytes);
+  }
   core_ = std::make_shared<Core>(*reactor_, std::move(tier), mailbox_, options_.transfer_deadline);
 }
 
@@ -263,7 +274,7 @@ void Connector::register_layout(Registration registration) {
   if (auto err = registration.check()) throw TransferRefused(TransferErrc::bad_spec, *err);
   std::error_code ec = reactor_->call([core = core_, reg = registration]() mutable -> asio::awaitable<std::error_code> {
     core->reg = std::move(reg);
-    co_return core->tier->attach(*core->reg);
+    co_return co_await core->tier->attach(*core->reg);
   });
   if (ec) throw TransferRefused(ec, "register_layout: the tier could not attach: " + ec.message());
   registration_ = std::move(registration);
@@ -316,10 +327,14 @@ std::uint64_t Connector::lookup(std::vector<kv::ChunkKey> keys) {
   if (closed_) throw TransferRefused(TransferErrc::closed, "the connector is closed");
   if (!registration_) throw TransferRefused(TransferErrc::not_registered, "no layout registered");
   const std::uint64_t id = next_lookup_++;
-  asio::post(reactor_->strand(), [core = core_, id, keys = std::move(keys)] {
-    core->mailbox->push(LookupOutcome{id, core->tier->lookup(keys)});
-  });
+  asio::co_spawn(reactor_->strand(), answer_lookup(core_, id, std::move(keys)), asio::detached);
   return id;
+}
+
+asio::awaitable<void> Connector::answer_lookup(std::shared_ptr<Core> core, std::uint64_t id,
+                                               std::vector<kv::ChunkKey> keys) {
+  kv::HitSource hit = co_await core->tier->lookup(std::move(keys));
+  core->mailbox->push(LookupOutcome{id, std::move(hit)});
 }
 
 void Connector::forget_drained(const Finished& f) {

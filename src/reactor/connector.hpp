@@ -40,6 +40,11 @@ struct ConnectorOptions {
   std::chrono::milliseconds transfer_deadline{60'000};
   // LocalTier's arena. Ignored when make_tier builds another tier.
   std::uint64_t tier_bytes = 1ull << 30;
+  // When set, the tier is kvstrand-server at this socket (RemoteTier)
+  // instead of an embedded LocalTier.
+  std::string server_socket;
+  // RemoteTier: bound on connect + hello + register and on each lookup.
+  std::chrono::milliseconds server_request_timeout{10'000};
   ReactorOptions reactor;
   // The tier to use; LocalTier(tier_bytes) when empty.
   std::function<std::unique_ptr<Tier>(Reactor&)> make_tier;
@@ -142,6 +147,8 @@ class Connector {
   void raise_fail_stop() const;
   void start_fence(std::vector<std::string> requests, std::chrono::milliseconds timeout, Handler handler);
   void start_close(Handler handler);
+  static boost::asio::awaitable<void> answer_lookup(std::shared_ptr<Core> core, std::uint64_t id,
+                                                    std::vector<kv::ChunkKey> keys);
   void forget_drained(const Finished& f);
 
   ConnectorOptions options_;

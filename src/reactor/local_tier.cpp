@@ -14,7 +14,9 @@ LocalTier::~LocalTier() {
   if (load_stream_) (void)load_stream_->synchronize();
 }
 
-std::error_code LocalTier::attach(const Registration& reg) {
+boost::asio::awaitable<std::error_code> LocalTier::attach(const Registration& reg) { co_return attach_now(reg); }
+
+std::error_code LocalTier::attach_now(const Registration& reg) {
   if (store_) {
     if (reg.object_bytes() != object_bytes_) {
       spdlog::error("kvstrand: a layout with {}-byte objects cannot share a tier of {}-byte objects",
@@ -46,9 +48,9 @@ std::error_code LocalTier::attach(const Registration& reg) {
   return {};
 }
 
-kv::HitSource LocalTier::lookup(std::span<const kv::ChunkKey> keys) {
-  if (!store_) return {};
-  return lookup(keys, reg_->layout.chunk_tokens);
+boost::asio::awaitable<kv::HitSource> LocalTier::lookup(std::vector<kv::ChunkKey> keys) {
+  if (!store_) co_return kv::HitSource{};
+  co_return lookup(keys, reg_->layout.chunk_tokens);
 }
 
 kv::HitSource LocalTier::lookup(std::span<const kv::ChunkKey> keys, std::uint32_t chunk_tokens) {

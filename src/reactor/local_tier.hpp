@@ -21,8 +21,8 @@ class LocalTier final : public Tier {
   LocalTier(Reactor& reactor, std::uint64_t capacity_bytes);
   ~LocalTier() override;
 
-  std::error_code attach(const Registration& reg) override;
-  kv::HitSource lookup(std::span<const kv::ChunkKey> keys) override;
+  boost::asio::awaitable<std::error_code> attach(const Registration& reg) override;
+  boost::asio::awaitable<kv::HitSource> lookup(std::vector<kv::ChunkKey> keys) override;
   boost::asio::awaitable<std::error_code> save(Transfer& t) override;
   boost::asio::awaitable<std::error_code> load(Transfer& t) override;
   kv::ObjectStore::Stats stats() const override;
@@ -31,6 +31,7 @@ class LocalTier final : public Tier {
   // For a tier shared by several registrations (kvstrand-server): the same
   // operations against a given registration. Every registration attached
   // must have the first one's object size.
+  std::error_code attach_now(const Registration& reg);
   boost::asio::awaitable<std::error_code> save(const Registration& reg, Transfer& t);
   boost::asio::awaitable<std::error_code> load(const Registration& reg, Transfer& t);
   kv::HitSource lookup(std::span<const kv::ChunkKey> keys, std::uint32_t chunk_tokens);

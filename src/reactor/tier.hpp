@@ -10,6 +10,7 @@
 
 #include <boost/asio/awaitable.hpp>
 #include <span>
+#include <vector>
 #include <system_error>
 
 #include "kv/chunk_keys.hpp"
@@ -23,10 +24,11 @@ namespace kvstrand::reactor {
 class Tier {
  public:
   virtual ~Tier() = default;
-  virtual std::error_code attach(const Registration& reg) = 0;
+  // The registration outlives the tier's use of it.
+  virtual boost::asio::awaitable<std::error_code> attach(const Registration& reg) = 0;
   // Longest run of consecutive stored chunks from keys[0], with the image
-  // boundaries within it. Never waits.
-  virtual kv::HitSource lookup(std::span<const kv::ChunkKey> keys) = 0;
+  // boundaries within it. A coroutine: a remote tier asks its server.
+  virtual boost::asio::awaitable<kv::HitSource> lookup(std::vector<kv::ChunkKey> keys) = 0;
   virtual boost::asio::awaitable<std::error_code> save(Transfer& t) = 0;
   virtual boost::asio::awaitable<std::error_code> load(Transfer& t) = 0;
   virtual kv::ObjectStore::Stats stats() const = 0;

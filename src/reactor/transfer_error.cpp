@@ -17,6 +17,7 @@ class TransferCategory final : public std::error_category {
       case TransferErrc::tier_full: return "the tier is full of objects in use";
       case TransferErrc::missing_chunk: return "the tier does not hold every chunk of the load";
       case TransferErrc::device_error: return "a device copy failed";
+      case TransferErrc::tier_unavailable: return "the tier server is unreachable; recompute what a load would bring";
     }
     return "unknown transfer error";
   }

@@ -17,6 +17,7 @@ enum class TransferErrc {
   tier_full,               // the tier could not make room for a chunk
   missing_chunk,           // a load named a chunk the tier does not hold
   device_error,            // a copy failed on the device
+  tier_unavailable,        // the tier server cannot be reached (the transfer did not happen)
 };
 
 const std::error_category& transfer_category() noexcept;

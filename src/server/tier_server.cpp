@@ -118,7 +118,11 @@ struct TierServer::Impl {
 
   asio::awaitable<void> accept_loop() {
     for (;;) {
-      auto [ec, sock] = co_await acceptor->async_accept(kAwait);
+      // Named, not a structured binding: GCC 12 destroys non-trivial parts
+      // of a bound co_await result twice.
+      std::tuple<boost::system::error_code, local::socket> accepted = co_await acceptor->async_accept(kAwait);
+      auto& ec = std::get<0>(accepted);
+      auto& sock = std::get<1>(accepted);
       if (ec) {
         if (ec == asio::error::operation_aborted || stopping) co_return;
         continue;
@@ -317,7 +321,7 @@ struct TierServer::Impl {
       st->reg.state = {base, m.state.count};
     }
     if (auto e = st->reg.check()) return fail(Status::bad_request, *e);
-    if (std::error_code ec = tier->attach(st->reg))
+    if (std::error_code ec = tier->attach_now(st->reg))
       return fail(Status::bad_request, "this layout's objects (" + std::to_string(st->reg.object_bytes()) +
                                            " B) do not fit the tier's (" + ec.message() + ")");
     const std::uint32_t id = next_reg++;
