@@ -33,7 +33,10 @@ class ServerProcess {
     argv.push_back(nullptr);
     if (::posix_spawn(&pid_, argv[0], nullptr, nullptr, argv.data(), environ) != 0) pid_ = -1;
   }
-  ~ServerProcess() { kill(SIGKILL); }
+  ~ServerProcess() {
+    kill(SIGKILL);
+    ::unlink(socket_.c_str());  // a killed server leaves its socket file
+  }
 
   const std::string& socket_path() const { return socket_; }
   pid_t pid() const { return pid_; }
