@@ -228,33 +228,40 @@ asio::awaitable<kv::HitSource> RemoteTier::lookup(std::vector<kv::ChunkKey> keys
   co_return r.hit;
 }
 
-asio::awaitable<std::error_code> RemoteTier::save(Transfer& t) {
-  if (!kv::writes_to_tier(reg_->layout)) co_return std::error_code{};  // rank 0 stores the one copy
-  if (std::error_code ec = co_await ensure_connected()) {
-    t.reason = "kvstrand-server at " + opt_.socket + " is unreachable";
-    co_return ec;
-  }
+asio::awaitable<std::error_code> RemoteTier::connect_for(Transfer& t) {
+  std::error_code ec = co_await ensure_connected();
+  if (ec) t.reason = "kvstrand-server at " + opt_.socket + " is unreachable";
+  co_return ec;
+}
+
+asio::awaitable<std::error_code> RemoteTier::exchange(Transfer& t, Request req, Reply* out) {
+  const char* what = to_string(type_of(req));
   t.state = TransferState::pending;
-  Request req = Store{registration_, t.spec};
   std::pair<std::error_code, Reply> res = co_await call(std::move(req), t.deadline);
   if (res.first) {
-    t.reason = "kvstrand-server at " + opt_.socket + " did not answer the store";
+    t.reason = "kvstrand-server at " + opt_.socket + " did not answer the " + what;
     co_return res.first;
   }
-  const Reply& reply = res.second;
-  if (reply.status != Status::ok) {
-    t.reason = std::string(to_string(reply.status)) + ": " + reply.message;
-    co_return to_error(reply.status);
+  if (res.second.status != Status::ok) {
+    t.reason = std::string(to_string(res.second.status)) + ": " + res.second.message;
+    co_return to_error(res.second.status);
   }
+  *out = std::move(res.second);
+  co_return std::error_code{};
+}
+
+asio::awaitable<std::error_code> RemoteTier::save(Transfer& t) {
+  if (!kv::writes_to_tier(reg_->layout)) co_return std::error_code{};  // rank 0 stores the one copy
+  if (std::error_code ec = co_await connect_for(t)) co_return ec;
+  Request req = Store{registration_, t.spec};
+  Reply reply;
+  if (std::error_code ec = co_await exchange(t, std::move(req), &reply)) co_return ec;
   t.chunks_existed = std::get<StoreReply>(reply.payload).existed;
   co_return std::error_code{};
 }
 
 asio::awaitable<std::error_code> RemoteTier::load(Transfer& t) {
-  if (std::error_code ec = co_await ensure_connected()) {
-    t.reason = "kvstrand-server at " + opt_.socket + " is unreachable";
-    co_return ec;
-  }
+  if (std::error_code ec = co_await connect_for(t)) co_return ec;
   std::uint64_t lock = 0;
   if (!t.spec.keys.empty()) {
     if (auto it = lock_of_.find(t.spec.keys.front()); it != lock_of_.end()) {
@@ -262,19 +269,9 @@ asio::awaitable<std::error_code> RemoteTier::load(Transfer& t) {
       std::erase_if(lock_of_, [lock](const auto& kv) { return kv.second == lock; });
     }
   }
-  t.state = TransferState::pending;
   Request req = Retrieve{registration_, lock, t.spec};
-  std::pair<std::error_code, Reply> res = co_await call(std::move(req), t.deadline);
-  if (res.first) {
-    t.reason = "kvstrand-server at " + opt_.socket + " did not answer the retrieve";
-    co_return res.first;
-  }
-  const Reply& reply = res.second;
-  if (reply.status != Status::ok) {
-    t.reason = std::string(to_string(reply.status)) + ": " + reply.message;
-    co_return to_error(reply.status);
-  }
-  co_return std::error_code{};
+  Reply reply;
+  co_return co_await exchange(t, std::move(req), &reply);
 }
 
 asio::awaitable<void> RemoteTier::drain() {

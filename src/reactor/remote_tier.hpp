@@ -57,6 +57,11 @@ class RemoteTier final : public Tier {
   // One request, one reply (or an error: the connection failed, or `until` passed).
   boost::asio::awaitable<std::pair<std::error_code, kv::proto::Reply>> call(kv::proto::Request req,
                                                                             Clock::time_point until);
+  // A transfer's request: connect first (reason set if unreachable), then
+  // one exchange bounded by the transfer's deadline, the reply's status
+  // mapped to a TransferErrc and explained in t.reason.
+  boost::asio::awaitable<std::error_code> connect_for(Transfer& t);
+  boost::asio::awaitable<std::error_code> exchange(Transfer& t, kv::proto::Request req, kv::proto::Reply* out);
   boost::asio::awaitable<void> read_loop(std::uint64_t generation);
   boost::asio::awaitable<void> write_loop(std::uint64_t generation);
   void drop_connection(const std::string& why);
