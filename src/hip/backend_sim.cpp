@@ -5,6 +5,9 @@
 // - An event completes when its stream reaches the record.
 // - Device memory is a memfd mapping, so an IpcHandle (pid, fd, nonce) opens
 //   in another process of the same user through /proc/<pid>/fd/<fd>.
+// - Device and pinned memory are mapped with MAP_POPULATE: resident from the
+//   start, as on a GPU, so no copy pays first-touch page faults that real
+//   hardware would not (an IPC mapping is populated when opened, too).
 // - Device pointers are checked against the live allocations, as a GPU
 //   runtime would refuse a pointer it did not hand out.
 //
@@ -359,7 +362,7 @@ Status device_malloc(void** out, std::size_t bytes) {
     ::close(fd);
     return {Errc::out_of_memory, "hipMalloc", "ftruncate: " + errno_text(e)};
   }
-  void* p = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* p = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   if (p == MAP_FAILED) {
     const int e = errno;
     ::close(fd);
@@ -380,7 +383,7 @@ Status device_free(void* p) {
 
 Status host_malloc(void** out, std::size_t bytes) {
   const std::size_t mapped = page_round(bytes);
-  void* p = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void* p = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
   if (p == MAP_FAILED) return {Errc::out_of_memory, "hipHostMalloc", "mmap: " + errno_text(errno)};
   Memory::get().add_host(p, mapped);
   *out = p;
@@ -513,7 +516,7 @@ Status ipc_open(const IpcHandle& h, void** out) {
     return {Errc::ipc_failure, "hipIpcOpenMemHandle", "sim: allocation is smaller than the handle says"};
   }
   const std::size_t mapped = static_cast<std::size_t>(st.st_size);
-  void* p = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+  void* p = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, mfd, 0);
   const int e = errno;
   ::close(mfd);
   if (p == MAP_FAILED) return {Errc::ipc_failure, "hipIpcOpenMemHandle", "sim: mmap: " + errno_text(e)};
