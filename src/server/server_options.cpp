@@ -4,6 +4,9 @@
 #include <cctype>
 #include <iostream>
 
+#include "hip/device.hpp"
+#include "hip/sim_hooks.hpp"
+
 namespace kvstrand::server {
 
 std::optional<std::uint64_t> parse_bytes(std::string_view text) {
@@ -43,6 +46,10 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
   app.add_option("--max-frame", max_frame, "Largest frame body accepted; larger closes the connection")
       ->capture_default_str();
   app.add_option("--device", o.device, "Device ordinal the server copies with")->capture_default_str();
+  long sim_delay_ms = 0;
+  app.add_option("--sim-copy-delay-ms", sim_delay_ms,
+                 "Fault injection for tests (sim backend only): every server copy waits this long first")
+      ->group("Fault injection");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -69,6 +76,11 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
   if (std::find(std::begin(levels), std::end(levels), o.log_level) == std::end(levels))
     return refuse("--log-level", "'" + o.log_level + "' is not one of trace, debug, info, warn, error, off");
   if (o.device < 0) return refuse("--device", "must be >= 0");
+  if (sim_delay_ms < 0 || sim_delay_ms > 60'000) return refuse("--sim-copy-delay-ms", "must be 0 to 60000");
+  if (sim_delay_ms > 0 && !hip::sim::available())
+    return refuse("--sim-copy-delay-ms", "only the sim backend injects faults; this server uses " +
+                                             std::string(hip::backend_name()));
+  o.sim_copy_delay = std::chrono::milliseconds(sim_delay_ms);
   return o;
 }
 

@@ -20,6 +20,9 @@ struct ServerOptions {
   std::string log_level = "info";
   std::uint32_t max_frame = 16u << 20;
   int device = 0;
+  // Fault injection, sim backend only: every copy the server makes waits
+  // this long first, so tests can act while a copy is in flight.
+  std::chrono::milliseconds sim_copy_delay{0};
 };
 
 // "8G", "512M", "64K", "1024" (binary units). None when it is not a size.

@@ -20,6 +20,7 @@
 #include <stdexcept>
 
 #include "hip/imported_buffer.hpp"
+#include "hip/sim_hooks.hpp"
 #include "kv/protocol.hpp"
 #include "reactor/local_tier.hpp"
 #include "reactor/reactor.hpp"
@@ -324,6 +325,11 @@ struct TierServer::Impl {
     if (std::error_code ec = tier->attach_now(st->reg))
       return fail(Status::bad_request, "this layout's objects (" + std::to_string(st->reg.object_bytes()) +
                                            " B) do not fit the tier's (" + ec.message() + ")");
+    if (opt.sim_copy_delay.count() > 0) {  // the streams exist once the tier is attached
+      const std::chrono::microseconds d = opt.sim_copy_delay;
+      (void)hip::sim::set_stream_delay(tier->save_stream(), d);
+      (void)hip::sim::set_stream_delay(tier->load_stream(), d);
+    }
     const std::uint32_t id = next_reg++;
     s->regs[id] = st;
     return Reply{Status::ok, "", RegisterReply{id}};
