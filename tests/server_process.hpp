@@ -23,8 +23,10 @@ namespace kvstrand::test {
 
 class ServerProcess {
  public:
-  explicit ServerProcess(std::vector<std::string> extra = {}) {
-    socket_ = "/tmp/kvstrand-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter()++) + ".sock";
+  // A server on a fresh socket path, or on `socket` (a restart on the path
+  // a killed server left).
+  explicit ServerProcess(std::vector<std::string> extra = {}, std::string socket = {})
+      : socket_(socket.empty() ? fresh_socket_path() : std::move(socket)) {
     std::vector<std::string> args = {sibling_binary("../kvstrand-server"), "--socket", socket_, "--log-level",
                                      "warn"};
     args.insert(args.end(), extra.begin(), extra.end());
@@ -60,6 +62,10 @@ class ServerProcess {
       ::waitpid(pid_, &status, 0);
       pid_ = -1;
     }
+  }
+
+  static std::string fresh_socket_path() {
+    return "/tmp/kvstrand-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter()++) + ".sock";
   }
 
   static int connect_to(const std::string& path) {

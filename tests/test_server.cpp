@@ -1,8 +1,10 @@
 // kvstrand-server as a real process, spoken to through the protocol by this
 // test process, whose device memory the server imports by IPC handle: flags,
 // the socket's permissions, byte-exact store and retrieve, locks and their
-// TTL, range checks before any copy, malformed frames, a full tier, and a
-// client that goes away (F22, F24, F25, F26 in part).
+// TTL, range checks before any copy, malformed frames, a full tier, a client
+// that goes away or is SIGKILLed mid-copy, an object whose lock expires while
+// it is being copied, and four client processes (kvstrand-tier-client)
+// verifying each other's bytes (F22, F24, F25, F26, F27).
 #include <sys/stat.h>
 
 #include "kv/namespace_id.hpp"
@@ -312,4 +314,91 @@ TEST_CASE("server: a client that goes away is reaped: its locks are freed (F24)"
     REQUIRE(std::chrono::steady_clock::now() < end);
     std::this_thread::sleep_for(20ms);
   }
+}
+
+TEST_CASE("server: four client processes store, look up and retrieve each other's prompts byte for byte",
+          "[server][gpu]") {
+  if (!device_present()) return;
+  ServerProcess srv({"--tier-bytes", "64M", "--chunk-tokens", "64"});
+  REQUIRE(srv.ready());
+  constexpr int kClients = 4;
+  std::vector<std::unique_ptr<ChildProcess>> clients;
+  for (int i = 0; i < kClients; ++i)
+    clients.push_back(std::make_unique<ChildProcess>(
+        std::vector<std::string>{sibling_binary("kvstrand-tier-client"), "--socket", srv.socket_path(), "--id",
+                                 std::to_string(i), "--peers", std::to_string(kClients), "--rounds", "6"}));
+  for (int i = 0; i < kClients; ++i) {
+    const auto r = clients[i]->wait();
+    INFO("client " << i << ": " << r.output);
+    REQUIRE(r.exit_code == 0);
+    REQUIRE(r.output.find("mismatches 0") != std::string::npos);
+  }
+  const auto s = stats(srv.socket_path());
+  REQUIRE(s.objects == 4 * (kClients * 6 + 3));  // 4 chunks per prompt; the 3 shared prompts stored once
+  REQUIRE(s.locks == 0);
+}
+
+TEST_CASE("server: a client SIGKILLed mid-copy is reaped; its memory closes after the copy (F24)",
+          "[server][fault][gpu]") {
+  if (!device_present() || !sim_hooks_present()) return;
+  ServerProcess srv({"--tier-bytes", "16M", "--chunk-tokens", "64", "--sim-copy-delay-ms", "400"});
+  REQUIRE(srv.ready());
+  ChildProcess client({sibling_binary("kvstrand-tier-client"), "--socket", srv.socket_path(), "--hold"});
+  INFO(client.output());
+  REQUIRE(client.wait_for_output("holding", 20s));  // prompt 1 stored and locked
+  REQUIRE(stats(srv.socket_path()).locks == 1);
+  std::this_thread::sleep_for(100ms);  // prompt 2's store is now copying out of the client's memory
+  client.signal(SIGKILL);
+  (void)client.wait();
+  // Reaped: the lock is freed and the server answers while the copy runs.
+  const auto end = std::chrono::steady_clock::now() + 10s;
+  for (;;) {
+    const auto s = stats(srv.socket_path());
+    INFO("locks " << s.locks << " pinned " << s.pinned << " sessions " << s.sessions << " objects " << s.objects);
+    // Prompt 2's 4 chunks committed: the copy finished on the dead client's
+    // memory, which the server kept open until then.
+    if (s.locks == 0 && s.pinned == 0 && s.sessions == 1 && s.objects == 8) break;
+    REQUIRE(std::chrono::steady_clock::now() < end);
+    std::this_thread::sleep_for(20ms);
+  }
+  // Still serving: a new client stores and reads back.
+  Engine e;
+  Client c(srv.socket_path());
+  const auto reg = open_session(c, e);
+  const auto before = e.snapshot(range(0, 4), 0);
+  REQUIRE(must_call(c, Store{reg, e.spec(7, 1, range(0, 4), {0})}).status == Status::ok);
+  REQUIRE(must_call(c, Retrieve{reg, 0, e.spec(7, 1, range(8, 4), {1})}).status == Status::ok);
+  REQUIRE(e.snapshot(range(8, 4), 1) == before);
+}
+
+TEST_CASE("server: an object being copied is not evicted when its lock's TTL passes (F27)",
+          "[server][fault][gpu]") {
+  if (!device_present() || !sim_hooks_present()) return;
+  Engine x, y;
+  const std::uint64_t object = x.layout.object_bytes(true);
+  ServerProcess srv({"--tier-bytes", std::to_string(2 * object), "--chunk-tokens", "64", "--lock-ttl", "1",
+                     "--sim-copy-delay-ms", "1500"});
+  REQUIRE(srv.ready());
+  Client cx(srv.socket_path()), cy(srv.socket_path());
+  const auto rx = open_session(cx, x);
+  const auto ry = open_session(cy, y);
+  const auto before = x.snapshot(range(0, 4), 0);
+  REQUIRE(must_call(cx, Store{rx, x.spec(1, 1, range(0, 4), {0})}).status == Status::ok);
+  const auto lock = std::get<LookupReply>(must_call(cx, Lookup{rx, x.keys(1, 1)}).payload).lock;
+  REQUIRE(lock != 0);
+  // The retrieve's copy takes 1.5 s; the lock's TTL (1 s) passes during it.
+  REQUIRE(cx.send_raw(encode_request(Retrieve{rx, lock, x.spec(1, 1, range(20, 4), {3})}, 77)));
+  const auto end = std::chrono::steady_clock::now() + 10s;
+  while (stats(srv.socket_path()).locks != 0) {
+    REQUIRE(std::chrono::steady_clock::now() < end);
+    std::this_thread::sleep_for(50ms);
+  }
+  REQUIRE(stats(srv.socket_path()).pinned == 1);  // the copy still holds it
+  // Two new chunks need both objects: the one being read is not evicted.
+  Reply r = must_call(cy, Store{ry, y.spec(2, 2, range(0, 8), {0, 1})});
+  REQUIRE(r.status == Status::tier_full);
+  auto rep = cx.read_reply(77);
+  REQUIRE(rep.has_value());
+  REQUIRE(rep->status == Status::ok);
+  REQUIRE(x.snapshot(range(20, 4), 3) == before);
 }

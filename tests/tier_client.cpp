@@ -1,0 +1,281 @@
+// kvstrand-tier-client: an engine-like process for the multi-process server
+// tests. It owns device memory, registers it with kvstrand-server through a
+// Connector over RemoteTier, and moves prompts whose bytes are a pure
+// function of the prompt number, so any process can verify what another
+// stored, byte for byte.
+//
+//   kvstrand-tier-client --socket S --id N --peers M --rounds R
+//     Each round saves its own prompt and a prompt shared by every client,
+//     then looks up and loads the shared prompt and the previous round's
+//     prompt of client (N+1) % M, verifying every byte of KV and state. At
+//     the end it waits for the neighbour's last prompt and verifies it too.
+//     Prints "client N: saves S, loads L, verified B bytes, mismatches X";
+//     exits 0 only with no mismatch and at least one neighbour prompt verified.
+//
+//   kvstrand-tier-client --socket S --hold
+//     Saves prompt 1, looks it up (the server now holds a read lock for this
+//     session), prints "holding", starts a save of prompt 2 and sleeps until
+//     killed: the SIGKILL-mid-transfer test.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "hip/copy.hpp"
+#include "hip/device.hpp"
+#include "hip/device_buffer.hpp"
+#include "hip/pinned_buffer.hpp"
+#include "hip/stream.hpp"
+#include "kv/chunk_keys.hpp"
+#include "kv/namespace_id.hpp"
+#include "random_bytes.hpp"
+#include "reactor/connector.hpp"
+
+using namespace kvstrand;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr std::uint32_t kBlocks = 64;
+constexpr std::uint64_t kBlockBytes = 2048;
+constexpr std::uint64_t kImageBytes = 512;
+constexpr std::uint32_t kSlots = 16;
+constexpr std::uint32_t kChunks = 4;  // per prompt; 4 blocks of 16 tokens per 64-token chunk
+constexpr std::uint32_t kPlanes = 2;
+
+[[noreturn]] void die(const std::string& what) {
+  std::fprintf(stderr, "kvstrand-tier-client: %s\n", what.c_str());
+  std::exit(2);
+}
+
+template <class T>
+T must(hip::Result<T> r, const char* what) {
+  if (!r.ok()) die(std::string(what) + ": " + r.status().describe());
+  return std::move(r).value();
+}
+
+std::uint64_t mix(std::uint64_t prompt, std::uint64_t a, std::uint64_t b) {
+  return prompt * 1'000'003 + a * 1009 + b;
+}
+
+struct Client {
+  kv::Layout layout;
+  kv::Digest ns{};
+  hip::Stream stream = must(hip::Stream::create(), "stream");
+  std::vector<hip::DeviceBuffer> planes;
+  std::optional<hip::DeviceBuffer> state;
+  std::optional<hip::PinnedBuffer> staging;
+  std::unique_ptr<reactor::Connector> conn;
+  reactor::Finished pending;  // outcomes drained but not yet asked for
+  std::uint64_t saves = 0, loads = 0, verified = 0, mismatches = 0;
+
+  explicit Client(const std::string& socket) {
+    layout.model_id = "tier-client";
+    layout.layout_name = "tier-client";
+    layout.planes = {{"k", kBlockBytes}, {"v", kBlockBytes}};
+    layout.block_tokens = 16;
+    layout.chunk_tokens = 64;
+    layout.checkpoint = {"ring", kImageBytes, 64};
+    layout.dtype = "bf16";
+    ns = kv::namespace_of(layout);
+    for (std::uint32_t p = 0; p < kPlanes; ++p)
+      planes.push_back(must(hip::DeviceBuffer::allocate(kBlocks * kBlockBytes), "plane"));
+    state.emplace(must(hip::DeviceBuffer::allocate(kSlots * kImageBytes), "state"));
+    staging.emplace(must(hip::PinnedBuffer::allocate(kBlocks * kBlockBytes), "pinned"));
+    reactor::ConnectorOptions o;
+    o.server_socket = socket;
+    o.server_request_timeout = 5s;
+    o.transfer_deadline = 30s;
+    conn = std::make_unique<reactor::Connector>(o);
+    reactor::Registration reg;
+    reg.layout = layout;
+    for (auto& p : planes) reg.planes.push_back({p.data(), kBlocks});
+    reg.state = {state->data(), kSlots};
+    conn->register_layout(reg);
+  }
+
+  std::vector<kv::ChunkKey> keys(std::uint64_t prompt) const {
+    std::vector<std::uint32_t> toks(kChunks * layout.chunk_tokens);
+    for (std::size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<std::uint32_t>(prompt * 7919 + i * 31);
+    return kv::chunk_keys(layout, ns, toks);
+  }
+
+  void put(void* dev, const std::vector<std::byte>& bytes) {
+    std::memcpy(staging->data(), bytes.data(), bytes.size());
+    if (!hip::copy_h2d(stream, dev, staging->data(), bytes.size()).ok() || !stream.synchronize().ok())
+      die("writing device memory failed");
+  }
+  std::vector<std::byte> get(const void* dev, std::size_t n) {
+    if (!hip::copy_d2h(stream, staging->data(), dev, n).ok() || !stream.synchronize().ok())
+      die("reading device memory failed");
+    return {staging->data(), staging->data() + n};
+  }
+
+  // Prompt `prompt`'s chunks [0, chunks) into blocks [0, 4 chunks), images in slots 0.. .
+  void write_prompt(std::uint64_t prompt, std::uint32_t chunks) {
+    for (std::uint32_t p = 0; p < kPlanes; ++p)
+      for (std::uint32_t b = 0; b < chunks * 4; ++b)
+        put(planes[p].data() + b * kBlockBytes, test::random_bytes(kBlockBytes, mix(prompt, p, b)));
+    for (std::uint32_t c = 0; c < chunks; ++c)
+      put(state->data() + c * kImageBytes, test::random_bytes(kImageBytes, mix(prompt, 99, c)));
+  }
+
+  template <class Pred>
+  void wait(Pred done) {
+    const auto end = std::chrono::steady_clock::now() + 20s;
+    while (!done()) {
+      if (std::chrono::steady_clock::now() > end) die("timed out waiting for the server");
+      auto f = conn->finished();
+      for (auto& o : f.saves) pending.saves.push_back(o);
+      for (auto& o : f.loads) pending.loads.push_back(o);
+      for (auto& o : f.lookups) pending.lookups.push_back(o);
+      std::this_thread::sleep_for(200us);
+    }
+  }
+
+  reactor::TransferOutcome save(std::uint64_t prompt, const std::string& req) {
+    write_prompt(prompt, kChunks);
+    kv::TransferSpec s;
+    s.request = req;
+    s.tokens = {0, kChunks * layout.chunk_tokens};
+    s.keys = keys(prompt);
+    for (kv::BlockId b = 0; b < kChunks * 4; ++b) s.blocks.push_back(b);
+    s.with_state = true;
+    for (std::uint32_t c = 0; c < kChunks; ++c) s.state_slots.push_back(static_cast<std::int32_t>(c));
+    conn->save(s);
+    wait([&] { return !pending.saves.empty(); });
+    auto o = pending.saves.front();
+    pending.saves.clear();
+    ++saves;
+    return o;
+  }
+
+  // Chunks of `prompt` the server holds (its read lock now held for the load).
+  std::uint32_t lookup(std::uint64_t prompt) {
+    conn->lookup(keys(prompt));
+    wait([&] { return !pending.lookups.empty(); });
+    const auto tokens = pending.lookups.front().hit.tokens;
+    pending.lookups.clear();
+    return tokens / layout.chunk_tokens;
+  }
+
+  // Loads chunks [0, chunks) of `prompt` into blocks 32.. and slot 8, then
+  // compares every byte with what the prompt's bytes must be.
+  bool load_and_verify(std::uint64_t prompt, std::uint32_t chunks, const std::string& req) {
+    for (std::uint32_t p = 0; p < kPlanes; ++p)  // stale bytes a missed copy would leave
+      put(planes[p].data() + 32 * kBlockBytes, std::vector<std::byte>(chunks * 4 * kBlockBytes, std::byte{0}));
+    kv::TransferSpec s;
+    s.request = req;
+    s.tokens = {0, chunks * layout.chunk_tokens};
+    auto all = keys(prompt);
+    s.keys.assign(all.begin(), all.begin() + chunks);
+    for (kv::BlockId b = 32; b < 32 + chunks * 4; ++b) s.blocks.push_back(b);
+    s.with_state = true;
+    s.state_slots = {8};
+    conn->load(s);
+    wait([&] { return !pending.loads.empty(); });
+    auto o = pending.loads.front();
+    pending.loads.clear();
+    ++loads;
+    if (!o.ok) {
+      std::fprintf(stderr, "load of prompt %llu failed: %s\n", static_cast<unsigned long long>(prompt),
+                   o.reason.c_str());
+      ++mismatches;
+      return false;
+    }
+    bool same = true;
+    for (std::uint32_t p = 0; p < kPlanes; ++p)
+      for (std::uint32_t b = 0; b < chunks * 4; ++b)
+        same &= get(planes[p].data() + (32 + b) * kBlockBytes, kBlockBytes) ==
+                test::random_bytes(kBlockBytes, mix(prompt, p, b));
+    same &= get(state->data() + 8 * kImageBytes, kImageBytes) ==
+            test::random_bytes(kImageBytes, mix(prompt, 99, chunks - 1));
+    if (same) {
+      verified += (chunks * 4 * kPlanes) * kBlockBytes + kImageBytes;
+    } else {
+      std::fprintf(stderr, "prompt %llu: bytes differ\n", static_cast<unsigned long long>(prompt));
+      ++mismatches;
+    }
+    return same;
+  }
+};
+
+int run_peers(const std::string& socket, int id, int peers, int rounds) {
+  Client c(socket);
+  auto own = [](int client, int round) { return static_cast<std::uint64_t>(1000 * (client + 1) + round); };
+  const int neighbour = (id + 1) % peers;
+  int neighbour_verified = 0;
+  for (int r = 0; r < rounds; ++r) {
+    const std::uint64_t shared = static_cast<std::uint64_t>(r % 3 + 1);
+    for (std::uint64_t p : {own(id, r), shared}) {
+      auto o = c.save(p, "save-" + std::to_string(p));
+      if (!o.ok) die("save of prompt " + std::to_string(p) + " failed: " + o.reason);
+    }
+    if (const auto n = c.lookup(shared); n > 0) c.load_and_verify(shared, n, "load-shared");
+    if (r > 0) {
+      const auto p = own(neighbour, r - 1);
+      if (const auto n = c.lookup(p); n > 0 && c.load_and_verify(p, n, "load-" + std::to_string(p)))
+        ++neighbour_verified;
+    }
+  }
+  // The neighbour's last prompt, once it is there (it may still be saving).
+  const auto last = own(neighbour, rounds - 1);
+  const auto end = std::chrono::steady_clock::now() + 20s;
+  std::uint32_t n = 0;
+  while ((n = c.lookup(last)) < kChunks && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(20ms);
+  if (n == kChunks && c.load_and_verify(last, n, "load-last")) ++neighbour_verified;
+  c.conn->close();
+  std::printf("client %d: saves %llu, loads %llu, verified %llu bytes, neighbour prompts %d, mismatches %llu\n", id,
+              static_cast<unsigned long long>(c.saves), static_cast<unsigned long long>(c.loads),
+              static_cast<unsigned long long>(c.verified), neighbour_verified,
+              static_cast<unsigned long long>(c.mismatches));
+  return c.mismatches == 0 && neighbour_verified > 0 ? 0 : 1;
+}
+
+int run_hold(const std::string& socket) {
+  Client c(socket);
+  if (auto o = c.save(1, "save-1"); !o.ok) die("save failed: " + o.reason);
+  if (c.lookup(1) != kChunks) die("lookup of the saved prompt missed");
+  std::printf("holding\n");
+  std::fflush(stdout);
+  kv::TransferSpec s;
+  s.request = "save-2";
+  s.tokens = {0, kChunks * c.layout.chunk_tokens};
+  s.keys = c.keys(2);
+  for (kv::BlockId b = 0; b < kChunks * 4; ++b) s.blocks.push_back(b);
+  c.conn->save(s);
+  for (;;) std::this_thread::sleep_for(1s);  // until SIGKILL
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string socket;
+  int id = 0, peers = 1, rounds = 4;
+  bool hold = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) die(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--socket") socket = value();
+    else if (a == "--id") id = std::stoi(value());
+    else if (a == "--peers") peers = std::stoi(value());
+    else if (a == "--rounds") rounds = std::stoi(value());
+    else if (a == "--hold") hold = true;
+    else die("unknown argument " + a);
+  }
+  if (socket.empty() || peers < 1 || id < 0 || id >= peers || rounds < 1) die("bad arguments (see the file header)");
+  if (auto n = hip::device_count(); !n.ok() || *n == 0) die("no device");
+  (void)hip::select_device(0);
+  try {
+    return hold ? run_hold(socket) : run_peers(socket, id, peers, rounds);
+  } catch (const std::exception& e) {
+    die(e.what());
+  }
+}
