@@ -1,5 +1,7 @@
-// Load latency of the reference geometry through the embedded tier, against
-// one contiguous copy of the same bytes measured in the same run.
+// Load latency of the reference geometry through the embedded tier and
+// through kvstrand-server, each against one contiguous copy of the same
+// bytes measured in the same run; then save throughput of 1, 2, 4 and 8
+// client processes saving into one server at once.
 //
 // Geometry: 5 planes, 739,840 B per block across them, 16-token blocks,
 // 256-token chunks, a pool of 4000 blocks (--pool-blocks to shrink it), and
@@ -7,17 +9,30 @@
 // [64, 512): two chunk objects, the first entered mid-chunk) into scattered
 // destination blocks, with the image at 512. Latency: from load() to the
 // completion being visible to finished() (polled in a tight loop). Baseline:
-// one H2D copy of the same byte count from pinned memory, awaited by event.
-// Also prints save latency of the same two chunks. Last line:
-//   load latency ratio to one contiguous copy: X
+// one H2D copy of the same byte count from pinned memory, awaited by event,
+// run right after each load.
 //
-// usage: bench_transfer [--iterations N] [--pool-blocks N]
+// Scaling: each client process registers its own pool and saves distinct
+// 2-chunk prompts (32 blocks + 2 images, 25.8 MB) back to back, 2 in flight,
+// during the same window; aggregate GB/s = bytes of the saves completed in
+// the window / window. The server is the kvstrand-server built beside this
+// benchmark (../kvstrand-server), on a private socket.
+//
+// usage: bench_transfer [--iterations N] [--pool-blocks N] [--clients 1,2,4,8]
+//                       [--seconds S] [--no-server]
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <random>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "hip/copy.hpp"
@@ -28,22 +43,85 @@
 #include "hip/stream.hpp"
 #include "kv/chunk_keys.hpp"
 #include "kv/namespace_id.hpp"
-#include "reactor/connector.hpp"
 #include "percentile.hpp"
+#include "reactor/connector.hpp"
+
+extern char** environ;
 
 using namespace kvstrand;
 using kvstrand::bench::pct;
 using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
 
 namespace {
 
+constexpr std::uint64_t kBlockBytes = 739'840;  // across the 5 planes
+constexpr std::uint64_t kImageBytes = 1 << 20;
+
+[[noreturn]] void die(const std::string& what) {
+  std::fprintf(stderr, "bench_transfer: %s\n", what.c_str());
+  std::exit(1);
+}
+
 template <class T>
 T must(hip::Result<T> r, const char* what) {
-  if (!r.ok()) {
-    std::fprintf(stderr, "bench_transfer: %s: %s\n", what, r.status().describe().c_str());
-    std::exit(1);
-  }
+  if (!r.ok()) die(std::string(what) + ": " + r.status().describe());
   return std::move(r).value();
+}
+
+kv::Layout reference_layout() {
+  kv::Layout l;
+  l.model_id = "bench";
+  l.layout_name = "reference";
+  for (int p = 0; p < 5; ++p) l.planes.push_back({"p" + std::to_string(p), kBlockBytes / 5});
+  l.checkpoint = {"ring", kImageBytes, 256};
+  l.dtype = "fp8";
+  return l;
+}
+
+// Keys of a 512-token prompt numbered `prompt` (its first two tokens).
+std::vector<kv::ChunkKey> prompt_keys(const kv::Layout& l, std::uint64_t prompt) {
+  std::vector<std::uint32_t> toks(512);
+  for (std::size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<std::uint32_t>(i * 7 + 3);
+  toks[0] = static_cast<std::uint32_t>(prompt);
+  toks[1] = static_cast<std::uint32_t>(prompt >> 32);
+  return kv::chunk_keys(l, kv::namespace_of(l), toks);
+}
+
+// The device side of an engine: the planes of a block pool and state slots.
+struct Pool {
+  std::uint32_t blocks;
+  std::vector<hip::DeviceBuffer> planes;
+  hip::DeviceBuffer state = must(hip::DeviceBuffer::allocate(4 * kImageBytes), "state");
+
+  explicit Pool(std::uint32_t n) : blocks(n) {
+    auto stream = must(hip::Stream::create(), "stream");
+    auto fill = must(hip::PinnedBuffer::allocate(static_cast<std::size_t>(n) * (kBlockBytes / 5)), "pinned");
+    std::memset(fill.data(), 0x5a, fill.size());
+    for (int p = 0; p < 5; ++p) {
+      planes.push_back(must(hip::DeviceBuffer::allocate(fill.size()), "plane"));
+      (void)hip::copy_h2d(stream, planes.back().data(), fill.data(), fill.size());  // touch every page
+    }
+    (void)stream.synchronize();
+  }
+  reactor::Registration registration(const kv::Layout& l) {
+    reactor::Registration reg;
+    reg.layout = l;
+    for (auto& p : planes) reg.planes.push_back({p.data(), blocks});
+    reg.state = {state.data(), 4};
+    return reg;
+  }
+};
+
+kv::TransferSpec save_spec(const kv::Layout& l, std::uint64_t prompt, std::vector<kv::BlockId> blocks) {
+  kv::TransferSpec s;
+  s.request = "save-" + std::to_string(prompt);
+  s.tokens = {0, 512};
+  s.keys = prompt_keys(l, prompt);
+  s.blocks = std::move(blocks);
+  s.with_state = true;
+  s.state_slots = {0, 1};
+  return s;
 }
 
 reactor::Finished wait_one(reactor::Connector& c) {
@@ -53,95 +131,34 @@ reactor::Finished wait_one(reactor::Connector& c) {
   }
 }
 
-}  // namespace
+struct LoadFigures {
+  std::vector<double> load_us, copy_us;
+};
 
-int main(int argc, char** argv) {
-  int iterations = 200;
-  std::uint32_t pool_blocks = 4000;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i];
-    if (a == "--iterations") iterations = std::max(10, std::atoi(argv[i + 1]));
-    else if (a == "--pool-blocks") pool_blocks = std::max(64, std::atoi(argv[i + 1]));
-  }
-  if (auto n = hip::device_count(); !n.ok() || *n == 0) {
-    std::fprintf(stderr, "bench_transfer: no %s device\n", hip::backend_name());
-    return 1;
-  }
-  (void)hip::select_device(0);
-
-  kv::Layout l;
-  l.model_id = "bench";
-  l.layout_name = "reference";
-  for (int p = 0; p < 5; ++p) l.planes.push_back({"p" + std::to_string(p), 739'840 / 5});
-  l.checkpoint = {"ring", 1 << 20, 256};
-  l.dtype = "fp8";
-  const kv::Digest ns = kv::namespace_of(l);
-  std::vector<std::uint32_t> toks(512);
-  for (std::size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<std::uint32_t>(i * 7 + 3);
-  const auto keys = kv::chunk_keys(l, ns, toks);
-
-  std::printf("bench_transfer: backend %s, pool %u blocks x 739840 B, load of 28 blocks + 1 MiB image\n",
-              hip::backend_name(), pool_blocks);
-  std::fflush(stdout);
-  std::vector<hip::DeviceBuffer> planes;
-  auto stream = must(hip::Stream::create(), "stream");
-  {
-    auto zero = must(hip::PinnedBuffer::allocate(static_cast<std::size_t>(pool_blocks) * (739'840 / 5)), "pinned");
-    std::memset(zero.data(), 0x5a, zero.size());
-    for (int p = 0; p < 5; ++p) {
-      planes.push_back(must(hip::DeviceBuffer::allocate(zero.size()), "plane"));
-      (void)hip::copy_h2d(stream, planes.back().data(), zero.data(), zero.size());  // touch every page
-    }
-    (void)stream.synchronize();
-  }
-  auto state = must(hip::DeviceBuffer::allocate(4 << 20), "state");
-
-  reactor::ConnectorOptions opts;
-  opts.tier_bytes = 64ull << 20;
-  reactor::Connector conn(opts);
-  reactor::Registration reg;
-  reg.layout = l;
-  for (auto& p : planes) reg.planes.push_back({p.data(), pool_blocks});
-  reg.state = {state.data(), 4};
-  conn.register_layout(reg);
-
+// Saves prompt 0 once, then loads its tokens [64, 512) `iterations` times
+// into scattered blocks, each followed by one contiguous copy of as many bytes.
+LoadFigures measure_loads(reactor::Connector& conn, Pool& pool, const kv::Layout& l, int iterations) {
   std::mt19937 rng(1);
   auto scattered = [&](std::size_t n) {
     std::vector<kv::BlockId> v;
     while (v.size() < n) {
-      const kv::BlockId b = rng() % pool_blocks;
+      const kv::BlockId b = rng() % pool.blocks;
       if (std::find(v.begin(), v.end(), b) == v.end()) v.push_back(b);
     }
     return v;
   };
+  conn.save(save_spec(l, 0, scattered(32)));
+  if (auto f = wait_one(conn); !f.saves[0].ok) die("save failed: " + f.saves[0].reason);
 
-  std::vector<double> save_us, load_us, copy_us;
-  const std::size_t load_bytes = 28ull * 739'840 + (1 << 20);
+  const std::size_t load_bytes = 28 * kBlockBytes + kImageBytes;
+  auto stream = must(hip::Stream::create(), "stream");
   auto src = must(hip::PinnedBuffer::allocate(load_bytes), "pinned");
   std::memset(src.data(), 0x33, src.size());
   auto dst = must(hip::DeviceBuffer::allocate(load_bytes), "device");
   auto ev = must(hip::Event::create(), "event");
-
+  const auto keys = prompt_keys(l, 0);
+  LoadFigures fig;
   for (int i = 0; i < iterations; ++i) {
-    // Save both chunks once (32 blocks, images at 256 and 512); every load
-    // then reads those two objects.
-    if (i == 0) {
-      kv::TransferSpec s;
-      s.request = "save";
-      s.tokens = {0, 512};
-      s.keys = keys;
-      s.blocks = scattered(32);
-      s.with_state = true;
-      s.state_slots = {0, 1};
-      const auto t0 = Clock::now();
-      conn.save(s);
-      auto f = wait_one(conn);
-      save_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
-      if (!f.saves[0].ok) {
-        std::fprintf(stderr, "bench_transfer: save failed: %s\n", f.saves[0].reason.c_str());
-        return 1;
-      }
-    }
     kv::TransferSpec s;
     s.request = "load";
     s.tokens = {64, 512};
@@ -152,25 +169,198 @@ int main(int argc, char** argv) {
     const auto t0 = Clock::now();
     conn.load(std::move(s));
     auto f = wait_one(conn);
-    load_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
-    if (!f.loads[0].ok) {
-      std::fprintf(stderr, "bench_transfer: load failed: %s\n", f.loads[0].reason.c_str());
-      return 1;
-    }
+    fig.load_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    if (!f.loads[0].ok) die("load failed: " + f.loads[0].reason);
     const auto t1 = Clock::now();
     (void)hip::copy_h2d(stream, dst.data(), src.data(), load_bytes);
     (void)ev.record(stream);
     (void)ev.synchronize();
-    copy_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t1).count());
+    fig.copy_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t1).count());
   }
-  conn.close();
-  const double gb = static_cast<double>(load_bytes) / 1e3;  // bytes per us = MB/s; /1e3 -> GB/s
-  std::printf("  save of 2 chunks (32 blocks + 2 images) us: %.0f (first, cold)\n", save_us[0]);
-  std::printf("  one contiguous copy of %.1f MiB us: p50 %.0f p99 %.0f (%.1f GB/s)\n",
-              static_cast<double>(load_bytes) / (1 << 20), pct(copy_us, 0.5), pct(copy_us, 0.99),
-              gb / pct(copy_us, 0.5));
-  std::printf("  load via LocalTier us: p50 %.0f p99 %.0f (%.1f GB/s)\n", pct(load_us, 0.5), pct(load_us, 0.99),
-              gb / pct(load_us, 0.5));
-  std::printf("load latency ratio to one contiguous copy: %.2f\n", pct(load_us, 0.5) / pct(copy_us, 0.5));
+  return fig;
+}
+
+double report(const char* path, const LoadFigures& f) {
+  const double mb = static_cast<double>(28 * kBlockBytes + kImageBytes) / 1e3;  // bytes/us = MB/s; /1e3 -> GB/s
+  const double ratio = pct(f.load_us, 0.5) / pct(f.copy_us, 0.5);
+  std::printf("  %-16s load us: p50 %6.0f p99 %6.0f (%5.1f GB/s) | contiguous copy us: p50 %6.0f p99 %6.0f "
+              "(%5.1f GB/s) | ratio %.2f\n",
+              path, pct(f.load_us, 0.5), pct(f.load_us, 0.99), mb / pct(f.load_us, 0.5), pct(f.copy_us, 0.5),
+              pct(f.copy_us, 0.99), mb / pct(f.copy_us, 0.5), ratio);
+  std::fflush(stdout);
+  return ratio;
+}
+
+pid_t spawn(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  if (::posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) return -1;
+  return pid;
+}
+
+std::string self_dir() { return std::filesystem::read_symlink("/proc/self/exe").parent_path().string(); }
+
+// A kvstrand-server on a private socket, killed with the benchmark.
+struct Server {
+  std::string socket = "/tmp/kvstrand-bench-" + std::to_string(::getpid()) + ".sock";
+  pid_t pid = -1;
+  explicit Server(const std::string& binary) {
+    pid = spawn({binary, "--socket", socket, "--tier-bytes", "2G", "--chunk-tokens", "256", "--log-level", "warn"});
+    if (pid < 0) die("cannot start " + binary);
+  }
+  ~Server() {
+    ::kill(pid, SIGTERM);
+    ::waitpid(pid, nullptr, 0);
+    ::unlink(socket.c_str());
+  }
+};
+
+reactor::ConnectorOptions remote(const std::string& socket) {
+  reactor::ConnectorOptions o;
+  o.server_socket = socket;
+  o.server_request_timeout = 5s;
+  return o;
+}
+
+std::unique_ptr<reactor::Connector> connect_when_up(const std::string& socket, Pool& pool, const kv::Layout& l) {
+  const auto end = Clock::now() + 10s;
+  for (;;) {
+    try {
+      auto c = std::make_unique<reactor::Connector>(remote(socket));
+      c->register_layout(pool.registration(l));
+      return c;
+    } catch (const std::exception& e) {
+      if (Clock::now() > end) die(std::string("cannot reach the server: ") + e.what());
+      std::this_thread::sleep_for(20ms);
+    }
+  }
+}
+
+// One scaling client: saves distinct prompts, 2 in flight, from `start`
+// (steady clock, shared by processes on Linux) for `seconds`; prints the
+// bytes of the saves that completed in the window.
+int save_client(const std::string& socket, int index, std::int64_t start_ns, double seconds) {
+  const kv::Layout l = reference_layout();
+  Pool pool(64);
+  auto conn = connect_when_up(socket, pool, l);
+  std::vector<kv::BlockId> blocks(32);
+  for (kv::BlockId b = 0; b < 32; ++b) blocks[b] = b * 2;
+  const std::uint64_t bytes_per_save = 32 * kBlockBytes + 2 * kImageBytes;
+  const auto start = Clock::time_point(std::chrono::nanoseconds(start_ns));
+  const auto stop = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  std::this_thread::sleep_until(start);
+  std::uint64_t next = static_cast<std::uint64_t>(index + 1) << 32, done = 0;
+  int in_flight = 0;
+  bool failed = false;
+  while (Clock::now() < stop || in_flight > 0) {
+    while (in_flight < 2 && Clock::now() < stop) {
+      conn->save(save_spec(l, next++, blocks));
+      ++in_flight;
+    }
+    const auto f = conn->finished();
+    for (const auto& o : f.saves) {
+      --in_flight;
+      if (!o.ok) failed = true;
+      else if (Clock::now() <= stop) done += bytes_per_save;
+    }
+    if (f.saves.empty()) std::this_thread::sleep_for(50us);  // leave the cores to the copies
+  }
+  conn->close();
+  std::printf("%llu\n", static_cast<unsigned long long>(done));
+  return failed ? 1 : 0;
+}
+
+// Runs n save clients at once; aggregate GB/s.
+double save_scaling(const std::string& socket, int n, double seconds) {
+  const auto start = Clock::now() + 1500ms;  // every client registered by then
+  const auto start_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count();
+  std::vector<pid_t> pids;
+  std::vector<std::string> outs;
+  std::vector<FILE*> pipes;
+  for (int i = 0; i < n; ++i) {
+    const std::string cmd = self_dir() + "/bench_transfer --save-client " + socket + " --index " +
+                            std::to_string(i) + " --start-ns " + std::to_string(start_ns) + " --seconds " +
+                            std::to_string(seconds);
+    pipes.push_back(::popen(cmd.c_str(), "r"));
+    if (!pipes.back()) die("cannot start a save client");
+  }
+  std::uint64_t total = 0;
+  for (FILE* p : pipes) {
+    unsigned long long bytes = 0;
+    if (std::fscanf(p, "%llu", &bytes) != 1) die("a save client failed");
+    total += bytes;
+    if (::pclose(p) != 0) die("a save client's saves failed");
+  }
+  return static_cast<double>(total) / seconds / 1e9;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int iterations = 200;
+  std::uint32_t pool_blocks = 4000;
+  std::string clients_list = "1,2,4,8";
+  double seconds = 2.0;
+  bool use_server = true;
+  std::string client_socket;
+  int client_index = 0;
+  std::int64_t start_ns = 0;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) die(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--iterations") iterations = std::max(10, std::stoi(value()));
+    else if (a == "--pool-blocks") pool_blocks = static_cast<std::uint32_t>(std::max(64, std::stoi(value())));
+    else if (a == "--clients") clients_list = value();
+    else if (a == "--seconds") seconds = std::max(0.2, std::stod(value()));
+    else if (a == "--no-server") use_server = false;
+    else if (a == "--save-client") client_socket = value();
+    else if (a == "--index") client_index = std::stoi(value());
+    else if (a == "--start-ns") start_ns = std::stoll(value());
+    else die("unknown argument " + a + " (see the file header)");
+  }
+  if (auto n = hip::device_count(); !n.ok() || *n == 0) die(std::string("no ") + hip::backend_name() + " device");
+  (void)hip::select_device(0);
+  if (!client_socket.empty()) return save_client(client_socket, client_index, start_ns, seconds);
+
+  const kv::Layout l = reference_layout();
+  std::printf("bench_transfer: backend %s, pool %u blocks x 739840 B, load of 28 blocks + 1 MiB image, %d loads\n",
+              hip::backend_name(), pool_blocks, iterations);
+  std::fflush(stdout);
+  Pool pool(pool_blocks);
+  double embedded = 0, served = 0;
+  {
+    reactor::ConnectorOptions opts;
+    opts.tier_bytes = 64ull << 20;
+    reactor::Connector conn(opts);
+    conn.register_layout(pool.registration(l));
+    embedded = report("LocalTier", measure_loads(conn, pool, l, iterations));
+    conn.close();
+  }
+  if (!use_server) {
+    std::printf("load latency ratio to one contiguous copy: embedded %.2f\n", embedded);
+    return 0;
+  }
+  const std::string binary = self_dir() + "/../kvstrand-server";
+  if (!std::filesystem::exists(binary)) die(binary + " not built (or pass --no-server)");
+  Server server(binary);
+  {
+    auto conn = connect_when_up(server.socket, pool, l);
+    served = report("kvstrand-server", measure_loads(*conn, pool, l, iterations));
+    conn->close();
+  }
+  std::printf("  save scaling, %.1f s window, 2 saves in flight per client, 25.8 MB each:\n", seconds);
+  std::stringstream list(clients_list);
+  for (std::string item; std::getline(list, item, ',');) {
+    const int n = std::max(1, std::stoi(item));
+    std::printf("    %d client process%s: %6.2f GB/s aggregate\n", n, n == 1 ? "" : "es",
+                save_scaling(server.socket, n, seconds));
+    std::fflush(stdout);
+  }
+  std::printf("load latency ratio to one contiguous copy: embedded %.2f, server %.2f\n", embedded, served);
   return 0;
 }

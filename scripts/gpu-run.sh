@@ -35,7 +35,9 @@ for bench in "bench_poller 1000" "bench_chunk_keys" "bench_step" "bench_transfer
   name=${bench%% *}
   # shellcheck disable=SC2086
   "$build"/bench/$bench >"$results/$name.log" 2>&1 || failed=1
-  tail -1 "$results/$name.log" | tee -a "$summary"
+  # bench_transfer's figures are its last lines (loads, save scaling, ratios)
+  lines=1; [[ $name == bench_transfer ]] && lines=8
+  tail -n $lines "$results/$name.log" | tee -a "$summary"
 done
 "$build"/examples/kvstrand-move-chunk --rounds 5 >"$results/demo.log" 2>&1 || failed=1
 tail -1 "$results/demo.log" | tee -a "$summary"
