@@ -43,6 +43,8 @@ TEST_CASE("hit plan: table of cases", "[kv][plan]") {
        {7097, {}, HitSource{6912, {256, 512, 768, 1024, 4096}}, 0}, 0, TokenRange{0, 4096}, 4096, NoLoad::none},
       {"HBM KV without its checkpoint: the load starts at the HBM frontier", &state,
        {7097, HitSource{4096, {256}}, src(6912), 256}, 4096, TokenRange{4096, 6912}, 6912, NoLoad::none},
+      {"HBM KV past the tier's last checkpoint, without it: the load still carries a block and the image", &state,
+       {7097, HitSource{4096, {256}}, src(1024), 0}, 1008, TokenRange{1008, 1024}, 1024, NoLoad::none},
       {"HBM hit capped at its own last checkpoint when nothing is loaded", &state,
        {7097, HitSource{4000, {256, 1024, 3840}}, std::nullopt, 0}, 3840, std::nullopt, 3840, NoLoad::no_tier_answer},
       {"a tier hit not beyond HBM is not loaded", &state, {7097, src(4096), src(4096), 0}, 4096, std::nullopt, 4096,

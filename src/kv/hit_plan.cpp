@@ -37,7 +37,10 @@ HitPlan plan_hit(const Layout& l, const HitInputs& in) {
     plan.no_load = NoLoad::below_min_load;
     return plan;
   }
-  const std::uint32_t begin = std::min(hbm_kv, tier_end);
+  // From the HBM KV frontier, but never empty: a load carries the state
+  // image at its end in the object of its last chunk, so it moves at least
+  // that chunk's last block even when HBM holds the KV already.
+  const std::uint32_t begin = std::min(hbm_kv, tier_end - l.block_tokens);
   plan.hbm_tokens = begin;
   plan.load = TokenRange{begin, tier_end};
   plan.frontier = tier_end;

@@ -11,7 +11,8 @@
 //   the HBM resume point.
 // - A load starts at the HBM KV frontier: the blocks HBM already holds are
 //   reused even when HBM lacks their checkpoint, since the load carries the
-//   state image at its end.
+//   state image at its end. A load is never empty: when HBM holds the KV up
+//   to the tier's resume point, it still moves that chunk's last block.
 // - One number, `frontier`, is the physical transfer end, the state
 //   destination and the resumed frontier.
 #pragma once
