@@ -6,26 +6,9 @@
 
 #include "hip/device.hpp"
 #include "hip/sim_hooks.hpp"
+#include "kv/parse_bytes.hpp"
 
 namespace kvstrand::server {
-
-std::optional<std::uint64_t> parse_bytes(std::string_view text) {
-  if (text.empty()) return std::nullopt;
-  std::uint64_t shift = 0;
-  const char unit = static_cast<char>(std::toupper(static_cast<unsigned char>(text.back())));
-  if (unit == 'K' || unit == 'M' || unit == 'G' || unit == 'T') {
-    shift = unit == 'K' ? 10 : unit == 'M' ? 20 : unit == 'G' ? 30 : 40;
-    text.remove_suffix(1);
-  }
-  if (text.empty() || text.size() > 15) return std::nullopt;
-  std::uint64_t v = 0;
-  for (char c : text) {
-    if (c < '0' || c > '9') return std::nullopt;
-    v = v * 10 + static_cast<std::uint64_t>(c - '0');
-  }
-  if (shift > 0 && v > (~0ull >> shift)) return std::nullopt;
-  return v << shift;
-}
 
 std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
   ServerOptions o;
@@ -59,10 +42,10 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
     std::cerr << "kvstrand-server: invalid " << flag << ": " << why << "\n";
     return 2;
   };
-  auto bytes = parse_bytes(tier_bytes);
+  auto bytes = kv::parse_bytes(tier_bytes);
   if (!bytes || *bytes == 0) return refuse("--tier-bytes", "'" + tier_bytes + "' is not a size like 8G or 512M");
   o.tier_bytes = *bytes;
-  auto frame = parse_bytes(max_frame);
+  auto frame = kv::parse_bytes(max_frame);
   if (!frame || *frame < 1024 || *frame > (1ull << 30))
     return refuse("--max-frame", "'" + max_frame + "' must be a size between 1K and 1G");
   o.max_frame = static_cast<std::uint32_t>(*frame);

@@ -25,9 +25,6 @@ struct ServerOptions {
   std::chrono::milliseconds sim_copy_delay{0};
 };
 
-// "8G", "512M", "64K", "1024" (binary units). None when it is not a size.
-std::optional<std::uint64_t> parse_bytes(std::string_view text);
-
 // The options, or the exit code to leave with (0 after --help; 2 after a
 // refusal, which has been printed naming the flag).
 std::variant<ServerOptions, int> parse_server_options(int argc, char** argv);
