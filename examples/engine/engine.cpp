@@ -1,0 +1,796 @@
+#include "engine.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <cstring>
+#include <deque>
+#include <list>
+#include <stdexcept>
+
+#include "hip/copy.hpp"
+#include "hip/pinned_buffer.hpp"
+#include "hip/stream.hpp"
+#include "kv/chunk_keys.hpp"
+#include "kv/hit_plan.hpp"
+#include "kv/namespace_id.hpp"
+#include "kv/save_tracker.hpp"
+#include "kv/transfer_spec.hpp"
+#include "kv_pool.hpp"
+#include "toy_model.hpp"
+
+namespace kvstrand::engine {
+
+namespace asio = boost::asio;
+using Clock = std::chrono::steady_clock;
+
+std::optional<kv::ConfigError> validate(const EngineConfig& c, const Workload& w) {
+  if (auto e = kv::validate(c.layout)) return e;
+  if (auto e = kv::validate_budget(c.layout, c.max_batched_tokens)) return e;
+  if (!c.layout.has_state())
+    return kv::ConfigError{"layout.checkpoint", "the toy model keeps recurrent state: it needs a checkpoint image"};
+  if (c.concurrency == 0) return kv::ConfigError{"concurrency", "must be > 0"};
+  const std::uint32_t per_request =
+      (w.max_prompt_tokens() + w.output_tokens + c.layout.block_tokens - 1) / c.layout.block_tokens;
+  if (c.pool_blocks < per_request)
+    return kv::ConfigError{"pool_blocks", std::to_string(c.pool_blocks) + " blocks cannot hold one request (" +
+                                              std::to_string(per_request) + " blocks)"};
+  if (c.time_scale < 0) return kv::ConfigError{"time_scale", "must be >= 0"};
+  if (w.output_tokens == 0) return kv::ConfigError{"output_tokens", "must be > 0"};
+  return std::nullopt;
+}
+
+namespace {
+
+struct Request {
+  std::uint64_t n = 0;
+  std::string id;
+  std::uint32_t prompt_index = 0;
+  std::vector<std::uint32_t> tokens;
+  std::vector<kv::Digest> block_hashes;  // full prompt blocks, chained
+  std::vector<kv::ChunkKey> keys;        // full prompt chunks
+  enum class Phase { waiting, loading, running } phase = Phase::waiting;
+  std::uint32_t generation = 0;
+  // Tier lookup: sent once per request; answered or not.
+  std::optional<std::uint64_t> lookup_id;
+  bool lookup_answered = false;
+  std::optional<kv::HitSource> tier_hit;
+  std::vector<kv::BlockId> table;
+  std::int32_t slot = -1;
+  std::uint32_t computed = 0;  // tokens [0, computed) have KV in the table
+  ToyState state;
+  std::vector<std::uint32_t> outputs;
+  kv::SaveTracker tracker;
+  std::uint64_t save_seq = 0;
+  std::string load_name;
+  RequestRecord rec;
+  double last_token = 0;
+  std::size_t stamped = 0;  // outputs whose time is recorded
+
+  explicit Request(std::uint32_t chunk_tokens) : tracker(chunk_tokens) {}
+  std::uint32_t prompt() const { return static_cast<std::uint32_t>(tokens.size()); }
+  bool prefilling() const { return computed < prompt(); }
+};
+
+// A finished request's remaining chunks, waiting for its save in flight
+// (one per request) to settle. Its sources are leased already.
+struct TailSave {
+  kv::TransferSpec spec;
+  std::vector<std::int32_t> pinned;
+};
+
+struct SaveInFlight {
+  std::uint64_t request = 0;
+  kv::BlockLeases::LeaseId lease = 0;
+  std::vector<std::int32_t> pinned;
+  bool settled = false;  // its outcome arrived
+  bool safe = false;     // its source blocks were released
+};
+
+}  // namespace
+
+struct Engine::Impl {
+  EngineConfig cfg;
+  Workload work;
+  ToyModel model;
+  KvPool pool;
+  kv::Digest ns{};
+  kv::ChunkHasher hasher;
+  hip::Stream stream;
+  std::optional<hip::PinnedBuffer> staging;
+  std::size_t staged = 0;
+  std::optional<hip::PinnedBuffer> readback;
+  std::unique_ptr<reactor::Connector> conn;
+  std::map<std::uint32_t, ToyModel::Reference> references;
+  std::map<std::uint32_t, std::vector<std::uint32_t>> prompts;
+
+  std::map<std::uint64_t, std::unique_ptr<Request>> live;  // by n
+  std::deque<std::uint64_t> waiting;
+  std::list<std::uint64_t> running;  // admission order
+  std::map<std::uint64_t, std::uint64_t> lookup_owner;  // lookup id -> request n
+  std::map<std::string, std::uint64_t> load_owner;      // load name -> request n
+  std::map<std::string, SaveInFlight> saves;            // save name -> in flight
+  std::map<std::uint64_t, TailSave> tails;              // finished request n -> its tail save
+  // Running slot -> (request, generation) that owns it (F4).
+  std::map<std::int32_t, std::pair<std::uint64_t, std::uint32_t>> slot_owner;
+
+  RunStats stats;
+  double clock = 0;
+  // Real time the step thread spent inside kvstrand calls this step: it is
+  // engine time, so it goes on the clock with the modeled compute.
+  double call_seconds = 0;
+
+  template <class F>
+  auto timed(F&& f) {
+    const auto t0 = Clock::now();
+    struct Add {
+      Impl* self;
+      Clock::time_point t0;
+      ~Add() { self->call_seconds += std::chrono::duration<double>(Clock::now() - t0).count(); }
+    } add{this, t0};
+    return f();
+  }
+  std::uint64_t next_n = 1;
+  std::uint64_t load_seq = 1;
+
+  Impl(EngineConfig c, Workload w)
+      : cfg(std::move(c)), work(w), model(cfg.layout),
+        pool(cfg.layout, cfg.pool_blocks, cfg.concurrency,
+             cfg.checkpoint_slots ? cfg.checkpoint_slots : cfg.pool_blocks / cfg.layout.blocks_per_chunk(),
+             cfg.hbm_cache),
+        ns(kv::namespace_of(cfg.layout)), stream(must(hip::Stream::create())) {
+    std::uint64_t per_token = 0;
+    for (std::size_t p = 0; p < cfg.layout.planes.size(); ++p) per_token += model.bytes_per_token(p);
+    const std::uint64_t tokens = cfg.max_batched_tokens + 2ull * cfg.concurrency;
+    staging.emplace(must(hip::PinnedBuffer::allocate(
+        tokens * per_token + (tokens / cfg.layout.chunk_tokens + 2 * cfg.concurrency + 2) * cfg.layout.checkpoint.image_bytes)));
+    if (cfg.tier) {
+      reactor::ConnectorOptions o;
+      o.transfer_deadline = cfg.transfer_deadline;
+      o.tier_bytes = cfg.tier_bytes;
+      o.server_socket = cfg.server_socket;
+      o.server_request_timeout = std::chrono::milliseconds(5000);
+      o.make_tier = cfg.make_tier;
+      conn = std::make_unique<reactor::Connector>(o);
+      conn->register_layout(pool.registration());
+    }
+  }
+
+  template <class T>
+  static T must(hip::Result<T> r) {
+    if (!r.ok()) throw std::runtime_error("engine: " + r.status().describe());
+    return std::move(r).value();
+  }
+  static void must(const hip::Status& s) {
+    if (!s.ok()) throw std::runtime_error("engine: " + s.describe());
+  }
+
+  // ---- device writes through the step's staging area ----------------------
+
+  std::byte* stage(std::size_t n) {
+    if (staged + n > staging->size()) {  // full: let the queued copies drain, start over
+      must(stream.synchronize());
+      staged = 0;
+    }
+    std::byte* p = staging->data() + staged;
+    staged += n;
+    return p;
+  }
+  void write_image(std::int32_t slot, const ToyState& s) {
+    const auto img = model.image(s);
+    std::byte* p = stage(img.size());
+    std::memcpy(p, img.data(), img.size());
+    must(hip::copy_h2d(stream, pool.slot(slot), p, img.size()));
+  }
+  ToyState read_image(std::int32_t slot) {
+    const std::uint64_t n = cfg.layout.checkpoint.image_bytes;
+    auto& buf = readback_buffer(n);
+    must(hip::copy_d2h(stream, buf.data(), pool.slot(slot), n));
+    must(stream.synchronize());
+    ToyState s;
+    if (!ToyModel::from_image({buf.data(), n}, &s)) s.cursor = ~0ull;  // garbage: the verify step says so
+    return s;
+  }
+  hip::PinnedBuffer& readback_buffer(std::uint64_t n) {
+    if (!readback || readback->size() < n) readback.emplace(must(hip::PinnedBuffer::allocate(n)));
+    return *readback;
+  }
+
+  // Computes tokens [a, b) into the table; seq[u - a] is token u.
+  void compute(Request& r, std::uint32_t a, std::uint32_t b, const std::uint32_t* seq) {
+    const auto& l = cfg.layout;
+    std::uint32_t t = a;
+    while (t < b) {
+      const std::uint32_t block = t / l.block_tokens;
+      const std::uint32_t end = std::min(b, (block + 1) * l.block_tokens);
+      const std::uint32_t off = t % l.block_tokens;
+      std::vector<std::byte*> dst(l.planes.size());
+      for (std::size_t p = 0; p < l.planes.size(); ++p) dst[p] = stage((end - t) * model.bytes_per_token(p));
+      for (std::uint32_t u = t; u < end; ++u) {
+        const std::uint64_t h = ToyModel::advance(r.state, seq[u - a]);
+        for (std::size_t p = 0; p < l.planes.size(); ++p)
+          model.token_kv(h, p, dst[p] + (u - t) * model.bytes_per_token(p));
+        // A checkpoint at every chunk end of the prompt, taken now: after
+        // exactly the committed tokens, before the state moves on (F6, F7).
+        if ((u + 1) % l.chunk_tokens == 0 && u + 1 <= r.prompt()) {
+          const kv::Digest& hash = r.block_hashes[(u + 1) / l.block_tokens - 1];
+          if (!pool.checkpoint(hash))
+            if (auto s = pool.checkpoint_slot_for(hash)) write_image(*s, r.state);
+        }
+      }
+      const kv::BlockId dev = r.table[block];
+      for (std::size_t p = 0; p < l.planes.size(); ++p)
+        must(hip::copy_h2d(stream, pool.plane(p) + dev * l.planes[p].bytes_per_block + off * model.bytes_per_token(p),
+                           dst[p], (end - t) * model.bytes_per_token(p)));
+      if (end % l.block_tokens == 0 && end <= r.prompt()) pool.commit(dev, r.block_hashes[block]);
+      t = end;
+    }
+  }
+
+  // ---- requests ---------------------------------------------------------------
+
+  void arrive() {
+    auto r = std::make_unique<Request>(cfg.layout.chunk_tokens);
+    r->n = next_n++;
+    r->id = "r" + std::to_string(r->n);
+    r->prompt_index = static_cast<std::uint32_t>((r->n - 1) % work.distinct);
+    auto& toks = prompts[r->prompt_index];
+    if (toks.empty()) toks = work.prompt(r->prompt_index);
+    r->tokens = toks;
+    r->block_hashes = hasher.hashes(ns, r->tokens, cfg.layout.block_tokens);
+    r->keys = kv::chunk_keys(cfg.layout, ns, r->tokens);
+    r->rec.n = r->n;
+    r->rec.prompt = r->prompt_index;
+    r->rec.arrival = clock;
+    r->rec.prompt_tokens = r->prompt();
+    r->rec.ceiling = grid_ceiling(*r);
+    waiting.push_back(r->n);
+    live[r->n] = std::move(r);
+  }
+
+  kv::HitSource hbm_hit(const Request& r) const {
+    kv::HitSource h;
+    if (!cfg.hbm_cache) return h;
+    std::uint32_t blocks = 0;
+    while (blocks < r.block_hashes.size() && pool.cached(r.block_hashes[blocks])) ++blocks;
+    h.tokens = blocks * cfg.layout.block_tokens;
+    for (std::uint32_t c = cfg.layout.chunk_tokens; c <= h.tokens; c += cfg.layout.chunk_tokens)
+      if (pool.checkpoint(r.block_hashes[c / cfg.layout.block_tokens - 1])) h.checkpoints.push_back(c);
+    return h;
+  }
+
+  // The highest frontier any source could give this prompt.
+  std::uint32_t grid_ceiling(const Request& r) const {
+    const std::uint32_t limit = r.prompt() - cfg.layout.prefill_tail();
+    return kv::floor_to(limit, cfg.layout.chunk_tokens);
+  }
+
+  // One admission attempt. False: stop admitting this step (no memory).
+  bool admit(Request& r) {
+    const auto& l = cfg.layout;
+    const kv::HitSource hbm = hbm_hit(r);
+    kv::HitInputs in;
+    in.prompt_tokens = r.prompt();
+    in.hbm = hbm;
+    in.min_load_tokens = cfg.min_load_tokens;
+    if (conn && !r.tracker.tier_attempt_spent()) {
+      const kv::HitPlan local = kv::plan_hit(l, in);
+      // Ask the tier only when it could add something: a working set that
+      // fits HBM pays no lookup (F31).
+      if (local.frontier < grid_ceiling(r)) {
+        if (!r.lookup_id) {
+          r.lookup_id = timed([&] { return conn->lookup(r.keys); });
+          if (warm) ++stats.lookups_measured;
+          lookup_owner[*r.lookup_id] = r.n;
+          ++stats.lookups;
+        }
+        if (!r.lookup_answered) {
+          ++stats.deferred_steps;
+          return true;  // deferred, never waited for
+        }
+        in.tier = r.tier_hit;
+      }
+    }
+    const kv::HitPlan plan = kv::plan_hit(l, in);
+    if (in.tier) r.tracker.note_stored(in.tier->tokens);
+
+    const std::uint32_t reused = plan.hbm_tokens / l.block_tokens;
+    const std::uint32_t last = r.prompt() + (cfg.reserve_outputs ? work.output_tokens : 1);
+    const std::uint32_t need = (last + l.block_tokens - 1) / l.block_tokens;
+    std::vector<kv::BlockId> table;
+    for (std::uint32_t b = 0; b < reused; ++b) table.push_back(*pool.acquire_cached(r.block_hashes[b]));
+    auto fresh = pool.allocate(need - reused);
+    if (!fresh) {
+      for (kv::BlockId b : table) pool.release(b);
+      return false;
+    }
+    table.insert(table.end(), fresh->begin(), fresh->end());
+    r.table = std::move(table);
+    r.slot = *pool.take_running_slot();
+    slot_owner[r.slot] = {r.n, r.generation};
+    r.rec.hbm_tokens = plan.hbm_tokens;
+    r.rec.tier_tokens = 0;
+    r.rec.load_begin.reset();
+    r.outputs.clear();
+    running.push_back(r.n);
+
+    if (plan.load) {
+      kv::TransferSpec s;
+      r.load_name = r.id + ".g" + std::to_string(r.generation) + ".load";
+      s.request = r.load_name;
+      s.tokens = *plan.load;
+      const std::uint32_t c0 = plan.load->begin / l.chunk_tokens, c1 = plan.load->end / l.chunk_tokens;
+      s.keys.assign(r.keys.begin() + c0, r.keys.begin() + c1);
+      std::vector<std::pair<kv::Digest, kv::BlockId>> dests;
+      for (std::uint32_t b = plan.load->begin / l.block_tokens; b < plan.load->end / l.block_tokens; ++b) {
+        s.blocks.push_back(r.table[b]);
+        dests.emplace_back(r.block_hashes[b], r.table[b]);
+      }
+      s.with_state = true;
+      s.state_slots = {r.slot};
+      const std::uint64_t id = load_seq++;
+      pool.committed().record_load(id, std::move(dests));
+      load_ids[r.load_name] = id;
+      r.tracker.load_decided(*plan.load);
+      r.computed = plan.hbm_tokens;
+      r.rec.tier_tokens = plan.load->size();
+      r.rec.load_begin = plan.load->begin;
+      r.phase = Request::Phase::loading;
+      load_owner[r.load_name] = r.n;
+      timed([&] { conn->load(std::move(s)); });
+      ++stats.loads;
+      if (plan.load->begin == 0) ++stats.loads_from_zero;
+      return true;
+    }
+    // No load: resume from HBM's checkpoint at the frontier, or from scratch.
+    r.computed = plan.frontier;
+    if (plan.frontier == 0) {
+      r.state = ToyState{};
+      write_image(r.slot, r.state);
+    } else {
+      const auto src = pool.checkpoint(r.block_hashes[plan.frontier / l.block_tokens - 1]);
+      must(hip::copy_d2d(stream, pool.slot(r.slot), pool.slot(*src), l.checkpoint.image_bytes));
+      r.state = read_image(r.slot);  // the device's copy is the state
+    }
+    r.rec.resumed = plan.frontier > 0;
+    r.phase = Request::Phase::running;
+    return true;
+  }
+
+  std::map<std::string, std::uint64_t> load_ids;
+
+  // Frees what a running request holds and puts it back at the front of the
+  // queue, a new generation. A load into its blocks is fenced first.
+  asio::awaitable<void> preempt(Request& r) {
+    if (r.phase == Request::Phase::loading) {
+      std::vector<std::string> names{r.load_name};
+      co_await conn->async_fence(std::move(names), std::chrono::seconds(30), asio::use_awaitable);
+      // Its outcome, still in the mailbox, names the old generation: ignored.
+      settle_load_ids(r.load_name, false);
+      r.tracker.load_settled(kv::LoadOutcome::failed);
+    }
+    release_request(r);
+    ++r.generation;
+    ++r.rec.preemptions;
+    ++stats.preemptions;
+    r.phase = Request::Phase::waiting;
+    r.computed = 0;
+    r.outputs.clear();
+    r.stamped = 0;
+    waiting.push_front(r.n);
+  }
+
+  void settle_load_ids(const std::string& name, bool landed) {
+    if (auto it = load_ids.find(name); it != load_ids.end()) {
+      pool.committed().load_settled(it->second, landed);
+      load_ids.erase(it);
+    }
+  }
+
+  void release_request(Request& r) {
+    for (kv::BlockId b : r.table) pool.release(b);
+    r.table.clear();
+    slot_owner.erase(r.slot);
+    pool.free_running_slot(r.slot);
+    r.slot = -1;
+    running.remove(r.n);
+  }
+
+  // ---- completions --------------------------------------------------------------
+
+  void drain() {
+    if (!conn) return;
+    reactor::Finished f = timed([&] { return conn->finished(); });
+    for (const auto& lk : f.lookups) {
+      auto it = lookup_owner.find(lk.id);
+      if (it == lookup_owner.end()) continue;
+      if (auto r = live.find(it->second); r != live.end()) {
+        r->second->lookup_answered = true;
+        r->second->tier_hit = lk.hit;
+      }
+      lookup_owner.erase(it);
+    }
+    for (const auto& o : f.loads) on_load(o);
+    for (const auto& o : f.saves) {
+      auto it = saves.find(o.request);
+      if (it == saves.end()) continue;
+      ++stats.saves;
+      if (!o.ok) {
+        ++stats.saves_failed;
+        spdlog::debug("engine: save {} failed: {}", o.request, o.reason);
+      }
+      if (auto r = live.find(it->second.request); r != live.end()) r->second->tracker.save_settled(o.ok);
+      if (auto t = tails.find(it->second.request); t != tails.end()) {  // the finished request's last save
+        post(it->second.request, std::move(t->second.spec), std::move(t->second.pinned));
+        tails.erase(t);
+      }
+      for (std::int32_t s : it->second.pinned) pool.unpin_slot(s);
+      it->second.pinned.clear();
+      it->second.settled = true;
+      if (it->second.safe) saves.erase(it);
+    }
+    for (const auto& s : f.source_safe) {
+      auto it = saves.find(s.request);
+      if (it == saves.end()) continue;
+      pool.returned(pool.leases().release(it->second.lease));
+      it->second.safe = true;
+      if (it->second.settled) saves.erase(it);
+    }
+  }
+
+  void on_load(const reactor::TransferOutcome& o) {
+    auto owner = load_owner.find(o.request);
+    if (owner == load_owner.end()) return;
+    const std::uint64_t n = owner->second;
+    load_owner.erase(owner);
+    auto it = live.find(n);
+    // A stale outcome: the request was preempted (new generation) since,
+    // and its slot may belong to someone else now. Ownership is by request
+    // and generation, never by what the slot's cursor says (F4).
+    if (it == live.end() || it->second->load_name != o.request || it->second->phase != Request::Phase::loading ||
+        slot_owner[it->second->slot] != std::make_pair(n, it->second->generation)) {
+      ++stats.stale_outcomes;
+      return;
+    }
+    Request& r = *it->second;
+    settle_load_ids(o.request, o.ok);
+    if (o.ok) {
+      r.tracker.load_settled(kv::LoadOutcome::landed);
+      for (std::uint32_t b = o.tokens.begin / cfg.layout.block_tokens; b < o.tokens.end / cfg.layout.block_tokens; ++b)
+        pool.commit(r.table[b], r.block_hashes[b]);
+      r.computed = o.tokens.end;
+      r.state = read_image(r.slot);  // the image the load brought
+      r.rec.resumed = true;
+      r.phase = Request::Phase::running;
+      return;
+    }
+    // The load failed: say why (its own cause, F30), then recompute. The
+    // request goes back to the queue and is planned again from HBM alone.
+    ++stats.loads_failed;
+    stats.load_failures.push_back(o.request + ": " + o.reason);
+    spdlog::warn("engine: load {} failed, recomputing its {} tokens: {}", o.request, o.tokens.size(), o.reason);
+    r.tracker.load_settled(kv::LoadOutcome::failed);
+    release_request(r);
+    ++r.generation;
+    r.phase = Request::Phase::waiting;
+    r.computed = 0;
+    waiting.push_front(r.n);
+  }
+
+  // ---- saves ----------------------------------------------------------------------
+
+  void post_saves(Request& r) {
+    if (!conn || r.phase != Request::Phase::running || !kv::writes_to_tier(cfg.layout)) return;
+    const auto range = r.tracker.next_save(std::min(r.computed, r.prompt()));
+    if (!range) return;
+    std::vector<std::int32_t> pinned;
+    auto spec = build(r, *range, &pinned);
+    if (!spec) {
+      r.tracker.save_settled(false);
+      return;
+    }
+    post(r.n, std::move(*spec), std::move(pinned));
+  }
+
+  // The save of `range` of `r`: sources leased, checkpoint slots pinned.
+  std::optional<kv::TransferSpec> build(Request& r, kv::TokenRange range, std::vector<std::int32_t>* pinned) {
+    const auto& l = cfg.layout;
+    const std::uint32_t c0 = range.begin / l.chunk_tokens, c1 = range.end / l.chunk_tokens;
+    std::vector<kv::ChunkKey> keys(r.keys.begin() + c0, r.keys.begin() + c1);
+    std::span<const kv::Digest> hashes(r.block_hashes.data() + range.begin / l.block_tokens,
+                                       (range.end - range.begin) / l.block_tokens);
+    const std::string name = r.id + ".s" + std::to_string(r.save_seq++);
+    auto spec = kv::build_save(name, range, std::move(keys), hashes, true, pool.committed(), pool.leases());
+    if (!spec) return std::nullopt;
+    for (std::uint32_t c = c0; c < c1; ++c) {
+      const auto slot = pool.checkpoint(r.block_hashes[(c + 1) * l.blocks_per_chunk() - 1]);
+      spec->state_slots.push_back(slot.value_or(-1));
+      if (slot) {
+        pool.pin_slot(*slot);
+        pinned->push_back(*slot);
+      }
+    }
+    return spec;
+  }
+
+  void post(std::uint64_t n, kv::TransferSpec spec, std::vector<std::int32_t> pinned) {
+    saves[spec.request] = SaveInFlight{n, spec.lease, std::move(pinned)};
+    timed([&] { conn->save(std::move(spec)); });
+  }
+
+  // ---- verification -------------------------------------------------------------
+
+  const ToyModel::Reference& reference(std::uint32_t prompt) {
+    auto it = references.find(prompt);
+    if (it == references.end())
+      it = references.emplace(prompt, ToyModel::reference(prompts.at(prompt), work.output_tokens)).first;
+    return it->second;
+  }
+
+  // A resumed request at the end of its prefill: every prompt KV byte and the
+  // state image against a full recompute.
+  void verify_prefill(Request& r) {
+    const auto& ref = reference(r.prompt_index);
+    const auto& l = cfg.layout;
+    std::uint64_t per_block = 0;
+    for (const auto& p : l.planes) per_block += p.bytes_per_block;
+    const std::uint32_t blocks = (r.prompt() + l.block_tokens - 1) / l.block_tokens;
+    auto& buf = readback_buffer(std::max<std::uint64_t>(blocks * per_block, l.checkpoint.image_bytes));
+    must(stream.synchronize());
+    std::uint64_t off = 0;
+    for (std::size_t p = 0; p < l.planes.size(); ++p)
+      for (std::uint32_t b = 0; b < blocks; ++b, off += l.planes[p].bytes_per_block)
+        must(hip::copy_d2h(stream, buf.data() + off, pool.plane(p) + r.table[b] * l.planes[p].bytes_per_block,
+                           l.planes[p].bytes_per_block));
+    must(stream.synchronize());
+    std::string bad;
+    std::vector<std::byte> expect;
+    off = 0;
+    for (std::size_t p = 0; p < l.planes.size() && bad.empty(); ++p) {
+      const std::uint64_t bpt = model.bytes_per_token(p);
+      expect.resize(bpt);
+      for (std::uint32_t b = 0; b < blocks && bad.empty(); ++b, off += l.planes[p].bytes_per_block)
+        for (std::uint32_t u = 0; u < l.block_tokens && b * l.block_tokens + u < r.prompt(); ++u) {
+          model.token_kv(ref.hashes[b * l.block_tokens + u], p, expect.data());
+          if (std::memcmp(buf.data() + off + u * bpt, expect.data(), bpt) != 0) {
+            bad = "KV of token " + std::to_string(b * l.block_tokens + u) + ", plane " + l.planes[p].name;
+            break;
+          }
+        }
+    }
+    if (bad.empty()) {
+      const auto img = model.image(ref.prompt_state);
+      must(hip::copy_d2h(stream, buf.data(), pool.slot(r.slot), img.size()));
+      must(stream.synchronize());
+      if (std::memcmp(buf.data(), img.data(), img.size()) != 0) bad = "state image at the prompt's end";
+    }
+    ++stats.verified;
+    if (!bad.empty()) mismatch(r, bad);
+  }
+
+  void mismatch(const Request& r, const std::string& what) {
+    ++stats.mismatches;
+    const std::string d = r.id + " (prompt " + std::to_string(r.prompt_index) + "): " + what;
+    spdlog::error("engine: resumed request differs from a full recompute: {}", d);
+    if (stats.mismatch_details.size() < 20) stats.mismatch_details.push_back(d);
+  }
+
+  // ---- the step ----------------------------------------------------------------------
+
+  struct StepWork {
+    std::uint64_t prefill_tokens = 0, outputs = 0;
+  };
+
+  asio::awaitable<StepWork> step() {
+    StepWork w;
+    std::uint32_t budget = cfg.max_batched_tokens;
+    staged = 0;
+    // Decode first (one token each), then prefill chunks with what is left.
+    std::vector<std::uint64_t> order(running.begin(), running.end());
+    for (std::uint64_t n : order) {
+      auto it = live.find(n);
+      if (it == live.end()) continue;
+      Request& r = *it->second;
+      if (r.phase != Request::Phase::running || r.prefilling() || budget == 0) continue;
+      const std::uint32_t pos = r.prompt() + static_cast<std::uint32_t>(r.outputs.size());
+      if (pos / cfg.layout.block_tokens >= r.table.size()) {
+        auto b = pool.allocate(1);
+        while (!b) {  // memory pressure: preempt the newest other request, or this one
+          std::uint64_t victim = running.back();
+          if (victim == n && running.size() > 1) victim = *std::prev(running.end(), 2);
+          co_await preempt(*live.at(victim));
+          if (victim == n) break;
+          b = pool.allocate(1);
+        }
+        if (!b) continue;
+        r.table.push_back(b->front());
+      }
+      produce_token(r);
+      --budget;
+      ++w.outputs;
+    }
+    for (std::uint64_t n : order) {
+      auto it = live.find(n);
+      if (it == live.end()) continue;
+      Request& r = *it->second;
+      if (r.phase != Request::Phase::running || !r.prefilling() || budget == 0) continue;
+      const std::uint32_t end = kv::prefill_chunk_end(cfg.layout, r.computed, budget, r.prompt());
+      if (end == r.computed) continue;
+      compute(r, r.computed, end, r.tokens.data() + r.computed);
+      w.prefill_tokens += end - r.computed;
+      r.rec.computed_tokens += end - r.computed;
+      budget -= end - r.computed;
+      r.computed = end;
+      if (!r.prefilling()) {
+        write_image(r.slot, r.state);
+        if (cfg.verify && r.rec.resumed) verify_prefill(r);
+        produce_token(r);  // the prefill's last step samples the first token
+        ++w.outputs;
+      }
+    }
+    for (std::uint64_t n : order)
+      if (auto it = live.find(n); it != live.end() && it->second->phase == Request::Phase::running &&
+                                  !it->second->prefilling())
+        write_image(it->second->slot, it->second->state);
+    must(stream.synchronize());  // the step's KV is committed before saves read it
+    co_return w;
+  }
+
+  void produce_token(Request& r) {
+    const std::uint32_t tok = ToyModel::next_token(r.state);
+    const std::uint32_t pos = r.prompt() + static_cast<std::uint32_t>(r.outputs.size());
+    r.outputs.push_back(tok);
+    compute(r, pos, pos + 1, &tok);
+  }
+
+  // Called after the step's modeled time is on the clock.
+  void stamp_tokens(const StepWork&) {
+    std::vector<std::uint64_t> order(running.begin(), running.end());
+    for (std::uint64_t n : order) {
+      Request& r = *live.at(n);
+      if (r.phase != Request::Phase::running || r.prefilling()) continue;
+      const std::size_t made = r.outputs.size();
+      if (made == r.stamped) continue;  // nothing new this step
+      r.stamped = made;
+      if (r.last_token == 0) r.rec.first_token = clock;  // a preempted request keeps its first
+      else r.rec.itl.push_back(clock - r.last_token);
+      r.last_token = clock;
+      if (made >= work.output_tokens) finish(r);
+    }
+  }
+
+  void finish(Request& r) {
+    if (cfg.verify && r.rec.resumed) {
+      const auto& ref = reference(r.prompt_index);
+      if (r.outputs != ref.outputs) mismatch(r, "output tokens");
+    }
+    if (r.rec.resumed) ++stats.resumed;
+    // The tail: the full chunks not saved yet go now, or, behind the save in
+    // flight, as soon as it settles. Either way their blocks stay leased by
+    // the save when the request lets go of them.
+    if (const auto in_flight = r.tracker.save_in_flight()) {
+      const kv::TokenRange rest{in_flight->end, kv::floor_to(r.prompt(), cfg.layout.chunk_tokens)};
+      std::vector<std::int32_t> pinned;
+      if (conn && !rest.empty() && kv::writes_to_tier(cfg.layout))
+        if (auto spec = build(r, rest, &pinned)) tails[r.n] = TailSave{std::move(*spec), std::move(pinned)};
+    } else {
+      post_saves(r);
+    }
+    r.rec.finish = clock;
+    release_request(r);
+    stats.done.push_back(r.rec);
+    live.erase(r.n);
+  }
+
+  bool warm = false;
+
+  asio::awaitable<void> loop(std::uint32_t warmup, double seconds, std::uint64_t max_requests,
+                             std::function<void(const Progress&)> progress) {
+    asio::steady_timer timer(co_await asio::this_coro::executor);
+    double next_progress = 1.0;
+    warm = warmup == 0;
+    for (;;) {
+      drain();
+      if (!warm && stats.done.size() >= warmup) {
+        warm = true;
+        stats.warm_at = clock;
+      }
+      if (warm && (clock - stats.warm_at >= seconds || (max_requests && stats.done.size() >= max_requests))) break;
+      while (live.size() < cfg.concurrency) arrive();
+      for (std::size_t i = 0, n = waiting.size(); i < n && running.size() < cfg.concurrency; ++i) {
+        const std::uint64_t id = waiting.front();
+        waiting.pop_front();
+        Request& r = *live.at(id);
+        if (!admit(r)) {
+          waiting.push_front(id);
+          break;
+        }
+        if (r.phase == Request::Phase::waiting) waiting.push_back(id);  // deferred on its lookup
+      }
+      if (cfg.preempt_loading_every && stats.steps % cfg.preempt_loading_every == 0) {
+        for (auto it = running.rbegin(); it != running.rend(); ++it)
+          if (live.at(*it)->phase == Request::Phase::loading) {
+            co_await preempt(*live.at(*it));
+            break;
+          }
+      }
+      const auto t0 = Clock::now();
+      const StepWork w = co_await step();
+      ++stats.steps;
+      for (std::uint64_t n : std::vector<std::uint64_t>(running.begin(), running.end())) post_saves(*live.at(n));
+      if (w.prefill_tokens == 0 && w.outputs == 0) {
+        // Nothing to compute: every request waits on a lookup or a load.
+        // Wait a little for real, and count it.
+        timer.expires_after(std::chrono::microseconds(200));
+        co_await timer.async_wait(asio::use_awaitable);
+        clock += std::chrono::duration<double>(Clock::now() - t0).count() + call_seconds;
+        stats.kvstrand_call_seconds += call_seconds;
+        call_seconds = 0;
+      } else {
+        const double cost = cfg.cost.step_seconds(w.prefill_tokens, w.outputs);
+        clock += cost + call_seconds;
+        stats.kvstrand_call_seconds += call_seconds;
+        call_seconds = 0;
+        stamp_tokens(w);
+        if (cfg.time_scale > 0 && warm) {
+          timer.expires_at(t0 + std::chrono::duration_cast<Clock::duration>(
+                                    std::chrono::duration<double>(cost * cfg.time_scale)));
+          co_await timer.async_wait(asio::use_awaitable);
+        }
+      }
+      if (progress && clock >= next_progress) {
+        next_progress = clock + 1.0;
+        progress({clock, stats.done.size()});
+      }
+    }
+    stats.end_at = clock;
+    if (conn) co_await conn->async_close(asio::use_awaitable);
+  }
+};
+
+Engine::Engine(EngineConfig config, Workload workload) {
+  if (auto e = validate(config, workload)) throw std::invalid_argument(e->describe());
+  impl_ = std::make_unique<Impl>(std::move(config), workload);
+}
+
+Engine::~Engine() {
+  if (impl_ && impl_->conn) impl_->conn->close();
+}
+
+reactor::Connector* Engine::connector() { return impl_->conn.get(); }
+
+RunStats Engine::run(std::uint32_t warmup, double seconds, std::uint64_t max_requests,
+                     std::function<void(const Progress&)> progress) {
+  asio::io_context ctx;
+  std::exception_ptr failure;
+  asio::co_spawn(ctx, impl_->loop(warmup, seconds, max_requests, std::move(progress)),
+                 [&](std::exception_ptr e) { failure = e; });
+  ctx.run();
+  if (failure) std::rethrow_exception(failure);
+  return impl_->stats;
+}
+
+std::uint64_t Engine::verify_checkpoints(RunStats& stats) {
+  // Every cached chunk end of every prompt seen: its image against the state
+  // a full recompute has after exactly that many tokens.
+  auto& im = *impl_;
+  std::uint64_t bad = 0;
+  for (const auto& [index, toks] : im.prompts) {
+    const auto hashes = im.hasher.hashes(im.ns, toks, im.cfg.layout.block_tokens);
+    ToyState s;
+    for (std::uint32_t t = 0; t < toks.size(); ++t) {
+      ToyModel::advance(s, toks[t]);
+      if ((t + 1) % im.cfg.layout.chunk_tokens != 0) continue;
+      const auto slot = im.pool.checkpoint(hashes[(t + 1) / im.cfg.layout.block_tokens - 1]);
+      if (!slot) continue;
+      ++stats.checkpoints_checked;
+      if (!(im.read_image(*slot) == s)) ++bad;
+    }
+  }
+  return bad;
+}
+
+}  // namespace kvstrand::engine

@@ -1,0 +1,185 @@
+// The example engine (examples/engine) with kvstrand embedded: resumed
+// requests equal a full recompute of the same prompt (KV of every plane, the
+// recurrent state, the output tokens) through preemption, failed loads,
+// stale load outcomes and a server restart; checkpoints hold exactly the
+// committed positions; a working set that fits HBM pays nothing for the
+// tier (F4, F6, F7, F30, F31).
+#include <signal.h>
+
+#include <thread>
+
+#include "engine.hpp"
+#include "reactor/local_tier.hpp"
+#include "server_process.hpp"
+#include "support.hpp"
+
+using namespace kvstrand;
+using namespace kvstrand::engine;
+using namespace kvstrand::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+// A small geometry: 16-token blocks in 64-token chunks, so HBM hits end
+// mid-chunk and loads enter chunks part-way.
+EngineConfig small_config(bool tier) {
+  EngineConfig c;
+  c.layout.model_id = "toy-test";
+  c.layout.layout_name = "toy-test";
+  c.layout.planes = {{"k", 16 * 32}, {"v", 16 * 48}};
+  c.layout.block_tokens = 16;
+  c.layout.chunk_tokens = 64;
+  c.layout.checkpoint = {"swa-ring+cursor", 4096, 64};
+  c.layout.dtype = "bf16";
+  c.pool_blocks = 400;
+  c.concurrency = 4;
+  c.max_batched_tokens = 256;
+  c.tier = tier;
+  c.tier_bytes = 64ull << 20;
+  c.time_scale = 0;
+  c.min_load_tokens = 64;
+  return c;
+}
+
+Workload small_workload(std::uint32_t distinct) {
+  Workload w;
+  w.prefixes = 2;
+  w.prefix_tokens = 256;
+  w.tail_tokens = 200;
+  w.tail_spread = 100;
+  w.distinct = distinct;
+  w.output_tokens = 8;
+  return w;
+}
+
+void require_exact(const RunStats& st) {
+  for (const auto& d : st.mismatch_details) INFO("mismatch: " << d);
+  REQUIRE(st.mismatches == 0);
+  REQUIRE(st.verified > 0);
+}
+
+}  // namespace
+
+TEST_CASE("engine: resumed requests equal a full recompute, from HBM and the tier, under preemption",
+          "[engine][gpu]") {
+  if (!device_present()) return;
+  auto c = small_config(true);
+  c.pool_blocks = 95;  // four requests fit their prompts, not their 48 outputs each
+  c.reserve_outputs = false;
+  auto w = small_workload(24);
+  w.output_tokens = 48;
+  Engine e(c, w);
+  RunStats st = e.run(0, 1e9, 120);
+  require_exact(st);
+  REQUIRE(st.loads > 0);
+  REQUIRE(st.preemptions > 0);
+  REQUIRE(st.resumed > 0);
+  REQUIRE(e.verify_checkpoints(st) == 0);
+}
+
+TEST_CASE("engine: a load outcome of an older generation is ignored, whatever its slot says (F4)",
+          "[engine][gpu][fault]") {
+  if (!device_present()) return;
+  auto c = small_config(true);
+  c.pool_blocks = 150;  // the tails do not all stay in HBM: the tier serves them
+  c.preempt_loading_every = 2;  // preempt loading requests again and again
+  Engine e(c, small_workload(24));
+  RunStats st = e.run(0, 1e9, 60);
+  require_exact(st);
+  REQUIRE(st.preemptions > 0);
+  REQUIRE(st.stale_outcomes > 0);
+}
+
+TEST_CASE("engine: every checkpoint holds the state after exactly its committed tokens (F6, F7)", "[engine][gpu]") {
+  if (!device_present()) return;
+  Engine e(small_config(false), small_workload(8));
+  RunStats st = e.run(0, 1e9, 24);
+  REQUIRE(e.verify_checkpoints(st) == 0);
+  REQUIRE(st.checkpoints_checked > 10);
+}
+
+TEST_CASE("engine: configurations it cannot serve are refused, naming the option (F7)", "[engine]") {
+  const Workload w = small_workload(4);
+  auto c = small_config(false);
+  c.max_batched_tokens = 32;  // below one chunk: no checkpoint could land on the grid
+  auto err = validate(c, w);
+  REQUIRE(err.has_value());
+  REQUIRE(err->option == "max_num_batched_tokens");
+  c = small_config(false);
+  c.layout.checkpoint = {};
+  REQUIRE(validate(c, w)->option == "layout.checkpoint");
+  c = small_config(false);
+  c.pool_blocks = 10;
+  REQUIRE(validate(c, w)->option == "pool_blocks");
+  c = small_config(false);
+  c.layout.checkpoint.interval_tokens = 32;
+  REQUIRE(validate(c, w).has_value());
+  REQUIRE_THROWS_AS(Engine(c, w), std::invalid_argument);
+}
+
+TEST_CASE("engine: a failed load reports its own cause and the request is recomputed exactly (F30)",
+          "[engine][gpu][fault]") {
+  if (!device_present() || !sim_hooks_present()) return;
+  auto c = small_config(true);
+  c.pool_blocks = 150;
+  reactor::LocalTier* tier = nullptr;
+  c.make_tier = [&tier](reactor::Reactor& r) {
+    auto t = std::make_unique<reactor::LocalTier>(r, 64ull << 20);
+    tier = t.get();
+    return t;
+  };
+  Engine e(c, small_workload(24));
+  REQUIRE(tier != nullptr);
+  // The first two loads' copies run and fail on the tier's load stream.
+  require_ok(hip::sim::fail_copies(tier->load_stream(), hip::sim::FailAt::execute, hip::Errc::injected_fault, 2));
+  RunStats st = e.run(0, 1e9, 80);
+  require_exact(st);
+  REQUIRE(st.loads_failed == 2);
+  REQUIRE(st.load_failures.size() == 2);
+  for (const auto& f : st.load_failures) {
+    INFO(f);
+    REQUIRE(f.find("injected") != std::string::npos);  // the real cause, not a later symptom
+  }
+  REQUIRE(st.loads > st.loads_failed);  // later loads land
+}
+
+TEST_CASE("engine: a working set that fits HBM pays nothing for the tier (F31)", "[engine][gpu]") {
+  if (!device_present()) return;
+  const Workload w = small_workload(6);
+  auto run = [&](bool tier) {
+    Engine e(small_config(tier), w);
+    RunStats st = e.run(12, 20.0);  // warm: every prompt cached with its checkpoints
+    std::uint64_t n = 0;
+    for (const auto& r : st.done) n += r.finish > st.warm_at;
+    return std::pair{st, static_cast<double>(n) / (st.end_at - st.warm_at)};
+  };
+  const auto [hbm, hbm_rate] = run(false);
+  const auto [tier, tier_rate] = run(true);
+  INFO("hbm " << hbm_rate << " req/s, tier " << tier_rate << " req/s (modeled)");
+  REQUIRE(tier.loads == 0);
+  REQUIRE(tier.lookups_measured == 0);  // HBM covers what the tier could add: no lookup, no deferral
+  REQUIRE(tier_rate >= 0.99 * hbm_rate);
+}
+
+TEST_CASE("engine: a server restart mid-run costs recomputes, never a wrong byte", "[engine][server][gpu][fault]") {
+  if (!device_present()) return;
+  auto srv = std::make_unique<ServerProcess>(std::vector<std::string>{"--tier-bytes", "64M", "--chunk-tokens", "64"});
+  REQUIRE(srv->ready());
+  const std::string path = srv->socket_path();
+  auto c = small_config(true);
+  c.server_socket = path;
+  c.pool_blocks = 150;
+  c.time_scale = 0.05;  // about 3 s of real time for the run below
+  Engine e(c, small_workload(24));
+  RunStats st;
+  std::thread engine([&] { st = e.run(4, 60.0); });
+  std::this_thread::sleep_for(1s);
+  srv->kill(SIGKILL);
+  std::this_thread::sleep_for(300ms);
+  srv = std::make_unique<ServerProcess>(std::vector<std::string>{"--tier-bytes", "64M", "--chunk-tokens", "64"}, path);
+  REQUIRE(srv->ready());
+  engine.join();
+  require_exact(st);
+  REQUIRE(st.saves_failed + st.loads_failed > 0);  // the outage was seen
+  REQUIRE(st.loads > st.loads_failed);             // and the tier served again after it
+}
