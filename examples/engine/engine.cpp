@@ -154,6 +154,7 @@ struct Engine::Impl {
       o.server_socket = cfg.server_socket;
       o.server_request_timeout = std::chrono::milliseconds(5000);
       o.make_tier = cfg.make_tier;
+      o.http = cfg.http;
       conn = std::make_unique<reactor::Connector>(o);
       conn->register_layout(pool.registration());
     }

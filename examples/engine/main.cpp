@@ -75,6 +75,9 @@ int main(int argc, char** argv) {
   app.add_flag("--no-verify", no_verify, "Skip the comparison with a full recompute");
   app.add_option("--out", out, "Directory for the JSON and PNG")->capture_default_str();
   app.add_option("--log-level", log_level, "spdlog level")->capture_default_str();
+  std::string http_text;
+  app.add_option("--http", http_text,
+                 "Serve the connector's debug endpoint (/debug, /metrics) at ADDR:PORT during the tier arms");
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::from_str(log_level));
   if (full) {
@@ -86,6 +89,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kvstrand-engine-demo: invalid --tier-bytes: '%s' is not a size like 1G\n",
                  tier_bytes_text.c_str());
     return 2;
+  }
+  std::optional<reactor::HttpOptions> http;
+  if (!http_text.empty()) {
+    http = reactor::parse_http_address(http_text);
+    if (!http || reactor::validate(*http)) {
+      std::fprintf(stderr, "kvstrand-engine-demo: invalid --http: '%s' is not a loopback ADDR:PORT\n", http_text.c_str());
+      return 2;
+    }
   }
   if (prompts == 0 || fit_prompts == 0) {
     std::fprintf(stderr, "kvstrand-engine-demo: invalid --prompts / --fit-prompts: must be > 0\n");
@@ -133,8 +144,14 @@ int main(int argc, char** argv) {
     const std::uint32_t warmup = c.tier ? w.distinct : 2 * concurrency;
     c.time_scale = time_scale;
     c.verify = !no_verify;
+    if (c.tier) c.http = http;
     try {
       Engine engine(c, w);
+      if (engine.connector() && engine.connector()->http_port() != 0) {
+        std::printf("  %s: debug endpoint on http://%s:%u/debug\n", arm.c_str(), c.http->address.c_str(),
+                    engine.connector()->http_port());
+        std::fflush(stdout);
+      }
       double printed = -100;
       auto progress = [&](const Progress& p) {
         if (!tty && p.modeled_seconds - printed < 30) return;  // a log file gets a line every 30 s

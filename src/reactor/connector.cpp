@@ -10,6 +10,8 @@
 #include <map>
 #include <stdexcept>
 
+#include "reactor/connector_metrics.hpp"
+#include "reactor/debug_page.hpp"
 #include "reactor/local_tier.hpp"
 #include "reactor/remote_tier.hpp"
 
@@ -40,6 +42,8 @@ std::optional<kv::ConfigError> validate(const ConnectorOptions& o) {
     return kv::ConfigError{"server_request_timeout", "must be > 0 ms"};
   if (o.reactor.poller.max_backoff < o.reactor.poller.min_backoff || o.reactor.poller.min_backoff.count() <= 0)
     return kv::ConfigError{"poller.min_backoff", "must be > 0 and <= poller.max_backoff"};
+  if (o.http)
+    if (auto e = validate(*o.http)) return e;
   return std::nullopt;
 }
 
@@ -91,7 +95,9 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
   static asio::awaitable<void> run(std::shared_ptr<Core> self, std::shared_ptr<Transfer> t) {
     if (t->producer != nullptr) {
       t->state = TransferState::waiting_producer;
+      const auto t0 = Clock::now();
       std::error_code ec = co_await self->reactor.poller().ready(*t->producer);
+      self->metrics.producer_wait_seconds.observe(std::chrono::duration<double>(Clock::now() - t0).count());
       if (ec) {
         t->reason = "producer event: " + ec.message();
         self->finish(*t, TransferErrc::device_error);
@@ -136,11 +142,25 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
   }
 
   void set_fail_stop(std::error_code code, const std::string& what) {
-    if (!fail_code) fail_code = code;
+    if (!fail_code) {
+      fail_code = code;
+      fail_what = what;
+      ++metrics.fail_stops;
+    }
     mailbox->set_fail_stop(code, what);
   }
 
+  // Bytes a transfer moves: its blocks, and the images it carries.
+  std::uint64_t bytes_of(const Transfer& t) const {
+    if (!reg) return 0;
+    std::uint64_t images = 0;
+    if (t.spec.with_state)
+      for (std::int32_t s : t.spec.state_slots) images += s >= 0;
+    return t.spec.blocks.size() * reg->layout.bytes_per_block() + images * reg->layout.checkpoint.image_bytes;
+  }
+
   void deliver(const Transfer& t) {
+    metrics.transfer_ended(t.kind, t.error, bytes_of(t), std::chrono::duration<double>(Clock::now() - t.posted).count());
     TransferOutcome o;
     o.request = t.spec.request;
     o.kind = t.kind;
@@ -226,7 +246,7 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
       i.state = t.state;
       i.age = std::chrono::duration_cast<std::chrono::microseconds>(now - t.posted);
       i.deadline_left = std::chrono::duration_cast<std::chrono::microseconds>(t.deadline - now);
-      i.bytes = reg ? t.spec.blocks.size() * reg->layout.bytes_per_block() : 0;
+      i.bytes = bytes_of(t);
       i.past_deadline = past;
       out.push_back(i);
     };
@@ -247,6 +267,8 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
   std::map<std::string, std::uint32_t> live_per_request;
   std::list<Fence> fences;
   std::optional<std::error_code> fail_code;
+  std::string fail_what;
+  ConnectorMetrics metrics;
 };
 
 // ---- the engine side ---------------------------------------------------------
@@ -265,6 +287,34 @@ Connector::Connector(ConnectorOptions options) : options_(std::move(options)) {
     tier = std::make_unique<LocalTier>(*reactor_, options_.tier_bytes);
   }
   core_ = std::make_shared<Core>(*reactor_, std::move(tier), mailbox_, options_.transfer_deadline);
+  if (options_.http) start_http();
+}
+
+// The debug endpoint's routes run on the strand, so they read Core directly.
+void Connector::start_http() {
+  HttpRoutes routes;
+  Reactor* r = reactor_.get();
+  routes["/healthz"] = [core = core_] {
+    if (!core->fail_code) return HttpResponse{200, "text/plain", "ok\n"};
+    return HttpResponse{503, "text/plain", "fail-stop: " + core->fail_what + "\n"};
+  };
+  routes["/debug/transfers"] = [core = core_] {
+    return HttpResponse{200, "application/json", transfers_json(core->snapshot(), core->tier->kind())};
+  };
+  routes["/debug/events"] = [r] {
+    return HttpResponse{200, "application/json", events_json(r->events().stats(), r->poller().stats())};
+  };
+  routes["/debug/tier"] = [core = core_] {
+    return HttpResponse{200, "application/json", tier_json(core->tier->kind(), core->tier->stats(), core->metrics)};
+  };
+  routes["/metrics"] = [core = core_, r, steps = step_calls_] {
+    return HttpResponse{200, "text/plain; version=0.0.4",
+                        prometheus(core->metrics, steps->snapshot(), core->tier->stats(), r->events().stats(),
+                                   core->transfers.size() + core->stuck.size())};
+  };
+  const std::string page = debug_page("kvstrand connector", {"/debug/transfers", "/debug/events", "/debug/tier"});
+  routes["/debug"] = [page] { return HttpResponse{200, "text/html; charset=utf-8", page}; };
+  http_ = std::make_unique<DebugHttp>(*reactor_, *options_.http, std::move(routes));
 }
 
 Connector::~Connector() { close(); }
@@ -309,6 +359,7 @@ void Connector::load(kv::TransferSpec spec, const hip::Event* producer) {
 }
 
 void Connector::submit(std::vector<Op> ops) {
+  CallTimer timed(*step_calls_);
   std::set<std::pair<std::string, TransferKind>> batch;
   for (const Op& op : ops) {
     check(op.kind, op.spec);
@@ -323,6 +374,7 @@ void Connector::submit(std::vector<Op> ops) {
 }
 
 std::uint64_t Connector::lookup(std::vector<kv::ChunkKey> keys) {
+  CallTimer timed(*step_calls_);
   raise_fail_stop();
   if (closed_) throw TransferRefused(TransferErrc::closed, "the connector is closed");
   if (!registration_) throw TransferRefused(TransferErrc::not_registered, "no layout registered");
@@ -333,7 +385,10 @@ std::uint64_t Connector::lookup(std::vector<kv::ChunkKey> keys) {
 
 asio::awaitable<void> Connector::answer_lookup(std::shared_ptr<Core> core, std::uint64_t id,
                                                std::vector<kv::ChunkKey> keys) {
+  const std::size_t asked = keys.size();
   kv::HitSource hit = co_await core->tier->lookup(std::move(keys));
+  if (core->reg && core->reg->layout.chunk_tokens > 0)
+    core->metrics.lookup_answered(asked, hit.tokens / core->reg->layout.chunk_tokens);
   core->mailbox->push(LookupOutcome{id, std::move(hit)});
 }
 
@@ -343,6 +398,7 @@ void Connector::forget_drained(const Finished& f) {
 }
 
 Finished Connector::finished() {
+  CallTimer timed(*step_calls_);
   raise_fail_stop();
   Finished f = mailbox_->drain();
   forget_drained(f);
@@ -360,6 +416,7 @@ void Connector::start_fence(std::vector<std::string> requests, std::chrono::mill
 }
 
 void Connector::fence(const std::vector<std::string>& requests, std::chrono::milliseconds timeout) {
+  CallTimer timed(*step_calls_);
   raise_fail_stop();
   std::error_code ec = async_fence(requests, timeout, asio::use_future).get();
   raise_fail_stop();
@@ -401,6 +458,7 @@ void Connector::close() {
     reactor_->call([core = core_] { return settle_all<Core, Handler>(core); });
   }
   stopped_ = true;
+  if (http_) http_->stop();  // before the reactor stops: its connections close on the strand
   reactor_->stop();
   core_->tier.reset();  // after the reactor thread ended: nothing can touch it now
 }

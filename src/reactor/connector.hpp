@@ -27,7 +27,9 @@
 #include "kv/layout.hpp"
 #include "kv/object_store.hpp"
 #include "kv/transfer_spec.hpp"
+#include "reactor/debug_http.hpp"
 #include "reactor/mailbox.hpp"
+#include "reactor/metrics.hpp"
 #include "reactor/reactor.hpp"
 #include "reactor/registration.hpp"
 #include "reactor/tier.hpp"
@@ -46,6 +48,9 @@ struct ConnectorOptions {
   // RemoteTier: bound on connect + hello + register and on each lookup.
   std::chrono::milliseconds server_request_timeout{10'000};
   ReactorOptions reactor;
+  // The read-only HTTP debug endpoint (/healthz, /debug/*, /metrics) on the
+  // reactor strand. Off unless set; see debug_http.hpp.
+  std::optional<HttpOptions> http;
   // The tier to use; LocalTier(tier_bytes) when empty.
   std::function<std::unique_ptr<Tier>(Reactor&)> make_tier;
 };
@@ -138,6 +143,8 @@ class Connector {
   kv::ObjectStore::Stats tier_stats();
   PollerStats poller_stats();
   hip::EventPool::Stats event_stats();
+  // The debug endpoint's port (0 when it is off).
+  std::uint16_t http_port() const noexcept { return http_ ? http_->port() : 0; }
 
  private:
   using Handler = boost::asio::any_completion_handler<void(std::error_code)>;
@@ -150,9 +157,20 @@ class Connector {
   static boost::asio::awaitable<void> answer_lookup(std::shared_ptr<Core> core, std::uint64_t id,
                                                     std::vector<kv::ChunkKey> keys);
   void forget_drained(const Finished& f);
+  void start_http();
+
+  // Times one call on the engine thread into step_calls_ (for /metrics).
+  struct CallTimer {
+    explicit CallTimer(AtomicHistogram& h) : h_(h), t0_(std::chrono::steady_clock::now()) {}
+    ~CallTimer() { h_.observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count()); }
+    AtomicHistogram& h_;
+    std::chrono::steady_clock::time_point t0_;
+  };
 
   ConnectorOptions options_;
   std::unique_ptr<Reactor> reactor_;
+  std::shared_ptr<AtomicHistogram> step_calls_ = std::make_shared<AtomicHistogram>();
+  std::unique_ptr<DebugHttp> http_;
   std::shared_ptr<Core> core_;
   std::shared_ptr<Mailbox> mailbox_;
   // Engine-thread state: what this thread posted and has not yet drained.

@@ -26,6 +26,7 @@ class LocalTier final : public Tier {
   boost::asio::awaitable<std::error_code> save(Transfer& t) override;
   boost::asio::awaitable<std::error_code> load(Transfer& t) override;
   kv::ObjectStore::Stats stats() const override;
+  const char* kind() const noexcept override { return "local"; }
   boost::asio::awaitable<void> drain() override { co_return; }
 
   // For a tier shared by several registrations (kvstrand-server): the same

@@ -44,6 +44,7 @@ class RemoteTier final : public Tier {
   boost::asio::awaitable<std::error_code> save(Transfer& t) override;
   boost::asio::awaitable<std::error_code> load(Transfer& t) override;
   kv::ObjectStore::Stats stats() const override { return {}; }  // the server's own stats say it
+  const char* kind() const noexcept override { return "server"; }
   boost::asio::awaitable<void> drain() override;
 
   std::uint64_t reconnects() const noexcept { return reconnects_; }

@@ -32,6 +32,8 @@ class Tier {
   virtual boost::asio::awaitable<std::error_code> save(Transfer& t) = 0;
   virtual boost::asio::awaitable<std::error_code> load(Transfer& t) = 0;
   virtual kv::ObjectStore::Stats stats() const = 0;
+  // "local" (embedded), "server" (kvstrand-server), or what a custom tier says.
+  virtual const char* kind() const noexcept { return "custom"; }
   // Called on the strand before the reactor stops: finish or abandon what
   // is in flight so nothing is left referencing the tier's memory.
   virtual boost::asio::awaitable<void> drain() = 0;

@@ -20,6 +20,9 @@ int main(int argc, char** argv) {
     spdlog::info("kvstrand-server listening on {} ({} backend), tier {:.2f} GiB, chunks of {} tokens, lock TTL {} s",
                  opt.socket, hip::backend_name(), static_cast<double>(opt.tier_bytes) / (1ull << 30),
                  opt.chunk_tokens, opt.lock_ttl.count());
+    if (opt.http)
+      std::printf("kvstrand-server: debug endpoint on http://%s:%u/debug\n", opt.http->address.c_str(), srv.http_port());
+    std::fflush(stdout);
     srv.wait();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kvstrand-server: %s\n", e.what());

@@ -29,6 +29,10 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
   app.add_option("--max-frame", max_frame, "Largest frame body accepted; larger closes the connection")
       ->capture_default_str();
   app.add_option("--device", o.device, "Device ordinal the server copies with")->capture_default_str();
+  std::string http;
+  bool http_remote = false;
+  app.add_option("--http", http, "Serve the read-only debug endpoint (/debug, /metrics) at ADDR:PORT, e.g. 127.0.0.1:9400");
+  app.add_flag("--http-allow-remote", http_remote, "Allow --http on a non-loopback address (it shows every session)");
   long sim_delay_ms = 0;
   app.add_option("--sim-copy-delay-ms", sim_delay_ms,
                  "Fault injection for tests (sim backend only): every server copy waits this long first")
@@ -64,6 +68,16 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
     return refuse("--sim-copy-delay-ms", "only the sim backend injects faults; this server uses " +
                                              std::string(hip::backend_name()));
   o.sim_copy_delay = std::chrono::milliseconds(sim_delay_ms);
+  if (!http.empty()) {
+    auto h = reactor::parse_http_address(http);
+    if (!h) return refuse("--http", "'" + http + "' is not ADDR:PORT, e.g. 127.0.0.1:9400");
+    h->allow_non_loopback = http_remote;
+    if (auto e = reactor::validate(*h))
+      return refuse("--http", e->message);
+    o.http = *h;
+  } else if (http_remote) {
+    return refuse("--http-allow-remote", "needs --http");
+  }
   return o;
 }
 

@@ -9,6 +9,8 @@
 #include <string_view>
 #include <variant>
 
+#include "reactor/debug_http.hpp"
+
 namespace kvstrand::server {
 
 struct ServerOptions {
@@ -23,6 +25,8 @@ struct ServerOptions {
   // Fault injection, sim backend only: every copy the server makes waits
   // this long first, so tests can act while a copy is in flight.
   std::chrono::milliseconds sim_copy_delay{0};
+  // --http ADDR:PORT: the read-only debug endpoint (off when unset).
+  std::optional<reactor::HttpOptions> http;
 };
 
 // The options, or the exit code to leave with (0 after --help; 2 after a

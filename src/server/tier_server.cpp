@@ -14,6 +14,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
+#include <boost/json.hpp>
 #include <deque>
 #include <future>
 #include <map>
@@ -22,7 +23,10 @@
 #include "hip/imported_buffer.hpp"
 #include "hip/sim_hooks.hpp"
 #include "kv/protocol.hpp"
+#include "reactor/debug_http.hpp"
+#include "reactor/debug_page.hpp"
 #include "reactor/local_tier.hpp"
+#include "reactor/metrics.hpp"
 #include "reactor/reactor.hpp"
 #include "reactor/registration.hpp"
 #include "reactor/transfer_error.hpp"
@@ -48,6 +52,7 @@ struct Session {
   Session(std::uint64_t i, local::socket s) : id(i), sock(std::move(s)), last_request(Clock::now()) {}
   std::uint64_t id;
   local::socket sock;
+  pid_t pid = 0;
   bool hello = false;
   bool closed = false;
   bool close_after_flush = false;
@@ -66,6 +71,8 @@ struct LookupLock {
 Reply fail(Status s, std::string message) { return Reply{s, std::move(message), Empty{}}; }
 
 }  // namespace
+
+using HttpRoutes_t = reactor::HttpRoutes;
 
 struct TierServer::Impl {
   explicit Impl(ServerOptions o)
@@ -137,6 +144,7 @@ struct TierServer::Impl {
         continue;
       }
       auto s = std::make_shared<Session>(next_session++, std::move(sock));
+      s->pid = cred.pid;
       sessions[s->id] = s;
       spdlog::debug("kvstrand-server: session {} from pid {}", s->id, cred.pid);
       asio::co_spawn(reactor.strand(), serve(s), asio::detached);
@@ -251,7 +259,21 @@ struct TierServer::Impl {
 
   asio::awaitable<void> handle(std::shared_ptr<Session> s, std::uint64_t request_id, Request req) {
     const Type type = type_of(req);
+    const auto t0 = Clock::now();
+    std::optional<std::map<std::uint64_t, Copy>::iterator> copy;
+    if (type == Type::store || type == Type::retrieve) {
+      const auto& spec = type == Type::store ? std::get<Store>(req).spec : std::get<Retrieve>(req).spec;
+      copy = copies.emplace(next_copy++, Copy{s->id, request_id, type == Type::store ? "store" : "retrieve",
+                                              spec.keys.size(), spec.blocks.size(), t0})
+                 .first;
+    }
     Reply rep = co_await dispatch(s, req);
+    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    ++requests[reactor::labels({{"type", to_string(type)}, {"status", to_string(rep.status)}})];
+    if (copy) {
+      ((*copy)->second.kind == std::string("store") ? store_seconds : retrieve_seconds).observe(seconds);
+      copies.erase(*copy);
+    }
     send(s, encode_reply(type, request_id, rep));
     if (type == Type::end_session) s->close_after_flush = true;
   }
@@ -409,6 +431,91 @@ struct TierServer::Impl {
     return Reply{Status::ok, "", r};
   }
 
+  // ---- the debug endpoint (routes run on the strand) -------------------------
+
+  HttpRoutes_t routes() {
+    namespace json = boost::json;
+    HttpRoutes_t r;
+    r["/healthz"] = [this] {
+      return reactor::HttpResponse{stopping ? 503u : 200u, "text/plain", stopping ? "stopping\n" : "ok\n"};
+    };
+    r["/debug/sessions"] = [this] {
+      json::array a;
+      const auto now = Clock::now();
+      for (const auto& [id, s] : sessions) {
+        std::size_t in_flight = 0;
+        for (const auto& [cid, c] : copies) in_flight += c.session == id;
+        a.push_back(json::object{{"session", id},
+                                 {"pid", s->pid},
+                                 {"hello", s->hello},
+                                 {"registrations", s->regs.size()},
+                                 {"idle_ms", std::chrono::duration<double, std::milli>(now - s->last_request).count()},
+                                 {"replies_queued", s->outbox.size()},
+                                 {"copies_in_flight", in_flight}});
+      }
+      return reactor::HttpResponse{200, "application/json", json::serialize(a)};
+    };
+    r["/debug/locks"] = [this] {
+      json::array a;
+      const auto now = Clock::now();
+      for (const auto& [id, l] : locks)
+        a.push_back(json::object{{"lock", id},
+                                 {"session", l.session},
+                                 {"chunks", l.keys.size()},
+                                 {"expires_in_ms", std::chrono::duration<double, std::milli>(l.expiry - now).count()}});
+      return reactor::HttpResponse{200, "application/json", json::serialize(a)};
+    };
+    r["/debug/copies"] = [this] {
+      json::array a;
+      const auto now = Clock::now();
+      for (const auto& [id, c] : copies)
+        a.push_back(json::object{{"session", c.session},
+                                 {"request_id", c.request_id},
+                                 {"kind", c.kind},
+                                 {"chunks", c.chunks},
+                                 {"blocks", c.blocks},
+                                 {"age_ms", std::chrono::duration<double, std::milli>(now - c.started).count()}});
+      return reactor::HttpResponse{200, "application/json", json::serialize(a)};
+    };
+    r["/debug/tier"] = [this] {
+      const auto st = tier->attached() ? tier->store().stats() : kv::ObjectStore::Stats{opt.tier_bytes};
+      json::object o{{"capacity_bytes", st.capacity_bytes}, {"used_bytes", st.used_bytes},
+                     {"objects", st.objects},               {"locked_objects", st.pinned},
+                     {"writing", st.writing},               {"evictions", st.evictions},
+                     {"refused_full", st.refused_full},     {"lookup_chunk_hits", st.lookup_hits},
+                     {"lookup_misses", st.lookup_misses},   {"lookup_locks", locks.size()}};
+      return reactor::HttpResponse{200, "application/json", json::serialize(o)};
+    };
+    r["/metrics"] = [this] {
+      const auto st = tier->attached() ? tier->store().stats() : kv::ObjectStore::Stats{opt.tier_bytes};
+      reactor::PromText p;
+      p.counter("kvstrand_server_requests_total", "Requests answered, by type and status", requests);
+      p.counter("kvstrand_server_evictions_total", "Objects evicted from the tier", st.evictions);
+      p.counter("kvstrand_server_refused_full_total", "Chunks refused because the tier was full", st.refused_full);
+      p.gauge("kvstrand_server_sessions", "Client sessions open", static_cast<double>(sessions.size()));
+      p.gauge("kvstrand_server_lookup_locks", "Lookup read locks held", static_cast<double>(locks.size()));
+      p.gauge("kvstrand_server_copies_in_flight", "Stores and retrieves copying", static_cast<double>(copies.size()));
+      p.gauge("kvstrand_server_tier_capacity_bytes", "Tier capacity", static_cast<double>(st.capacity_bytes));
+      p.gauge("kvstrand_server_tier_used_bytes", "Tier bytes in use", static_cast<double>(st.used_bytes));
+      p.gauge("kvstrand_server_tier_objects", "Objects committed", static_cast<double>(st.objects));
+      p.histogram("kvstrand_server_store_seconds", "Store requests, received to reply", store_seconds);
+      p.histogram("kvstrand_server_retrieve_seconds", "Retrieve requests, received to reply", retrieve_seconds);
+      return reactor::HttpResponse{200, "text/plain; version=0.0.4", p.str()};
+    };
+    const std::string page = reactor::debug_page(
+        "kvstrand-server " + opt.socket, {"/debug/sessions", "/debug/locks", "/debug/copies", "/debug/tier"});
+    r["/debug"] = [page] { return reactor::HttpResponse{200, "text/html; charset=utf-8", page}; };
+    return r;
+  }
+
+  // A store or retrieve between its request and its reply.
+  struct Copy {
+    std::uint64_t session = 0, request_id = 0;
+    const char* kind = "";
+    std::size_t chunks = 0, blocks = 0;
+    Clock::time_point started;
+  };
+
   ServerOptions opt;
   reactor::Reactor reactor;
   std::unique_ptr<reactor::LocalTier> tier;
@@ -422,12 +529,18 @@ struct TierServer::Impl {
   std::uint32_t next_reg = 1;
   bool stopping = false;
   std::promise<void> stopped;
+  std::map<std::uint64_t, Copy> copies;
+  std::uint64_t next_copy = 1;
+  reactor::LabeledCounter requests;
+  reactor::Histogram store_seconds, retrieve_seconds;
+  std::unique_ptr<reactor::DebugHttp> http;
 };
 
 TierServer::TierServer(ServerOptions options) : impl_(std::make_shared<Impl>(std::move(options))) {}
 
 TierServer::~TierServer() {
   stop();
+  if (impl_->http) impl_->http->stop();
   impl_->reactor.stop();  // joins the reactor thread; then nothing runs on the tier
   impl_->tier.reset();
 }
@@ -435,7 +548,16 @@ TierServer::~TierServer() {
 void TierServer::start() {
   std::string err = impl_->reactor.call([this] { return impl_->listen(); });
   if (!err.empty()) throw std::runtime_error(err);
+  if (impl_->opt.http) {
+    try {
+      impl_->http = std::make_unique<reactor::DebugHttp>(impl_->reactor, *impl_->opt.http, impl_->routes());
+    } catch (const std::invalid_argument& e) {
+      throw std::runtime_error(std::string("--http: ") + e.what());
+    }
+  }
 }
+
+std::uint16_t TierServer::http_port() const { return impl_->http ? impl_->http->port() : 0; }
 
 void TierServer::wait() { impl_->stopped.get_future().wait(); }
 

@@ -32,6 +32,8 @@ class TierServer {
   // Blocks until SIGINT or SIGTERM, or stop().
   void wait();
   void stop();
+  // The debug endpoint's port (--http; 0 when off).
+  std::uint16_t http_port() const;
 
  private:
   struct Impl;

@@ -1,0 +1,176 @@
+#include "reactor/debug_http.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http.hpp>
+#include <list>
+
+namespace kvstrand::reactor {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+const auto kAwait = asio::as_tuple(asio::use_awaitable);  // awaited ops complete with error codes
+
+std::optional<kv::ConfigError> validate(const HttpOptions& o) {
+  boost::system::error_code ec;
+  const auto addr = asio::ip::make_address(o.address, ec);
+  if (ec) return kv::ConfigError{"http.address", "'" + o.address + "' is not an IP address"};
+  if (!addr.is_loopback() && !o.allow_non_loopback)
+    return kv::ConfigError{"http.allow_non_loopback",
+                           "the debug endpoint would listen on " + o.address +
+                               ", which is not loopback; it shows every transfer: set http.allow_non_loopback "
+                               "(--http-allow-remote) to mean it"};
+  if (o.max_connections == 0) return kv::ConfigError{"http.max_connections", "must be > 0"};
+  if (o.header_limit < 1024) return kv::ConfigError{"http.header_limit", "must be >= 1024"};
+  if (o.idle_timeout.count() <= 0) return kv::ConfigError{"http.idle_timeout", "must be > 0"};
+  return std::nullopt;
+}
+
+std::optional<HttpOptions> parse_http_address(const std::string& text) {
+  const auto colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) return std::nullopt;
+  HttpOptions o;
+  o.address = text.substr(0, colon);
+  if (o.address.size() > 2 && o.address.front() == '[' && o.address.back() == ']')
+    o.address = o.address.substr(1, o.address.size() - 2);
+  unsigned long port = 0;
+  for (char c : text.substr(colon + 1)) {
+    if (c < '0' || c > '9') return std::nullopt;
+    port = port * 10 + static_cast<unsigned long>(c - '0');
+    if (port > 65535) return std::nullopt;
+  }
+  o.port = static_cast<std::uint16_t>(port);
+  return o;
+}
+
+struct DebugHttp::State : std::enable_shared_from_this<DebugHttp::State> {
+  State(Reactor& r, HttpOptions o, HttpRoutes rt) : reactor(r), opt(std::move(o)), routes(std::move(rt)), acceptor(r.strand()) {}
+
+  HttpResponse route(const http::request<http::empty_body>& req) {
+    if (req.method() != http::verb::get && req.method() != http::verb::head)
+      return {405, "text/plain", "read-only: GET and HEAD only\n"};
+    std::string path(req.target());
+    if (auto q = path.find('?'); q != std::string::npos) path.resize(q);
+    auto it = routes.find(path);
+    if (it == routes.end()) {
+      std::string known;
+      for (const auto& [p, f] : routes) known += "  " + p + "\n";
+      return {404, "text/plain", "no such endpoint: " + path + "\nendpoints:\n" + known};
+    }
+    return it->second();
+  }
+
+  asio::awaitable<void> accept_loop() {
+    for (;;) {
+      std::tuple<boost::system::error_code, tcp::socket> accepted = co_await acceptor.async_accept(kAwait);
+      if (std::get<0>(accepted)) {
+        if (stopped) co_return;
+        continue;
+      }
+      tcp::socket& sock = std::get<1>(accepted);
+      if (stopped) co_return;
+      if (connections.size() >= opt.max_connections) {
+        boost::system::error_code ignored;
+        sock.close(ignored);  // over the bound: closed at once, nothing read
+        ++refused;
+        continue;
+      }
+      connections.emplace_front(std::move(sock));
+      asio::co_spawn(reactor.strand(), serve(shared_from_this(), connections.begin()), asio::detached);
+    }
+  }
+
+  static asio::awaitable<void> serve(std::shared_ptr<State> self, std::list<beast::tcp_stream>::iterator it) {
+    beast::tcp_stream& stream = *it;
+    beast::flat_buffer buffer;
+    for (;;) {
+      http::request_parser<http::empty_body> parser;
+      parser.header_limit(self->opt.header_limit);
+      stream.expires_after(self->opt.idle_timeout);
+      auto [ec, n] = co_await http::async_read(stream, buffer, parser, kAwait);
+      if (ec == http::error::end_of_stream || ec == beast::error::timeout || self->stopped) break;
+      HttpResponse r;
+      bool keep = false;
+      if (ec) {
+        r = ec == http::error::header_limit ? HttpResponse{431, "text/plain", "request header too large\n"}
+                                            : HttpResponse{400, "text/plain", "bad request: " + ec.message() + "\n"};
+      } else {
+        r = self->route(parser.get());
+        keep = parser.get().keep_alive();
+      }
+      http::response<http::string_body> res{static_cast<http::status>(r.status), 11};
+      res.set(http::field::server, "kvstrand");
+      res.set(http::field::content_type, r.content_type);
+      res.set(http::field::cache_control, "no-store");
+      const bool head = !ec && parser.get().method() == http::verb::head;
+      res.body() = std::move(r.body);
+      res.keep_alive(keep);
+      res.prepare_payload();
+      if (head) res.body().clear();
+      stream.expires_after(self->opt.idle_timeout);
+      auto [wec, wn] = co_await http::async_write(stream, res, kAwait);
+      if (wec || !keep) break;
+    }
+    boost::system::error_code ignored;
+    stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    stream.close();
+    self->connections.erase(it);
+  }
+
+  void stop() {
+    if (stopped) return;
+    stopped = true;
+    boost::system::error_code ignored;
+    acceptor.close(ignored);
+    for (auto& c : connections) c.socket().close(ignored);  // their coroutines end and erase themselves
+  }
+
+  Reactor& reactor;
+  HttpOptions opt;
+  HttpRoutes routes;
+  tcp::acceptor acceptor;
+  std::list<beast::tcp_stream> connections;
+  std::uint64_t refused = 0;
+  bool stopped = false;
+};
+
+DebugHttp::DebugHttp(Reactor& reactor, HttpOptions options, HttpRoutes routes) : reactor_(reactor) {
+  if (auto err = validate(options)) throw std::invalid_argument(err->describe());
+  state_ = std::make_shared<State>(reactor, std::move(options), std::move(routes));
+  const std::string err = reactor_.call([st = state_]() -> asio::awaitable<std::string> {
+    boost::system::error_code ec;
+    const tcp::endpoint ep(asio::ip::make_address(st->opt.address), st->opt.port);
+    st->acceptor.open(ep.protocol(), ec);
+    if (!ec) st->acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+    if (!ec) st->acceptor.bind(ep, ec);
+    if (!ec) st->acceptor.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) co_return "invalid option 'http': cannot listen on " + st->opt.address + ":" +
+        std::to_string(st->opt.port) + ": " + ec.message();
+    asio::co_spawn(st->reactor.strand(), st->accept_loop(), asio::detached);
+    co_return std::string{};
+  });
+  if (!err.empty()) throw std::invalid_argument(err);
+  port_ = reactor_.call([st = state_]() -> asio::awaitable<std::uint16_t> { co_return st->acceptor.local_endpoint().port(); });
+  spdlog::info("kvstrand: debug endpoint on http://{}:{}/debug", state_->opt.address, port_);
+}
+
+DebugHttp::~DebugHttp() { stop(); }
+
+void DebugHttp::stop() {
+  if (!state_ || state_->stopped) return;
+  reactor_.call([st = state_]() -> asio::awaitable<void> {
+    st->stop();
+    co_return;
+  });
+}
+
+}  // namespace kvstrand::reactor

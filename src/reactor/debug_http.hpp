@@ -1,0 +1,75 @@
+// A read-only HTTP/1.1 debug endpoint (Boost.Beast) whose connections are
+// coroutines on a reactor's own strand: a route reads the state it shows
+// directly, without locks or copies across threads.
+//
+// - Off unless configured; binds 127.0.0.1 by default. A non-loopback
+//   address is refused unless `allow_non_loopback` is set.
+// - GET and HEAD only; every route is read-only.
+// - A slow or malformed client costs one coroutine and one socket: reads are
+//   asynchronous and bounded by `idle_timeout`, headers by `header_limit`,
+//   connections by `max_connections` (the excess is closed at once). None of
+//   it can stall the strand's transfers.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "kv/layout.hpp"
+#include "reactor/reactor.hpp"
+
+namespace kvstrand::reactor {
+
+struct HttpOptions {
+  std::string address = "127.0.0.1";
+  std::uint16_t port = 0;  // 0: any free port (DebugHttp::port() says which)
+  bool allow_non_loopback = false;
+  std::size_t max_connections = 64;
+  std::uint32_t header_limit = 8 * 1024;
+  std::chrono::milliseconds idle_timeout{10'000};
+};
+
+// Refuses an address that is not an IP address, or one that is not loopback
+// without allow_non_loopback, naming the option.
+std::optional<kv::ConfigError> validate(const HttpOptions& options);
+
+// "ADDR:PORT" as a flag gives it; none when it is not one.
+std::optional<HttpOptions> parse_http_address(const std::string& text);
+
+struct HttpResponse {
+  unsigned status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+};
+
+// A route runs on the reactor strand when its path is requested.
+using HttpRoutes = std::map<std::string, std::function<HttpResponse()>>;
+
+class DebugHttp {
+ public:
+  // Binds and starts accepting on `reactor`'s strand. Throws
+  // std::invalid_argument naming the option when the options are refused or
+  // the address cannot be bound. Call from any thread but the reactor's.
+  DebugHttp(Reactor& reactor, HttpOptions options, HttpRoutes routes);
+  ~DebugHttp();
+  DebugHttp(const DebugHttp&) = delete;
+  DebugHttp& operator=(const DebugHttp&) = delete;
+
+  std::uint16_t port() const noexcept { return port_; }
+  // Closes the listener and every connection. Idempotent; call from any
+  // thread but the reactor's, before the reactor stops.
+  void stop();
+
+  struct State;
+
+ private:
+  Reactor& reactor_;
+  std::shared_ptr<State> state_;
+  std::uint16_t port_ = 0;
+};
+
+}  // namespace kvstrand::reactor

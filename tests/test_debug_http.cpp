@@ -1,0 +1,332 @@
+// The read-only HTTP debug endpoint, with real clients: curl against a
+// Connector, kvstrand-server and the running example engine; promtool on
+// /metrics; slow, malformed and surplus connections while transfers run;
+// the /debug page in headless Chromium (a screenshot is left next to this
+// binary: debug-page.png).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <boost/json.hpp>
+#include <filesystem>
+#include <fstream>
+
+#include "connector_rig.hpp"
+#include "process.hpp"
+#include "server_process.hpp"
+
+using namespace kvstrand;
+using namespace kvstrand::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct Got {
+  int code = 0;
+  std::string body;
+};
+
+// GET (or another method) with curl; code 0 when curl itself failed.
+Got curl(std::uint16_t port, const std::string& path, const std::string& method = "GET") {
+  auto r = run_process({"/usr/bin/curl", "-s", "-m", "10", "-X", method, "-w", "\n%{http_code}",
+                        "http://127.0.0.1:" + std::to_string(port) + path});
+  Got g;
+  const auto nl = r.output.rfind('\n');
+  if (r.exit_code != 0 || nl == std::string::npos) return g;
+  g.code = std::atoi(r.output.c_str() + nl + 1);
+  g.body = r.output.substr(0, nl);
+  return g;
+}
+
+bool have(const char* tool) { return std::filesystem::exists(tool); }
+
+// promtool's verdict on a scrape ("" when it accepts it).
+std::string promtool_check(const std::string& metrics) {
+  const auto file = std::filesystem::temp_directory_path() / ("kvstrand-metrics-" + std::to_string(::getpid()));
+  std::ofstream(file) << metrics;
+  auto r = run_process({"/bin/sh", "-c", "/usr/bin/promtool check metrics < " + file.string()});
+  std::filesystem::remove(file);
+  return r.exit_code == 0 ? "" : "promtool: " + r.output;
+}
+
+std::uint16_t free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+int tcp_connect(std::uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+reactor::ConnectorOptions with_http(std::chrono::milliseconds deadline = 60s) {
+  reactor::ConnectorOptions o;
+  o.http = reactor::HttpOptions{};
+  o.transfer_deadline = deadline;
+  return o;
+}
+
+template <class Pred>
+void eventually(Pred p) {
+  const auto end = std::chrono::steady_clock::now() + 10s;
+  while (!p()) {
+    REQUIRE(std::chrono::steady_clock::now() < end);
+    std::this_thread::sleep_for(20ms);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("debug http: a connector's endpoints answer curl; promtool accepts /metrics", "[http][reactor][gpu]") {
+  if (!device_present()) return;
+  Rig rig(with_http());
+  const auto port = rig.conn->http_port();
+  REQUIRE(port != 0);
+  rig.conn->save(rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8)));
+  REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
+  rig.conn->lookup(rig.keys(1, 0, 3));
+  rig.wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); });
+
+  auto g = curl(port, "/healthz");
+  REQUIRE(g.code == 200);
+  REQUIRE(g.body == "ok\n");
+  g = curl(port, "/debug/transfers");
+  REQUIRE(g.code == 200);
+  REQUIRE(boost::json::parse(g.body).is_array());
+  g = curl(port, "/debug/events");
+  REQUIRE(g.code == 200);
+  REQUIRE(boost::json::parse(g.body).as_object().contains("created_since_start"));
+  g = curl(port, "/debug/tier");
+  REQUIRE(g.code == 200);
+  const auto tier = boost::json::parse(g.body).as_object();
+  REQUIRE(tier.at("kind").as_string() == "local");
+  REQUIRE(tier.at("objects").to_number<int>() == 2);
+  REQUIRE(tier.at("lookups_by_result").as_object().at("partial").to_number<int>() == 1);
+  REQUIRE(tier.at("transfers_by_outcome").as_object().at("save/ok").to_number<int>() == 1);
+  g = curl(port, "/metrics");
+  REQUIRE(g.code == 200);
+  REQUIRE(g.body.find("kvstrand_transfers_total{kind=\"save\",outcome=\"ok\"} 1\n") != std::string::npos);
+  REQUIRE(g.body.find("kvstrand_save_seconds_count 1\n") != std::string::npos);
+  REQUIRE(g.body.find("kvstrand_step_call_seconds_bucket{le=\"+Inf\"}") != std::string::npos);
+  if (have("/usr/bin/promtool")) {
+    REQUIRE(promtool_check(g.body).empty());
+  } else {
+    WARN("skipped promtool: /usr/bin/promtool missing (scripts/bootstrap.sh --test installs it)");
+  }
+  g = curl(port, "/debug");
+  REQUIRE(g.code == 200);
+  REQUIRE(g.body.find("/debug/transfers") != std::string::npos);
+  // Read-only, and unknown paths list what exists.
+  REQUIRE(curl(port, "/healthz", "POST").code == 405);
+  g = curl(port, "/nope");
+  REQUIRE(g.code == 404);
+  REQUIRE(g.body.find("/metrics") != std::string::npos);
+}
+
+TEST_CASE("debug http: a transfer in flight shows in /debug/transfers; a fail-stop turns /healthz 503",
+          "[http][reactor][sim][fault]") {
+  if (!sim_hooks_present()) return;
+  Rig rig(with_http(300ms));
+  const auto port = rig.conn->http_port();
+  require_ok(hip::sim::hold_stream(rig.tier->save_stream()));
+  rig.conn->save(rig.save_spec("stuck", 1, 0, 1, Rig::block_range(0, 4)));
+  Got g;
+  eventually([&] {
+    g = curl(port, "/debug/transfers");
+    return g.body.find("\"stuck\"") != std::string::npos;
+  });
+  const auto live = boost::json::parse(g.body).as_array().at(0).as_object();
+  REQUIRE(live.at("kind").as_string() == "save");
+  REQUIRE(live.at("tier").as_string() == "local");
+  REQUIRE(live.at("bytes").to_number<std::uint64_t>() == 4 * 3 * Rig::kPlaneBlockBytes + 512);
+  eventually([&] { return curl(port, "/healthz").code == 503; });  // its deadline passed
+  g = curl(port, "/healthz");
+  REQUIRE(g.body.find("deadline") != std::string::npos);
+  REQUIRE(curl(port, "/metrics").body.find("kvstrand_fail_stops_total 1\n") != std::string::npos);
+  // Past its deadline and still not seen to end: still listed, as such.
+  REQUIRE(boost::json::parse(curl(port, "/debug/transfers").body).as_array().at(0).at("past_deadline").as_bool());
+  require_ok(hip::sim::release_stream(rig.tier->save_stream()));
+}
+
+TEST_CASE("debug http: a non-loopback address is refused unless allowed, naming the option", "[http]") {
+  reactor::HttpOptions o;
+  o.address = "0.0.0.0";
+  auto e = reactor::validate(o);
+  REQUIRE(e.has_value());
+  REQUIRE(e->option == "http.allow_non_loopback");
+  o.allow_non_loopback = true;
+  REQUIRE_FALSE(reactor::validate(o).has_value());
+  o.address = "localhost-ish";
+  REQUIRE(reactor::validate(o)->option == "http.address");
+  reactor::ConnectorOptions c;
+  c.http = reactor::HttpOptions{};
+  c.http->address = "10.1.2.3";
+  try {
+    reactor::Connector conn(c);
+    FAIL("a non-loopback endpoint was accepted");
+  } catch (const std::invalid_argument& err) {
+    REQUIRE(std::string(err.what()).find("http.allow_non_loopback") != std::string::npos);
+  }
+  REQUIRE(reactor::parse_http_address("127.0.0.1:9400")->port == 9400);
+  REQUIRE_FALSE(reactor::parse_http_address("127.0.0.1").has_value());
+  REQUIRE_FALSE(reactor::parse_http_address("127.0.0.1:99999").has_value());
+}
+
+TEST_CASE("debug http: slow, malformed and surplus clients cannot stall transfers", "[http][reactor][fault][gpu]") {
+  if (!device_present()) return;
+  auto opts = with_http();
+  opts.http->max_connections = 16;
+  opts.http->idle_timeout = 3s;
+  Rig rig(opts);
+  const auto port = rig.conn->http_port();
+  std::vector<int> fds;
+  for (int i = 0; i < 10; ++i) fds.push_back(tcp_connect(port));  // connect and say nothing
+  for (int i = 0; i < 5; ++i) {                                     // half a request line, then silence
+    fds.push_back(tcp_connect(port));
+    REQUIRE(::send(fds.back(), "GET /metr", 9, MSG_NOSIGNAL) == 9);
+  }
+  const int huge = tcp_connect(port);  // a header far over the limit
+  const std::string big = "GET /healthz HTTP/1.1\r\nX-Junk: " + std::string(64 * 1024, 'x') + "\r\n\r\n";
+  (void)::send(huge, big.data(), big.size(), MSG_NOSIGNAL);
+  std::vector<int> surplus;
+  for (int i = 0; i < 20; ++i) surplus.push_back(tcp_connect(port));  // past max_connections: closed at once
+
+  // Transfers run to completion meanwhile: 40 save-and-load round trips.
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 40; ++i) {
+    const std::string req = "r" + std::to_string(i);
+    rig.conn->save(rig.save_spec(req, 100 + i, 0, 1, Rig::block_range(0, 4)));
+    REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
+    rig.conn->load(rig.load_spec(req, 100 + i, 0, 1, Rig::block_range(8, 4), 3));
+    REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.loads.empty(); }).loads[0].ok);
+  }
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  INFO("40 round trips with 36 bad clients connected: " << ms << " ms");
+  std::string reply(256, '\0');
+  const ssize_t n = ::recv(huge, reply.data(), reply.size(), 0);
+  REQUIRE(n > 0);
+  REQUIRE(reply.find("431") != std::string::npos);  // refused with a status, not a crash
+  // Closed without a byte read or written: recv sees EOF (one may have
+  // taken the slot the answered huge request left).
+  auto eof_within = [](int fd, int ms) {
+    pollfd p{fd, POLLIN, 0};
+    char c;
+    return ::poll(&p, 1, ms) == 1 && ::recv(fd, &c, 1, 0) <= 0;
+  };
+  int closed = 0;
+  for (int fd : surplus) closed += eof_within(fd, 2000);
+  REQUIRE(closed >= 19);
+  // Silent clients are dropped after idle_timeout (3 s here).
+  REQUIRE(eof_within(fds.front(), 6000));
+  for (int fd : fds) ::close(fd);
+  for (int fd : surplus) ::close(fd);
+  ::close(huge);
+  eventually([&] { return curl(port, "/healthz").code == 200; });  // and still serving
+}
+
+TEST_CASE("debug http: /debug renders in headless Chromium with no console errors", "[http][reactor][gpu]") {
+  if (!device_present()) return;
+  if (!have("/usr/bin/chromium")) {
+    WARN("skipped: /usr/bin/chromium missing (scripts/bootstrap.sh --test installs it)");
+    return;
+  }
+  Rig rig(with_http());
+  rig.conn->save(rig.save_spec("a", 1, 0, 1, Rig::block_range(0, 4)));
+  rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); });
+  const std::string url = "http://127.0.0.1:" + std::to_string(rig.conn->http_port()) + "/debug";
+  const std::string shot = sibling_binary("debug-page.png");
+  std::filesystem::remove(shot);
+  const std::string profile = std::filesystem::temp_directory_path() / ("kvstrand-chromium-" + std::to_string(::getpid()));
+  const std::vector<std::string> common = {"/usr/bin/chromium", "--headless", "--no-sandbox", "--disable-gpu",
+                                           "--no-first-run", "--user-data-dir=" + profile, "--enable-logging=stderr",
+                                           "--v=0", "--virtual-time-budget=5000", "--window-size=1280,900"};
+  auto args = common;
+  args.push_back("--screenshot=" + shot);
+  args.push_back(url);
+  auto r = run_process(args);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  REQUIRE(std::filesystem::exists(shot));
+  REQUIRE(std::filesystem::file_size(shot) > 10'000);
+  REQUIRE(r.output.find(":CONSOLE(") == std::string::npos);  // the page logged nothing: no errors
+  args = common;
+  args.push_back("--dump-dom");
+  args.push_back(url);
+  r = run_process(args);
+  REQUIRE(r.exit_code == 0);
+  REQUIRE(r.output.find(":CONSOLE(") == std::string::npos);
+  // The page's script ran and rendered the endpoints as tables.
+  REQUIRE(r.output.find("created_since_start") != std::string::npos);
+  REQUIRE(r.output.find("<span id=\"health\" class=\"ok\">ok</span>") != std::string::npos);
+  std::filesystem::remove_all(profile);
+}
+
+TEST_CASE("debug http: kvstrand-server --http serves sessions, locks, copies, tier and metrics",
+          "[http][server][gpu]") {
+  if (!device_present()) return;
+  const auto port = free_port();
+  ServerProcess srv({"--tier-bytes", "16M", "--chunk-tokens", "64", "--http", "127.0.0.1:" + std::to_string(port)});
+  REQUIRE(srv.ready());
+  reactor::ConnectorOptions o;
+  o.server_socket = srv.socket_path();
+  Rig rig(o);
+  rig.conn->save(rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8)));
+  REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
+  rig.conn->lookup(rig.keys(1, 0, 2));  // takes a lock on the server
+  rig.wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); });
+
+  eventually([&] { return curl(port, "/healthz").code == 200; });
+  auto sessions = boost::json::parse(curl(port, "/debug/sessions").body).as_array();
+  REQUIRE(sessions.size() == 1);
+  REQUIRE(sessions[0].at("pid").to_number<int>() == ::getpid());
+  REQUIRE(sessions[0].at("registrations").to_number<int>() == 1);
+  REQUIRE(boost::json::parse(curl(port, "/debug/locks").body).as_array().size() == 1);
+  REQUIRE(boost::json::parse(curl(port, "/debug/copies").body).is_array());
+  REQUIRE(boost::json::parse(curl(port, "/debug/tier").body).at("objects").to_number<int>() == 2);
+  const auto metrics = curl(port, "/metrics").body;
+  REQUIRE(metrics.find("kvstrand_server_requests_total{type=\"store\",status=\"ok\"} 1\n") != std::string::npos);
+  REQUIRE(metrics.find("kvstrand_server_store_seconds_count 1\n") != std::string::npos);
+  if (have("/usr/bin/promtool")) REQUIRE(promtool_check(metrics).empty());
+  REQUIRE(curl(port, "/debug").body.find("/debug/sessions") != std::string::npos);
+  // A refused flag names itself.
+  auto r = run_process({sibling_binary("../kvstrand-server"), "--http", "0.0.0.0:9400"});
+  REQUIRE(r.exit_code == 2);
+  REQUIRE(r.output.find("--http") != std::string::npos);
+}
+
+TEST_CASE("debug http: the running example engine answers on its endpoint", "[http][engine][gpu]") {
+  if (!device_present()) return;
+  const auto port = free_port();
+  ChildProcess demo({sibling_binary("../examples/engine/kvstrand-engine-demo"), "--arms", "tier", "--prompts", "32", "--pool-blocks", "300",
+                     "--seconds", "60", "--time-scale", "0.5", "--bytes-scale", "64", "--out",
+                     std::filesystem::temp_directory_path() / "kvstrand-demo-http", "--http",
+                     "127.0.0.1:" + std::to_string(port)});
+  INFO(demo.output());
+  REQUIRE(demo.wait_for_output("debug endpoint on http://127.0.0.1:" + std::to_string(port), 30s));
+  REQUIRE(curl(port, "/healthz").code == 200);
+  eventually([&] {  // the engine is saving and loading
+    return curl(port, "/metrics").body.find("kvstrand_transfers_total{kind=\"load\",outcome=\"ok\"}") !=
+           std::string::npos;
+  });
+  REQUIRE(boost::json::parse(curl(port, "/debug/transfers").body).is_array());
+  REQUIRE(boost::json::parse(curl(port, "/debug/tier").body).at("kind").as_string() == "local");
+  demo.signal(SIGKILL);
+}
