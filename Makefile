@@ -40,14 +40,17 @@ demo: build
 	./build/examples/engine/kvstrand-engine-demo --out build/demo-results $(DEMO_ARGS)
 
 test: build
+	@scripts/bootstrap.sh --test
 	$(CTEST) build
 
 test-asan: bootstrap
+	@scripts/bootstrap.sh --test
 	$(CONFIGURE) -B build-asan -DKVSTRAND_GPU=sim -DKVSTRAND_SANITIZE=address $(SAN_BUILD_OPTS)
 	cmake --build build-asan -j $(JOBS)
 	$(CTEST) build-asan
 
 test-tsan: bootstrap
+	@scripts/bootstrap.sh --test
 	$(CONFIGURE) -B build-tsan -DKVSTRAND_GPU=sim -DKVSTRAND_SANITIZE=thread $(SAN_BUILD_OPTS)
 	cmake --build build-tsan -j $(JOBS)
 	$(CTEST) build-tsan

@@ -6,12 +6,21 @@
 // finished(). Between steps the thread sleeps 200 us, standing in for the
 // engine waiting on its forward pass. Timed: the step's own work, excluding
 // that sleep. The same loop with the kvstrand calls replaced by nothing runs
-// first, in the same process, as the baseline. Last two lines:
+// first, in the same process, as the baseline; then kvstrand; then kvstrand
+// with its HTTP debug endpoint on and scraped (/metrics and /debug/transfers)
+// every 250 ms by another thread. Last three lines:
 //   baseline p50 X p99 Y
 //   step-thread us per step: p50 X p99 Y   (and the difference to baseline)
+//   with the debug endpoint scraped: p50 X p99 Y (ratio to without: ...)
 //
 // usage: bench_step [steps]   (default 10000)
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -98,6 +107,23 @@ struct Engine {
   }
 };
 
+// One HTTP GET over a fresh connection; the response is read and dropped.
+void scrape(std::uint16_t port, const char* path) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+    const std::string req = std::string("GET ") + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    (void)::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
+    char buf[4096];
+    while (::recv(fd, buf, sizeof buf, 0) > 0) {
+    }
+  }
+  ::close(fd);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -111,13 +137,24 @@ int main(int argc, char** argv) {
   std::vector<hip::DeviceBuffer> planes;
   for (int p = 0; p < 5; ++p) planes.push_back(hip::DeviceBuffer::allocate(pool_blocks * kPlaneBlockBytes).value());
 
-  auto run = [&](bool with_kvstrand) {
+  auto run = [&](bool with_kvstrand, bool with_http = false) {
     Engine engine;
     std::unique_ptr<reactor::Connector> conn;
+    std::atomic<bool> done{false};
+    std::thread scraper;
     if (with_kvstrand) {
       reactor::ConnectorOptions opts;
       opts.tier_bytes = 256ull << 20;
+      if (with_http) opts.http = reactor::HttpOptions{};
       conn = std::make_unique<reactor::Connector>(opts);
+      if (with_http)
+        scraper = std::thread([&done, port = conn->http_port()] {
+          while (!done) {
+            scrape(port, "/metrics");
+            scrape(port, "/debug/transfers");
+            std::this_thread::sleep_for(std::chrono::milliseconds(250));
+          }
+        });
       reactor::Registration reg;
       reg.layout = engine.layout;
       for (auto& p : planes) reg.planes.push_back({p.data(), pool_blocks});
@@ -152,9 +189,11 @@ int main(int argc, char** argv) {
       if (step % 2000 == 1999)
         std::fprintf(stderr, "  %s: step %d of %d\n", with_kvstrand ? "kvstrand" : "baseline", step + 1, steps);
     }
+    done = true;
+    if (scraper.joinable()) scraper.join();
     if (conn) conn->close();
-    std::printf("  %s: %zu transfers posted, %zu completed\n", with_kvstrand ? "kvstrand" : "baseline", posted,
-                completed);
+    std::printf("  %s: %zu transfers posted, %zu completed\n",
+                with_http ? "kvstrand + debug endpoint" : with_kvstrand ? "kvstrand" : "baseline", posted, completed);
     return us;
   };
 
@@ -162,8 +201,11 @@ int main(int argc, char** argv) {
               hip::backend_name(), kRequests, steps);
   const auto base = run(false);
   const auto kvs = run(true);
+  const auto web = run(true, true);
   std::printf("baseline p50 %.2f p99 %.2f\n", pct(base, 0.5), pct(base, 0.99));
   std::printf("step-thread us per step: p50 %.2f p99 %.2f (above baseline: p50 %.2f p99 %.2f)\n", pct(kvs, 0.5),
               pct(kvs, 0.99), pct(kvs, 0.5) - pct(base, 0.5), pct(kvs, 0.99) - pct(base, 0.99));
+  std::printf("with the debug endpoint scraped every 250 ms: p50 %.2f p99 %.2f (ratio to without: p50 %.3f, p99 %.3f)\n",
+              pct(web, 0.5), pct(web, 0.99), pct(web, 0.5) / pct(kvs, 0.5), pct(web, 0.99) / pct(kvs, 0.99));
   return 0;
 }

@@ -6,12 +6,15 @@
 #   scripts/bootstrap.sh --hip    also the HIP headers and runtime, for the
 #                                 hip backend's compile-and-link check
 #   scripts/bootstrap.sh --fuzz   also clang-14 and its libFuzzer runtime
+#   scripts/bootstrap.sh --test   also what the debug-endpoint tests drive:
+#                                 curl, promtool (prometheus), headless chromium
 set -euo pipefail
 
 pkgs=(make cmake ninja-build g++ libboost1.81-dev libspdlog-dev catch2 libssl-dev libcli11-dev gnuplot-nox)
 case "${1:-}" in
   --hip) pkgs+=(libamdhip64-dev) ;;
   --fuzz) pkgs+=(clang-14 libclang-rt-14-dev) ;;
+  --test) pkgs+=(curl prometheus chromium) ;;
 esac
 
 missing=()
