@@ -42,7 +42,9 @@ Status event_synchronize(void* e);
 
 Status memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind, void* s);
 // Segments are already validated as non-overlapping runs by the caller.
-Status memcpy_batch_async(std::span<const Segment> segs, CopyKind kind, void* s);
+// allow_kernel: the backend may use its gather/scatter kernel (if it has one).
+Status memcpy_batch_async(std::span<const Segment> segs, CopyKind kind, void* s, bool allow_kernel);
+const char* fastest_batch_path() noexcept;
 
 Status ipc_export(void* device_base, IpcHandle* out);
 // The allocation containing `ptr`: its handle, and ptr's offset within it.

@@ -1,5 +1,7 @@
 #include "hip/copy.hpp"
 
+#include <atomic>
+
 #include "hip/stream.hpp"
 
 namespace kvstrand::hip {
@@ -52,6 +54,14 @@ std::vector<Segment> coalesce(std::span<const Segment> segments) {
   return out;
 }
 
+namespace {
+std::atomic<BatchPath> g_path{BatchPath::fastest};
+}
+
+void set_batch_path(BatchPath p) noexcept { g_path.store(p, std::memory_order_relaxed); }
+BatchPath batch_path() noexcept { return g_path.load(std::memory_order_relaxed); }
+const char* fastest_batch_path() noexcept { return backend::fastest_batch_path(); }
+
 Status copy_batch(Stream& s, CopyKind kind, std::span<const Segment> segments) {
   for (const Segment& g : segments) {
     if (g.bytes != 0 && (g.src == nullptr || g.dst == nullptr))
@@ -59,7 +69,7 @@ Status copy_batch(Stream& s, CopyKind kind, std::span<const Segment> segments) {
   }
   std::vector<Segment> merged = coalesce(segments);
   if (merged.empty()) return {};
-  return backend::memcpy_batch_async(merged, kind, s.native());
+  return backend::memcpy_batch_async(merged, kind, s.native(), batch_path() == BatchPath::fastest);
 }
 
 }  // namespace kvstrand::hip
