@@ -160,15 +160,19 @@ int main(int argc, char** argv) {
       for (auto& p : planes) reg.planes.push_back({p.data(), pool_blocks});
       conn->register_layout(reg);
     }
-    std::vector<double> us;
+    std::vector<double> us, submit_us, finished_us;
     std::size_t posted = 0, completed = 0;
     for (int step = 0; step < steps; ++step) {
       const auto t0 = Clock::now();
       auto ops = engine.plan_step();
       posted += ops.size();
       if (conn) {
+        const auto s0 = Clock::now();
         if (!ops.empty()) conn->submit(std::move(ops));
+        const auto s1 = Clock::now();
         auto f = conn->finished();
+        submit_us.push_back(std::chrono::duration<double, std::micro>(s1 - s0).count());
+        finished_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - s1).count());
         completed += f.saves.size() + f.loads.size();
         engine.settle(f);
       } else {
@@ -194,6 +198,9 @@ int main(int argc, char** argv) {
     if (conn) conn->close();
     std::printf("  %s: %zu transfers posted, %zu completed\n",
                 with_http ? "kvstrand + debug endpoint" : with_kvstrand ? "kvstrand" : "baseline", posted, completed);
+    if (conn)  // where the step's kvstrand time goes
+      std::printf("    of which submit() p50 %.2f p99 %.2f us, finished() p50 %.2f p99 %.2f us\n", pct(submit_us, 0.5),
+                  pct(submit_us, 0.99), pct(finished_us, 0.5), pct(finished_us, 0.99));
     return us;
   };
 

@@ -1,7 +1,9 @@
-// Load latency of the reference geometry through the embedded tier and
-// through kvstrand-server, each against one contiguous copy of the same
-// bytes measured in the same run; then save throughput of 1, 2, 4 and 8
-// client processes saving into one server at once.
+// Load latency of the reference geometry through the embedded tier (batched
+// copies by the backend's fastest path, and one copy a segment) and through
+// kvstrand-server, each against one contiguous copy of the same bytes
+// measured in the same run; sustained save throughput with 16 saves in
+// flight against one contiguous D2H copy; then save throughput of 1, 2, 4
+// and 8 client processes saving into one server at once.
 //
 // Geometry: 5 planes, 739,840 B per block across them, 16-token blocks,
 // 256-token chunks, a pool of 4000 blocks (--pool-blocks to shrink it), and
@@ -183,12 +185,63 @@ LoadFigures measure_loads(reactor::Connector& conn, Pool& pool, const kv::Layout
 double report(const char* path, const LoadFigures& f) {
   const double mb = static_cast<double>(28 * kBlockBytes + kImageBytes) / 1e3;  // bytes/us = MB/s; /1e3 -> GB/s
   const double ratio = pct(f.load_us, 0.5) / pct(f.copy_us, 0.5);
-  std::printf("  %-16s load us: p50 %6.0f p99 %6.0f (%5.1f GB/s) | contiguous copy us: p50 %6.0f p99 %6.0f "
+  std::printf("  %-22s load us: p50 %6.0f p99 %6.0f (%5.1f GB/s) | contiguous copy us: p50 %6.0f p99 %6.0f "
               "(%5.1f GB/s) | ratio %.2f\n",
               path, pct(f.load_us, 0.5), pct(f.load_us, 0.99), mb / pct(f.load_us, 0.5), pct(f.copy_us, 0.5),
               pct(f.copy_us, 0.99), mb / pct(f.copy_us, 0.5), ratio);
   std::fflush(stdout);
   return ratio;
+}
+
+// 16 saves in flight, each a distinct 2-chunk prompt out of the pool, for
+// `seconds`; GB/s of the saves completed, against one contiguous D2H copy of
+// one save's bytes (the limit the link gives a single copy).
+void save_throughput(Pool& pool, const kv::Layout& l, double seconds) {
+  reactor::ConnectorOptions opts;
+  opts.tier_bytes = 2ull << 30;
+  reactor::Connector conn(opts);
+  conn.register_layout(pool.registration(l));
+  const std::uint64_t bytes_per_save = 32 * kBlockBytes + 2 * kImageBytes;
+  std::vector<kv::BlockId> blocks(32);
+  for (kv::BlockId b = 0; b < 32; ++b) blocks[b] = (b * 97) % pool.blocks;  // scattered
+  std::uint64_t next = 1'000'000, done = 0;
+  int in_flight = 0;
+  const auto t0 = Clock::now();
+  const auto stop = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  while (Clock::now() < stop || in_flight > 0) {
+    while (in_flight < 16 && Clock::now() < stop) {
+      auto s = save_spec(l, next++, blocks);
+      conn.save(std::move(s));
+      ++in_flight;
+    }
+    const auto f = conn.finished();
+    for (const auto& o : f.saves) {
+      --in_flight;
+      if (!o.ok) die("save failed: " + o.reason);
+      done += bytes_per_save;
+    }
+    if (f.saves.empty()) std::this_thread::sleep_for(20us);
+  }
+  const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+  conn.close();
+  // The limit: one contiguous D2H copy of the same bytes, awaited by event.
+  auto stream = must(hip::Stream::create(), "stream");
+  auto host = must(hip::PinnedBuffer::allocate(bytes_per_save), "pinned");
+  auto dev = must(hip::DeviceBuffer::allocate(bytes_per_save), "device");
+  auto ev = must(hip::Event::create(), "event");
+  std::vector<double> us;
+  for (int i = 0; i < 50; ++i) {
+    const auto c0 = Clock::now();
+    (void)hip::copy_d2h(stream, host.data(), dev.data(), bytes_per_save);
+    (void)ev.record(stream);
+    (void)ev.synchronize();
+    us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - c0).count());
+  }
+  const double got = static_cast<double>(done) / elapsed / 1e9;
+  const double limit = static_cast<double>(bytes_per_save) / pct(us, 0.5) / 1e3;
+  std::printf("  save throughput, 16 in flight: %.1f GB/s; one contiguous D2H copy: %.1f GB/s; ratio %.2f\n", got,
+              limit, got / limit);
+  std::fflush(stdout);
 }
 
 pid_t spawn(const std::vector<std::string>& args) {
@@ -332,17 +385,23 @@ int main(int argc, char** argv) {
               hip::backend_name(), pool_blocks, iterations);
   std::fflush(stdout);
   Pool pool(pool_blocks);
-  double embedded = 0, served = 0;
+  double embedded = 0, served = 0, plain = 0;
   {
     reactor::ConnectorOptions opts;
     opts.tier_bytes = 64ull << 20;
     reactor::Connector conn(opts);
     conn.register_layout(pool.registration(l));
+    hip::set_batch_path(hip::BatchPath::per_segment);
+    plain = report("LocalTier, 1 copy/seg", measure_loads(conn, pool, l, iterations));
+    hip::set_batch_path(hip::BatchPath::fastest);
     embedded = report("LocalTier", measure_loads(conn, pool, l, iterations));
     conn.close();
   }
+  std::printf("  (LocalTier batches by: %s)\n", hip::fastest_batch_path());
+  save_throughput(pool, l, seconds);
   if (!use_server) {
-    std::printf("load latency ratio to one contiguous copy: embedded %.2f\n", embedded);
+    std::printf("load latency ratio to one contiguous copy: embedded %.2f (one copy a segment: %.2f)\n", embedded,
+                plain);
     return 0;
   }
   const std::string binary = self_dir() + "/../kvstrand-server";
@@ -361,6 +420,7 @@ int main(int argc, char** argv) {
                 save_scaling(server.socket, n, seconds));
     std::fflush(stdout);
   }
-  std::printf("load latency ratio to one contiguous copy: embedded %.2f, server %.2f\n", embedded, served);
+  std::printf("load latency ratio to one contiguous copy: embedded %.2f (one copy a segment: %.2f), server %.2f\n",
+              embedded, plain, served);
   return 0;
 }
