@@ -1,17 +1,25 @@
 #!/usr/bin/env bash
-# Makes a cuda build folder self-contained for a GPU machine that has the
-# NVIDIA driver but not Debian's spdlog and fmt: copies those shared
-# libraries into BUILD/lib, where every binary's RPATH ($ORIGIN/../lib) looks
-# first. The CUDA runtime is linked statically. No sources are needed there.
+# Packs a cuda build for a GPU machine that has the NVIDIA driver but not
+# Debian's spdlog and fmt: the binaries only (no sources, no object files),
+# in the build's own layout (tests/, bench/, examples/, kvstrand-server), and
+# those two shared libraries in lib/, where every binary's RPATH looks first.
+# The CUDA runtime is linked statically.
 #
-#   scripts/gpu-pack.sh build-cuda
+#   scripts/gpu-pack.sh build-cuda [PACK]    (PACK defaults to .gpu-pack)
 set -euo pipefail
-build=${1:?usage: gpu-pack.sh BUILD_DIR}
+build=${1:?usage: gpu-pack.sh BUILD_DIR [PACK]}
+pack=${2:-.gpu-pack}
 probe=$build/tests/test_device_runtime
 [[ -x $probe ]] || { echo "gpu-pack: $probe missing; run make check-backends first" >&2; exit 1; }
-mkdir -p "$build/lib"
-ldd "$probe" | awk '/libspdlog|libfmt/ {print $3}' | while read -r lib; do
-  [[ -e "$build/lib/$(basename "$lib")" ]] || cp -L "$lib" "$build/lib/"  # idempotent
-done
-ls "$build/lib"
-du -sh "$build" | awk '{print "gpu-pack: " $2 " is " $1}'
+rm -rf "$pack"
+mkdir -p "$pack/lib"
+(cd "$build" && find . -path ./CMakeFiles -prune -o -type f -perm -u+x ! -name '*.so*' ! -name '*.sh' -print) |
+  while read -r bin; do
+    [[ $(head -c 4 "$build/$bin") == $'\x7fELF' ]] || continue
+    mkdir -p "$pack/$(dirname "$bin")"
+    cp "$build/$bin" "$pack/$bin"
+    strip --strip-unneeded "$pack/$bin"  # symbols are most of a static binary: the carry limit is 64 MiB
+  done
+ldd "$probe" | awk '/libspdlog|libfmt/ {print $3}' | while read -r lib; do cp -L "$lib" "$pack/lib/"; done
+cp scripts/gpu-run.sh "$pack/"
+du -sh "$pack" | awk '{print "gpu-pack: " $2 " is " $1 " (carry it; run ./gpu-run.sh . $OUT there)"}'

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Runs, on the GPU machine, everything a packed cuda build holds: the whole
-# test suite ([gpu] cases included), the benchmarks and the demo. Writes
-# tests.log (every test binary's output), one log per benchmark, demo.log and
-# summary.txt into RESULTS (default: $OUT, else ./gpu-results): few files,
-# since the device tool brings back at most 8.
+# test suite ([gpu] cases included), the benchmarks and the engine demo.
+# Writes tests.log (every test binary's output), one log per benchmark,
+# demo.log (the engine demo's table, then kvstrand-move-chunk),
+# engine-demo.json and summary.txt into RESULTS (default: $OUT, else
+# ./gpu-results): 8 files, what the device tool brings back.
 #
+#   ./gpu-run.sh . [RESULTS]            in a pack from scripts/gpu-pack.sh
 #   scripts/gpu-run.sh build-cuda [RESULTS]
 set -uo pipefail
 build=${1:?usage: gpu-run.sh BUILD_DIR [RESULTS]}
@@ -35,10 +37,14 @@ for bench in "bench_poller 1000" "bench_chunk_keys" "bench_step" "bench_transfer
   name=${bench%% *}
   # shellcheck disable=SC2086
   "$build"/bench/$bench >"$results/$name.log" 2>&1 || failed=1
-  # bench_transfer's figures are its last lines (loads, save scaling, ratios)
-  lines=1; [[ $name == bench_transfer ]] && lines=8
+  # bench_transfer's and bench_step's figures are their last lines
+  lines=1; [[ $name == bench_transfer ]] && lines=11; [[ $name == bench_step ]] && lines=3
   tail -n $lines "$results/$name.log" | tee -a "$summary"
 done
-"$build"/examples/kvstrand-move-chunk --rounds 5 >"$results/demo.log" 2>&1 || failed=1
+demo_out=$(mktemp -d)
+"$build"/examples/engine/kvstrand-engine-demo --out "$demo_out" >"$results/demo.log" 2>&1 || failed=1
+cp "$demo_out/engine-demo.json" "$results/" 2>/dev/null
+grep -E "^(arm|none|hbm|tier|resumed)" "$results/demo.log" | tee -a "$summary"
+"$build"/examples/kvstrand-move-chunk --rounds 5 >>"$results/demo.log" 2>&1 || failed=1
 tail -1 "$results/demo.log" | tee -a "$summary"
 exit $failed

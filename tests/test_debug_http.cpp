@@ -43,6 +43,13 @@ Got curl(std::uint16_t port, const std::string& path, const std::string& method 
 
 bool have(const char* tool) { return std::filesystem::exists(tool); }
 
+// curl drives every case; a machine without it skips them, saying so.
+bool curl_present() {
+  if (have("/usr/bin/curl")) return true;
+  WARN("skipped: /usr/bin/curl missing (scripts/bootstrap.sh --test installs it)");
+  return false;
+}
+
 // promtool's verdict on a scrape ("" when it accepts it).
 std::string promtool_check(const std::string& metrics) {
   const auto file = std::filesystem::temp_directory_path() / ("kvstrand-metrics-" + std::to_string(::getpid()));
@@ -96,7 +103,7 @@ void eventually(Pred p) {
 }  // namespace
 
 TEST_CASE("debug http: a connector's endpoints answer curl; promtool accepts /metrics", "[http][reactor][gpu]") {
-  if (!device_present()) return;
+  if (!device_present() || !curl_present()) return;
   Rig rig(with_http());
   const auto port = rig.conn->http_port();
   REQUIRE(port != 0);
@@ -143,7 +150,7 @@ TEST_CASE("debug http: a connector's endpoints answer curl; promtool accepts /me
 
 TEST_CASE("debug http: a transfer in flight shows in /debug/transfers; a fail-stop turns /healthz 503",
           "[http][reactor][sim][fault]") {
-  if (!sim_hooks_present()) return;
+  if (!sim_hooks_present() || !curl_present()) return;
   Rig rig(with_http(300ms));
   const auto port = rig.conn->http_port();
   require_ok(hip::sim::hold_stream(rig.tier->save_stream()));
@@ -191,7 +198,7 @@ TEST_CASE("debug http: a non-loopback address is refused unless allowed, naming 
 }
 
 TEST_CASE("debug http: slow, malformed and surplus clients cannot stall transfers", "[http][reactor][fault][gpu]") {
-  if (!device_present()) return;
+  if (!device_present() || !curl_present()) return;
   auto opts = with_http();
   opts.http->max_connections = 16;
   opts.http->idle_timeout = 3s;
@@ -281,7 +288,7 @@ TEST_CASE("debug http: /debug renders in headless Chromium with no console error
 
 TEST_CASE("debug http: kvstrand-server --http serves sessions, locks, copies, tier and metrics",
           "[http][server][gpu]") {
-  if (!device_present()) return;
+  if (!device_present() || !curl_present()) return;
   const auto port = free_port();
   ServerProcess srv({"--tier-bytes", "16M", "--chunk-tokens", "64", "--http", "127.0.0.1:" + std::to_string(port)});
   REQUIRE(srv.ready());
@@ -313,7 +320,7 @@ TEST_CASE("debug http: kvstrand-server --http serves sessions, locks, copies, ti
 }
 
 TEST_CASE("debug http: the running example engine answers on its endpoint", "[http][engine][gpu]") {
-  if (!device_present()) return;
+  if (!device_present() || !curl_present()) return;
   const auto port = free_port();
   ChildProcess demo({sibling_binary("../examples/engine/kvstrand-engine-demo"), "--arms", "tier", "--prompts", "32", "--pool-blocks", "300",
                      "--seconds", "60", "--time-scale", "0.5", "--bytes-scale", "64", "--out",
