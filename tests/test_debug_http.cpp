@@ -92,8 +92,8 @@ reactor::ConnectorOptions with_http(std::chrono::milliseconds deadline = 60s) {
 }
 
 template <class Pred>
-void eventually(Pred p) {
-  const auto end = std::chrono::steady_clock::now() + 10s;
+void eventually(Pred p, std::chrono::seconds within = 10s) {
+  const auto end = std::chrono::steady_clock::now() + within;
   while (!p()) {
     REQUIRE(std::chrono::steady_clock::now() < end);
     std::this_thread::sleep_for(20ms);
@@ -327,12 +327,14 @@ TEST_CASE("debug http: the running example engine answers on its endpoint", "[ht
                      std::filesystem::temp_directory_path() / "kvstrand-demo-http", "--http",
                      "127.0.0.1:" + std::to_string(port)});
   INFO(demo.output());
-  REQUIRE(demo.wait_for_output("debug endpoint on http://127.0.0.1:" + std::to_string(port), 30s));
+  REQUIRE(demo.wait_for_output("debug endpoint on http://127.0.0.1:" + std::to_string(port), 60s));
   REQUIRE(curl(port, "/healthz").code == 200);
-  eventually([&] {  // the engine is saving and loading
-    return curl(port, "/metrics").body.find("kvstrand_transfers_total{kind=\"load\",outcome=\"ok\"}") !=
-           std::string::npos;
-  });
+  eventually(
+      [&] {  // the engine is saving and loading (after its warm-up pass: slow under the sanitizers)
+        return curl(port, "/metrics").body.find("kvstrand_transfers_total{kind=\"load\",outcome=\"ok\"}") !=
+               std::string::npos;
+      },
+      90s);
   REQUIRE(boost::json::parse(curl(port, "/debug/transfers").body).is_array());
   REQUIRE(boost::json::parse(curl(port, "/debug/tier").body).at("kind").as_string() == "local");
   demo.signal(SIGKILL);

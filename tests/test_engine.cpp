@@ -77,6 +77,19 @@ TEST_CASE("engine: resumed requests equal a full recompute, from HBM and the tie
   REQUIRE(e.verify_checkpoints(st) == 0);
 }
 
+TEST_CASE("engine: staging memory is reused only after the copies out of it ran", "[engine][sim][fault]") {
+  if (!sim_hooks_present()) return;
+  // Every copy on the engine's stream waits, so an admission's state image is
+  // still queued when the step starts writing KV into the staging area. The
+  // image it would corrupt is rewritten before anyone reads it, so it is the
+  // ThreadSanitizer run (make test-tsan, in CI) that sees the overwrite: it
+  // failed there before the step kept its staging until its copies ran.
+  auto c = small_config(false);
+  c.sim_stream_delay = std::chrono::microseconds(300);
+  Engine e(c, small_workload(6));
+  require_exact(e.run(0, 1e9, 12));
+}
+
 TEST_CASE("engine: a load outcome of an older generation is ignored, whatever its slot says (F4)",
           "[engine][gpu][fault]") {
   if (!device_present()) return;

@@ -13,6 +13,7 @@
 
 #include "hip/copy.hpp"
 #include "hip/pinned_buffer.hpp"
+#include "hip/sim_hooks.hpp"
 #include "hip/stream.hpp"
 #include "kv/chunk_keys.hpp"
 #include "kv/hit_plan.hpp"
@@ -147,6 +148,7 @@ struct Engine::Impl {
     const std::uint64_t tokens = cfg.max_batched_tokens + 2ull * cfg.concurrency;
     staging.emplace(must(hip::PinnedBuffer::allocate(
         tokens * per_token + (tokens / cfg.layout.chunk_tokens + 2 * cfg.concurrency + 2) * cfg.layout.checkpoint.image_bytes)));
+    if (cfg.sim_stream_delay.count() > 0) must(hip::sim::set_stream_delay(stream, cfg.sim_stream_delay));
     if (cfg.tier) {
       reactor::ConnectorOptions o;
       o.transfer_deadline = cfg.transfer_deadline;
@@ -588,7 +590,6 @@ struct Engine::Impl {
   asio::awaitable<StepWork> step() {
     StepWork w;
     std::uint32_t budget = cfg.max_batched_tokens;
-    staged = 0;
     // Decode first (one token each), then prefill chunks with what is left.
     std::vector<std::uint64_t> order(running.begin(), running.end());
     for (std::uint64_t n : order) {
@@ -637,6 +638,7 @@ struct Engine::Impl {
                                   !it->second->prefilling())
         write_image(it->second->slot, it->second->state);
     must(stream.synchronize());  // the step's KV is committed before saves read it
+    staged = 0;                  // and the staging area is free: every copy out of it ran
     co_return w;
   }
 

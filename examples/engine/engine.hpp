@@ -56,6 +56,9 @@ struct EngineConfig {
   // and a preemption of the newest loading request every N steps (0: off).
   std::function<std::unique_ptr<reactor::Tier>(reactor::Reactor&)> make_tier;
   std::uint32_t preempt_loading_every = 0;
+  // Tests, sim backend only: every operation on the engine's own stream
+  // waits this long (copies stay queued while the step goes on).
+  std::chrono::microseconds sim_stream_delay{0};
 };
 
 // Refuses a configuration the engine cannot serve correctly, naming the option.
