@@ -5,6 +5,7 @@
 
 #include "connector_rig.hpp"
 #include "server_process.hpp"
+#include "support.hpp"
 
 using namespace kvstrand;
 using namespace kvstrand::test;
@@ -182,4 +183,33 @@ TEST_CASE("remote: a retrieve the server never answers ends at its deadline (F23
   const std::error_code code = wait_fail_stop(rig);
   srv.kill(SIGCONT);
   REQUIRE(code == TransferErrc::deadline_exceeded);
+}
+
+TEST_CASE("remote: a lookup whose hit is not loaded gives its read locks back at once (F20)", "[server][reactor][gpu]") {
+  if (!device_present()) return;
+  ServerProcess srv({"--tier-bytes", "32M", "--chunk-tokens", "64", "--lock-ttl", "600"});
+  REQUIRE(srv.ready());
+  Rig rig(remote(srv));
+  rig.conn->save(rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8)));
+  REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
+  auto locks = [&] {
+    Client c(srv.socket_path());
+    REQUIRE(c.call(kv::proto::Hello{kv::proto::kMajor, kv::proto::kMinor, "t"}).has_value());
+    return std::get<kv::proto::StatsReply>(c.call(kv::proto::Stats{})->payload).locks;
+  };
+  const auto keys = rig.keys(1, 0, 2);
+  rig.conn->lookup(keys);
+  REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); }).lookups[0].hit.tokens == 128);
+  REQUIRE(locks() == 1);  // held for a retrieve that will not come (TTL: 10 minutes)
+  rig.conn->release_lookup(keys);
+  const auto end = std::chrono::steady_clock::now() + 10s;
+  while (locks() != 0) {
+    REQUIRE(std::chrono::steady_clock::now() < end);
+    std::this_thread::sleep_for(20ms);
+  }
+  // The object is unlocked, not gone: a later lookup and load still work.
+  rig.conn->lookup(keys);
+  REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); }).lookups[0].hit.tokens == 128);
+  rig.conn->load(rig.load_spec("a", 1, 0, 2, Rig::block_range(30, 8), 4));
+  REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.loads.empty(); }).loads[0].ok);
 }

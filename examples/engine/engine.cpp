@@ -299,6 +299,9 @@ struct Engine::Impl {
     }
     const kv::HitPlan plan = kv::plan_hit(l, in);
     if (in.tier) r.tracker.note_stored(in.tier->tokens);
+    // The tier's answer holds read locks (kvstrand-server); a hit the plan
+    // does not load gives them back now, not at their TTL (F20).
+    if (in.tier && in.tier->tokens > 0 && !plan.load) timed([&] { conn->release_lookup(r.keys); });
 
     const std::uint32_t reused = plan.hbm_tokens / l.block_tokens;
     const std::uint32_t last = r.prompt() + (cfg.reserve_outputs ? work.output_tokens : 1);

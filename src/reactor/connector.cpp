@@ -392,6 +392,16 @@ asio::awaitable<void> Connector::answer_lookup(std::shared_ptr<Core> core, std::
   core->mailbox->push(LookupOutcome{id, std::move(hit)});
 }
 
+void Connector::release_lookup(std::vector<kv::ChunkKey> keys) {
+  CallTimer timed(*step_calls_);
+  if (closed_ || keys.empty()) return;
+  asio::co_spawn(reactor_->strand(), release_on_strand(core_, std::move(keys)), asio::detached);
+}
+
+asio::awaitable<void> Connector::release_on_strand(std::shared_ptr<Core> core, std::vector<kv::ChunkKey> keys) {
+  co_await core->tier->release_lookup(std::move(keys));
+}
+
 void Connector::forget_drained(const Finished& f) {
   for (const auto& o : f.saves) live_.erase({o.request, TransferKind::save});
   for (const auto& o : f.loads) live_.erase({o.request, TransferKind::load});

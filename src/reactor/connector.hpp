@@ -102,6 +102,11 @@ class Connector {
   // finished().lookups under the returned id.
   std::uint64_t lookup(std::vector<kv::ChunkKey> keys);
 
+  // A lookup whose hit this engine will not load (the planner chose not to,
+  // or the request went away): lets the tier free the read locks that lookup
+  // took on `keys` now, not at their TTL (F20). Only posts; a no-op on a
+  // closed connector.
+  void release_lookup(std::vector<kv::ChunkKey> keys);
   // Everything that became terminal since the last call. Never waits. Once a
   // fail-stop error is set it throws FailStop on every call.
   Finished finished();
@@ -154,6 +159,7 @@ class Connector {
   void raise_fail_stop() const;
   void start_fence(std::vector<std::string> requests, std::chrono::milliseconds timeout, Handler handler);
   void start_close(Handler handler);
+  static boost::asio::awaitable<void> release_on_strand(std::shared_ptr<Core> core, std::vector<kv::ChunkKey> keys);
   static boost::asio::awaitable<void> answer_lookup(std::shared_ptr<Core> core, std::uint64_t id,
                                                     std::vector<kv::ChunkKey> keys);
   void forget_drained(const Finished& f);

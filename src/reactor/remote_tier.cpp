@@ -8,6 +8,7 @@
 #include <boost/asio/read.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
+#include <set>
 
 #include "hip/imported_buffer.hpp"
 #include "kv/chunk_keys.hpp"
@@ -226,6 +227,20 @@ asio::awaitable<kv::HitSource> RemoteTier::lookup(std::vector<kv::ChunkKey> keys
   if (r.lock != 0)
     for (std::size_t i = 0; i < n && i < keys.size(); ++i) lock_of_[keys[i]] = r.lock;
   co_return r.hit;
+}
+
+asio::awaitable<void> RemoteTier::release_lookup(std::vector<kv::ChunkKey> keys) {
+  std::set<std::uint64_t> locks;
+  for (const kv::ChunkKey& k : keys)
+    if (auto it = lock_of_.find(k); it != lock_of_.end()) locks.insert(it->second);
+  // Every key a lock holds goes with it: the server frees exactly what the
+  // lookup took (F22), by the lock's id.
+  std::erase_if(lock_of_, [&locks](const auto& kv) { return locks.contains(kv.second); });
+  for (std::uint64_t lock : locks) {
+    if (!connected_) co_return;  // a lost session took its locks with it
+    Request req = FreeLocks{lock};
+    (void)co_await call(std::move(req), Clock::now() + opt_.request_timeout);  // bounded; the TTL is the fallback
+  }
 }
 
 asio::awaitable<std::error_code> RemoteTier::connect_for(Transfer& t) {

@@ -41,6 +41,7 @@ class RemoteTier final : public Tier {
 
   boost::asio::awaitable<std::error_code> attach(const Registration& reg) override;
   boost::asio::awaitable<kv::HitSource> lookup(std::vector<kv::ChunkKey> keys) override;
+  boost::asio::awaitable<void> release_lookup(std::vector<kv::ChunkKey> keys) override;
   boost::asio::awaitable<std::error_code> save(Transfer& t) override;
   boost::asio::awaitable<std::error_code> load(Transfer& t) override;
   kv::ObjectStore::Stats stats() const override { return {}; }  // the server's own stats say it

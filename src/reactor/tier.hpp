@@ -29,6 +29,10 @@ class Tier {
   // Longest run of consecutive stored chunks from keys[0], with the image
   // boundaries within it. A coroutine: a remote tier asks its server.
   virtual boost::asio::awaitable<kv::HitSource> lookup(std::vector<kv::ChunkKey> keys) = 0;
+  // A lookup's hit that will not be loaded: free the read locks it took on
+  // `keys` now rather than at their TTL. Tiers whose lookups lock nothing
+  // (the embedded one) have nothing to do.
+  virtual boost::asio::awaitable<void> release_lookup(std::vector<kv::ChunkKey> /*keys*/) { co_return; }
   virtual boost::asio::awaitable<std::error_code> save(Transfer& t) = 0;
   virtual boost::asio::awaitable<std::error_code> load(Transfer& t) = 0;
   virtual kv::ObjectStore::Stats stats() const = 0;
