@@ -102,9 +102,19 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kvstrand-engine-demo: invalid --prompts / --fit-prompts: must be > 0\n");
     return 2;
   }
-  if (bytes_scale == 0 || bytes_scale > 1024) {
-    std::fprintf(stderr, "kvstrand-engine-demo: invalid --bytes-scale: must be 1 to 1024\n");
+  if (bytes_scale == 0 || bytes_scale > 512) {  // beyond 512 a plane's block rounds down to nothing
+    std::fprintf(stderr, "kvstrand-engine-demo: invalid --bytes-scale: must be 1 to 512\n");
     return 2;
+  }
+  static const std::vector<std::string> known = {"none", "hbm", "tier", "tier+spec", "hbm-fit", "tier-fit"};
+  {
+    std::stringstream check(arms_list);
+    for (std::string arm; std::getline(check, arm, ',');)
+      if (std::find(known.begin(), known.end(), arm) == known.end()) {
+        std::fprintf(stderr, "kvstrand-engine-demo: invalid --arms: unknown arm '%s' (known: none, hbm, tier, "
+                     "tier+spec, hbm-fit, tier-fit)\n", arm.c_str());
+        return 2;
+      }
   }
   if (auto n = hip::device_count(); !n.ok() || *n == 0) {
     std::fprintf(stderr, "kvstrand-engine-demo: no %s device\n", hip::backend_name());
@@ -127,11 +137,6 @@ int main(int argc, char** argv) {
   std::stringstream list(arms_list);
   for (std::string arm; std::getline(list, arm, ',');) {
     EngineConfig c;
-    static const std::vector<std::string> known = {"none", "hbm", "tier", "tier+spec", "hbm-fit", "tier-fit"};
-    if (std::find(known.begin(), known.end(), arm) == known.end()) {
-      std::fprintf(stderr, "kvstrand-engine-demo: invalid --arms: unknown arm '%s'\n", arm.c_str());
-      return 2;
-    }
     c.layout = seed_layout(bytes_scale, arm == "tier+spec");
     c.pool_blocks = pool_blocks;
     c.concurrency = concurrency;
