@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "engine.hpp"
+#include "kv_pool.hpp"
 #include "reactor/local_tier.hpp"
 #include "server_process.hpp"
 #include "support.hpp"
@@ -88,6 +89,45 @@ TEST_CASE("engine: staging memory is reused only after the copies out of it ran"
   c.sim_stream_delay = std::chrono::microseconds(300);
   Engine e(c, small_workload(6));
   require_exact(e.run(0, 1e9, 12));
+}
+
+TEST_CASE("kv pool: a hash's save source is a block that still holds it (F3)", "[engine][pool][gpu]") {
+  if (!device_present()) return;
+  const auto c = small_config(false);
+  KvPool pool(c.layout, 8, 1, 4, true);
+  kv::Digest h{};
+  h[0] = std::byte{7};
+  const kv::BlockId cached = pool.allocate(1)->front();
+  pool.commit(cached, h);  // cached under h
+  const kv::BlockId twin = pool.allocate(1)->front();
+  pool.commit(twin, h);  // a second request computed the same prefix: the latest committer
+  REQUIRE(pool.committed().committed(h) == twin);
+  pool.release(twin);  // the duplicate goes back to the free list, its bytes up for reuse...
+  REQUIRE(pool.committed().committed(h) == cached);  // ...so the cached block is the source again
+  pool.release(cached);  // unreferenced but cached: still a valid source
+  REQUIRE(pool.committed().committed(h) == cached);
+  auto all = pool.allocate(8);  // evicts it
+  REQUIRE(all.has_value());
+  REQUIRE_FALSE(pool.committed().committed(h).has_value());
+}
+
+TEST_CASE("kv pool: a cached block a save leases is not reused while leased", "[engine][pool][gpu]") {
+  if (!device_present()) return;
+  const auto c = small_config(false);
+  KvPool pool(c.layout, 4, 1, 4, true);
+  kv::Digest h{};
+  h[0] = std::byte{9};
+  const kv::BlockId b = pool.allocate(1)->front();
+  pool.commit(b, h);
+  pool.release(b);  // cached, unreferenced
+  const auto lease = pool.leases().lease(std::vector<kv::BlockId>{b});  // a save reads it now
+  REQUIRE_FALSE(pool.allocate(4).has_value());  // three are free; the fourth is being read
+  const auto three = pool.allocate(3);
+  REQUIRE(three.has_value());
+  REQUIRE(std::find(three->begin(), three->end(), b) == three->end());
+  pool.returned(pool.leases().release(lease));
+  for (kv::BlockId x : *three) pool.release(x);
+  REQUIRE(pool.allocate(4).has_value());  // released: usable again
 }
 
 TEST_CASE("engine: a load outcome of an older generation is ignored, whatever its slot says (F4)",

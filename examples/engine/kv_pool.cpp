@@ -16,7 +16,7 @@ hip::DeviceBuffer must_alloc(std::uint64_t bytes) {
 KvPool::KvPool(const kv::Layout& layout, std::uint32_t blocks, std::uint32_t running_slots,
                std::uint32_t checkpoint_slots, bool cache_enabled)
     : layout_(layout), blocks_(blocks), cache_(cache_enabled), running_slots_(running_slots), refs_(blocks, 0),
-      hash_of_(blocks) {
+      hash_of_(blocks), committed_as_(blocks) {
   for (const auto& p : layout.planes) planes_.push_back(must_alloc(p.bytes_per_block * blocks));
   state_.emplace(must_alloc(layout.checkpoint.image_bytes * (running_slots + checkpoint_slots)));
   for (kv::BlockId b = blocks; b-- > 0;) free_.push_back(b);
@@ -38,14 +38,21 @@ std::uint32_t KvPool::available() const { return static_cast<std::uint32_t>(free
 
 std::optional<std::vector<kv::BlockId>> KvPool::allocate(std::uint32_t n) {
   if (available() < n) return std::nullopt;
+  // A cached block nobody references may still be a save's source (its
+  // hash's committed block, leased by the save): it is not reused until the
+  // lease is released. Count what can go before taking anything.
+  std::vector<kv::BlockId> victims;
+  for (auto it = lru_.begin(); it != lru_.end() && free_.size() + victims.size() < n; ++it)
+    if (!leases_.is_leased(*it)) victims.push_back(*it);
+  if (free_.size() + victims.size() < n) return std::nullopt;
   std::vector<kv::BlockId> out;
-  while (out.size() < n) {
+  for (std::size_t v = 0; out.size() < n;) {
     kv::BlockId b;
     if (!free_.empty()) {
       b = free_.back();
       free_.pop_back();
     } else {
-      b = lru_.front();
+      b = victims[v++];
       evict(b);
     }
     refs_[b] = 1;
@@ -54,12 +61,28 @@ std::optional<std::vector<kv::BlockId>> KvPool::allocate(std::uint32_t n) {
   return out;
 }
 
+// `b` no longer holds what it was committed under (evicted, or back in the
+// free list): a save must not read it for that hash. The block the cache
+// holds under the same hash (same bytes) takes over, if there is one.
+void KvPool::drop_committed(kv::BlockId b) {
+  if (!committed_as_[b]) return;
+  const kv::Digest h = *committed_as_[b];
+  committed_as_[b].reset();
+  if (committed_.committed(h) != b) return;
+  if (auto it = by_hash_.find(h); it != by_hash_.end() && it->second != b) {
+    committed_.commit(h, it->second);
+    committed_as_[it->second] = h;
+  } else {
+    committed_.evict(h);
+  }
+}
+
 void KvPool::evict(kv::BlockId b) {
   lru_.erase(lru_pos_.at(b));
   lru_pos_.erase(b);
   const kv::Digest h = *hash_of_[b];
   by_hash_.erase(h);
-  committed_.evict(h);
+  drop_committed(b);
   hash_of_[b].reset();
   ++stats_.evictions;
   if (auto it = ckpt_.find(h); it != ckpt_.end()) {  // its checkpoint goes with it (unless a save reads it)
@@ -87,7 +110,8 @@ std::optional<kv::BlockId> KvPool::acquire_cached(const kv::Digest& hash) {
 }
 
 void KvPool::commit(kv::BlockId block, const kv::Digest& hash) {
-  committed_.commit(hash, block);  // the save source: this block holds it now
+  committed_.commit(hash, block);  // the save source: this block holds it now (its request references it)
+  committed_as_[block] = hash;
   if (!cache_ || by_hash_.contains(hash) || hash_of_[block]) return;
   by_hash_[hash] = block;
   hash_of_[block] = hash;
@@ -105,10 +129,11 @@ void KvPool::returned(const std::vector<kv::BlockId>& blocks) {
 }
 
 void KvPool::to_pool(kv::BlockId b) {
-  if (hash_of_[b]) {
+  if (hash_of_[b]) {  // cached: keeps its bytes (and stays a valid source) until evicted
     lru_.push_back(b);
     lru_pos_[b] = std::prev(lru_.end());
-  } else {
+  } else {  // a duplicate of a cached block, or never committed: its bytes are up for reuse
+    drop_committed(b);
     free_.push_back(b);
   }
 }

@@ -6,7 +6,11 @@
 //   references a block committed under a hash stays cached (LRU, evictable);
 //   one without a hash goes straight back to the free list.
 // - A block whose last reference is dropped while a save still reads it
-//   (BlockLeases) returns to the pool only when the lease is released.
+//   (BlockLeases) returns to the pool only when the lease is released; a
+//   cached block a save leases while nobody references it is not evicted.
+// - The save source of a hash (CommittedBlocks) is always a block that still
+//   holds it: a block that leaves the cache, or goes back to the free list,
+//   hands the role to the cached block of the same hash or drops it.
 // - Every chunk end the cache holds may keep its checkpoint image in a slot,
 //   so a local hit resumes from HBM alone. A slot an in-flight save reads is
 //   pinned; evicting a block drops its checkpoint.
@@ -77,6 +81,7 @@ class KvPool {
 
  private:
   void evict(kv::BlockId b);
+  void drop_committed(kv::BlockId b);
   void to_pool(kv::BlockId b);
 
   kv::Layout layout_;
@@ -86,7 +91,8 @@ class KvPool {
   std::optional<hip::DeviceBuffer> state_;
   std::uint32_t running_slots_;
   std::vector<std::uint32_t> refs_;
-  std::vector<std::optional<kv::Digest>> hash_of_;
+  std::vector<std::optional<kv::Digest>> hash_of_;        // cached under (by_hash_)
+  std::vector<std::optional<kv::Digest>> committed_as_;   // the save source of (committed_)
   std::map<kv::Digest, kv::BlockId> by_hash_;
   std::list<kv::BlockId> lru_;  // cached, unreferenced; front = least recent
   std::unordered_map<kv::BlockId, std::list<kv::BlockId>::iterator> lru_pos_;
