@@ -83,6 +83,15 @@ struct TailSave {
   std::vector<std::int32_t> pinned;
 };
 
+// A load posted to the Connector: the request that posted it, and its
+// destinations' record in CommittedBlocks (settled once, when the load lands,
+// fails or is fenced away by a preemption).
+struct LoadInFlight {
+  std::uint64_t request = 0;
+  std::uint64_t record = 0;
+  bool settled = false;
+};
+
 struct SaveInFlight {
   std::uint64_t request = 0;
   kv::BlockLeases::LeaseId lease = 0;
@@ -112,7 +121,7 @@ struct Engine::Impl {
   std::deque<std::uint64_t> waiting;
   std::list<std::uint64_t> running;  // admission order
   std::map<std::uint64_t, std::uint64_t> lookup_owner;  // lookup id -> request n
-  std::map<std::string, std::uint64_t> load_owner;      // load name -> request n
+  std::map<std::string, LoadInFlight> loads;            // load name -> its request and record
   std::map<std::string, SaveInFlight> saves;            // save name -> in flight
   std::map<std::uint64_t, TailSave> tails;              // finished request n -> its tail save
   // Running slot -> (request, generation) that owns it (F4).
@@ -339,13 +348,12 @@ struct Engine::Impl {
       s.state_slots = {r.slot};
       const std::uint64_t id = load_seq++;
       pool.committed().record_load(id, std::move(dests));
-      load_ids[r.load_name] = id;
       r.tracker.load_decided(*plan.load);
       r.computed = plan.hbm_tokens;
       r.rec.tier_tokens = plan.load->size();
       r.rec.load_begin = plan.load->begin;
       r.phase = Request::Phase::loading;
-      load_owner[r.load_name] = r.n;
+      loads[r.load_name] = LoadInFlight{r.n, id};
       timed([&] { conn->load(std::move(s)); });
       ++stats.loads;
       if (plan.load->begin == 0) ++stats.loads_from_zero;
@@ -366,8 +374,6 @@ struct Engine::Impl {
     return true;
   }
 
-  std::map<std::string, std::uint64_t> load_ids;
-
   // Frees what a running request holds and puts it back at the front of the
   // queue, a new generation. A load into its blocks is fenced first.
   asio::awaitable<void> preempt(Request& r) {
@@ -375,7 +381,7 @@ struct Engine::Impl {
       std::vector<std::string> names{r.load_name};
       co_await conn->async_fence(std::move(names), std::chrono::seconds(30), asio::use_awaitable);
       // Its outcome, still in the mailbox, names the old generation: ignored.
-      settle_load_ids(r.load_name, false);
+      settle_record(loads.at(r.load_name), false);
       r.tracker.load_settled(kv::LoadOutcome::failed);
     }
     release_request(r);
@@ -389,11 +395,10 @@ struct Engine::Impl {
     waiting.push_front(r.n);
   }
 
-  void settle_load_ids(const std::string& name, bool landed) {
-    if (auto it = load_ids.find(name); it != load_ids.end()) {
-      pool.committed().load_settled(it->second, landed);
-      load_ids.erase(it);
-    }
+  void settle_record(LoadInFlight& l, bool landed) {
+    if (l.settled) return;
+    pool.committed().load_settled(l.record, landed);
+    l.settled = true;
   }
 
   void release_request(Request& r) {
@@ -448,21 +453,23 @@ struct Engine::Impl {
   }
 
   void on_load(const reactor::TransferOutcome& o) {
-    auto owner = load_owner.find(o.request);
-    if (owner == load_owner.end()) return;
-    const std::uint64_t n = owner->second;
-    load_owner.erase(owner);
+    auto entry = loads.find(o.request);
+    if (entry == loads.end()) return;
+    LoadInFlight load = entry->second;
+    loads.erase(entry);
+    const std::uint64_t n = load.request;
     auto it = live.find(n);
     // A stale outcome: the request was preempted (new generation) since,
     // and its slot may belong to someone else now. Ownership is by request
     // and generation, never by what the slot's cursor says (F4).
     if (it == live.end() || it->second->load_name != o.request || it->second->phase != Request::Phase::loading ||
         slot_owner[it->second->slot] != std::make_pair(n, it->second->generation)) {
+      settle_record(load, false);  // its destinations were given up (preemption fenced it)
       ++stats.stale_outcomes;
       return;
     }
     Request& r = *it->second;
-    settle_load_ids(o.request, o.ok);
+    settle_record(load, o.ok);
     if (o.ok) {
       r.tracker.load_settled(kv::LoadOutcome::landed);
       for (std::uint32_t b = o.tokens.begin / cfg.layout.block_tokens; b < o.tokens.end / cfg.layout.block_tokens; ++b)

@@ -34,10 +34,7 @@ reactor::Registration KvPool::registration() {
   return reg;
 }
 
-std::uint32_t KvPool::available() const { return static_cast<std::uint32_t>(free_.size() + lru_.size()); }
-
 std::optional<std::vector<kv::BlockId>> KvPool::allocate(std::uint32_t n) {
-  if (available() < n) return std::nullopt;
   // A cached block nobody references may still be a save's source (its
   // hash's committed block, leased by the save): it is not reused until the
   // lease is released. Count what can go before taking anything.

@@ -47,7 +47,6 @@ class KvPool {
   // `n` fresh blocks (referenced once), evicting cached ones LRU; none if
   // the pool cannot supply them (nothing is taken then).
   std::optional<std::vector<kv::BlockId>> allocate(std::uint32_t n);
-  std::uint32_t available() const;  // free + evictable
   // The block cached under `hash`, referenced once more; none on a miss.
   std::optional<kv::BlockId> acquire_cached(const kv::Digest& hash);
   bool cached(const kv::Digest& hash) const { return by_hash_.contains(hash); }
