@@ -292,6 +292,7 @@ Connector::Connector(ConnectorOptions options) : options_(std::move(options)) {
 
 // The debug endpoint's routes run on the strand, so they read Core directly.
 void Connector::start_http() {
+  step_calls_ = std::make_shared<AtomicHistogram>();
   HttpRoutes routes;
   Reactor* r = reactor_.get();
   routes["/healthz"] = [core = core_] {
@@ -359,7 +360,7 @@ void Connector::load(kv::TransferSpec spec, const hip::Event* producer) {
 }
 
 void Connector::submit(std::vector<Op> ops) {
-  CallTimer timed(*step_calls_);
+  CallTimer timed(step_calls_.get());
   std::set<std::pair<std::string, TransferKind>> batch;
   for (const Op& op : ops) {
     check(op.kind, op.spec);
@@ -374,7 +375,7 @@ void Connector::submit(std::vector<Op> ops) {
 }
 
 std::uint64_t Connector::lookup(std::vector<kv::ChunkKey> keys) {
-  CallTimer timed(*step_calls_);
+  CallTimer timed(step_calls_.get());
   raise_fail_stop();
   if (closed_) throw TransferRefused(TransferErrc::closed, "the connector is closed");
   if (!registration_) throw TransferRefused(TransferErrc::not_registered, "no layout registered");
@@ -393,7 +394,7 @@ asio::awaitable<void> Connector::answer_lookup(std::shared_ptr<Core> core, std::
 }
 
 void Connector::release_lookup(std::vector<kv::ChunkKey> keys) {
-  CallTimer timed(*step_calls_);
+  CallTimer timed(step_calls_.get());
   if (closed_ || keys.empty()) return;
   asio::co_spawn(reactor_->strand(), release_on_strand(core_, std::move(keys)), asio::detached);
 }
@@ -408,7 +409,7 @@ void Connector::forget_drained(const Finished& f) {
 }
 
 Finished Connector::finished() {
-  CallTimer timed(*step_calls_);
+  CallTimer timed(step_calls_.get());
   raise_fail_stop();
   Finished f = mailbox_->drain();
   forget_drained(f);
@@ -426,7 +427,7 @@ void Connector::start_fence(std::vector<std::string> requests, std::chrono::mill
 }
 
 void Connector::fence(const std::vector<std::string>& requests, std::chrono::milliseconds timeout) {
-  CallTimer timed(*step_calls_);
+  CallTimer timed(step_calls_.get());
   raise_fail_stop();
   std::error_code ec = async_fence(requests, timeout, asio::use_future).get();
   raise_fail_stop();

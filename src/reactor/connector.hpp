@@ -165,17 +165,22 @@ class Connector {
   void forget_drained(const Finished& f);
   void start_http();
 
-  // Times one call on the engine thread into step_calls_ (for /metrics).
+  // Times one call on the engine thread into step_calls_ for /metrics; with
+  // the endpoint off there is no histogram and the step thread reads no clock.
   struct CallTimer {
-    explicit CallTimer(AtomicHistogram& h) : h_(h), t0_(std::chrono::steady_clock::now()) {}
-    ~CallTimer() { h_.observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count()); }
-    AtomicHistogram& h_;
+    explicit CallTimer(AtomicHistogram* h) : h_(h) {
+      if (h_) t0_ = std::chrono::steady_clock::now();
+    }
+    ~CallTimer() {
+      if (h_) h_->observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count());
+    }
+    AtomicHistogram* h_;
     std::chrono::steady_clock::time_point t0_;
   };
 
   ConnectorOptions options_;
   std::unique_ptr<Reactor> reactor_;
-  std::shared_ptr<AtomicHistogram> step_calls_ = std::make_shared<AtomicHistogram>();
+  std::shared_ptr<AtomicHistogram> step_calls_;  // only with the debug endpoint on
   std::unique_ptr<DebugHttp> http_;
   std::shared_ptr<Core> core_;
   std::shared_ptr<Mailbox> mailbox_;

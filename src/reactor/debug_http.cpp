@@ -166,7 +166,8 @@ DebugHttp::DebugHttp(Reactor& reactor, HttpOptions options, HttpRoutes routes) :
 DebugHttp::~DebugHttp() { stop(); }
 
 void DebugHttp::stop() {
-  if (!state_ || state_->stopped) return;
+  if (!state_ || stopped_) return;  // the caller's own flag: State's is the strand's
+  stopped_ = true;
   reactor_.call([st = state_]() -> asio::awaitable<void> {
     st->stop();
     co_return;

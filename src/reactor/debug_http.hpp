@@ -70,6 +70,7 @@ class DebugHttp {
   Reactor& reactor_;
   std::shared_ptr<State> state_;
   std::uint16_t port_ = 0;
+  bool stopped_ = false;
 };
 
 }  // namespace kvstrand::reactor
