@@ -103,29 +103,7 @@ asio::awaitable<void> engine_step(Rig& rig, std::error_code& got) {
 TEST_CASE("connector: save then evict then load into other blocks restores KV and state byte for byte", "[reactor][gpu]") {
   if (!device_present()) return;
   Rig rig;
-  const auto src = std::vector<kv::BlockId>{5, 9, 2, 40, 41, 42, 43, 7, 8, 60, 61, 62};  // 3 chunks
-  const auto before = rig.snapshot(src, {2});
-  rig.conn->save(rig.save_spec("a", 1, 0, 3, src));
-  auto f = rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); });
-  REQUIRE(f.saves[0].ok);
-  INFO(f.saves[0].reason);
-  REQUIRE(f.source_safe.size() == 1);
-  REQUIRE(f.source_safe[0].blocks == src);
-
-  const auto id = rig.conn->lookup(rig.keys(1, 0, 4));  // one more key than stored
-  f = rig.wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); });
-  REQUIRE(f.lookups[0].id == id);
-  REQUIRE(f.lookups[0].hit.tokens == 192);
-  REQUIRE(f.lookups[0].hit.checkpoints == std::vector<std::uint32_t>{64, 128, 192});
-
-  rig.randomize(2);  // "evicted": the device memory now holds other data
-  const auto dst = Rig::block_range(20, 12);
-  rig.conn->load(rig.load_spec("a", 1, 0, 3, dst, 7));
-  f = rig.wait_for([](const reactor::Finished& f) { return !f.loads.empty(); });
-  INFO(f.loads[0].reason);
-  REQUIRE(f.loads[0].ok);
-  // Destination blocks hold the saved blocks; slot 7 the image saved at the end (slot 2).
-  REQUIRE(rig.snapshot(dst, {7}) == before);
+  rig.round_trip();
 }
 
 TEST_CASE("connector: a load starting mid-chunk (the HBM frontier) takes the right blocks", "[reactor][gpu]") {
