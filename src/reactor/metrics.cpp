@@ -24,9 +24,10 @@ void Histogram::observe(double seconds) {
 }
 
 void AtomicHistogram::observe(double seconds) noexcept {
-  buckets_[bucket_of(seconds)].fetch_add(1, std::memory_order_relaxed);
-  sum_ns_.fetch_add(static_cast<std::uint64_t>(seconds * 1e9), std::memory_order_relaxed);
-  count_.fetch_add(1, std::memory_order_relaxed);
+  auto& b = buckets_[bucket_of(seconds)];
+  b.store(b.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  sum_ns_.store(sum_ns_.load(std::memory_order_relaxed) + static_cast<std::uint64_t>(seconds * 1e9),
+                std::memory_order_relaxed);
 }
 
 Histogram AtomicHistogram::snapshot() const noexcept {
@@ -34,7 +35,6 @@ Histogram AtomicHistogram::snapshot() const noexcept {
   for (std::size_t i = 0; i < buckets_.size(); ++i) h.buckets[i] = buckets_[i].load(std::memory_order_relaxed);
   h.sum = static_cast<double>(sum_ns_.load(std::memory_order_relaxed)) * 1e-9;
   // The count is the buckets' sum, so a scrape racing an observe stays consistent.
-  h.count = 0;
   for (auto b : h.buckets) h.count += b;
   return h;
 }

@@ -25,7 +25,10 @@ struct Histogram {
   void observe(double seconds);
 };
 
-// Written by one engine thread, read by the strand.
+// Written by one thread (the engine's: a Connector has one), read by the
+// strand. With a single writer an increment is a relaxed load and store, no
+// locked read-modify-write on the step thread's path; the count is derived
+// from the buckets.
 class AtomicHistogram {
  public:
   void observe(double seconds) noexcept;
@@ -34,7 +37,6 @@ class AtomicHistogram {
  private:
   std::array<std::atomic<std::uint64_t>, kLatencyBuckets.size() + 1> buckets_{};
   std::atomic<std::uint64_t> sum_ns_{0};
-  std::atomic<std::uint64_t> count_{0};
 };
 
 // Counters by label set, e.g. {"kind=\"save\",outcome=\"ok\"": 12}.
