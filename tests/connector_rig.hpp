@@ -9,6 +9,7 @@
 #include "kv/namespace_id.hpp"
 #include "reactor/connector.hpp"
 #include "reactor/local_tier.hpp"
+#include "reactor/node_tier.hpp"
 #include "support.hpp"
 
 namespace kvstrand::test {
@@ -24,6 +25,7 @@ struct Rig {
   std::vector<hip::DeviceBuffer> planes;
   std::optional<hip::DeviceBuffer> state;
   reactor::LocalTier* tier = nullptr;  // owned by the connector
+  reactor::NodeTier* node = nullptr;   // with a server_socket: owned by the connector
   std::unique_ptr<reactor::Connector> conn;
 
   explicit Rig(reactor::ConnectorOptions opts = {}, std::uint64_t tier_objects = 64) {
@@ -43,6 +45,13 @@ struct Rig {
       opts.make_tier = [this, bytes](reactor::Reactor& r) {
         auto t = std::make_unique<reactor::LocalTier>(r, bytes);
         tier = t.get();
+        return t;
+      };
+    } else if (!opts.make_tier) {
+      reactor::NodeTierOptions n{opts.server_socket, opts.server_request_timeout, opts.reactor.device};
+      opts.make_tier = [this, n](reactor::Reactor& r) {
+        auto t = std::make_unique<reactor::NodeTier>(r, n);
+        node = t.get();
         return t;
       };
     }
@@ -132,10 +141,13 @@ struct Rig {
     REQUIRE(f.lookups[0].id == id);
     REQUIRE(f.lookups[0].hit.tokens == 192);
     REQUIRE(f.lookups[0].hit.checkpoints == std::vector<std::uint32_t>{64, 128, 192});
+    const std::uint64_t lease = f.lookups[0].lease;  // the node tier's; 0 for the embedded one
 
     randomize(2);  // "evicted": the device memory now holds other data
     const auto dst = Rig::block_range(20, 12);
-    conn->load(load_spec("a", 1, 0, 3, dst, 7));
+    auto spec = load_spec("a", 1, 0, 3, dst, 7);
+    spec.tier_lease = lease;
+    conn->load(spec);
     f = wait_for([](const reactor::Finished& f) { return !f.loads.empty(); });
     INFO(f.loads[0].reason);
     REQUIRE(f.loads[0].ok);

@@ -25,24 +25,23 @@ int main(int argc, char** argv) {
   l.checkpoint = {"ring", 512, 256};
   l.dtype = "bf16";
   std::vector<std::uint32_t> toks(512, 1);
-  TransferSpec s;
-  s.request = "r";
-  s.tokens = {0, 512};
-  s.keys = chunk_keys(l, namespace_of(l), toks);
-  s.blocks = {1, 2, 3};
-  s.with_state = true;
-  s.state_slots = {0, -1};
-  RegisterLayout reg{l, {MemoryHandle{}, MemoryHandle{}}, MemoryHandle{}};
-  const std::vector<Request> requests = {Hello{1, 0, "seed"}, reg, Unregister{1}, Lookup{1, s.keys}, FreeLocks{2},
-                                         Store{1, s}, Retrieve{1, 2, s}, EndSession{}, Stats{}, Ping{}};
+  const std::vector<ChunkKey> keys = chunk_keys(l, namespace_of(l), toks);
+  RegisterLayout reg{l};
+  const std::vector<Request> requests = {Hello{kMajor, 0, "seed"}, reg,          Unregister{1},
+                                         Lookup{1, keys},          Release{2},   Reserve{1, keys, {1, 0}},
+                                         Commit{2, true},          EndSession{}, Stats{},
+                                         Ping{}};
   int n = 0;
   auto write = [&](const std::vector<std::byte>& frame) {
     std::ofstream(std::string(argv[1]) + "/seed-" + std::to_string(n++), std::ios::binary)
         .write(reinterpret_cast<const char*>(frame.data()), static_cast<std::streamsize>(frame.size()));
   };
   for (const Request& r : requests) write(encode_request(r, 1));
-  write(encode_reply(Type::lookup, 1, Reply{Status::ok, "", LookupReply{3, {512, {256, 512}}}}));
+  write(encode_reply(Type::lookup, 1, Reply{Status::ok, "", LookupReply{3, {512, {256, 512}}, {0, 4096}}}));
+  write(encode_reply(Type::reserve, 1,
+                     Reply{Status::ok, "", ReserveReply{4, {ChunkState::reserved, ChunkState::full}, {8192, 0}}}));
+  write(encode_reply(Type::hello, 1, Reply{Status::ok, "", HelloReply{1, kMajor, 0, 1 << 30, 1 << 30, 0, false}}));
   write(encode_reply(Type::stats, 1, Reply{Status::ok, "", StatsReply{}}));
-  write(encode_reply(Type::retrieve, 1, Reply{Status::missing_chunk, "no", Empty{}}));
+  write(encode_reply(Type::commit, 1, Reply{Status::unknown_hold, "no", Empty{}}));
   return 0;
 }

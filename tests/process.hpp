@@ -10,7 +10,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
+#include <stdexcept>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -22,6 +25,52 @@ struct ProcessResult {
   int exit_code = -1;  // -1 when it did not exit normally
   std::string output;  // stdout and stderr together
 };
+
+// The scheduler state of `pid` ('R', 'S', 'T', 'Z', ...), or 0 when it is gone.
+inline char process_state(pid_t pid) {
+  std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+  if (f == nullptr) return 0;
+  char buf[512] = {};
+  const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  // "pid (comm) S ...": the state follows the last ')' (comm may hold spaces).
+  const char* close = nullptr;
+  for (std::size_t i = 0; i < n; ++i)
+    if (buf[i] == ')') close = buf + i;
+  return close && close[1] == ' ' ? close[2] : 0;
+}
+
+// Sends `sig` and returns once the kernel reports its effect: stopped ('T')
+// after SIGSTOP, running again after SIGCONT. kill() returning does not mean
+// that: a group stop takes effect only once one of the target's threads has
+// dequeued the signal, and a spinning thread can do work meanwhile. Throws
+// when the state does not come within 10 s. (SIGKILL: the caller reaps.)
+inline void signal_and_wait(pid_t pid, int sig) {
+  if (::kill(pid, sig) != 0) throw std::runtime_error("kill(" + std::to_string(pid) + "): no such process");
+  if (sig != SIGSTOP && sig != SIGCONT) return;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (;;) {
+    const char st = process_state(pid);
+    if (st == 0) throw std::runtime_error("process " + std::to_string(pid) + " is gone");
+    if ((sig == SIGSTOP) == (st == 'T')) return;
+    if (std::chrono::steady_clock::now() > end)
+      throw std::runtime_error("process " + std::to_string(pid) + " did not reach the state of signal " +
+                               std::to_string(sig) + " within 10 s (state " + st + ")");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+// The resident set of `pid` in bytes (VmRSS), 0 if unknown.
+inline std::uint64_t resident_bytes(pid_t pid) {
+  std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/status").c_str(), "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  std::uint64_t kb = 0;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "VmRSS: %lu kB", &kb) == 1) break;
+  std::fclose(f);
+  return kb * 1024;
+}
 
 // A helper binary built next to the running test executable.
 inline std::string sibling_binary(const std::string& name) {
@@ -70,8 +119,9 @@ class ChildProcess {
     }
     return true;
   }
+  // SIGSTOP and SIGCONT return once they have taken effect.
   void signal(int sig) {
-    if (pid_ > 0) ::kill(pid_, sig);
+    if (pid_ > 0) signal_and_wait(pid_, sig);
   }
   // Reads the rest of the output and reaps the process.
   ProcessResult wait() {

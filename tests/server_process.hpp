@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <chrono>
 #include <optional>
 #include <string>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "kv/protocol.hpp"
+#include "tier/fd_passing.hpp"
 #include "process.hpp"
 
 namespace kvstrand::test {
@@ -54,9 +56,11 @@ class ServerProcess {
     }
     return false;
   }
+  // SIGSTOP and SIGCONT return once they have taken effect; SIGKILL and
+  // SIGTERM once the server is reaped.
   void kill(int sig) {
     if (pid_ <= 0) return;
-    ::kill(pid_, sig);
+    signal_and_wait(pid_, sig);
     if (sig == SIGKILL || sig == SIGTERM) {
       int status = 0;
       ::waitpid(pid_, &status, 0);
@@ -127,6 +131,28 @@ class Client {
     pollfd p{fd_, POLLIN, 0};
     if (::poll(&p, 1, timeout_ms) <= 0) return false;
     return ::recv(fd_, &b, 1, 0) <= 0;
+  }
+
+  // Hello, receiving the arena's file descriptor with the reply (-1 if none
+  // came). The caller owns the descriptor.
+  std::optional<kv::proto::Reply> hello(int* arena_fd) {
+    *arena_fd = -1;
+    const std::uint64_t id = next_id_++;
+    if (!send_raw(kv::proto::encode_request(kv::proto::Hello{kv::proto::kMajor, kv::proto::kMinor, "test"}, id)))
+      return std::nullopt;
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, 10000) <= 0) return std::nullopt;
+    std::array<std::byte, kv::proto::kHeaderBytes> head{};
+    // One byte first: the descriptor comes with it.
+    if (tier::recv_with_fd(fd_, head.data(), 1, arena_fd, 0) != 1) return std::nullopt;
+    if (!read_exact(head.data() + 1, head.size() - 1)) return std::nullopt;
+    kv::proto::Header h;
+    if (kv::proto::decode_header(head, kv::proto::kDefaultMaxBody, &h) != kv::proto::HeaderError::none)
+      return std::nullopt;
+    std::vector<std::byte> body(h.body_bytes);
+    if (!read_exact(body.data(), body.size())) return std::nullopt;
+    std::string why;
+    return kv::proto::decode_reply(h.type, body, &why);
   }
 
   std::optional<kv::proto::Reply> call(const kv::proto::Request& req) {

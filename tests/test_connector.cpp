@@ -62,7 +62,7 @@ class StuckTier final : public reactor::Tier {
  public:
   StuckTier(reactor::Reactor& r, std::uint64_t bytes) : reactor_(r), inner_(r, bytes) {}
   asio::awaitable<std::error_code> attach(const reactor::Registration& reg) override { return inner_.attach(reg); }
-  asio::awaitable<kv::HitSource> lookup(std::vector<kv::ChunkKey> keys) override {
+  asio::awaitable<LookupResult> lookup(std::vector<kv::ChunkKey> keys) override {
     return inner_.lookup(std::move(keys));
   }
   asio::awaitable<std::error_code> save(reactor::Transfer& t) override {
@@ -75,7 +75,7 @@ class StuckTier final : public reactor::Tier {
     co_return co_await inner_.save(t);
   }
   asio::awaitable<std::error_code> load(reactor::Transfer& t) override { co_return co_await inner_.load(t); }
-  kv::ObjectStore::Stats stats() const override { return inner_.stats(); }
+  tier::Index::Stats stats() const override { return inner_.stats(); }
   asio::awaitable<void> drain() override { co_return; }
 
  private:

@@ -286,7 +286,7 @@ TEST_CASE("debug http: /debug renders in headless Chromium with no console error
   std::filesystem::remove_all(profile);
 }
 
-TEST_CASE("debug http: kvstrand-server --http serves sessions, locks, copies, tier and metrics",
+TEST_CASE("debug http: kvstrand-server --http serves sessions, holds, tier (ready vs configured) and metrics",
           "[http][server][gpu]") {
   if (!device_present() || !curl_present()) return;
   const auto port = free_port();
@@ -297,7 +297,7 @@ TEST_CASE("debug http: kvstrand-server --http serves sessions, locks, copies, ti
   Rig rig(o);
   rig.conn->save(rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8)));
   REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
-  rig.conn->lookup(rig.keys(1, 0, 2));  // takes a lock on the server
+  rig.conn->lookup(rig.keys(1, 0, 2));  // takes a lease on the server
   rig.wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); });
 
   eventually([&] { return curl(port, "/healthz").code == 200; });
@@ -305,12 +305,18 @@ TEST_CASE("debug http: kvstrand-server --http serves sessions, locks, copies, ti
   REQUIRE(sessions.size() == 1);
   REQUIRE(sessions[0].at("pid").to_number<int>() == ::getpid());
   REQUIRE(sessions[0].at("registrations").to_number<int>() == 1);
-  REQUIRE(boost::json::parse(curl(port, "/debug/locks").body).as_array().size() == 1);
-  REQUIRE(boost::json::parse(curl(port, "/debug/copies").body).is_array());
-  REQUIRE(boost::json::parse(curl(port, "/debug/tier").body).at("objects").to_number<int>() == 2);
+  auto holds = boost::json::parse(curl(port, "/debug/holds").body).as_array();
+  REQUIRE(holds.size() == 1);
+  REQUIRE(holds[0].at("kind").as_string() == "lease");
+  REQUIRE(holds[0].at("pid").to_number<int>() == ::getpid());
+  const auto tier = boost::json::parse(curl(port, "/debug/tier").body);
+  REQUIRE(tier.at("objects").to_number<int>() == 2);
+  REQUIRE(tier.at("configured_bytes").to_number<std::uint64_t>() == 16u << 20);
+  REQUIRE(tier.at("ready_bytes").to_number<std::uint64_t>() <= 16u << 20);
   const auto metrics = curl(port, "/metrics").body;
-  REQUIRE(metrics.find("kvstrand_server_requests_total{type=\"store\",status=\"ok\"} 1\n") != std::string::npos);
-  REQUIRE(metrics.find("kvstrand_server_store_seconds_count 1\n") != std::string::npos);
+  REQUIRE(metrics.find("kvstrand_server_requests_total{type=\"reserve\",status=\"ok\"} 1\n") != std::string::npos);
+  REQUIRE(metrics.find("kvstrand_server_requests_total{type=\"commit\",status=\"ok\"} 1\n") != std::string::npos);
+  REQUIRE(metrics.find("kvstrand_server_tier_ready_bytes ") != std::string::npos);
   if (have("/usr/bin/promtool")) REQUIRE(promtool_check(metrics).empty());
   REQUIRE(curl(port, "/debug").body.find("/debug/sessions") != std::string::npos);
   // A refused flag names itself.

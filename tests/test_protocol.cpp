@@ -30,17 +30,10 @@ std::vector<Request> every_request() {
   RegisterLayout reg;
   reg.layout = test::with_speculation(test::reference_layout());
   reg.layout.speculative.params = {{"a", "1"}, {"b", "2"}};
-  for (int p = 0; p < 5; ++p) {
-    MemoryHandle m;
-    m.handle.fill(static_cast<std::byte>(p + 1));
-    m.offset = 4096u * p;
-    m.count = 4000;
-    reg.planes.push_back(m);
-  }
-  reg.state.count = 64;
   Lookup lookup{3, spec().keys};
-  return {Hello{1, 0, "engine-rank-0"}, reg, Unregister{3}, lookup, FreeLocks{77}, Store{3, spec()},
-          Retrieve{3, 77, spec()}, EndSession{}, Stats{}, Ping{}};
+  Reserve reserve{3, spec().keys, {1, 0}};
+  return {Hello{kMajor, 0, "engine-rank-0"}, reg, Unregister{3}, lookup, Release{77}, reserve, Commit{77, true},
+          Commit{78, false}, EndSession{}, Stats{}, Ping{}};
 }
 
 std::pair<Header, std::vector<std::byte>> split(const std::vector<std::byte>& frame) {
@@ -104,7 +97,7 @@ TEST_CASE("protocol: headers with another magic, another major version or an ove
   bad[0] = std::byte{'X'};
   REQUIRE(decode_header(bad, kDefaultMaxBody, &out) == HeaderError::bad_magic);
   REQUIRE(decode_header(std::span(bytes).first(10), kDefaultMaxBody, &out) == HeaderError::bad_magic);
-  h.major = 2;
+  h.major = 1;  // protocol 1 clients are refused
   REQUIRE(decode_header(encode_header(h), kDefaultMaxBody, &out) == HeaderError::other_major);
   h.major = kMajor;
   h.minor = 7;  // a newer minor version is compatible
@@ -115,18 +108,21 @@ TEST_CASE("protocol: headers with another magic, another major version or an ove
 
 TEST_CASE("protocol: replies round-trip, and errors carry their message", "[kv][protocol]") {
   LookupReply lr;
-  lr.lock = 9;
+  lr.lease = 9;
   lr.hit = {768, {256, 768}};
-  StatsReply sr{1, 2, 3, 4, 5, 6, 7};
+  lr.offsets = {0, 1u << 30, 3ull << 32};
+  ReserveReply rr{11, {ChunkState::reserved, ChunkState::existed, ChunkState::full}, {4096, 0, 0}};
+  StatsReply sr{1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
   const std::vector<std::pair<Type, Reply>> replies = {
-      {Type::hello, {Status::ok, "", HelloReply{5, 1, 0}}},
-      {Type::register_layout, {Status::ok, "", RegisterReply{3}}},
+      {Type::hello, {Status::ok, "", HelloReply{5, kMajor, 0, 8ull << 30, 1ull << 30, 2ull << 30, true}}},
+      {Type::register_layout, {Status::ok, "", RegisterReply{3, 3700000}}},
       {Type::lookup, {Status::ok, "", lr}},
-      {Type::store, {Status::ok, "", StoreReply{2, 1, 1}}},
+      {Type::reserve, {Status::ok, "", rr}},
       {Type::stats, {Status::ok, "", sr}},
       {Type::ping, {Status::ok, "", Empty{}}},
-      {Type::retrieve, {Status::missing_chunk, "chunk 3 of 4 is not stored", Empty{}}},
-      {Type::hello, {Status::refused_version, "client major 2, server speaks 1", Empty{}}},
+      {Type::commit, {Status::unknown_hold, "no reservation 4", Empty{}}},
+      {Type::reserve, {Status::over_quota, "over --max-client-reserved", Empty{}}},
+      {Type::hello, {Status::refused_version, "client speaks protocol 1", Empty{}}},
   };
   for (const auto& [type, rep] : replies) {
     INFO(to_string(type) << " " << to_string(rep.status));

@@ -1,6 +1,6 @@
 // kvstrand-tier-client: an engine-like process for the multi-process server
 // tests. It owns device memory, registers it with kvstrand-server through a
-// Connector over RemoteTier, and moves prompts whose bytes are a pure
+// Connector over NodeTier, and moves prompts whose bytes are a pure
 // function of the prompt number, so any process can verify what another
 // stored, byte for byte.
 //
@@ -13,9 +13,20 @@
 //     exits 0 only with no mismatch and at least one neighbour prompt verified.
 //
 //   kvstrand-tier-client --socket S --hold
-//     Saves prompt 1, looks it up (the server now holds a read lock for this
-//     session), prints "holding", starts a save of prompt 2 and sleeps until
-//     killed: the SIGKILL-mid-transfer test.
+//     Saves prompt 1, looks it up (the server now holds a lease for this
+//     process), prints "holding" and sleeps until killed.
+//
+//   kvstrand-tier-client --socket S --hold-then-load SECONDS
+//     As --hold, then after SECONDS (a SIGSTOP stops that clock too) loads
+//     prompt 1 through its lease and verifies it; exits 0 when exact.
+//
+//   kvstrand-tier-client --socket S --stall-save
+//     Holds its own save stream (sim hook), starts a save of prompt 2, prints
+//     "reserved" once the copy into the reserved objects is queued, and
+//     sleeps until killed: the SIGKILL-between-reserve-and-commit test.
+//
+//   kvstrand-tier-client --socket S --fill N
+//     Saves prompts 100.. 100+N-1; prints "filled: stored S, refused R".
 #include <unistd.h>
 
 #include <chrono>
@@ -33,7 +44,9 @@
 #include "kv/chunk_keys.hpp"
 #include "kv/namespace_id.hpp"
 #include "random_bytes.hpp"
+#include "hip/sim_hooks.hpp"
 #include "reactor/connector.hpp"
+#include "reactor/node_tier.hpp"
 
 using namespace kvstrand;
 using namespace std::chrono_literals;
@@ -70,6 +83,8 @@ struct Client {
   std::optional<hip::DeviceBuffer> state;
   std::optional<hip::PinnedBuffer> staging;
   std::unique_ptr<reactor::Connector> conn;
+  reactor::NodeTier* tier = nullptr;  // owned by the connector
+  std::uint64_t lease = 0;            // the last lookup's
   reactor::Finished pending;  // outcomes drained but not yet asked for
   std::uint64_t saves = 0, loads = 0, verified = 0, mismatches = 0;
 
@@ -90,6 +105,11 @@ struct Client {
     o.server_socket = socket;
     o.server_request_timeout = 5s;
     o.transfer_deadline = 30s;
+    o.make_tier = [this, socket](reactor::Reactor& r) {
+      auto t = std::make_unique<reactor::NodeTier>(r, reactor::NodeTierOptions{socket, 5s, 0});
+      tier = t.get();
+      return t;
+    };
     conn = std::make_unique<reactor::Connector>(o);
     reactor::Registration reg;
     reg.layout = layout;
@@ -154,11 +174,12 @@ struct Client {
     return o;
   }
 
-  // Chunks of `prompt` the server holds (its read lock now held for the load).
+  // Chunks of `prompt` the server holds (leased now, for the next load).
   std::uint32_t lookup(std::uint64_t prompt) {
     conn->lookup(keys(prompt));
     wait([&] { return !pending.lookups.empty(); });
     const auto tokens = pending.lookups.front().hit.tokens;
+    lease = pending.lookups.front().lease;
     pending.lookups.clear();
     return tokens / layout.chunk_tokens;
   }
@@ -176,6 +197,7 @@ struct Client {
     for (kv::BlockId b = 32; b < 32 + chunks * 4; ++b) s.blocks.push_back(b);
     s.with_state = true;
     s.state_slots = {8};
+    s.tier_lease = std::exchange(lease, 0);
     conn->load(s);
     wait([&] { return !pending.loads.empty(); });
     auto o = pending.loads.front();
@@ -236,27 +258,63 @@ int run_peers(const std::string& socket, int id, int peers, int rounds) {
   return c.mismatches == 0 && neighbour_verified > 0 ? 0 : 1;
 }
 
-int run_hold(const std::string& socket) {
+int run_hold(const std::string& socket, int load_after_s) {
   Client c(socket);
   if (auto o = c.save(1, "save-1"); !o.ok) die("save failed: " + o.reason);
   if (c.lookup(1) != kChunks) die("lookup of the saved prompt missed");
   std::printf("holding\n");
   std::fflush(stdout);
+  if (load_after_s < 0)
+    for (;;) std::this_thread::sleep_for(1s);  // until SIGKILL
+  // Counted in small steps: a SIGSTOP stops this clock as well.
+  for (int i = 0; i < load_after_s * 10; ++i) std::this_thread::sleep_for(100ms);
+  const bool exact = c.load_and_verify(1, kChunks, "load-1");
+  std::printf("load after hold: %s\n", exact ? "exact" : "WRONG");
+  c.conn->close();
+  return exact ? 0 : 1;
+}
+
+int run_stall_save(const std::string& socket) {
+  Client c(socket);
+  if (c.tier->save_stream() == nullptr || !hip::sim::hold_stream(*c.tier->save_stream()).ok())
+    die("--stall-save needs the sim backend's stream hold");
+  c.write_prompt(2, kChunks);
   kv::TransferSpec s;
   s.request = "save-2";
   s.tokens = {0, kChunks * c.layout.chunk_tokens};
   s.keys = c.keys(2);
   for (kv::BlockId b = 0; b < kChunks * 4; ++b) s.blocks.push_back(b);
   c.conn->save(s);
+  const auto end = std::chrono::steady_clock::now() + 20s;
+  for (;;) {
+    auto live = c.conn->transfers();
+    if (!live.empty() && live[0].state == reactor::TransferState::pending) break;  // reserved, copy queued
+    if (std::chrono::steady_clock::now() > end) die("the save never reached its copy");
+    std::this_thread::sleep_for(5ms);
+  }
+  std::printf("reserved\n");
+  std::fflush(stdout);
   for (;;) std::this_thread::sleep_for(1s);  // until SIGKILL
+}
+
+int run_fill(const std::string& socket, int n) {
+  Client c(socket);
+  int stored = 0, refused = 0;
+  for (int i = 0; i < n; ++i) {
+    auto o = c.save(100 + static_cast<std::uint64_t>(i), "fill-" + std::to_string(i));
+    (o.ok ? stored : refused) += 1;
+  }
+  c.conn->close();
+  std::printf("filled: stored %d, refused %d\n", stored, refused);
+  return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string socket;
-  int id = 0, peers = 1, rounds = 4;
-  bool hold = false;
+  int id = 0, peers = 1, rounds = 4, load_after = -1, fill = 0;
+  bool hold = false, stall = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -268,13 +326,20 @@ int main(int argc, char** argv) {
     else if (a == "--peers") peers = std::stoi(value());
     else if (a == "--rounds") rounds = std::stoi(value());
     else if (a == "--hold") hold = true;
+    else if (a == "--hold-then-load") {
+      hold = true;
+      load_after = std::stoi(value());
+    } else if (a == "--stall-save") stall = true;
+    else if (a == "--fill") fill = std::stoi(value());
     else die("unknown argument " + a);
   }
   if (socket.empty() || peers < 1 || id < 0 || id >= peers || rounds < 1) die("bad arguments (see the file header)");
   if (auto n = hip::device_count(); !n.ok() || *n == 0) die("no device");
   (void)hip::select_device(0);
   try {
-    return hold ? run_hold(socket) : run_peers(socket, id, peers, rounds);
+    if (stall) return run_stall_save(socket);
+    if (fill > 0) return run_fill(socket, fill);
+    return hold ? run_hold(socket, load_after) : run_peers(socket, id, peers, rounds);
   } catch (const std::exception& e) {
     die(e.what());
   }

@@ -59,6 +59,7 @@ struct Request {
   std::optional<std::uint64_t> lookup_id;
   bool lookup_answered = false;
   std::optional<kv::HitSource> tier_hit;
+  std::uint64_t tier_lease = 0;  // keeps tier_hit stored until a load names it or it is released
   std::vector<kv::BlockId> table;
   std::int32_t slot = -1;
   std::uint32_t computed = 0;  // tokens [0, computed) have KV in the table
@@ -308,9 +309,9 @@ struct Engine::Impl {
     }
     const kv::HitPlan plan = kv::plan_hit(l, in);
     if (in.tier) r.tracker.note_stored(in.tier->tokens);
-    // The tier's answer holds read locks (kvstrand-server); a hit the plan
-    // does not load gives them back now, not at their TTL (F20).
-    if (in.tier && in.tier->tokens > 0 && !plan.load) timed([&] { conn->release_lookup(r.keys); });
+    // The tier's answer holds a lease (kvstrand-server); a hit the plan does
+    // not load gives it back now (F20).
+    if (r.tier_lease != 0 && !plan.load) timed([&] { conn->release_lookup(std::exchange(r.tier_lease, 0)); });
 
     const std::uint32_t reused = plan.hbm_tokens / l.block_tokens;
     const std::uint32_t last = r.prompt() + (cfg.reserve_outputs ? work.output_tokens : 1);
@@ -346,6 +347,7 @@ struct Engine::Impl {
       }
       s.with_state = true;
       s.state_slots = {r.slot};
+      s.tier_lease = std::exchange(r.tier_lease, 0);  // the load ends the lease once it has copied
       const std::uint64_t id = load_seq++;
       pool.committed().record_load(id, std::move(dests));
       r.tracker.load_decided(*plan.load);
@@ -421,6 +423,9 @@ struct Engine::Impl {
       if (auto r = live.find(it->second); r != live.end()) {
         r->second->lookup_answered = true;
         r->second->tier_hit = lk.hit;
+        r->second->tier_lease = lk.lease;
+      } else {
+        conn->release_lookup(lk.lease);
       }
       lookup_owner.erase(it);
     }
@@ -694,6 +699,7 @@ struct Engine::Impl {
     }
     r.rec.finish = clock;
     release_request(r);
+    if (r.tier_lease != 0) conn->release_lookup(std::exchange(r.tier_lease, 0));
     stats.done.push_back(r.rec);
     live.erase(r.n);
   }

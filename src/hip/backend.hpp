@@ -27,6 +27,9 @@ Status device_malloc(void** out, std::size_t bytes);
 Status device_free(void* p);
 Status host_malloc(void** out, std::size_t bytes);  // page-locked
 Status host_free(void* p);
+// Pins memory mapped by other means (portable, mapped); undone by host_unregister.
+Status host_register(void* p, std::size_t bytes);
+Status host_unregister(void* p);
 
 Status stream_create(void** out);
 Status stream_destroy(void* s);  // work already queued still runs to the end

@@ -158,6 +158,10 @@ Status host_malloc(void** out, std::size_t bytes) {
   return check(hipHostMalloc(out, bytes, hipHostMallocDefault), "hipHostMalloc");
 }
 Status host_free(void* p) { return check(hipHostFree(p), "hipHostFree"); }
+Status host_register(void* p, std::size_t bytes) {
+  return check(hipHostRegister(p, bytes, hipHostRegisterPortable | hipHostRegisterMapped), "hipHostRegister");
+}
+Status host_unregister(void* p) { return check(hipHostUnregister(p), "hipHostUnregister"); }
 
 Status stream_create(void** out) {
   hipStream_t s = nullptr;

@@ -397,6 +397,24 @@ Status host_free(void* p) {
   return {};
 }
 
+// Pinning: the range is checked to be mapped, as a runtime would refuse an
+// unmapped one, and faulted in.
+Status host_register(void* p, std::size_t bytes) {
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto base = reinterpret_cast<std::uintptr_t>(p) / page * page;
+  const std::size_t len = page_round(reinterpret_cast<std::uintptr_t>(p) - base + bytes);
+  std::vector<unsigned char> vec(len / page);
+  // mincore fails with ENOMEM when any page of the range is unmapped.
+  if (::mincore(reinterpret_cast<void*>(base), len, vec.data()) != 0 && errno == ENOMEM)
+    return {Errc::invalid_value, "hipHostRegister", "sim: the range is not mapped"};
+  // A GPU runtime faults every page in when it pins them: so does the sim,
+  // so that no copy pays first-touch faults real hardware would not.
+  constexpr int kPopulateWrite = 23;  // MADV_POPULATE_WRITE (Linux 5.14); older kernels fault on first touch
+  (void)::madvise(reinterpret_cast<void*>(base), len, kPopulateWrite);
+  return {};
+}
+Status host_unregister(void*) { return {}; }
+
 Status stream_create(void** out) {
   *out = new SimStream();
   return {};

@@ -38,6 +38,11 @@ inline constexpr unsigned hipIpcMemLazyEnablePeerAccess = cudaIpcMemLazyEnablePe
 
 inline const char* hipGetErrorName(hipError_t e) { return cudaGetErrorName(e); }
 inline const char* hipGetErrorString(hipError_t e) { return cudaGetErrorString(e); }
+inline constexpr unsigned hipHostRegisterPortable = cudaHostRegisterPortable;
+inline constexpr unsigned hipHostRegisterMapped = cudaHostRegisterMapped;
+inline hipError_t hipHostRegister(void* p, size_t n, unsigned flags) { return cudaHostRegister(p, n, flags); }
+inline hipError_t hipHostUnregister(void* p) { return cudaHostUnregister(p); }
+
 inline hipError_t hipGetDeviceCount(int* n) { return cudaGetDeviceCount(n); }
 inline hipError_t hipGetDeviceProperties(hipDeviceProp_t* p, int d) { return cudaGetDeviceProperties(p, d); }
 inline hipError_t hipSetDevice(int d) { return cudaSetDevice(d); }

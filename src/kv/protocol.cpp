@@ -9,8 +9,8 @@ namespace {
 constexpr std::size_t kKeyBytes = 32 + 4 + 32;
 constexpr std::size_t kMaxName = 4096;
 
-const char* kTypeNames[] = {"?",     "hello", "register", "unregister", "lookup", "free_locks",
-                            "store", "retrieve", "end_session", "stats", "ping"};
+const char* kTypeNames[] = {"?",       "hello",  "register", "unregister", "lookup", "release",
+                            "reserve", "commit", "end_session", "stats", "ping"};
 
 // ---- building blocks --------------------------------------------------------
 
@@ -98,44 +98,27 @@ Layout get_layout(wire::Reader& r) {
   return l;
 }
 
-void put(wire::Writer& w, const MemoryHandle& m) {
-  w.bytes(m.handle);
-  w.u64(m.offset);
-  w.u32(m.count);
+void put(wire::Writer& w, const std::vector<std::uint64_t>& v) {
+  w.u32(static_cast<std::uint32_t>(v.size()));
+  for (std::uint64_t x : v) w.u64(x);
 }
-MemoryHandle get_memory(wire::Reader& r) {
-  MemoryHandle m;
-  r.bytes(m.handle);
-  m.offset = r.u64();
-  m.count = r.u32();
-  return m;
+std::vector<std::uint64_t> get_u64s(wire::Reader& r) {
+  std::vector<std::uint64_t> v(r.count(8));
+  for (std::uint64_t& x : v) x = r.u64();
+  return v;
 }
-
-void put(wire::Writer& w, const TransferSpec& s) {
-  w.str(s.request);
-  w.u32(s.tokens.begin);
-  w.u32(s.tokens.end);
-  put(w, s.keys);
-  w.u32(static_cast<std::uint32_t>(s.blocks.size()));
-  for (BlockId b : s.blocks) w.u32(b);
-  w.u8(s.with_state ? 1 : 0);
-  w.u32(static_cast<std::uint32_t>(s.state_slots.size()));
-  for (std::int32_t slot : s.state_slots) w.u32(static_cast<std::uint32_t>(slot));
+void put(wire::Writer& w, const std::vector<std::uint8_t>& v) {
+  w.u32(static_cast<std::uint32_t>(v.size()));
+  for (std::uint8_t x : v) w.u8(x);
 }
-TransferSpec get_spec(wire::Reader& r) {
-  TransferSpec s;
-  s.request = r.str(1024);
-  s.tokens.begin = r.u32();
-  s.tokens.end = r.u32();
-  s.keys = get_keys(r);
-  s.blocks.resize(r.count(4));
-  for (BlockId& b : s.blocks) b = r.u32();
-  const std::uint8_t st = r.u8();
-  if (st > 1) r.fail();
-  s.with_state = st == 1;
-  s.state_slots.resize(r.count(4));
-  for (std::int32_t& slot : s.state_slots) slot = static_cast<std::int32_t>(r.u32());
-  return s;
+// Bytes each at most `max`.
+std::vector<std::uint8_t> get_u8s(wire::Reader& r, std::uint8_t max) {
+  std::vector<std::uint8_t> v(r.count(1));
+  for (std::uint8_t& x : v) {
+    x = r.u8();
+    if (x > max) r.fail();
+  }
+  return v;
 }
 
 void put(wire::Writer& w, const HitSource& h) {
@@ -158,9 +141,11 @@ wire::Writer body_writer() {
   return w;
 }
 
-std::vector<std::byte> framed(std::uint16_t type, std::uint64_t request_id, wire::Writer& w) {
+std::vector<std::byte> framed(std::uint16_t type, std::uint64_t request_id, wire::Writer& w,
+                              std::uint8_t major = kMajor) {
   std::vector<std::byte> out = w.take();
   Header h;
+  h.major = major;
   h.type = type;
   h.request_id = request_id;
   h.body_bytes = static_cast<std::uint32_t>(out.size() - kHeaderBytes);
@@ -189,13 +174,9 @@ const char* to_string(Status s) noexcept {
     case Status::refused_version: return "refused_version";
     case Status::bad_request: return "bad_request";
     case Status::unknown_registration: return "unknown_registration";
-    case Status::out_of_range: return "out_of_range";
-    case Status::tier_full: return "tier_full";
-    case Status::missing_chunk: return "missing_chunk";
-    case Status::lock_expired: return "lock_expired";
-    case Status::device_error: return "device_error";
+    case Status::unknown_hold: return "unknown_hold";
+    case Status::over_quota: return "over_quota";
     case Status::not_authorized: return "not_authorized";
-    case Status::internal: return "internal";
   }
   return "?";
 }
@@ -236,9 +217,9 @@ Type type_of(const Request& r) noexcept {
                                [](const RegisterLayout&) { return Type::register_layout; },
                                [](const Unregister&) { return Type::unregister; },
                                [](const Lookup&) { return Type::lookup; },
-                               [](const FreeLocks&) { return Type::free_locks; },
-                               [](const Store&) { return Type::store; },
-                               [](const Retrieve&) { return Type::retrieve; },
+                               [](const Release&) { return Type::release; },
+                               [](const Reserve&) { return Type::reserve; },
+                               [](const Commit&) { return Type::commit; },
                                [](const EndSession&) { return Type::end_session; },
                                [](const Stats&) { return Type::stats; },
                                [](const Ping&) { return Type::ping; }},
@@ -252,26 +233,21 @@ std::vector<std::byte> encode_request(const Request& req, std::uint64_t request_
                           w.u8(m.minor);
                           w.str(m.client);
                         },
-                        [&](const RegisterLayout& m) {
-                          put(w, m.layout);
-                          w.u32(static_cast<std::uint32_t>(m.planes.size()));
-                          for (const MemoryHandle& p : m.planes) put(w, p);
-                          put(w, m.state);
-                        },
+                        [&](const RegisterLayout& m) { put(w, m.layout); },
                         [&](const Unregister& m) { w.u32(m.registration); },
                         [&](const Lookup& m) {
                           w.u32(m.registration);
                           put(w, m.keys);
                         },
-                        [&](const FreeLocks& m) { w.u64(m.lock); },
-                        [&](const Store& m) {
+                        [&](const Release& m) { w.u64(m.hold); },
+                        [&](const Reserve& m) {
                           w.u32(m.registration);
-                          put(w, m.spec);
+                          put(w, m.keys);
+                          put(w, m.images);
                         },
-                        [&](const Retrieve& m) {
-                          w.u32(m.registration);
-                          w.u64(m.lock);
-                          put(w, m.spec);
+                        [&](const Commit& m) {
+                          w.u64(m.hold);
+                          w.u8(m.ok ? 1 : 0);
                         },
                         [](const EndSession&) {}, [](const Stats&) {}, [](const Ping&) {}},
              req);
@@ -290,15 +266,7 @@ std::optional<Request> decode_request(std::uint16_t type, std::span<const std::b
       out = std::move(m);
       break;
     }
-    case Type::register_layout: {
-      RegisterLayout m;
-      m.layout = get_layout(r);
-      m.planes.resize(r.count(kIpcHandleBytes + 12));
-      for (MemoryHandle& p : m.planes) p = get_memory(r);
-      m.state = get_memory(r);
-      out = std::move(m);
-      break;
-    }
+    case Type::register_layout: out = RegisterLayout{get_layout(r)}; break;
     case Type::unregister: out = Unregister{r.u32()}; break;
     case Type::lookup: {
       Lookup m;
@@ -307,20 +275,22 @@ std::optional<Request> decode_request(std::uint16_t type, std::span<const std::b
       out = std::move(m);
       break;
     }
-    case Type::free_locks: out = FreeLocks{r.u64()}; break;
-    case Type::store: {
-      Store m;
+    case Type::release: out = Release{r.u64()}; break;
+    case Type::reserve: {
+      Reserve m;
       m.registration = r.u32();
-      m.spec = get_spec(r);
+      m.keys = get_keys(r);
+      m.images = get_u8s(r, 1);
       out = std::move(m);
       break;
     }
-    case Type::retrieve: {
-      Retrieve m;
-      m.registration = r.u32();
-      m.lock = r.u64();
-      m.spec = get_spec(r);
-      out = std::move(m);
+    case Type::commit: {
+      Commit m;
+      m.hold = r.u64();
+      const std::uint8_t ok = r.u8();
+      if (ok > 1) r.fail();
+      m.ok = ok == 1;
+      out = m;
       break;
     }
     case Type::end_session: out = EndSession{}; break;
@@ -344,7 +314,7 @@ std::optional<Request> decode_request(std::uint16_t type, std::span<const std::b
 
 // ---- replies ----------------------------------------------------------------
 
-std::vector<std::byte> encode_reply(Type type, std::uint64_t request_id, const Reply& rep) {
+std::vector<std::byte> encode_reply(Type type, std::uint64_t request_id, const Reply& rep, std::uint8_t major) {
   wire::Writer w = body_writer();
   w.u16(static_cast<std::uint16_t>(rep.status));
   w.str(rep.message);
@@ -354,25 +324,34 @@ std::vector<std::byte> encode_reply(Type type, std::uint64_t request_id, const R
                             w.u64(m.session);
                             w.u8(m.major);
                             w.u8(m.minor);
+                            w.u64(m.arena_bytes);
+                            w.u64(m.slab_bytes);
+                            w.u64(m.ready_bytes);
+                            w.u8(m.huge_pages ? 1 : 0);
                           },
-                          [&](const RegisterReply& m) { w.u32(m.registration); },
+                          [&](const RegisterReply& m) {
+                            w.u32(m.registration);
+                            w.u64(m.object_bytes);
+                          },
                           [&](const LookupReply& m) {
-                            w.u64(m.lock);
+                            w.u64(m.lease);
                             put(w, m.hit);
+                            put(w, m.offsets);
                           },
-                          [&](const StoreReply& m) {
-                            w.u32(m.stored);
-                            w.u32(m.existed);
-                            w.u32(m.refused);
+                          [&](const ReserveReply& m) {
+                            w.u64(m.reservation);
+                            w.u32(static_cast<std::uint32_t>(m.chunks.size()));
+                            for (ChunkState c : m.chunks) w.u8(static_cast<std::uint8_t>(c));
+                            put(w, m.offsets);
                           },
                           [&](const StatsReply& m) {
-                            for (std::uint64_t v : {m.capacity_bytes, m.used_bytes, m.objects, m.pinned, m.evictions,
-                                                    m.sessions, m.locks})
+                            for (std::uint64_t v : {m.capacity_bytes, m.ready_bytes, m.used_bytes, m.objects, m.pinned,
+                                                    m.evictions, m.sessions, m.leases, m.reservations, m.refused_full})
                               w.u64(v);
                           }},
                rep.payload);
   }
-  return framed(static_cast<std::uint16_t>(static_cast<std::uint16_t>(type) | kReplyBit), request_id, w);
+  return framed(static_cast<std::uint16_t>(static_cast<std::uint16_t>(type) | kReplyBit), request_id, w, major);
 }
 
 std::optional<Reply> decode_reply(std::uint16_t type, std::span<const std::byte> body, std::string* why) {
@@ -383,7 +362,7 @@ std::optional<Reply> decode_reply(std::uint16_t type, std::span<const std::byte>
   wire::Reader r(body);
   Reply rep;
   const std::uint16_t status = r.u16();
-  if (status > static_cast<std::uint16_t>(Status::internal)) r.fail();
+  if (status > kLastStatus) r.fail();
   rep.status = static_cast<Status>(status);
   rep.message = r.str(64 * 1024);
   if (r.ok() && rep.status == Status::ok) {
@@ -393,36 +372,50 @@ std::optional<Reply> decode_reply(std::uint16_t type, std::span<const std::byte>
         m.session = r.u64();
         m.major = r.u8();
         m.minor = r.u8();
+        m.arena_bytes = r.u64();
+        m.slab_bytes = r.u64();
+        m.ready_bytes = r.u64();
+        const std::uint8_t huge = r.u8();
+        if (huge > 1) r.fail();
+        m.huge_pages = huge == 1;
         rep.payload = m;
         break;
       }
-      case Type::register_layout: rep.payload = RegisterReply{r.u32()}; break;
+      case Type::register_layout: {
+        RegisterReply m;
+        m.registration = r.u32();
+        m.object_bytes = r.u64();
+        rep.payload = m;
+        break;
+      }
       case Type::lookup: {
         LookupReply m;
-        m.lock = r.u64();
+        m.lease = r.u64();
         m.hit = get_hit(r);
+        m.offsets = get_u64s(r);
         rep.payload = std::move(m);
         break;
       }
-      case Type::store: {
-        StoreReply m;
-        m.stored = r.u32();
-        m.existed = r.u32();
-        m.refused = r.u32();
-        rep.payload = m;
+      case Type::reserve: {
+        ReserveReply m;
+        m.reservation = r.u64();
+        for (std::uint8_t c : get_u8s(r, 2)) m.chunks.push_back(static_cast<ChunkState>(c));
+        m.offsets = get_u64s(r);
+        if (m.offsets.size() != m.chunks.size()) r.fail();
+        rep.payload = std::move(m);
         break;
       }
       case Type::stats: {
         StatsReply m;
-        for (std::uint64_t* v : {&m.capacity_bytes, &m.used_bytes, &m.objects, &m.pinned, &m.evictions, &m.sessions,
-                                 &m.locks})
+        for (std::uint64_t* v : {&m.capacity_bytes, &m.ready_bytes, &m.used_bytes, &m.objects, &m.pinned,
+                                 &m.evictions, &m.sessions, &m.leases, &m.reservations, &m.refused_full})
           *v = r.u64();
         rep.payload = m;
         break;
       }
       case Type::unregister:
-      case Type::free_locks:
-      case Type::retrieve:
+      case Type::release:
+      case Type::commit:
       case Type::end_session:
       case Type::ping: break;
       default:

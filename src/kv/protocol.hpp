@@ -1,7 +1,7 @@
-// The kvstrand-server wire protocol, version 1.0: frames, messages, and
+// The kvstrand-server wire protocol, version 2.0: frames, messages, and
 // their encoding. docs/protocol.md is the reference a client is written
 // from; this file is its implementation, shared by the server and
-// RemoteTier. Pure: no I/O.
+// NodeTier. Pure: no I/O.
 //
 // Every decode is bounds-checked and refuses trailing bytes, counts the input
 // cannot hold, strings over their limit and unknown types, so a malformed
@@ -24,21 +24,20 @@
 namespace kvstrand::kv::proto {
 
 inline constexpr std::uint32_t kMagic = 0x5453564b;  // "KVST" on the wire
-inline constexpr std::uint8_t kMajor = 1;
+inline constexpr std::uint8_t kMajor = 2;
 inline constexpr std::uint8_t kMinor = 0;
 inline constexpr std::size_t kHeaderBytes = 20;
 inline constexpr std::uint32_t kDefaultMaxBody = 16u << 20;
 inline constexpr std::uint16_t kReplyBit = 0x8000;
-inline constexpr std::size_t kIpcHandleBytes = 72;  // hip::IpcHandle::wire_size
 
 enum class Type : std::uint16_t {
   hello = 1,
   register_layout = 2,
   unregister = 3,
   lookup = 4,
-  free_locks = 5,
-  store = 6,
-  retrieve = 7,
+  release = 5,
+  reserve = 6,
+  commit = 7,
   end_session = 8,
   stats = 9,
   ping = 10,
@@ -60,49 +59,49 @@ std::array<std::byte, kHeaderBytes> encode_header(const Header& h);
 
 // ---- requests ---------------------------------------------------------------
 
-using IpcBytes = std::array<std::byte, kIpcHandleBytes>;
-
-struct MemoryHandle {
-  IpcBytes handle{};          // the exporting process's allocation
-  std::uint64_t offset = 0;   // where block 0 (or slot 0) starts in it
-  std::uint32_t count = 0;    // blocks (or state slots)
-};
-
+// Opens a session. The reply to a hello carries the arena's file descriptor
+// (SCM_RIGHTS) with its first byte.
 struct Hello {
   std::uint8_t major = kMajor;
   std::uint8_t minor = kMinor;
   std::string client;
 };
+// The geometry only: the server never sees a client's device memory.
 struct RegisterLayout {
   Layout layout;
-  std::vector<MemoryHandle> planes;  // one per layout plane
-  MemoryHandle state;                // count 0 when the layout has no state
 };
 struct Unregister {
   std::uint32_t registration = 0;
 };
+// The longest stored run from keys[0]; its objects stay leased (never
+// evicted or moved) until released.
 struct Lookup {
   std::uint32_t registration = 0;
   std::vector<ChunkKey> keys;
 };
-struct FreeLocks {
-  std::uint64_t lock = 0;
+// Ends a lease, or a reservation (what it did not commit is freed). From
+// any session of the server's user.
+struct Release {
+  std::uint64_t hold = 0;
 };
-struct Store {
+// Places for the chunks not stored yet; images[i]: chunk i carries a
+// checkpoint image.
+struct Reserve {
   std::uint32_t registration = 0;
-  TransferSpec spec;
+  std::vector<ChunkKey> keys;
+  std::vector<std::uint8_t> images;
 };
-struct Retrieve {
-  std::uint32_t registration = 0;
-  std::uint64_t lock = 0;  // the lookup's locks to release after the copy (0: none)
-  TransferSpec spec;
+// Ends a reservation: its objects become readable (ok) or are freed.
+struct Commit {
+  std::uint64_t hold = 0;
+  bool ok = true;
 };
 struct EndSession {};
 struct Stats {};
 struct Ping {};
 
-using Request = std::variant<Hello, RegisterLayout, Unregister, Lookup, FreeLocks, Store, Retrieve, EndSession,
-                             Stats, Ping>;
+using Request = std::variant<Hello, RegisterLayout, Unregister, Lookup, Release, Reserve, Commit, EndSession, Stats,
+                             Ping>;
 
 Type type_of(const Request& r) noexcept;
 std::vector<std::byte> encode_request(const Request& r, std::uint64_t request_id);
@@ -114,48 +113,55 @@ std::optional<Request> decode_request(std::uint16_t type, std::span<const std::b
 
 enum class Status : std::uint16_t {
   ok = 0,
-  refused_version = 1,       // another major version
-  bad_request = 2,           // undecodable, or inconsistent with itself
+  refused_version = 1,       // another major version; the connection closes
+  bad_request = 2,           // undecodable, inconsistent with itself, or out of order
   unknown_registration = 3,
-  out_of_range = 4,          // a block, slot, offset or length outside the registered memory
-  tier_full = 5,
-  missing_chunk = 6,
-  lock_expired = 7,
-  device_error = 8,
-  not_authorized = 9,
-  internal = 10,
+  unknown_hold = 4,          // no live lease or reservation of that id
+  over_quota = 5,            // the session's bound on held bytes would be passed; nothing held
+  not_authorized = 6,        // the peer is not the server's user
 };
+inline constexpr std::uint16_t kLastStatus = 6;
 const char* to_string(Status s) noexcept;
 
 struct HelloReply {
   std::uint64_t session = 0;
   std::uint8_t major = kMajor;
   std::uint8_t minor = kMinor;
+  std::uint64_t arena_bytes = 0;  // the whole arena (the size of the file that comes with this reply)
+  std::uint64_t slab_bytes = 0;
+  std::uint64_t ready_bytes = 0;  // slabs populated so far
+  bool huge_pages = false;
 };
 struct RegisterReply {
   std::uint32_t registration = 0;
+  std::uint64_t object_bytes = 0;  // every object in the arena has this size
 };
 struct LookupReply {
-  std::uint64_t lock = 0;  // 0: nothing locked
+  std::uint64_t lease = 0;  // 0: nothing held
   HitSource hit;
+  std::vector<std::uint64_t> offsets;  // arena offset of each chunk of the hit
 };
-struct StoreReply {
-  std::uint32_t stored = 0;
-  std::uint32_t existed = 0;
-  std::uint32_t refused = 0;
+enum class ChunkState : std::uint8_t { reserved = 0, existed = 1, full = 2 };
+struct ReserveReply {
+  std::uint64_t reservation = 0;  // 0: nothing reserved
+  std::vector<ChunkState> chunks;  // one per key
+  std::vector<std::uint64_t> offsets;  // one per key; where to copy a reserved chunk
 };
 struct StatsReply {
-  std::uint64_t capacity_bytes = 0;
+  std::uint64_t capacity_bytes = 0;  // --tier-bytes
+  std::uint64_t ready_bytes = 0;     // slabs populated
   std::uint64_t used_bytes = 0;
   std::uint64_t objects = 0;
   std::uint64_t pinned = 0;
   std::uint64_t evictions = 0;
   std::uint64_t sessions = 0;
-  std::uint64_t locks = 0;
+  std::uint64_t leases = 0;
+  std::uint64_t reservations = 0;
+  std::uint64_t refused_full = 0;
 };
 struct Empty {};
 
-using Payload = std::variant<Empty, HelloReply, RegisterReply, LookupReply, StoreReply, StatsReply>;
+using Payload = std::variant<Empty, HelloReply, RegisterReply, LookupReply, ReserveReply, StatsReply>;
 
 struct Reply {
   Status status = Status::ok;
@@ -163,7 +169,9 @@ struct Reply {
   Payload payload;      // meaningful when status is ok
 };
 
-std::vector<std::byte> encode_reply(Type type, std::uint64_t request_id, const Reply& r);
+// `major`: the header's version. A refused_version reply carries the
+// client's own, so a client of another major version can read it.
+std::vector<std::byte> encode_reply(Type type, std::uint64_t request_id, const Reply& r, std::uint8_t major = kMajor);
 std::optional<Reply> decode_reply(std::uint16_t type, std::span<const std::byte> body, std::string* why);
 
 }  // namespace kvstrand::kv::proto

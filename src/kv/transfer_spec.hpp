@@ -26,6 +26,9 @@ struct TransferSpec {
   // receives the image at tokens.end.
   std::vector<std::int32_t> state_slots;
   BlockLeases::LeaseId lease = 0; // a save's source lease, released when it is source-safe
+  // A load: the tier lease its lookup returned (LookupOutcome::lease), which
+  // the load ends once its copy is done. 0: the tier leases what it needs.
+  std::uint64_t tier_lease = 0;
 };
 
 // Builds the save of `tokens` for `request`: sources are the blocks committed

@@ -13,7 +13,7 @@
 #include "reactor/connector_metrics.hpp"
 #include "reactor/debug_page.hpp"
 #include "reactor/local_tier.hpp"
-#include "reactor/remote_tier.hpp"
+#include "reactor/node_tier.hpp"
 
 namespace kvstrand::reactor {
 
@@ -281,8 +281,8 @@ Connector::Connector(ConnectorOptions options) : options_(std::move(options)) {
   if (options_.make_tier) {
     tier = options_.make_tier(*reactor_);
   } else if (!options_.server_socket.empty()) {
-    tier = std::make_unique<RemoteTier>(
-        *reactor_, RemoteTierOptions{options_.server_socket, options_.server_request_timeout});
+    tier = std::make_unique<NodeTier>(
+        *reactor_, NodeTierOptions{options_.server_socket, options_.server_request_timeout, options_.reactor.device});
   } else {
     tier = std::make_unique<LocalTier>(*reactor_, options_.tier_bytes);
   }
@@ -315,7 +315,7 @@ void Connector::start_http() {
   };
   const std::string page = debug_page("kvstrand connector", {"/debug/transfers", "/debug/events", "/debug/tier"});
   routes["/debug"] = [page] { return HttpResponse{200, "text/html; charset=utf-8", page}; };
-  http_ = std::make_unique<DebugHttp>(*reactor_, *options_.http, std::move(routes));
+  http_ = std::make_unique<DebugHttp>(reactor_->strand(), *options_.http, std::move(routes));
 }
 
 Connector::~Connector() { close(); }
@@ -387,20 +387,20 @@ std::uint64_t Connector::lookup(std::vector<kv::ChunkKey> keys) {
 asio::awaitable<void> Connector::answer_lookup(std::shared_ptr<Core> core, std::uint64_t id,
                                                std::vector<kv::ChunkKey> keys) {
   const std::size_t asked = keys.size();
-  kv::HitSource hit = co_await core->tier->lookup(std::move(keys));
+  Tier::LookupResult r = co_await core->tier->lookup(std::move(keys));
   if (core->reg && core->reg->layout.chunk_tokens > 0)
-    core->metrics.lookup_answered(asked, hit.tokens / core->reg->layout.chunk_tokens);
-  core->mailbox->push(LookupOutcome{id, std::move(hit)});
+    core->metrics.lookup_answered(asked, r.hit.tokens / core->reg->layout.chunk_tokens);
+  core->mailbox->push(LookupOutcome{id, std::move(r.hit), r.lease});
 }
 
-void Connector::release_lookup(std::vector<kv::ChunkKey> keys) {
+void Connector::release_lookup(std::uint64_t lease) {
   CallTimer timed(step_calls_.get());
-  if (closed_ || keys.empty()) return;
-  asio::co_spawn(reactor_->strand(), release_on_strand(core_, std::move(keys)), asio::detached);
+  if (closed_ || lease == 0) return;
+  asio::co_spawn(reactor_->strand(), release_on_strand(core_, lease), asio::detached);
 }
 
-asio::awaitable<void> Connector::release_on_strand(std::shared_ptr<Core> core, std::vector<kv::ChunkKey> keys) {
-  co_await core->tier->release_lookup(std::move(keys));
+asio::awaitable<void> Connector::release_on_strand(std::shared_ptr<Core> core, std::uint64_t lease) {
+  co_await core->tier->release_lookup(lease);
 }
 
 void Connector::forget_drained(const Finished& f) {
@@ -479,9 +479,9 @@ std::vector<TransferInfo> Connector::transfers() {
   return reactor_->call([core = core_]() -> asio::awaitable<std::vector<TransferInfo>> { co_return core->snapshot(); });
 }
 
-kv::ObjectStore::Stats Connector::tier_stats() {
+tier::Index::Stats Connector::tier_stats() {
   if (stopped_) return {};
-  return reactor_->call([core = core_]() -> asio::awaitable<kv::ObjectStore::Stats> { co_return core->tier->stats(); });
+  return reactor_->call([core = core_]() -> asio::awaitable<tier::Index::Stats> { co_return core->tier->stats(); });
 }
 
 PollerStats Connector::poller_stats() {

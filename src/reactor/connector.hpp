@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "kv/layout.hpp"
-#include "kv/object_store.hpp"
+#include "tier/index.hpp"
 #include "kv/transfer_spec.hpp"
 #include "reactor/debug_http.hpp"
 #include "reactor/mailbox.hpp"
@@ -42,10 +42,10 @@ struct ConnectorOptions {
   std::chrono::milliseconds transfer_deadline{60'000};
   // LocalTier's arena. Ignored when make_tier builds another tier.
   std::uint64_t tier_bytes = 1ull << 30;
-  // When set, the tier is kvstrand-server at this socket (RemoteTier)
+  // When set, the tier is kvstrand-server at this socket (NodeTier)
   // instead of an embedded LocalTier.
   std::string server_socket;
-  // RemoteTier: bound on connect + hello + register and on each lookup.
+  // NodeTier: bound on connect + hello + register and on each lookup.
   std::chrono::milliseconds server_request_timeout{10'000};
   ReactorOptions reactor;
   // The read-only HTTP debug endpoint (/healthz, /debug/*, /metrics) on the
@@ -99,14 +99,16 @@ class Connector {
   void submit(std::vector<Op> ops);
 
   // Asks the tier what it holds of `keys`; the answer arrives in
-  // finished().lookups under the returned id.
+  // finished().lookups under the returned id, with the lease (node tier)
+  // that keeps the hit stored until a load names it (spec.tier_lease) or
+  // release_lookup gives it back. A lease is never given back by a clock:
+  // an engine that drops one holds those objects until its process exits.
   std::uint64_t lookup(std::vector<kv::ChunkKey> keys);
 
   // A lookup whose hit this engine will not load (the planner chose not to,
-  // or the request went away): lets the tier free the read locks that lookup
-  // took on `keys` now, not at their TTL (F20). Only posts; a no-op on a
-  // closed connector.
-  void release_lookup(std::vector<kv::ChunkKey> keys);
+  // or the request went away): frees its lease now (F20). Only posts; a
+  // no-op for lease 0 or on a closed connector.
+  void release_lookup(std::uint64_t lease);
   // Everything that became terminal since the last call. Never waits. Once a
   // fail-stop error is set it throws FailStop on every call.
   Finished finished();
@@ -145,7 +147,7 @@ class Connector {
 
   // Debug views (they hop to the strand and back: not for the step loop).
   std::vector<TransferInfo> transfers();
-  kv::ObjectStore::Stats tier_stats();
+  tier::Index::Stats tier_stats();
   PollerStats poller_stats();
   hip::EventPool::Stats event_stats();
   // The debug endpoint's port (0 when it is off).
@@ -159,7 +161,7 @@ class Connector {
   void raise_fail_stop() const;
   void start_fence(std::vector<std::string> requests, std::chrono::milliseconds timeout, Handler handler);
   void start_close(Handler handler);
-  static boost::asio::awaitable<void> release_on_strand(std::shared_ptr<Core> core, std::vector<kv::ChunkKey> keys);
+  static boost::asio::awaitable<void> release_on_strand(std::shared_ptr<Core> core, std::uint64_t lease);
   static boost::asio::awaitable<void> answer_lookup(std::shared_ptr<Core> core, std::uint64_t id,
                                                     std::vector<kv::ChunkKey> keys);
   void forget_drained(const Finished& f);

@@ -91,7 +91,7 @@ static std::string label_values(const std::string& l) {
   return out;
 }
 
-std::string tier_json(std::string_view kind, const kv::ObjectStore::Stats& t, const ConnectorMetrics& m) {
+std::string tier_json(std::string_view kind, const tier::Index::Stats& t, const ConnectorMetrics& m) {
   json::object lookups, transfers;
   for (const auto& [l, v] : m.lookups) lookups[label_values(l)] = v;
   for (const auto& [l, v] : m.transfers) transfers[label_values(l)] = v;
@@ -109,7 +109,7 @@ std::string tier_json(std::string_view kind, const kv::ObjectStore::Stats& t, co
   return json::serialize(o);
 }
 
-std::string prometheus(const ConnectorMetrics& m, const Histogram& step_calls, const kv::ObjectStore::Stats& tier,
+std::string prometheus(const ConnectorMetrics& m, const Histogram& step_calls, const tier::Index::Stats& tier,
                        const hip::EventPool::Stats& events, std::size_t live_transfers) {
   PromText p;
   p.counter("kvstrand_transfers_total", "Transfers that ended, by kind and outcome", m.transfers);

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "hip/event_pool.hpp"
-#include "kv/object_store.hpp"
+#include "tier/index.hpp"
 #include "reactor/metrics.hpp"
 #include "reactor/poller.hpp"
 #include "reactor/transfer.hpp"
@@ -36,8 +36,8 @@ std::string_view outcome_label(std::error_code ec);
 
 std::string transfers_json(const std::vector<TransferInfo>& live, std::string_view tier);
 std::string events_json(const hip::EventPool::Stats& events, const PollerStats& poller);
-std::string tier_json(std::string_view kind, const kv::ObjectStore::Stats& tier, const ConnectorMetrics& m);
-std::string prometheus(const ConnectorMetrics& m, const Histogram& step_calls, const kv::ObjectStore::Stats& tier,
+std::string tier_json(std::string_view kind, const tier::Index::Stats& tier, const ConnectorMetrics& m);
+std::string prometheus(const ConnectorMetrics& m, const Histogram& step_calls, const tier::Index::Stats& tier,
                        const hip::EventPool::Stats& events, std::size_t live_transfers);
 
 }  // namespace kvstrand::reactor

@@ -7,6 +7,7 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/use_future.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http.hpp>
@@ -53,7 +54,7 @@ std::optional<HttpOptions> parse_http_address(const std::string& text) {
 }
 
 struct DebugHttp::State : std::enable_shared_from_this<DebugHttp::State> {
-  State(Reactor& r, HttpOptions o, HttpRoutes rt) : reactor(r), opt(std::move(o)), routes(std::move(rt)), acceptor(r.strand()) {}
+  State(Strand& s, HttpOptions o, HttpRoutes rt) : strand(s), opt(std::move(o)), routes(std::move(rt)), acceptor(s) {}
 
   HttpResponse route(const http::request<http::empty_body>& req) {
     if (req.method() != http::verb::get && req.method() != http::verb::head)
@@ -85,7 +86,7 @@ struct DebugHttp::State : std::enable_shared_from_this<DebugHttp::State> {
         continue;
       }
       connections.emplace_front(std::move(sock));
-      asio::co_spawn(reactor.strand(), serve(shared_from_this(), connections.begin()), asio::detached);
+      asio::co_spawn(strand, serve(shared_from_this(), connections.begin()), asio::detached);
     }
   }
 
@@ -134,7 +135,7 @@ struct DebugHttp::State : std::enable_shared_from_this<DebugHttp::State> {
     for (auto& c : connections) c.socket().close(ignored);  // their coroutines end and erase themselves
   }
 
-  Reactor& reactor;
+  Strand& strand;
   HttpOptions opt;
   HttpRoutes routes;
   tcp::acceptor acceptor;
@@ -143,10 +144,17 @@ struct DebugHttp::State : std::enable_shared_from_this<DebugHttp::State> {
   bool stopped = false;
 };
 
-DebugHttp::DebugHttp(Reactor& reactor, HttpOptions options, HttpRoutes routes) : reactor_(reactor) {
+namespace {
+template <class MakeAwaitable>
+auto call_on(Strand& strand, MakeAwaitable make) {
+  return asio::co_spawn(strand, make(), asio::use_future).get();
+}
+}  // namespace
+
+DebugHttp::DebugHttp(Strand& strand, HttpOptions options, HttpRoutes routes) : strand_(strand) {
   if (auto err = validate(options)) throw std::invalid_argument(err->describe());
-  state_ = std::make_shared<State>(reactor, std::move(options), std::move(routes));
-  const std::string err = reactor_.call([st = state_]() -> asio::awaitable<std::string> {
+  state_ = std::make_shared<State>(strand, std::move(options), std::move(routes));
+  const std::string err = call_on(strand_, [st = state_]() -> asio::awaitable<std::string> {
     boost::system::error_code ec;
     const tcp::endpoint ep(asio::ip::make_address(st->opt.address), st->opt.port);
     st->acceptor.open(ep.protocol(), ec);
@@ -155,11 +163,11 @@ DebugHttp::DebugHttp(Reactor& reactor, HttpOptions options, HttpRoutes routes) :
     if (!ec) st->acceptor.listen(asio::socket_base::max_listen_connections, ec);
     if (ec) co_return "invalid option 'http': cannot listen on " + st->opt.address + ":" +
         std::to_string(st->opt.port) + ": " + ec.message();
-    asio::co_spawn(st->reactor.strand(), st->accept_loop(), asio::detached);
+    asio::co_spawn(st->strand, st->accept_loop(), asio::detached);
     co_return std::string{};
   });
   if (!err.empty()) throw std::invalid_argument(err);
-  port_ = reactor_.call([st = state_]() -> asio::awaitable<std::uint16_t> { co_return st->acceptor.local_endpoint().port(); });
+  port_ = call_on(strand_, [st = state_]() -> asio::awaitable<std::uint16_t> { co_return st->acceptor.local_endpoint().port(); });
   spdlog::info("kvstrand: debug endpoint on http://{}:{}/debug", state_->opt.address, port_);
 }
 
@@ -168,7 +176,7 @@ DebugHttp::~DebugHttp() { stop(); }
 void DebugHttp::stop() {
   if (!state_ || stopped_) return;  // the caller's own flag: State's is the strand's
   stopped_ = true;
-  reactor_.call([st = state_]() -> asio::awaitable<void> {
+  call_on(strand_, [st = state_]() -> asio::awaitable<void> {
     st->stop();
     co_return;
   });

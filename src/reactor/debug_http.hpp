@@ -20,7 +20,7 @@
 #include <string>
 
 #include "kv/layout.hpp"
-#include "reactor/reactor.hpp"
+#include "reactor/strand.hpp"
 
 namespace kvstrand::reactor {
 
@@ -51,10 +51,10 @@ using HttpRoutes = std::map<std::string, std::function<HttpResponse()>>;
 
 class DebugHttp {
  public:
-  // Binds and starts accepting on `reactor`'s strand. Throws
-  // std::invalid_argument naming the option when the options are refused or
-  // the address cannot be bound. Call from any thread but the reactor's.
-  DebugHttp(Reactor& reactor, HttpOptions options, HttpRoutes routes);
+  // Binds and starts accepting on `strand`. Throws std::invalid_argument
+  // naming the option when the options are refused or the address cannot be
+  // bound. Call from any thread but the strand's.
+  DebugHttp(Strand& strand, HttpOptions options, HttpRoutes routes);
   ~DebugHttp();
   DebugHttp(const DebugHttp&) = delete;
   DebugHttp& operator=(const DebugHttp&) = delete;
@@ -67,7 +67,7 @@ class DebugHttp {
   struct State;
 
  private:
-  Reactor& reactor_;
+  Strand& strand_;
   std::shared_ptr<State> state_;
   std::uint16_t port_ = 0;
   bool stopped_ = false;

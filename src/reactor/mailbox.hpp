@@ -37,6 +37,10 @@ struct SourceSafe {
 struct LookupOutcome {
   std::uint64_t id = 0;
   kv::HitSource hit;
+  // What keeps the hit stored until it is loaded: name it in the load's
+  // spec (tier_lease), or give it back with Connector::release_lookup when
+  // no load will. 0: the tier holds nothing for this lookup.
+  std::uint64_t lease = 0;
 };
 
 struct Finished {

@@ -21,6 +21,8 @@
 // executor (it hops to the strand). The Event must outlive the wait.
 #pragma once
 
+#include "reactor/strand.hpp"
+
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/io_context.hpp>
@@ -37,8 +39,6 @@ class Event;
 
 namespace kvstrand::reactor {
 
-namespace asio = boost::asio;
-using Strand = asio::strand<asio::io_context::executor_type>;
 
 struct PollerOptions {
   std::chrono::microseconds spin{2000};

@@ -15,7 +15,7 @@
 
 #include "kv/chunk_keys.hpp"
 #include "kv/hit_plan.hpp"
-#include "kv/object_store.hpp"
+#include "tier/index.hpp"
 #include "reactor/registration.hpp"
 #include "reactor/transfer.hpp"
 
@@ -27,16 +27,20 @@ class Tier {
   // The registration outlives the tier's use of it.
   virtual boost::asio::awaitable<std::error_code> attach(const Registration& reg) = 0;
   // Longest run of consecutive stored chunks from keys[0], with the image
-  // boundaries within it. A coroutine: a remote tier asks its server.
-  virtual boost::asio::awaitable<kv::HitSource> lookup(std::vector<kv::ChunkKey> keys) = 0;
-  // A lookup's hit that will not be loaded: free the read locks it took on
-  // `keys` now rather than at their TTL. Tiers whose lookups lock nothing
-  // (the embedded one) have nothing to do.
-  virtual boost::asio::awaitable<void> release_lookup(std::vector<kv::ChunkKey> /*keys*/) { co_return; }
+  // boundaries within it, and the lease that keeps it stored (0: none; the
+  // embedded tier leases nothing at lookup, its loads pin what they read).
+  // A coroutine: the node tier asks its server.
+  struct LookupResult {
+    kv::HitSource hit;
+    std::uint64_t lease = 0;
+  };
+  virtual boost::asio::awaitable<LookupResult> lookup(std::vector<kv::ChunkKey> keys) = 0;
+  // A lookup's lease that no load will name: free it now (F20).
+  virtual boost::asio::awaitable<void> release_lookup(std::uint64_t /*lease*/) { co_return; }
   virtual boost::asio::awaitable<std::error_code> save(Transfer& t) = 0;
   virtual boost::asio::awaitable<std::error_code> load(Transfer& t) = 0;
-  virtual kv::ObjectStore::Stats stats() const = 0;
-  // "local" (embedded), "server" (kvstrand-server), or what a custom tier says.
+  virtual tier::Index::Stats stats() const = 0;
+  // "local" (embedded), "node" (kvstrand-server), or what a custom tier says.
   virtual const char* kind() const noexcept { return "custom"; }
   // Called on the strand before the reactor stops: finish or abandon what
   // is in flight so nothing is left referencing the tier's memory.

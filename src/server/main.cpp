@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <exception>
 
-#include "hip/device.hpp"
 #include "server/server_options.hpp"
 #include "server/tier_server.hpp"
 
@@ -17,9 +16,9 @@ int main(int argc, char** argv) {
   try {
     server::TierServer srv(opt);
     srv.start();
-    spdlog::info("kvstrand-server listening on {} ({} backend), tier {:.2f} GiB, chunks of {} tokens, lock TTL {} s",
-                 opt.socket, hip::backend_name(), static_cast<double>(opt.tier_bytes) / (1ull << 30),
-                 opt.chunk_tokens, opt.lock_ttl.count());
+    spdlog::info("kvstrand-server listening on {}, tier {:.2f} GiB in slabs of {:.2f} GiB, chunks of {} tokens",
+                 opt.socket, static_cast<double>(opt.tier_bytes) / (1ull << 30),
+                 static_cast<double>(opt.slab_bytes) / (1ull << 30), opt.chunk_tokens);
     if (opt.http)
       std::printf("kvstrand-server: debug endpoint on http://%s:%u/debug\n", opt.http->address.c_str(), srv.http_port());
     std::fflush(stdout);

@@ -6,7 +6,6 @@
 #include <cstdint>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <variant>
 
 #include "reactor/debug_http.hpp"
@@ -16,15 +15,17 @@ namespace kvstrand::server {
 struct ServerOptions {
   std::string socket = "/tmp/kvstrand.sock";
   std::uint64_t tier_bytes = 8ull << 30;
+  std::uint64_t slab_bytes = 1ull << 30;  // the arena grows by this much at a time
+  bool huge_pages = true;                 // where the system has them reserved
   std::uint32_t chunk_tokens = 256;
-  std::chrono::seconds lock_ttl{30};
-  std::chrono::seconds reap_after{300};
   std::string log_level = "info";
   std::uint32_t max_frame = 16u << 20;
-  int device = 0;
-  // Fault injection, sim backend only: every copy the server makes waits
-  // this long first, so tests can act while a copy is in flight.
-  std::chrono::milliseconds sim_copy_delay{0};
+  // Bounds on one client process: bytes its leases pin, bytes its
+  // reservations hold (0: half and a quarter of the tier), and the replies
+  // queued for one connection before the server stops reading from it.
+  std::uint64_t max_client_leased = 0;
+  std::uint64_t max_client_reserved = 0;
+  std::uint64_t max_reply_queue = 4u << 20;
   // --http ADDR:PORT: the read-only debug endpoint (off when unset).
   std::optional<reactor::HttpOptions> http;
 };

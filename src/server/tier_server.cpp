@@ -3,33 +3,38 @@
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/use_future.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/json.hpp>
+#include <cstring>
 #include <deque>
 #include <future>
 #include <map>
 #include <stdexcept>
+#include <thread>
 
-#include "hip/imported_buffer.hpp"
-#include "hip/sim_hooks.hpp"
 #include "kv/protocol.hpp"
 #include "reactor/debug_http.hpp"
 #include "reactor/debug_page.hpp"
-#include "reactor/local_tier.hpp"
 #include "reactor/metrics.hpp"
-#include "reactor/reactor.hpp"
-#include "reactor/registration.hpp"
-#include "reactor/transfer_error.hpp"
+#include "tier/arena.hpp"
+#include "tier/fd_passing.hpp"
+#include "tier/index.hpp"
 
 namespace kvstrand::server {
 
@@ -37,60 +42,68 @@ namespace asio = boost::asio;
 using local = asio::local::stream_protocol;
 using namespace kv::proto;
 using Clock = std::chrono::steady_clock;
-const auto kAwait = asio::as_tuple(asio::use_awaitable);  // awaited ops complete with error codes
+using reactor::Strand;
 
 namespace {
 
-// A registration: the geometry and the imported device memory it names. The
-// requests in flight on it hold it, so its imports close after their copies.
-struct RegState {
-  reactor::Registration reg;
-  std::vector<hip::ImportedBuffer> imports;
+const auto kAwait = asio::as_tuple(asio::use_awaitable);  // awaited ops complete with error codes
+// A frame body is read in pieces of at most this much, so memory follows
+// the bytes that arrived, not the size a header announces.
+constexpr std::size_t kBodyPiece = 64 * 1024;
+
+Reply fail(Status s, std::string message) { return Reply{s, std::move(message), Empty{}}; }
+
+struct Frame {
+  std::vector<std::byte> bytes;
+  bool with_arena_fd = false;  // the hello reply: the arena's fd goes with its first byte
+};
+
+// A client process: what its sessions hold is its own (an Index owner).
+// Watched through its pidfd; it ends when the process has exited.
+struct Process {
+  Process(tier::Owner o, pid_t p, int pidfd, Strand& s) : owner(o), pid(p), watch(s, pidfd) {}
+  tier::Owner owner;
+  pid_t pid;
+  asio::posix::stream_descriptor watch;
+  std::size_t sessions = 0;
 };
 
 struct Session {
-  Session(std::uint64_t i, local::socket s) : id(i), sock(std::move(s)), last_request(Clock::now()) {}
+  Session(std::uint64_t i, local::socket s, Strand& strand) : id(i), sock(std::move(s)), drained(strand) {}
   std::uint64_t id;
   local::socket sock;
-  pid_t pid = 0;
+  std::shared_ptr<Process> process;
   bool hello = false;
   bool closed = false;
   bool close_after_flush = false;
   bool writing = false;
-  std::deque<std::vector<std::byte>> outbox;
-  std::map<std::uint32_t, std::shared_ptr<RegState>> regs;
-  Clock::time_point last_request;
+  std::deque<Frame> outbox;
+  std::uint64_t queued_bytes = 0;
+  asio::steady_timer drained;  // cancelled by the writer as the queue shrinks
+  std::map<std::uint32_t, kv::Layout> regs;
+  Clock::time_point started = Clock::now();
+  std::uint64_t requests = 0;
 };
 
-struct LookupLock {
-  std::uint64_t session = 0;
-  std::vector<kv::ChunkKey> keys;
-  Clock::time_point expiry;
-};
-
-Reply fail(Status s, std::string message) { return Reply{s, std::move(message), Empty{}}; }
+int pidfd_open(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
 
 }  // namespace
 
-using HttpRoutes_t = reactor::HttpRoutes;
-
 struct TierServer::Impl {
-  explicit Impl(ServerOptions o)
-      : opt(std::move(o)), reactor(reactor::ReactorOptions{.device = opt.device}),
-        tier(std::make_unique<reactor::LocalTier>(reactor, opt.tier_bytes)) {}
+  explicit Impl(ServerOptions o) : opt(std::move(o)), work(ctx.get_executor()), strand(asio::make_strand(ctx)) {}
 
   // ---- start and stop -------------------------------------------------------
 
   asio::awaitable<std::string> listen() {
     const local::endpoint ep(opt.socket);
     {
-      local::socket probe(reactor.strand());
+      local::socket probe(strand);
       boost::system::error_code ec;
       probe.connect(ep, ec);  // start-up only: a local connect answers at once
       if (!ec) co_return "--socket " + opt.socket + ": another server is already listening there";
     }
     ::unlink(opt.socket.c_str());  // a stale socket file from a server that died
-    acceptor.emplace(reactor.strand());
+    acceptor.emplace(strand);
     boost::system::error_code ec;
     acceptor->open(ep.protocol(), ec);
     const mode_t old = ::umask(0177);  // created 0600: only this user connects
@@ -99,30 +112,62 @@ struct TierServer::Impl {
     if (!ec) acceptor->listen(asio::socket_base::max_listen_connections, ec);
     if (ec) co_return "--socket " + opt.socket + ": " + ec.message();
     ::chmod(opt.socket.c_str(), 0600);
-    signals.emplace(reactor.strand(), SIGINT, SIGTERM);
+    signals.emplace(strand, SIGINT, SIGTERM);
     signals->async_wait([this](const boost::system::error_code& e, int sig) {
       if (!e) {
         spdlog::info("kvstrand-server: signal {}, stopping", sig);
         shutdown();
       }
     });
-    asio::co_spawn(reactor.strand(), accept_loop(), asio::detached);
-    asio::co_spawn(reactor.strand(), sweep_loop(), asio::detached);
+    asio::co_spawn(strand, accept_loop(), asio::detached);
     co_return std::string{};
   }
+
+  // Populates the arena's slabs in order, off the strand; each one's
+  // objects join the index on the strand once it is ready.
+  void start_filler() {
+    filler = std::thread([this] {
+      for (std::uint32_t i = 0; i < arena->slab_count() && !stop_filling.load(std::memory_order_relaxed); ++i) {
+        std::string err = arena->populate(i);
+        asio::post(strand, [this, i, err] { slab_ready(i, err); });
+        if (!err.empty()) return;
+      }
+    });
+  }
+
+  void slab_ready(std::uint32_t slab, const std::string& err) {
+    if (!err.empty()) {
+      spdlog::error("kvstrand-server: slab {} of the arena could not be populated ({}); the tier stays at {} MiB",
+                    slab, err, ready_bytes() >> 20);
+      fill_error = err;
+      return;
+    }
+    ++ready_slabs;
+    if (index) index->add_slots(tier::Arena::slots_per_slab(arena->slab_bytes(), index->object_bytes()));
+    if (ready_slabs == arena->slab_count())
+      spdlog::info("kvstrand-server: the arena's {} slabs are ready ({:.2f} GiB) after {:.2f} s", ready_slabs,
+                   static_cast<double>(arena->bytes()) / (1ull << 30),
+                   std::chrono::duration<double>(Clock::now() - started).count());
+  }
+
+  std::uint64_t ready_bytes() const { return static_cast<std::uint64_t>(ready_slabs) * arena->slab_bytes(); }
 
   void shutdown() {
     if (stopping) return;
     stopping = true;
     if (acceptor) acceptor->close();
     if (signals) signals->cancel();
-    if (sweep) sweep->cancel();
     auto all = sessions;
-    for (auto& [id, s] : all) reap(s, "server stopping");
+    for (auto& [id, s] : all) end_session(s, "server stopping");
+    for (auto& [pid, p] : processes) {
+      boost::system::error_code ignored;
+      p->watch.close(ignored);
+    }
+    processes.clear();
     stopped.set_value();
   }
 
-  // ---- sessions ---------------------------------------------------------------
+  // ---- sessions and processes -------------------------------------------------
 
   asio::awaitable<void> accept_loop() {
     for (;;) {
@@ -143,18 +188,53 @@ struct TierServer::Impl {
         co_await asio::async_write(sock, asio::buffer(frame), kAwait);
         continue;
       }
-      auto s = std::make_shared<Session>(next_session++, std::move(sock));
-      s->pid = cred.pid;
+      auto process = watch_process(cred.pid);
+      if (!process) continue;  // gone already: nothing it asks for could be kept for it
+      auto s = std::make_shared<Session>(next_session++, std::move(sock), strand);
+      s->process = process;
+      ++process->sessions;
       sessions[s->id] = s;
       spdlog::debug("kvstrand-server: session {} from pid {}", s->id, cred.pid);
-      asio::co_spawn(reactor.strand(), serve(s), asio::detached);
+      asio::co_spawn(strand, serve(s), asio::detached);
     }
+  }
+
+  std::shared_ptr<Process> watch_process(pid_t pid) {
+    if (auto it = processes.find(pid); it != processes.end()) return it->second;
+    const int fd = pidfd_open(pid);
+    if (fd < 0) {
+      spdlog::warn("kvstrand-server: pidfd_open({}): {}; connection refused", pid, std::strerror(errno));
+      return nullptr;
+    }
+    auto p = std::make_shared<Process>(next_owner++, pid, fd, strand);
+    processes[pid] = p;
+    // A pidfd becomes readable once the process has exited: its threads are
+    // gone and its files, device contexts among them, are closed, so no DMA
+    // it started can still run.
+    p->watch.async_wait(asio::posix::descriptor_base::wait_read,
+                        [this, p](const boost::system::error_code& ec) { process_exited(p, ec); });
+    return p;
+  }
+
+  void process_exited(const std::shared_ptr<Process>& p, const boost::system::error_code& ec) {
+    if (ec || stopping) return;
+    const std::size_t freed = index ? index->release_owner(p->owner) : 0;
+    orphans_freed += freed;
+    spdlog::debug("kvstrand-server: pid {} exited; {} leases and reservations freed", p->pid, freed);
+    if (auto it = processes.find(p->pid); it != processes.end() && it->second == p) processes.erase(it);
+    boost::system::error_code ignored;
+    p->watch.close(ignored);
   }
 
   asio::awaitable<void> serve(std::shared_ptr<Session> s) {
     std::array<std::byte, kHeaderBytes> head{};
     std::string end = "client closed the connection";
     while (!s->closed) {
+      // A client that does not read its replies is not read from either.
+      while (s->queued_bytes > opt.max_reply_queue && !s->closed) {
+        s->drained.expires_after(std::chrono::seconds(3600));
+        co_await s->drained.async_wait(kAwait);
+      }
       auto [ec, n] = co_await asio::async_read(s->sock, asio::buffer(head), kAwait);
       if (ec) break;
       Header h;
@@ -164,278 +244,258 @@ struct TierServer::Impl {
         break;
       }
       if (he == HeaderError::other_major) {
-        send(s, encode_reply(Type::hello, h.request_id,
-                             fail(Status::refused_version, "client speaks major version " + std::to_string(h.major) +
-                                                               "; this server speaks " + std::to_string(kMajor))));
+        // In the client's own version and for its own request type, so that
+        // a client of any version can read why.
+        send(s, encode_reply(static_cast<Type>(h.type & ~kReplyBit), h.request_id,
+                             fail(Status::refused_version, "client speaks protocol " + std::to_string(h.major) +
+                                                               "; this kvstrand-server speaks " +
+                                                               std::to_string(kMajor) +
+                                                               ": upgrade the client library to match the server"),
+                             h.major));
         s->close_after_flush = true;
-        co_return;
+        break;
       }
-      std::vector<std::byte> body(h.body_bytes);
-      auto [ec2, n2] = co_await asio::async_read(s->sock, asio::buffer(body), kAwait);
-      if (ec2) break;
-      s->last_request = Clock::now();
+      std::vector<std::byte> body;
+      boost::system::error_code bec;
+      while (body.size() < h.body_bytes && !bec) {
+        const std::size_t at = body.size();
+        body.resize(at + std::min<std::size_t>(kBodyPiece, h.body_bytes - at));
+        auto [e, got] = co_await asio::async_read(s->sock, asio::buffer(body.data() + at, body.size() - at), kAwait);
+        bec = e;
+      }
+      if (bec) break;
+      ++s->requests;
       std::string why;
       auto req = decode_request(h.type, body, &why);
+      const Type type = static_cast<Type>(h.type & ~kReplyBit);
       if (!req) {
-        send(s, encode_reply(static_cast<Type>(h.type & ~kReplyBit), h.request_id, fail(Status::bad_request, why)));
+        count(type, Status::bad_request);
+        send(s, encode_reply(type, h.request_id, fail(Status::bad_request, why)));
         continue;
       }
       if (!s->hello && !std::holds_alternative<Hello>(*req)) {
+        count(type, Status::bad_request);
         send(s, encode_reply(type_of(*req), h.request_id, fail(Status::bad_request, "send hello first")));
         continue;
       }
-      // Each request is its own coroutine: a long copy does not stop reads.
-      asio::co_spawn(reactor.strand(), handle(s, h.request_id, std::move(*req)), asio::detached);
+      Reply rep = dispatch(s, *req);
+      count(type_of(*req), rep.status);
+      const bool hello_ok = std::holds_alternative<Hello>(*req) && rep.status == Status::ok;
+      send(s, encode_reply(type_of(*req), h.request_id, rep), hello_ok);
+      if (std::holds_alternative<EndSession>(*req)) {
+        s->close_after_flush = true;
+        break;
+      }
     }
-    reap(s, end);
+    if (!s->close_after_flush) end_session(s, end);
   }
 
-  void send(const std::shared_ptr<Session>& s, std::vector<std::byte> frame) {
+  void count(Type t, Status st) { ++requests[reactor::labels({{"type", to_string(t)}, {"status", to_string(st)}})]; }
+
+  void send(const std::shared_ptr<Session>& s, std::vector<std::byte> frame, bool with_fd = false) {
     if (s->closed) return;
-    s->outbox.push_back(std::move(frame));
+    s->queued_bytes += frame.size();
+    s->outbox.push_back(Frame{std::move(frame), with_fd});
     if (!s->writing) {
       s->writing = true;
-      asio::co_spawn(reactor.strand(), writer(s), asio::detached);
+      asio::co_spawn(strand, writer(s), asio::detached);
+    }
+  }
+
+  // Sends the first bytes of `f` with the arena's fd attached; returns how
+  // many went, or an error.
+  asio::awaitable<std::pair<boost::system::error_code, std::size_t>> send_with_fd(std::shared_ptr<Session> s,
+                                                                                  const Frame& f) {
+    for (;;) {
+      auto [ec] = co_await s->sock.async_wait(local::socket::wait_write, kAwait);
+      if (ec) co_return std::pair{ec, std::size_t{0}};
+      const ssize_t n =
+          tier::send_with_fd(s->sock.native_handle(), f.bytes.data(), f.bytes.size(), arena->fd(), MSG_DONTWAIT);
+      if (n >= 0) co_return std::pair{boost::system::error_code{}, static_cast<std::size_t>(n)};
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+        co_return std::pair{boost::system::error_code(errno, boost::system::system_category()), std::size_t{0}};
     }
   }
 
   asio::awaitable<void> writer(std::shared_ptr<Session> s) {
     while (!s->outbox.empty() && !s->closed) {
-      auto [ec, n] = co_await asio::async_write(s->sock, asio::buffer(s->outbox.front()), kAwait);
+      const Frame& f = s->outbox.front();
+      std::size_t sent = 0;
+      boost::system::error_code ec;
+      if (f.with_arena_fd) {
+        std::pair<boost::system::error_code, std::size_t> r = co_await send_with_fd(s, f);
+        ec = r.first;
+        sent = r.second;
+      }
+      if (!ec && sent < f.bytes.size()) {
+        auto [e, n] = co_await asio::async_write(s->sock, asio::buffer(f.bytes.data() + sent, f.bytes.size() - sent),
+                                                 kAwait);
+        ec = e;
+      }
       if (ec) {
-        reap(s, "write failed: " + ec.message());
+        end_session(s, "write failed: " + ec.message());
         break;
       }
+      s->queued_bytes -= s->outbox.front().bytes.size();
       s->outbox.pop_front();
+      s->drained.cancel();
     }
     s->writing = false;
-    if (s->close_after_flush && s->outbox.empty()) reap(s, "closed after its last reply");
+    if (s->close_after_flush && s->outbox.empty()) end_session(s, "closed after its last reply");
   }
 
-  // Frees what the session holds. Its registrations go with it, but each
-  // request still copying holds its own reference: imported memory closes
-  // only after the last copy on it completed.
-  void reap(const std::shared_ptr<Session>& s, const std::string& why) {
+  // The connection ends; what its process holds stays with the process
+  // (a copy may still run there) until released or the process exits.
+  void end_session(const std::shared_ptr<Session>& s, const std::string& why) {
     if (s->closed) return;
     s->closed = true;
     boost::system::error_code ignored;
     s->sock.close(ignored);
-    for (auto it = locks.begin(); it != locks.end();) {
-      if (it->second.session == s->id) {
-        tier->store().unpin(it->second.keys);
-        it = locks.erase(it);
-      } else {
-        ++it;
-      }
-    }
-    s->regs.clear();
+    s->drained.cancel();
     s->outbox.clear();
+    s->queued_bytes = 0;
+    if (s->process) --s->process->sessions;
     sessions.erase(s->id);
     spdlog::debug("kvstrand-server: session {} ended: {}", s->id, why);
   }
 
-  asio::awaitable<void> sweep_loop() {
-    sweep.emplace(reactor.strand());
-    for (;;) {
-      sweep->expires_after(std::chrono::milliseconds(250));
-      auto [ec] = co_await sweep->async_wait(kAwait);
-      if (ec || stopping) co_return;
-      const auto now = Clock::now();
-      for (auto it = locks.begin(); it != locks.end();) {
-        if (it->second.expiry <= now) {
-          tier->store().unpin(it->second.keys);  // the exact keys that took it
-          it = locks.erase(it);
-        } else {
-          ++it;
-        }
-      }
-      auto all = sessions;
-      for (auto& [id, s] : all)
-        if (now - s->last_request > opt.reap_after) reap(s, "idle past --reap-after");
-    }
-  }
-
   // ---- requests ---------------------------------------------------------------
 
-  asio::awaitable<void> handle(std::shared_ptr<Session> s, std::uint64_t request_id, Request req) {
-    const Type type = type_of(req);
-    const auto t0 = Clock::now();
-    std::optional<std::map<std::uint64_t, Copy>::iterator> copy;
-    if (type == Type::store || type == Type::retrieve) {
-      const auto& spec = type == Type::store ? std::get<Store>(req).spec : std::get<Retrieve>(req).spec;
-      copy = copies.emplace(next_copy++, Copy{s->id, request_id, type == Type::store ? "store" : "retrieve",
-                                              spec.keys.size(), spec.blocks.size(), t0})
-                 .first;
-    }
-    Reply rep = co_await dispatch(s, req);
-    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    ++requests[reactor::labels({{"type", to_string(type)}, {"status", to_string(rep.status)}})];
-    if (copy) {
-      ((*copy)->second.kind == std::string("store") ? store_seconds : retrieve_seconds).observe(seconds);
-      copies.erase(*copy);
-    }
-    send(s, encode_reply(type, request_id, rep));
-    if (type == Type::end_session) s->close_after_flush = true;
-  }
-
-  asio::awaitable<Reply> dispatch(std::shared_ptr<Session> s, Request& req) {
-    if (std::holds_alternative<Hello>(req)) {
+  Reply dispatch(const std::shared_ptr<Session>& s, Request& req) {
+    if (auto* m = std::get_if<Hello>(&req)) {
+      if (s->hello) return fail(Status::bad_request, "hello was already said on this connection");
       s->hello = true;
-      co_return Reply{Status::ok, "", HelloReply{s->id, kMajor, kMinor}};
+      (void)m;
+      return Reply{Status::ok, "",
+                   HelloReply{s->id, kMajor, kMinor, arena->bytes(), arena->slab_bytes(), ready_bytes(),
+                              arena->huge_pages()}};
     }
-    if (auto* m = std::get_if<RegisterLayout>(&req)) co_return register_layout(s, *m);
+    if (auto* m = std::get_if<RegisterLayout>(&req)) return register_layout(s, *m);
     if (auto* m = std::get_if<Unregister>(&req)) {
-      if (s->regs.erase(m->registration) == 0) co_return fail(Status::unknown_registration, "no such registration");
-      co_return Reply{};
+      if (s->regs.erase(m->registration) == 0) return fail(Status::unknown_registration, "no such registration");
+      return Reply{};
     }
-    if (auto* m = std::get_if<Lookup>(&req)) co_return lookup(s, *m);
-    if (auto* m = std::get_if<FreeLocks>(&req)) {
-      release_lock(s->id, m->lock);
-      co_return Reply{};
+    if (auto* m = std::get_if<Lookup>(&req)) return lookup(s, *m);
+    if (auto* m = std::get_if<Release>(&req)) {
+      if (!index || !index->release(m->hold))
+        return fail(Status::unknown_hold, "no lease or reservation " + std::to_string(m->hold));
+      return Reply{};
     }
-    if (auto* m = std::get_if<Store>(&req)) co_return co_await store(s, *m);
-    if (auto* m = std::get_if<Retrieve>(&req)) co_return co_await retrieve(s, *m);
-    if (std::holds_alternative<Stats>(req)) co_return stats();
-    co_return Reply{};  // end_session, ping
+    if (auto* m = std::get_if<Reserve>(&req)) return reserve(s, *m);
+    if (auto* m = std::get_if<Commit>(&req)) {
+      if (!index || !index->commit(m->hold, m->ok))
+        return fail(Status::unknown_hold, "no reservation " + std::to_string(m->hold));
+      return Reply{};
+    }
+    if (std::holds_alternative<Stats>(req)) return stats();
+    return Reply{};  // end_session, ping
   }
 
-  Reply register_layout(const std::shared_ptr<Session>& s, RegisterLayout& m) {
+  Reply register_layout(const std::shared_ptr<Session>& s, const RegisterLayout& m) {
     const kv::Layout& l = m.layout;
     if (auto err = kv::validate(l)) return fail(Status::bad_request, err->describe());
     if (l.chunk_tokens != opt.chunk_tokens)
       return fail(Status::bad_request, "layout chunk_tokens " + std::to_string(l.chunk_tokens) +
                                            " differs from the server's --chunk-tokens " +
                                            std::to_string(opt.chunk_tokens));
-    if (m.planes.size() != l.planes.size())
-      return fail(Status::bad_request, std::to_string(m.planes.size()) + " plane handles for " +
-                                           std::to_string(l.planes.size()) + " planes");
-    auto st = std::make_shared<RegState>();
-    st->reg.layout = l;
-    std::map<IpcBytes, std::byte*> opened;  // one import per allocation
-    auto import = [&](const MemoryHandle& mh, std::uint64_t unit, std::byte** base) -> std::optional<std::string> {
-      auto handle = hip::IpcHandle::from_bytes(mh.handle);
-      if (!handle) return "malformed IPC handle";
-      std::byte* mem = nullptr;
-      if (auto it = opened.find(mh.handle); it != opened.end()) {
-        mem = it->second;
-      } else {
-        auto buf = hip::ImportedBuffer::open(*handle);
-        if (!buf.ok()) return buf.status().describe();
-        mem = buf->data();
-        opened[mh.handle] = mem;
-        st->imports.push_back(std::move(buf).value());
-      }
-      if (mh.count == 0 || unit == 0 || mh.offset > handle->bytes || mh.count > (handle->bytes - mh.offset) / unit)
-        return "offset " + std::to_string(mh.offset) + " + " + std::to_string(mh.count) + " x " +
-               std::to_string(unit) + " B does not fit the " + std::to_string(handle->bytes) + " B allocation";
-      *base = mem + mh.offset;
-      return std::nullopt;
-    };
-    for (std::size_t p = 0; p < l.planes.size(); ++p) {
-      std::byte* base = nullptr;
-      if (auto e = import(m.planes[p], l.planes[p].bytes_per_block, &base))
-        return fail(Status::out_of_range, "plane '" + l.planes[p].name + "': " + *e);
-      st->reg.planes.push_back({base, m.planes[p].count});
-    }
-    if (l.has_state()) {
-      std::byte* base = nullptr;
-      if (auto e = import(m.state, l.checkpoint.image_bytes, &base))
-        return fail(Status::out_of_range, "state memory: " + *e);
-      st->reg.state = {base, m.state.count};
-    }
-    if (auto e = st->reg.check()) return fail(Status::bad_request, *e);
-    if (std::error_code ec = tier->attach_now(st->reg))
-      return fail(Status::bad_request, "this layout's objects (" + std::to_string(st->reg.object_bytes()) +
-                                           " B) do not fit the tier's (" + ec.message() + ")");
-    if (opt.sim_copy_delay.count() > 0) {  // the streams exist once the tier is attached
-      const std::chrono::microseconds d = opt.sim_copy_delay;
-      (void)hip::sim::set_stream_delay(tier->save_stream(), d);
-      (void)hip::sim::set_stream_delay(tier->load_stream(), d);
+    const std::uint64_t object = l.object_bytes(l.has_state());
+    if (object > arena->slab_bytes())
+      return fail(Status::bad_request, "an object of this layout (" + std::to_string(object) +
+                                           " B) is larger than the server's --slab-bytes (" +
+                                           std::to_string(arena->slab_bytes()) + " B)");
+    if (index && index->object_bytes() != object)
+      return fail(Status::bad_request, "this layout's objects (" + std::to_string(object) +
+                                           " B) differ from the tier's (" + std::to_string(index->object_bytes()) +
+                                           " B): one server serves one object size");
+    if (!index) {
+      index.emplace(object);
+      index->add_slots(ready_slabs * tier::Arena::slots_per_slab(arena->slab_bytes(), object));
     }
     const std::uint32_t id = next_reg++;
-    s->regs[id] = st;
-    return Reply{Status::ok, "", RegisterReply{id}};
+    s->regs[id] = l;
+    return Reply{Status::ok, "", RegisterReply{id, object}};
   }
 
-  std::shared_ptr<RegState> registration(const std::shared_ptr<Session>& s, std::uint32_t id) {
+  const kv::Layout* layout_of(const std::shared_ptr<Session>& s, std::uint32_t id) {
     auto it = s->regs.find(id);
-    return it == s->regs.end() ? nullptr : it->second;
+    return it == s->regs.end() ? nullptr : &it->second;
+  }
+
+  std::uint64_t offset(std::uint32_t slot) const {
+    return tier::Arena::offset_of(slot, arena->slab_bytes(), index->object_bytes());
   }
 
   Reply lookup(const std::shared_ptr<Session>& s, const Lookup& m) {
-    auto st = registration(s, m.registration);
-    if (!st) return fail(Status::unknown_registration, "no such registration");
-    LookupReply r;
-    r.hit = tier->lookup(m.keys, st->reg.layout.chunk_tokens);
-    const std::size_t n = r.hit.tokens / st->reg.layout.chunk_tokens;
-    if (n > 0) {
-      std::vector<kv::ChunkKey> held(m.keys.begin(), m.keys.begin() + static_cast<std::ptrdiff_t>(n));
-      if (tier->store().pin(held)) {
-        r.lock = next_lock++;
-        locks[r.lock] = LookupLock{s->id, std::move(held), Clock::now() + opt.lock_ttl};
-      }
+    const kv::Layout* l = layout_of(s, m.registration);
+    if (!l) return fail(Status::unknown_registration, "no such registration");
+    const tier::Owner owner = s->process->owner;
+    // The quota is checked against the longest hit the keys could give, so
+    // that nothing is leased and then refused.
+    const auto held = index->held_by(owner);
+    const std::uint64_t most = m.keys.size() * index->object_bytes();
+    if (held.leased_bytes + most > opt.max_client_leased) {
+      const kv::HitSource peek = index->lookup(m.keys, l->chunk_tokens);
+      if (held.leased_bytes + peek.tokens / l->chunk_tokens * index->object_bytes() > opt.max_client_leased)
+        return fail(Status::over_quota, "this process's leases would pin more than --max-client-leased (" +
+                                            std::to_string(opt.max_client_leased) + " B); release some first");
     }
-    return Reply{Status::ok, "", r};
+    tier::Index::Lease lease = index->lease(m.keys, l->chunk_tokens, owner);
+    LookupReply r;
+    r.lease = lease.id;
+    r.hit = std::move(lease.hit);
+    for (std::uint32_t slot : lease.slots) r.offsets.push_back(offset(slot));
+    return Reply{Status::ok, "", std::move(r)};
   }
 
-  void release_lock(std::uint64_t session, std::uint64_t lock) {
-    auto it = locks.find(lock);
-    if (it == locks.end() || it->second.session != session) return;
-    tier->store().unpin(it->second.keys);
-    locks.erase(it);
+  Reply reserve(const std::shared_ptr<Session>& s, const Reserve& m) {
+    if (!layout_of(s, m.registration)) return fail(Status::unknown_registration, "no such registration");
+    if (m.images.size() != m.keys.size())
+      return fail(Status::bad_request, std::to_string(m.images.size()) + " image flags for " +
+                                           std::to_string(m.keys.size()) + " keys");
+    const tier::Owner owner = s->process->owner;
+    const auto held = index->held_by(owner);
+    if (held.reserved_bytes + m.keys.size() * index->object_bytes() > opt.max_client_reserved)
+      return fail(Status::over_quota, "this process's reservations would hold more than --max-client-reserved (" +
+                                          std::to_string(opt.max_client_reserved) + " B); commit some first");
+    std::unique_ptr<bool[]> images(new bool[m.keys.size()]);
+    for (std::size_t i = 0; i < m.keys.size(); ++i) images[i] = m.images[i] != 0;
+    tier::Index::Reservation res =
+        index->reserve(m.keys, std::span<const bool>(images.get(), m.keys.size()), owner);
+    ReserveReply r;
+    r.reservation = res.id;
+    for (std::size_t i = 0; i < m.keys.size(); ++i) {
+      r.chunks.push_back(static_cast<ChunkState>(res.chunks[i]));
+      r.offsets.push_back(res.chunks[i] == tier::Index::Chunk::reserved ? offset(res.slots[i]) : 0);
+    }
+    return Reply{Status::ok, "", std::move(r)};
   }
 
-  asio::awaitable<Reply> store(std::shared_ptr<Session> s, Store& m) {
-    auto st = registration(s, m.registration);  // held until the copy completed
-    if (!st) co_return fail(Status::unknown_registration, "no such registration");
-    if (auto e = st->reg.check_save(m.spec)) co_return fail(Status::out_of_range, *e);
-    reactor::Transfer t;
-    t.kind = reactor::TransferKind::save;
-    t.spec = std::move(m.spec);
-    std::error_code ec = co_await tier->save(st->reg, t);
-    const auto keys = static_cast<std::uint32_t>(t.spec.keys.size());
-    if (ec == reactor::TransferErrc::tier_full) co_return fail(Status::tier_full, t.reason);
-    if (ec) co_return fail(Status::device_error, t.reason.empty() ? ec.message() : t.reason);
-    co_return Reply{Status::ok, "", StoreReply{keys - t.chunks_existed - t.chunks_refused, t.chunks_existed, 0}};
-  }
-
-  asio::awaitable<Reply> retrieve(std::shared_ptr<Session> s, Retrieve& m) {
-    auto st = registration(s, m.registration);
-    if (!st) co_return fail(Status::unknown_registration, "no such registration");
-    if (auto e = st->reg.check_load(m.spec)) co_return fail(Status::out_of_range, *e);
-    reactor::Transfer t;
-    t.kind = reactor::TransferKind::load;
-    t.spec = std::move(m.spec);
-    std::error_code ec = co_await tier->load(st->reg, t);
-    // The lookup's read locks go only now that the copies completed.
-    if (m.lock != 0) release_lock(s->id, m.lock);
-    if (ec == reactor::TransferErrc::missing_chunk) co_return fail(Status::missing_chunk, t.reason);
-    if (ec) co_return fail(Status::device_error, t.reason.empty() ? ec.message() : t.reason);
-    co_return Reply{};
+  tier::Index::Stats tier_stats() const {
+    tier::Index::Stats st = index ? index->stats() : tier::Index::Stats{};
+    return st;
   }
 
   Reply stats() {
+    const auto st = tier_stats();
     StatsReply r;
-    if (tier->attached()) {
-      const auto st = tier->store().stats();
-      r.capacity_bytes = st.capacity_bytes;
-      r.used_bytes = st.used_bytes;
-      r.objects = st.objects;
-      r.pinned = st.pinned;
-      r.evictions = st.evictions;
-    } else {
-      r.capacity_bytes = opt.tier_bytes;
-    }
+    r.capacity_bytes = arena->bytes();
+    r.ready_bytes = ready_bytes();
+    r.used_bytes = st.used_bytes;
+    r.objects = st.objects;
+    r.pinned = st.pinned;
+    r.evictions = st.evictions;
     r.sessions = sessions.size();
-    r.locks = locks.size();
+    r.leases = st.leases;
+    r.reservations = st.reservations;
+    r.refused_full = st.refused_full;
     return Reply{Status::ok, "", r};
   }
 
   // ---- the debug endpoint (routes run on the strand) -------------------------
 
-  HttpRoutes_t routes() {
+  reactor::HttpRoutes routes() {
     namespace json = boost::json;
-    HttpRoutes_t r;
+    reactor::HttpRoutes r;
     r["/healthz"] = [this] {
       return reactor::HttpResponse{stopping ? 503u : 200u, "text/plain", stopping ? "stopping\n" : "ok\n"};
     };
@@ -443,96 +503,96 @@ struct TierServer::Impl {
       json::array a;
       const auto now = Clock::now();
       for (const auto& [id, s] : sessions) {
-        std::size_t in_flight = 0;
-        for (const auto& [cid, c] : copies) in_flight += c.session == id;
+        const auto held = index ? index->held_by(s->process->owner) : tier::Index::Held{};
         a.push_back(json::object{{"session", id},
-                                 {"pid", s->pid},
+                                 {"pid", s->process->pid},
                                  {"hello", s->hello},
                                  {"registrations", s->regs.size()},
-                                 {"idle_ms", std::chrono::duration<double, std::milli>(now - s->last_request).count()},
-                                 {"replies_queued", s->outbox.size()},
-                                 {"copies_in_flight", in_flight}});
+                                 {"requests", s->requests},
+                                 {"age_ms", std::chrono::duration<double, std::milli>(now - s->started).count()},
+                                 {"replies_queued_bytes", s->queued_bytes},
+                                 {"process_leases", held.leases},
+                                 {"process_reservations", held.reservations}});
       }
       return reactor::HttpResponse{200, "application/json", json::serialize(a)};
     };
-    r["/debug/locks"] = [this] {
+    r["/debug/holds"] = [this] {
       json::array a;
-      const auto now = Clock::now();
-      for (const auto& [id, l] : locks)
-        a.push_back(json::object{{"lock", id},
-                                 {"session", l.session},
-                                 {"chunks", l.keys.size()},
-                                 {"expires_in_ms", std::chrono::duration<double, std::milli>(l.expiry - now).count()}});
-      return reactor::HttpResponse{200, "application/json", json::serialize(a)};
-    };
-    r["/debug/copies"] = [this] {
-      json::array a;
-      const auto now = Clock::now();
-      for (const auto& [id, c] : copies)
-        a.push_back(json::object{{"session", c.session},
-                                 {"request_id", c.request_id},
-                                 {"kind", c.kind},
-                                 {"chunks", c.chunks},
-                                 {"blocks", c.blocks},
-                                 {"age_ms", std::chrono::duration<double, std::milli>(now - c.started).count()}});
+      if (index)
+        for (const auto& [id, h] : index->holds()) {
+          pid_t pid = 0;
+          for (const auto& [p, proc] : processes)
+            if (proc->owner == h.first) pid = p;
+          a.push_back(json::object{{"hold", id}, {"kind", h.second ? "lease" : "reservation"}, {"pid", pid}});
+        }
       return reactor::HttpResponse{200, "application/json", json::serialize(a)};
     };
     r["/debug/tier"] = [this] {
-      const auto st = tier->attached() ? tier->store().stats() : kv::ObjectStore::Stats{opt.tier_bytes};
-      json::object o{{"capacity_bytes", st.capacity_bytes}, {"used_bytes", st.used_bytes},
-                     {"objects", st.objects},               {"locked_objects", st.pinned},
-                     {"writing", st.writing},               {"evictions", st.evictions},
-                     {"refused_full", st.refused_full},     {"lookup_chunk_hits", st.lookup_hits},
-                     {"lookup_misses", st.lookup_misses},   {"lookup_locks", locks.size()}};
+      const auto st = tier_stats();
+      json::object o{{"configured_bytes", arena->bytes()},  {"ready_bytes", ready_bytes()},
+                     {"slab_bytes", arena->slab_bytes()},   {"huge_pages", arena->huge_pages()},
+                     {"object_bytes", index ? index->object_bytes() : 0},
+                     {"used_bytes", st.used_bytes},         {"objects", st.objects},
+                     {"leased_objects", st.pinned},         {"writing", st.writing},
+                     {"leases", st.leases},                 {"reservations", st.reservations},
+                     {"evictions", st.evictions},           {"refused_full", st.refused_full},
+                     {"lookup_chunk_hits", st.lookup_hits}, {"lookup_misses", st.lookup_misses},
+                     {"freed_at_process_exit", orphans_freed}};
+      if (!fill_error.empty()) o["fill_error"] = fill_error;
       return reactor::HttpResponse{200, "application/json", json::serialize(o)};
     };
     r["/metrics"] = [this] {
-      const auto st = tier->attached() ? tier->store().stats() : kv::ObjectStore::Stats{opt.tier_bytes};
+      const auto st = tier_stats();
       reactor::PromText p;
       p.counter("kvstrand_server_requests_total", "Requests answered, by type and status", requests);
       p.counter("kvstrand_server_evictions_total", "Objects evicted from the tier", st.evictions);
       p.counter("kvstrand_server_refused_full_total", "Chunks refused because the tier was full", st.refused_full);
+      p.counter("kvstrand_server_holds_freed_at_exit_total", "Leases and reservations freed when their process exited",
+                orphans_freed);
       p.gauge("kvstrand_server_sessions", "Client sessions open", static_cast<double>(sessions.size()));
-      p.gauge("kvstrand_server_lookup_locks", "Lookup read locks held", static_cast<double>(locks.size()));
-      p.gauge("kvstrand_server_copies_in_flight", "Stores and retrieves copying", static_cast<double>(copies.size()));
-      p.gauge("kvstrand_server_tier_capacity_bytes", "Tier capacity", static_cast<double>(st.capacity_bytes));
+      p.gauge("kvstrand_server_client_processes", "Client processes watched", static_cast<double>(processes.size()));
+      p.gauge("kvstrand_server_leases", "Leases held", static_cast<double>(st.leases));
+      p.gauge("kvstrand_server_reservations", "Reservations held", static_cast<double>(st.reservations));
+      p.gauge("kvstrand_server_tier_configured_bytes", "Arena size (--tier-bytes)", static_cast<double>(arena->bytes()));
+      p.gauge("kvstrand_server_tier_ready_bytes", "Arena bytes populated so far", static_cast<double>(ready_bytes()));
       p.gauge("kvstrand_server_tier_used_bytes", "Tier bytes in use", static_cast<double>(st.used_bytes));
       p.gauge("kvstrand_server_tier_objects", "Objects committed", static_cast<double>(st.objects));
-      p.histogram("kvstrand_server_store_seconds", "Store requests, received to reply", store_seconds);
-      p.histogram("kvstrand_server_retrieve_seconds", "Retrieve requests, received to reply", retrieve_seconds);
       return reactor::HttpResponse{200, "text/plain; version=0.0.4", p.str()};
     };
-    const std::string page = reactor::debug_page(
-        "kvstrand-server " + opt.socket, {"/debug/sessions", "/debug/locks", "/debug/copies", "/debug/tier"});
+    const std::string page = reactor::debug_page("kvstrand-server " + opt.socket,
+                                                 {"/debug/sessions", "/debug/holds", "/debug/tier"});
     r["/debug"] = [page] { return reactor::HttpResponse{200, "text/html; charset=utf-8", page}; };
     return r;
   }
 
-  // A store or retrieve between its request and its reply.
-  struct Copy {
-    std::uint64_t session = 0, request_id = 0;
-    const char* kind = "";
-    std::size_t chunks = 0, blocks = 0;
-    Clock::time_point started;
-  };
+  template <class MakeAwaitable>
+  auto call(MakeAwaitable make) {
+    return asio::co_spawn(strand, make(), asio::use_future).get();
+  }
 
   ServerOptions opt;
-  reactor::Reactor reactor;
-  std::unique_ptr<reactor::LocalTier> tier;
+  asio::io_context ctx;
+  asio::executor_work_guard<asio::io_context::executor_type> work;
+  Strand strand;
+  std::thread loop;
+  std::optional<tier::Arena> arena;
+  std::thread filler;
+  std::atomic<bool> stop_filling{false};  // a stop signal to the filler thread, not shared state
+  std::uint32_t ready_slabs = 0;
+  std::string fill_error;
+  std::optional<tier::Index> index;  // made at the first registration: it fixes the object size
   std::optional<local::acceptor> acceptor;
   std::optional<asio::signal_set> signals;
-  std::optional<asio::steady_timer> sweep;
   std::map<std::uint64_t, std::shared_ptr<Session>> sessions;
-  std::map<std::uint64_t, LookupLock> locks;
+  std::map<pid_t, std::shared_ptr<Process>> processes;
   std::uint64_t next_session = 1;
-  std::uint64_t next_lock = 1;
+  tier::Owner next_owner = 1;
   std::uint32_t next_reg = 1;
+  std::uint64_t orphans_freed = 0;
   bool stopping = false;
   std::promise<void> stopped;
-  std::map<std::uint64_t, Copy> copies;
-  std::uint64_t next_copy = 1;
+  Clock::time_point started = Clock::now();
   reactor::LabeledCounter requests;
-  reactor::Histogram store_seconds, retrieve_seconds;
   std::unique_ptr<reactor::DebugHttp> http;
 };
 
@@ -541,16 +601,26 @@ TierServer::TierServer(ServerOptions options) : impl_(std::make_shared<Impl>(std
 TierServer::~TierServer() {
   stop();
   if (impl_->http) impl_->http->stop();
-  impl_->reactor.stop();  // joins the reactor thread; then nothing runs on the tier
-  impl_->tier.reset();
+  impl_->stop_filling = true;
+  if (impl_->filler.joinable()) impl_->filler.join();
+  impl_->work.reset();
+  impl_->ctx.stop();
+  if (impl_->loop.joinable()) impl_->loop.join();
 }
 
 void TierServer::start() {
-  std::string err = impl_->reactor.call([this] { return impl_->listen(); });
+  try {
+    impl_->arena.emplace(tier::ArenaOptions{impl_->opt.tier_bytes, impl_->opt.slab_bytes, impl_->opt.huge_pages});
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(std::string("--tier-bytes: cannot create the arena: ") + e.what());
+  }
+  impl_->loop = std::thread([ctx = &impl_->ctx] { ctx->run(); });
+  std::string err = impl_->call([this] { return impl_->listen(); });
   if (!err.empty()) throw std::runtime_error(err);
+  impl_->start_filler();
   if (impl_->opt.http) {
     try {
-      impl_->http = std::make_unique<reactor::DebugHttp>(impl_->reactor, *impl_->opt.http, impl_->routes());
+      impl_->http = std::make_unique<reactor::DebugHttp>(impl_->strand, *impl_->opt.http, impl_->routes());
     } catch (const std::invalid_argument& e) {
       throw std::runtime_error(std::string("--http: ") + e.what());
     }
@@ -562,7 +632,8 @@ std::uint16_t TierServer::http_port() const { return impl_->http ? impl_->http->
 void TierServer::wait() { impl_->stopped.get_future().wait(); }
 
 void TierServer::stop() {
-  impl_->reactor.call([this]() -> asio::awaitable<void> {
+  if (!impl_->loop.joinable()) return;
+  impl_->call([this]() -> asio::awaitable<void> {
     impl_->shutdown();
     co_return;
   });

@@ -1,16 +1,21 @@
-// kvstrand-server's reactor: one strand owns the listening socket, every
-// session, every registration and lookup lock, and the tier; socket reads,
-// copy completions and timers are all coroutines on it. No locks.
+// kvstrand-server: the node tier's index, leases, reservations and
+// liveness, on one strand. It never touches a byte of the tier: the arena is
+// a sealed memfd handed to each client, which copies between it and its own
+// device memory (NodeTier). No device runtime is linked in.
 //
 // - The socket is created 0600 and each peer's uid (SO_PEERCRED) must be the
-//   server's own.
-// - Each request runs as its own coroutine, so a long copy does not stop the
-//   session's reads; replies go out through one writer per session.
-// - Every block, slot, offset and length is checked against the registered
-//   geometry before any copy (out_of_range, nothing written).
-// - A session that ends (client gone, end_session, reaped) frees its locks;
-//   its imported device memory is closed only when the last copy on it has
-//   completed (requests in flight hold their registration).
+//   server's own; its pid names the client process that owns what the
+//   session holds.
+// - Every request is answered on the strand without waiting for anything
+//   but the socket; one writer per session sends replies in order.
+// - Leases and reservations belong to the client process, not to a clock or
+//   a connection: they end by release/commit, or when the process has
+//   exited (its pidfd becomes readable). A stopped client keeps them; a
+//   killed one loses them at once. A connection that closes while its
+//   process lives leaves them held (a copy may still run in that process);
+//   any session of the same user may release them by id.
+// - The arena grows slab by slab on a helper thread; each slab's objects
+//   join the index when it is ready.
 #pragma once
 
 #include <memory>
@@ -26,8 +31,9 @@ class TierServer {
   TierServer(const TierServer&) = delete;
   TierServer& operator=(const TierServer&) = delete;
 
-  // Binds and listens. Throws std::runtime_error naming the flag at fault
-  // (a socket already served, a path that cannot be bound).
+  // Creates the arena, binds and listens. Throws std::runtime_error naming
+  // the flag at fault (a socket already served, a path that cannot be bound,
+  // an arena that cannot be made).
   void start();
   // Blocks until SIGINT or SIGTERM, or stop().
   void wait();

@@ -2,10 +2,11 @@
 // visible, LRU eviction of unpinned objects only, refusal when full.
 #include <catch2/catch.hpp>
 
-#include "kv/object_store.hpp"
+#include "tier/index.hpp"
 
 using namespace kvstrand;
-using kv::ObjectStore;
+using tier::Index;
+using ObjectStore = tier::Index;
 
 namespace {
 kv::ChunkKey key(int i) {
@@ -81,4 +82,72 @@ TEST_CASE("object store: an object being written is never evicted", "[kv][store]
   REQUIRE(s.reserve(key(2), false, &b) == ObjectStore::Reserve::reserved);
   REQUIRE(s.reserve(key(3), false, &c) == ObjectStore::Reserve::full);  // both are mid-copy
   REQUIRE(a != b);
+}
+
+TEST_CASE("index: each pin needs its own unpin before the object can go", "[tier][index]") {
+  Index s(1 * 100, 100);
+  reserve_commit(s, 1);
+  const kv::ChunkKey k1[] = {key(1)};
+  REQUIRE(s.pin(k1).has_value());
+  REQUIRE(s.pin(k1).has_value());
+  s.unpin(k1);
+  std::uint32_t slot = 0;
+  REQUIRE(s.reserve(key(2), false, &slot) == Index::Reserve::full);  // still pinned once
+  s.unpin(k1);
+  REQUIRE(s.reserve(key(2), false, &slot) == Index::Reserve::reserved);
+}
+
+TEST_CASE("index: a lease pins its hit until released; a reservation is invisible until committed", "[tier][index]") {
+  Index s(3 * 100, 100);
+  reserve_commit(s, 1);
+  reserve_commit(s, 2, true);
+  const kv::ChunkKey ks[] = {key(1), key(2), key(9)};
+  Index::Lease l = s.lease(ks, 256, /*owner*/ 7);
+  REQUIRE(l.id != 0);
+  REQUIRE(l.hit.tokens == 512);
+  REQUIRE(l.hit.checkpoints == std::vector<std::uint32_t>{512});
+  REQUIRE(l.slots.size() == 2);
+  REQUIRE(s.held_by(7).leases == 1);
+  REQUIRE(s.held_by(7).leased_bytes == 200);
+
+  const kv::ChunkKey news[] = {key(3), key(4), key(1)};
+  const bool images[] = {false, true, false};
+  Index::Reservation r = s.reserve(news, images, 8);
+  REQUIRE(r.chunks == std::vector<Index::Chunk>{Index::Chunk::reserved, Index::Chunk::full, Index::Chunk::existed});
+  REQUIRE(r.reserved == 1);
+  REQUIRE(r.full == 1);  // both stored objects are leased: nothing to evict
+  const kv::ChunkKey k3[] = {key(3)};
+  REQUIRE(s.lookup(k3, 256).tokens == 0);
+  REQUIRE_FALSE(s.commit(l.id, true));  // a lease is not a reservation
+  REQUIRE(s.commit(r.id, true));
+  REQUIRE(s.lookup(k3, 256).tokens == 256);
+  REQUIRE_FALSE(s.release(r.id));  // ended by its commit
+
+  REQUIRE(s.release(l.id));
+  REQUIRE(s.stats().pinned == 0);
+  REQUIRE_FALSE(s.release(l.id));
+  const kv::ChunkKey k5[] = {key(5)};
+  const bool no[] = {false};
+  REQUIRE(s.reserve(k5, no, 8).reserved == 1);  // evicts an unleased object now
+}
+
+TEST_CASE("index: an owner's end frees its leases and aborts its reservations", "[tier][index]") {
+  Index s(100);  // no slots until a slab is ready
+  const kv::ChunkKey k1[] = {key(1)};
+  const bool no[] = {false};
+  REQUIRE(s.reserve(k1, no, 1).full == 1);
+  s.add_slots(2);
+  REQUIRE(s.stats().capacity_bytes == 200);
+  reserve_commit(s, 2);
+  const kv::ChunkKey k2[] = {key(2)};
+  REQUIRE(s.lease(k2, 256, 1).id != 0);
+  Index::Reservation r = s.reserve(k1, no, 1);
+  REQUIRE(r.reserved == 1);
+  REQUIRE(s.lease(k2, 256, 2).id != 0);  // another owner's lease on the same object
+  REQUIRE(s.release_owner(1) == 2);
+  REQUIRE(s.stats().writing == 0);  // the reservation never became readable
+  REQUIRE(s.lookup(k1, 256).tokens == 0);
+  REQUIRE(s.stats().pinned == 1);  // owner 2 still holds key 2
+  REQUIRE(s.release_owner(2) == 1);
+  REQUIRE(s.stats().pinned == 0);
 }

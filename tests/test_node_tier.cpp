@@ -1,11 +1,13 @@
-// The Connector over RemoteTier and a real kvstrand-server process: the same
-// transfer path as LocalTier, and what happens when the server dies, stops
-// reading or comes back on its socket (F14, F23, reconnect).
+// The Connector over NodeTier and a real kvstrand-server process: the same
+// copy path as LocalTier (this process copies, the server keeps the index),
+// and what happens when the server stops, dies, stops reading or comes back
+// on its socket (F14, F20, F23, reconnect).
 #include <signal.h>
 
 #include "connector_rig.hpp"
 #include "server_process.hpp"
 #include "support.hpp"
+#include "hip/sim_hooks.hpp"
 
 using namespace kvstrand;
 using namespace kvstrand::test;
@@ -24,7 +26,7 @@ reactor::ConnectorOptions remote(const ServerProcess& srv, std::chrono::millisec
   return o;
 }
 
-const std::vector<std::string> kServerFlags = {"--tier-bytes", "32M", "--chunk-tokens", "64"};
+const std::vector<std::string> kServerFlags = {"--tier-bytes", "32M", "--slab-bytes", "8M", "--chunk-tokens", "64"};
 
 // Polls finished() until it throws FailStop (its code) or `within` passes (none).
 std::error_code wait_fail_stop(Rig& rig, std::chrono::milliseconds within = 10s) {
@@ -42,7 +44,7 @@ std::error_code wait_fail_stop(Rig& rig, std::chrono::milliseconds within = 10s)
 
 }  // namespace
 
-TEST_CASE("remote: save, lookup, load through the server restore KV and state byte for byte", "[server][reactor][gpu]") {
+TEST_CASE("node tier: save, lookup, load through the server restore KV and state byte for byte", "[server][reactor][gpu]") {
   if (!device_present()) return;
   ServerProcess srv(kServerFlags);
   REQUIRE(srv.ready());
@@ -50,7 +52,7 @@ TEST_CASE("remote: save, lookup, load through the server restore KV and state by
   rig.round_trip();  // the same round trip as the embedded tier's test
 }
 
-TEST_CASE("remote: no server at the socket is refused at registration, naming it", "[server][reactor]") {
+TEST_CASE("node tier: no server at the socket is refused at registration, naming it", "[server][reactor]") {
   reactor::ConnectorOptions o;
   o.server_socket = "/tmp/kvstrand-no-such-server.sock";
   o.server_request_timeout = 1s;
@@ -62,33 +64,75 @@ TEST_CASE("remote: no server at the socket is refused at registration, naming it
   }
 }
 
-TEST_CASE("remote: a server killed mid-transfer fails the load at once with its blocks", "[server][reactor][fault]") {
+TEST_CASE("node tier: a server SIGSTOPped during a load: the load completes exactly without it",
+          "[server][reactor][fault]") {
   if (!device_present()) return;
-  auto srv = std::make_unique<ServerProcess>(kServerFlags);
-  REQUIRE(srv->ready());
-  Rig rig(remote(*srv));
-  rig.conn->save(rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8)));
+  ServerProcess srv(kServerFlags);
+  REQUIRE(srv.ready());
+  Rig rig(remote(srv));
+  const auto src = Rig::block_range(0, 8);
+  const auto before = rig.snapshot(src, {1});
+  rig.conn->save(rig.save_spec("a", 1, 0, 2, src));
   REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
+  rig.conn->lookup(rig.keys(1, 0, 2));
+  const auto lease = rig.wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); }).lookups[0].lease;
+  REQUIRE(lease != 0);
 
-  srv->kill(SIGSTOP);  // the retrieve goes out and is never answered...
+  srv.kill(SIGSTOP);  // returns once the server is stopped
+  rig.randomize(2);
   const auto dst = Rig::block_range(20, 8);
-  rig.conn->load(rig.load_spec("a", 1, 0, 2, dst, 3));
-  std::this_thread::sleep_for(100ms);
-  srv->kill(SIGKILL);  // ...until the server dies
+  auto spec = rig.load_spec("a", 1, 0, 2, dst, 3);
+  spec.tier_lease = lease;
+  rig.conn->load(spec);
   auto f = rig.wait_for([](const reactor::Finished& f) { return !f.loads.empty(); });
-  REQUIRE_FALSE(f.loads[0].ok);
-  REQUIRE(f.loads[0].error == TransferErrc::tier_unavailable);
-  REQUIRE(f.loads[0].blocks == dst);  // recompute exactly these
-
-  // The connector is not fail-stopped: the server's death proved its copies
-  // ended. A later transfer fails cleanly while no server is there.
-  rig.conn->save(rig.save_spec("b", 2, 0, 1, Rig::block_range(0, 4)));
-  f = rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); });
-  REQUIRE_FALSE(f.saves[0].ok);
-  REQUIRE(f.saves[0].error == TransferErrc::tier_unavailable);
+  INFO(f.loads[0].reason);
+  REQUIRE(f.loads[0].ok);  // the leased objects are in this process's mapping: no server needed
+  REQUIRE(rig.snapshot(dst, {3}) == before);
+  srv.kill(SIGCONT);
 }
 
-TEST_CASE("remote: a stopped server is fail-stop at the transfer's deadline, never a hang", "[server][reactor][fault]") {
+TEST_CASE("node tier: a server SIGKILLed during a store: the store fails cleanly, a restarted server serves exact data",
+          "[server][reactor][fault][sim]") {
+  if (!device_present() || !sim_hooks_present()) return;
+  auto srv = std::make_unique<ServerProcess>(kServerFlags);
+  REQUIRE(srv->ready());
+  const std::string path = srv->socket_path();
+  Rig rig(remote(*srv));
+  REQUIRE(rig.node != nullptr);
+  require_ok(hip::sim::hold_stream(*rig.node->save_stream()));  // the copy waits until released
+  rig.conn->save(rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8)));
+  const auto end = std::chrono::steady_clock::now() + 10s;
+  while (rig.conn->transfers().empty() || rig.conn->transfers()[0].state != reactor::TransferState::pending)
+    REQUIRE(std::chrono::steady_clock::now() < end);  // reserved; the copy is queued
+  srv->kill(SIGKILL);
+  require_ok(hip::sim::release_stream(*rig.node->save_stream()));
+  auto f = rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); });
+  REQUIRE_FALSE(f.saves[0].ok);  // copied, never committed: not stored, and no fail-stop
+  REQUIRE(f.saves[0].error == TransferErrc::tier_unavailable);
+
+  srv = std::make_unique<ServerProcess>(kServerFlags, path);
+  REQUIRE(srv->ready());
+  const auto src = Rig::block_range(8, 8);
+  const auto before = rig.snapshot(src, {1});
+  bool saved = false;
+  for (int attempt = 0; attempt < 5 && !saved; ++attempt) {
+    rig.conn->save(rig.save_spec("b" + std::to_string(attempt), 2, 0, 2, src));
+    auto g = rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); });
+    saved = g.saves[0].ok;
+  }
+  REQUIRE(saved);
+  rig.conn->lookup(rig.keys(1, 0, 2));  // the killed server's store never became readable
+  REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); }).lookups[0].hit.tokens == 0);
+  rig.randomize(3);
+  const auto dst = Rig::block_range(30, 8);
+  rig.conn->load(rig.load_spec("b", 2, 0, 2, dst, 6));  // no lease: the tier leases what it loads
+  f = rig.wait_for([](const reactor::Finished& f) { return !f.loads.empty(); });
+  INFO(f.loads[0].reason);
+  REQUIRE(f.loads[0].ok);
+  REQUIRE(rig.snapshot(dst, {6}) == before);
+}
+
+TEST_CASE("node tier: a stopped server is fail-stop at the transfer's deadline, never a hang", "[server][reactor][fault]") {
   if (!device_present()) return;
   ServerProcess srv(kServerFlags);
   REQUIRE(srv.ready());
@@ -100,7 +144,7 @@ TEST_CASE("remote: a stopped server is fail-stop at the transfer's deadline, nev
   REQUIRE(code == TransferErrc::deadline_exceeded);
 }
 
-TEST_CASE("remote: the same connector reconnects to a server restarted on its socket", "[server][reactor][fault]") {
+TEST_CASE("node tier: the same connector reconnects to a server restarted on its socket", "[server][reactor][fault]") {
   if (!device_present()) return;
   auto srv = std::make_unique<ServerProcess>(kServerFlags);
   REQUIRE(srv->ready());
@@ -136,7 +180,7 @@ TEST_CASE("remote: the same connector reconnects to a server restarted on its so
   REQUIRE(rig.snapshot(dst, {6}) == before);
 }
 
-TEST_CASE("remote: saves queued behind a server that stops reading cannot delay the deadline (F14)",
+TEST_CASE("node tier: saves queued behind a server that stops reading cannot delay the deadline (F14)",
           "[server][reactor][fault]") {
   if (!device_present()) return;
   ServerProcess srv(kServerFlags);
@@ -155,7 +199,7 @@ TEST_CASE("remote: saves queued behind a server that stops reading cannot delay 
   REQUIRE(took < 5s);
 }
 
-TEST_CASE("remote: a retrieve the server never answers ends at its deadline (F23)", "[server][reactor][fault]") {
+TEST_CASE("node tier: a load whose lookup the server never answers ends at its deadline (F23)", "[server][reactor][fault]") {
   if (!device_present()) return;
   ServerProcess srv(kServerFlags);
   REQUIRE(srv.ready());
@@ -169,9 +213,9 @@ TEST_CASE("remote: a retrieve the server never answers ends at its deadline (F23
   REQUIRE(code == TransferErrc::deadline_exceeded);
 }
 
-TEST_CASE("remote: a lookup whose hit is not loaded gives its read locks back at once (F20)", "[server][reactor][gpu]") {
+TEST_CASE("node tier: a lookup whose hit is not loaded gives its lease back at once (F20)", "[server][reactor][gpu]") {
   if (!device_present()) return;
-  ServerProcess srv({"--tier-bytes", "32M", "--chunk-tokens", "64", "--lock-ttl", "600"});
+  ServerProcess srv(kServerFlags);
   REQUIRE(srv.ready());
   Rig rig(remote(srv));
   rig.conn->save(rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8)));
@@ -179,13 +223,14 @@ TEST_CASE("remote: a lookup whose hit is not loaded gives its read locks back at
   auto locks = [&] {
     Client c(srv.socket_path());
     REQUIRE(c.call(kv::proto::Hello{kv::proto::kMajor, kv::proto::kMinor, "t"}).has_value());
-    return std::get<kv::proto::StatsReply>(c.call(kv::proto::Stats{})->payload).locks;
+    return std::get<kv::proto::StatsReply>(c.call(kv::proto::Stats{})->payload).leases;
   };
   const auto keys = rig.keys(1, 0, 2);
   rig.conn->lookup(keys);
-  REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); }).lookups[0].hit.tokens == 128);
-  REQUIRE(locks() == 1);  // held for a retrieve that will not come (TTL: 10 minutes)
-  rig.conn->release_lookup(keys);
+  auto looked = rig.wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); });
+  REQUIRE(looked.lookups[0].hit.tokens == 128);
+  REQUIRE(locks() == 1);  // held for a load that will not come, and no clock frees it
+  rig.conn->release_lookup(looked.lookups[0].lease);
   const auto end = std::chrono::steady_clock::now() + 10s;
   while (locks() != 0) {
     REQUIRE(std::chrono::steady_clock::now() < end);

@@ -1,0 +1,132 @@
+// The node tier: kvstrand-server keeps the index, this process moves the
+// bytes. Same Tier interface and same copy path (copy_and_wait) as
+// LocalTier, on this process's own streams and device.
+//
+// All on the reactor strand:
+// - attach() connects, says hello (the reply brings the server's arena, a
+//   sealed memfd, which is mapped here and pinned slab by slab on a helper
+//   thread) and registers the layout (geometry only);
+// - lookup() returns the hit, a lease id and each leased object's place in
+//   the arena; a load naming that lease copies from there and releases it;
+// - save() reserves places, copies into them, then commits;
+// - requests are bounded by request_timeout (lookups, attach) or the
+//   transfer's own deadline; a reply that comes after its caller gave up
+//   releases what it granted.
+// The server is needed only to reserve, commit and look up: a load with a
+// lease completes whatever the server does meanwhile, and a copy that was
+// submitted and not seen complete is a deadline fail-stop (the Connector's),
+// never "recompute". If the connection drops, requests waiting for a reply
+// fail at once (tier_unavailable: no copy was made for them) and the next
+// request reconnects (a restarted server's new arena is mapped anew; the
+// old mapping stays until no copy uses it).
+// With tp_rank_collapse only rank 0 stores; every rank reads (F34).
+#pragma once
+
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <chrono>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "kv/protocol.hpp"
+#include "hip/stream.hpp"
+#include "reactor/arena_mapping.hpp"
+#include "reactor/reactor.hpp"
+#include "reactor/tier.hpp"
+
+namespace kvstrand::reactor {
+
+struct NodeTierOptions {
+  std::string socket;
+  std::chrono::milliseconds request_timeout{10'000};
+  int device = 0;  // the device the arena is pinned for
+};
+
+class NodeTier final : public Tier {
+ public:
+  NodeTier(Reactor& reactor, NodeTierOptions options);
+  ~NodeTier() override;
+
+  boost::asio::awaitable<std::error_code> attach(const Registration& reg) override;
+  boost::asio::awaitable<LookupResult> lookup(std::vector<kv::ChunkKey> keys) override;
+  boost::asio::awaitable<void> release_lookup(std::uint64_t lease) override;
+  boost::asio::awaitable<std::error_code> save(Transfer& t) override;
+  boost::asio::awaitable<std::error_code> load(Transfer& t) override;
+  tier::Index::Stats stats() const override { return {}; }  // the server's own stats say it
+  const char* kind() const noexcept override { return "node"; }
+  boost::asio::awaitable<void> drain() override;
+
+  std::uint64_t reconnects() const noexcept { return reconnects_; }
+  // Leases this process holds from lookups no load or release has named.
+  std::size_t leases_held() const noexcept { return leases_.size(); }
+
+  // The streams the tier copies on (tests hold them with the sim hooks).
+  hip::Stream* save_stream() { return save_stream_ ? &*save_stream_ : nullptr; }
+  hip::Stream* load_stream() { return load_stream_ ? &*load_stream_ : nullptr; }
+
+ private:
+  struct Pending;
+  struct Lease {
+    std::vector<kv::ChunkKey> keys;  // the hit's chunks, in order
+    std::vector<std::uint64_t> offsets;
+    std::vector<std::uint32_t> checkpoints;  // boundaries with an image, from keys[0]
+    std::shared_ptr<ArenaMapping> arena;     // the arena the offsets are in
+  };
+  using Clock = std::chrono::steady_clock;
+
+  boost::asio::awaitable<std::error_code> ensure_connected();
+  boost::asio::awaitable<std::error_code> handshake();
+  boost::asio::awaitable<std::error_code> hello(Clock::time_point until);
+  // One request, one reply (or an error: the connection failed, or `until` passed).
+  boost::asio::awaitable<std::pair<std::error_code, kv::proto::Reply>> call(kv::proto::Request req,
+                                                                            Clock::time_point until);
+  // A request whose reply nobody waits for (releases).
+  void send_only(kv::proto::Request req);
+  void release_hold(std::uint64_t hold);
+  boost::asio::awaitable<std::error_code> connect_for(Transfer& t);
+  // A transfer's request bounded by its deadline; a refusal explained in t.reason.
+  boost::asio::awaitable<std::error_code> exchange(Transfer& t, kv::proto::Request req, kv::proto::Reply* out);
+  boost::asio::awaitable<void> read_loop(std::uint64_t generation);
+  boost::asio::awaitable<void> write_loop(std::uint64_t generation);
+  void drop_connection(const std::string& why);
+  // Resumes once the arena is pinned up to `end` (or pinning failed).
+  boost::asio::awaitable<std::error_code> pinned_up_to(std::shared_ptr<ArenaMapping> m, std::uint64_t end);
+  boost::asio::awaitable<void> pin_loop(std::shared_ptr<ArenaMapping> m);
+  // A copy that was not seen complete: its arena stays mapped for good.
+  void keep_forever(std::shared_ptr<ArenaMapping> m);
+
+  Reactor& reactor_;
+  NodeTierOptions opt_;
+  const Registration* reg_ = nullptr;
+  std::optional<hip::Stream> save_stream_;
+  std::optional<hip::Stream> load_stream_;
+  std::optional<boost::asio::local::stream_protocol::socket> sock_;
+  std::uint64_t generation_ = 0;  // bumps on every new connection
+  bool connected_ = false;
+  bool connecting_ = false;
+  std::uint32_t registration_ = 0;
+  std::uint64_t next_id_ = 1;
+  std::uint64_t reconnects_ = 0;
+  std::map<std::uint64_t, std::shared_ptr<Pending>> pending_;
+  std::map<std::uint64_t, kv::proto::Type> abandoned_;  // timed out: release what their replies grant
+  std::deque<std::vector<std::byte>> outbox_;
+  bool writing_ = false;
+  std::map<std::uint64_t, Lease> leases_;  // by lease id, until a load or a release names it
+  std::vector<std::uint64_t> unsent_releases_;  // holds to release once connected again
+  std::shared_ptr<ArenaMapping> arena_;  // the current server's arena
+  std::uint64_t object_bytes_ = 0;
+  // Pinning progress of arena_: the helper thread and the signal its
+  // waiters share (cancelled after every slab).
+  boost::asio::thread_pool pinner_{1};
+  std::optional<boost::asio::steady_timer> pin_progress_;
+  std::uint64_t pin_want_ = 0;
+  bool pinning_ = false;
+  std::string pin_error_;
+  std::vector<std::shared_ptr<ArenaMapping>> kept_;  // never unmapped: a copy may still touch them
+};
+
+}  // namespace kvstrand::reactor

@@ -1,0 +1,64 @@
+// The node tier's bytes: one shared-memory file (memfd) that kvstrand-server
+// creates and hands to every client over its socket (SCM_RIGHTS). Each
+// client maps it and pins it for its own device; the server never maps it.
+//
+// - Sealed against resize (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL): no
+//   client can shrink it under another's mapping (a SIGBUS in a peer) or
+//   grow it.
+// - Huge pages where the system has them reserved (MFD_HUGETLB, probed with
+//   one page at start), plain shared memory otherwise.
+// - It grows in slabs: populate(i) allocates slab i's pages (fallocate),
+//   which takes about half a second a GiB, so the owner calls it off its
+//   strand and adds the slab's slots to the Index when it returns. An object
+//   never straddles two slabs.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace kvstrand::tier {
+
+struct ArenaOptions {
+  std::uint64_t bytes = 0;       // rounded up to whole slabs
+  std::uint64_t slab_bytes = 0;  // a multiple of 2 MiB
+  bool try_huge_pages = true;
+};
+
+class Arena {
+ public:
+  // Creates and seals the file. Throws std::runtime_error saying why.
+  explicit Arena(ArenaOptions options);
+  ~Arena();
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+
+  int fd() const noexcept { return fd_; }
+  std::uint64_t bytes() const noexcept { return bytes_; }
+  std::uint64_t slab_bytes() const noexcept { return slab_bytes_; }
+  std::uint32_t slab_count() const noexcept { return static_cast<std::uint32_t>(bytes_ / slab_bytes_); }
+  bool huge_pages() const noexcept { return huge_; }
+
+  // Allocates slab i's pages. Blocking (call it off the strand); safe from
+  // one thread while the strand hands fd() out. Empty on success, else why.
+  std::string populate(std::uint32_t slab) const;
+
+  // Where slot `slot` of `object_bytes`-sized objects starts.
+  static std::uint32_t slots_per_slab(std::uint64_t slab_bytes, std::uint64_t object_bytes) noexcept {
+    return object_bytes == 0 ? 0 : static_cast<std::uint32_t>(slab_bytes / object_bytes);
+  }
+  static std::uint64_t offset_of(std::uint32_t slot, std::uint64_t slab_bytes, std::uint64_t object_bytes) noexcept {
+    const std::uint32_t per = slots_per_slab(slab_bytes, object_bytes);
+    return static_cast<std::uint64_t>(slot / per) * slab_bytes + static_cast<std::uint64_t>(slot % per) * object_bytes;
+  }
+
+ private:
+  int fd_ = -1;
+  std::uint64_t bytes_ = 0;
+  std::uint64_t slab_bytes_ = 0;
+  bool huge_ = false;
+};
+
+// Bytes of memory this machine can still give (MemAvailable), 0 if unknown.
+std::uint64_t available_memory_bytes();
+
+}  // namespace kvstrand::tier

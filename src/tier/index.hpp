@@ -1,0 +1,165 @@
+// The index of a host tier: fixed-size object slots keyed by ChunkKey, LRU
+// eviction of objects no one holds, and holds (leases and reservations) that
+// name what an in-flight copy may touch.
+//
+// One implementation for both tiers: LocalTier keeps it on the engine's
+// strand, kvstrand-server on its own. Pure: no I/O and no memory of its
+// own; slots are numbers the Arena turns into places. Rules:
+// - A key already stored (or being written) is not rewritten.
+// - A reserved object is invisible until committed; an aborted one is freed,
+//   so a reader sees a whole object or a miss, never a half-written one.
+// - Eviction takes only committed objects that no hold pins, the least
+//   recently used first as CLOCK approximates it (a lookup marks an object
+//   used; the hand gives a marked object a second chance), so a lookup costs
+//   no list surgery and the cost stays flat from 10k to 1M objects
+//   (bench_index). If nothing can go the key is refused (`full`). An object
+//   a lease or a reservation names is never evicted, moved or reused.
+// - A hold ends only by commit, release, or its owner's end (release_owner:
+//   the server calls it when the owner's process has exited). Never by a
+//   clock: a stopped process keeps what it holds.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <unordered_map>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "kv/chunk_keys.hpp"
+#include "kv/hit_plan.hpp"
+
+namespace kvstrand::tier {
+
+// Chunk hashes are SHA-256 output, so any 8 of their bytes are already a
+// good hash; the namespace and rank are mixed in for keys of other models.
+struct ChunkKeyHash {
+  std::size_t operator()(const kv::ChunkKey& k) const noexcept {
+    std::uint64_t h = 0, n = 0;
+    std::memcpy(&h, k.hash.data(), sizeof h);
+    std::memcpy(&n, k.ns.data(), sizeof n);
+    return static_cast<std::size_t>(h ^ (n * 0x9e3779b97f4a7c15ull) ^ k.kv_rank);
+  }
+};
+
+// Who holds a lease or a reservation: the server's id for a client process
+// (0 for the embedded tier's own engine).
+using Owner = std::uint64_t;
+// A lease or a reservation, by id; 0 is "none".
+using HoldId = std::uint64_t;
+
+class Index {
+ public:
+  struct Stats {
+    std::uint64_t capacity_bytes = 0;  // slots ready, in bytes
+    std::uint64_t used_bytes = 0;
+    std::size_t objects = 0;   // committed
+    std::size_t writing = 0;   // reserved, not yet committed
+    std::size_t pinned = 0;    // committed objects a lease or a load holds
+    std::size_t leases = 0;
+    std::size_t reservations = 0;
+    std::uint64_t evictions = 0;
+    std::uint64_t refused_full = 0;
+    std::uint64_t lookup_hits = 0;    // chunks found by lookups
+    std::uint64_t lookup_misses = 0;  // lookups that stopped short of their keys
+  };
+
+  explicit Index(std::uint64_t object_bytes) : object_bytes_(object_bytes) {}
+  // A fixed number of slots from the start (the embedded tier's arena).
+  Index(std::uint64_t capacity_bytes, std::uint64_t object_bytes);
+
+  // Makes `count` more slots usable, numbered after the existing ones (a
+  // slab of the arena became ready).
+  void add_slots(std::uint32_t count);
+  std::uint32_t slots() const noexcept { return slots_; }
+  std::uint64_t object_bytes() const noexcept { return object_bytes_; }
+
+  // ---- objects ----------------------------------------------------------------
+  enum class Reserve { reserved, exists, full };
+  Reserve reserve(const kv::ChunkKey& key, bool has_image, std::uint32_t* slot);
+  void commit(const kv::ChunkKey& key);
+  void abort(const kv::ChunkKey& key);
+
+  // The longest run of committed objects from keys[0], and the boundaries
+  // (in tokens) whose image is stored within it.
+  kv::HitSource lookup(std::span<const kv::ChunkKey> keys, std::uint32_t chunk_tokens);
+
+  // All keys committed: pins them against eviction and returns their slots.
+  // Otherwise pins nothing. Each pin needs its own unpin.
+  std::optional<std::vector<std::uint32_t>> pin(std::span<const kv::ChunkKey> keys);
+  void unpin(std::span<const kv::ChunkKey> keys);
+  bool has_image(const kv::ChunkKey& key) const;
+
+  // ---- holds --------------------------------------------------------------------
+  struct Lease {
+    HoldId id = 0;  // 0: the hit is empty and nothing is held
+    kv::HitSource hit;
+    std::vector<std::uint32_t> slots;  // one per chunk of the hit, in key order
+  };
+  // A lookup whose hit stays pinned until release(id).
+  Lease lease(std::span<const kv::ChunkKey> keys, std::uint32_t chunk_tokens, Owner owner);
+
+  enum class Chunk : std::uint8_t { reserved = 0, existed = 1, full = 2 };
+  struct Reservation {
+    HoldId id = 0;  // 0: nothing was reserved
+    std::vector<Chunk> chunks;
+    std::vector<std::uint32_t> slots;  // per key; meaningful where reserved
+    std::uint32_t reserved = 0, existed = 0, full = 0;
+  };
+  // Reserves every key not stored yet (images[i]: chunk i carries an image).
+  Reservation reserve(std::span<const kv::ChunkKey> keys, std::span<const bool> images, Owner owner);
+  // Ends a reservation: commits its objects (ok) or frees them. False for an
+  // id that is not a live reservation.
+  bool commit(HoldId id, bool ok);
+  // Ends a lease (unpins) or a reservation (frees what it did not commit).
+  // False for an unknown id.
+  bool release(HoldId id);
+  // Ends every hold of `owner`; returns how many.
+  std::size_t release_owner(Owner owner);
+
+  struct Held {
+    std::size_t leases = 0, reservations = 0;
+    std::uint64_t leased_bytes = 0, reserved_bytes = 0;
+  };
+  Held held_by(Owner owner) const;
+  bool is_lease(HoldId id) const;
+  // Every live hold's owner (the debug views).
+  std::map<HoldId, std::pair<Owner, bool /*lease*/>> holds() const;
+
+  Stats stats() const;
+
+ private:
+  struct Object {
+    std::uint32_t slot = 0;
+    bool has_image = false;
+    bool committed = false;
+    bool referenced = false;  // used since the clock hand last passed
+    std::uint32_t readers = 0;
+  };
+  struct Hold {
+    Owner owner = 0;
+    bool lease = false;
+    std::vector<kv::ChunkKey> keys;  // pinned (lease) or reserved by it
+  };
+  bool evict_one();
+  void add_reader(Object& o);
+  void drop_reader(Object& o);
+  // The run of committed objects from keys[0]; with `pinned`, each object of
+  // the run is pinned and its slot appended.
+  kv::HitSource run(std::span<const kv::ChunkKey> keys, std::uint32_t chunk_tokens,
+                    std::vector<std::uint32_t>* pinned);
+
+  std::uint64_t object_bytes_;
+  std::uint32_t slots_ = 0;
+  std::vector<std::uint32_t> free_;
+  std::unordered_map<kv::ChunkKey, Object, ChunkKeyHash> by_key_;
+  std::vector<std::optional<kv::ChunkKey>> key_of_slot_;  // the clock's ring
+  std::uint32_t hand_ = 0;
+  std::size_t evictable_ = 0;  // committed objects no one reads
+  std::map<HoldId, Hold> holds_;
+  HoldId next_hold_ = 1;
+  Stats stats_{};
+};
+
+}  // namespace kvstrand::tier
