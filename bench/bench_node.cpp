@@ -1,0 +1,282 @@
+// The node tier on a whole host: one kvstrand-server, one client process
+// per GPU, each started with its own CUDA_VISIBLE_DEVICES (and
+// HIP_VISIBLE_DEVICES) as engines start ranks.
+//
+// 1. Start: a server with a big --tier-bytes (--start-tier, default 100G):
+//    seconds from its spawn until it answers a first client's hello, and
+//    until every slab of the arena is ready (stats: ready == configured).
+// 2. Scaling: for 1, 2, 4, 8 ... GPUs (up to --gpus), that many client
+//    processes at once, client i on GPU i. Each registers its own pool of
+//    the reference geometry and, in the same window, saves distinct 2-chunk
+//    prompts (32 blocks + 2 images, 25.8 MB) with --in-flight saves
+//    outstanding; then, in a second window, loads one of its prompts back
+//    the same way. Aggregate GB/s = bytes of the transfers completed in the
+//    window / window. The baseline is the 1-GPU row of the same run.
+//
+// usage: bench_node [--gpus N] [--seconds S] [--in-flight K] [--start-tier SIZE] [--scaling-tier SIZE]
+// The last line: "node tier scaling: save N GPUs / 1 GPU = R, load ... = R".
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "hip/device.hpp"
+#include "kv/parse_bytes.hpp"
+#include "kv/protocol.hpp"
+#include "reference_geometry.hpp"
+
+extern char** environ;
+
+using namespace kvstrand;
+using namespace kvstrand::bench;
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string self_dir() { return std::filesystem::read_symlink("/proc/self/exe").parent_path().string(); }
+
+// A kvstrand-server on a private socket; SIGTERM and reaped at the end.
+struct Server {
+  std::string socket = "/tmp/kvstrand-bench-node-" + std::to_string(::getpid()) + ".sock";
+  pid_t pid = -1;
+  explicit Server(const std::string& tier) {
+    const std::string bin = self_dir() + "/../kvstrand-server";
+    std::vector<std::string> args = {bin, "--socket", socket, "--tier-bytes", tier, "--slab-bytes", "1G",
+                                     "--chunk-tokens", "256", "--log-level", "warn"};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    if (::posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) die("cannot start " + bin);
+  }
+  ~Server() {
+    ::kill(pid, SIGTERM);
+    ::waitpid(pid, nullptr, 0);
+    ::unlink(socket.c_str());
+  }
+  bool exited() const { return ::waitpid(pid, nullptr, WNOHANG) == pid; }
+};
+
+// One blocking request and its reply over a fresh connection (nullopt if
+// the server is not there yet).
+std::optional<kv::proto::StatsReply> stats(const std::string& socket) {
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", socket.c_str());
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return std::nullopt;
+  }
+  auto exchange = [fd](const kv::proto::Request& req) -> std::optional<kv::proto::Reply> {
+    const auto frame = kv::proto::encode_request(req, 1);
+    if (::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(frame.size())) return {};
+    std::array<std::byte, kv::proto::kHeaderBytes> head{};
+    if (::recv(fd, head.data(), head.size(), MSG_WAITALL) != static_cast<ssize_t>(head.size())) return {};
+    kv::proto::Header h;
+    if (kv::proto::decode_header(head, kv::proto::kDefaultMaxBody, &h) != kv::proto::HeaderError::none) return {};
+    std::vector<std::byte> body(h.body_bytes);
+    if (!body.empty() && ::recv(fd, body.data(), body.size(), MSG_WAITALL) != static_cast<ssize_t>(body.size()))
+      return {};
+    std::string why;
+    return kv::proto::decode_reply(h.type, body, &why);  // the hello's arena fd is dropped by recv
+  };
+  std::optional<kv::proto::StatsReply> out;
+  if (auto hello = exchange(kv::proto::Hello{kv::proto::kMajor, kv::proto::kMinor, "bench_node"});
+      hello && hello->status == kv::proto::Status::ok)
+    if (auto r = exchange(kv::proto::Stats{}); r && r->status == kv::proto::Status::ok)
+      out = std::get<kv::proto::StatsReply>(r->payload);
+  ::close(fd);
+  return out;
+}
+
+void start_figures(const std::string& tier) {
+  const auto t0 = Clock::now();
+  Server srv(tier);
+  std::optional<kv::proto::StatsReply> s;
+  while (!(s = stats(srv.socket))) {
+    if (srv.exited()) {
+      std::printf("start: --tier-bytes %s refused by the server (see its message above)\n", tier.c_str());
+      return;
+    }
+    if (Clock::now() - t0 > 60s) die("the server did not answer within 60 s");
+    std::this_thread::sleep_for(1ms);
+  }
+  const double first = std::chrono::duration<double>(Clock::now() - t0).count();
+  std::printf("start: --tier-bytes %s: first client answered %.3f s after spawn (ready then: %.1f of %.1f GiB)\n",
+              tier.c_str(), first, static_cast<double>(s->ready_bytes) / (1ull << 30),
+              static_cast<double>(s->capacity_bytes) / (1ull << 30));
+  std::fflush(stdout);
+  while (s->ready_bytes < s->capacity_bytes) {
+    if (Clock::now() - t0 > 600s) die("the arena did not fill within 600 s");
+    std::this_thread::sleep_for(20ms);
+    if (auto n = stats(srv.socket)) s = n;
+  }
+  const double full = std::chrono::duration<double>(Clock::now() - t0).count();
+  std::printf("start: full capacity (%.1f GiB) after %.2f s (%.3f s/GiB)\n",
+              static_cast<double>(s->capacity_bytes) / (1ull << 30), full,
+              full / (static_cast<double>(s->capacity_bytes) / (1ull << 30)));
+}
+
+reactor::Finished wait_any(reactor::Connector& c) {
+  for (;;) {
+    auto f = c.finished();
+    if (!f.saves.empty() || !f.loads.empty()) return f;
+    std::this_thread::sleep_for(20us);
+  }
+}
+
+// A client process: saves for a window, then loads for a window; prints
+// "SAVE_BYTES LOAD_BYTES".
+int client(const std::string& socket, int index, std::int64_t start_ns, double seconds, int in_flight) {
+  const kv::Layout l = reference_layout();
+  Pool pool(128);
+  reactor::ConnectorOptions o;
+  o.server_socket = socket;
+  o.server_request_timeout = 10s;
+  reactor::Connector conn(o);
+  conn.register_layout(pool.registration(l));
+  const std::uint64_t bytes = 32 * kBlockBytes + 2 * kImageBytes;
+  const auto start = Clock::time_point(std::chrono::nanoseconds(start_ns));
+  const auto window = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  std::uint64_t next = static_cast<std::uint64_t>(index + 1) << 40, saved = 0, loaded = 0;
+  std::this_thread::sleep_until(start);
+  int live = 0;
+  auto blocks = [](int slot) {
+    std::vector<kv::BlockId> v(32);
+    for (kv::BlockId b = 0; b < 32; ++b) v[b] = static_cast<kv::BlockId>(slot % 4) * 32 + b;
+    return v;
+  };
+  std::optional<std::uint64_t> kept;  // a prompt saved whole, for the load window
+  for (auto stop = start + window; Clock::now() < stop || live > 0;) {
+    while (live < in_flight && Clock::now() < stop) {
+      conn.save(save_spec(l, next, blocks(static_cast<int>(next))));
+      ++next;
+      ++live;
+    }
+    for (const auto& s : wait_any(conn).saves) {
+      --live;
+      if (!s.ok) continue;  // a full tier refuses some: counted as nothing
+      if (Clock::now() <= stop) saved += bytes;
+      if (!kept) kept = std::stoull(s.request.substr(5));
+    }
+  }
+  if (!kept) die("no save completed");
+  std::uint64_t n = 0;
+  for (auto stop = start + 2 * window + 500ms; Clock::now() < stop || live > 0;) {
+    while (live < in_flight && Clock::now() < stop) {
+      kv::TransferSpec s;
+      s.request = "load-" + std::to_string(n++);
+      s.tokens = {0, 512};
+      s.keys = prompt_keys(l, *kept);
+      s.blocks = blocks(static_cast<int>(n));
+      s.with_state = true;
+      s.state_slots = {static_cast<std::int32_t>(n % 4)};
+      conn.load(std::move(s));  // no lease: the tier leases what it loads
+      ++live;
+    }
+    for (const auto& r : wait_any(conn).loads) {
+      --live;
+      if (!r.ok) die("a load failed: " + r.reason);
+      if (Clock::now() <= stop && Clock::now() >= start + window + 500ms) loaded += bytes;
+    }
+  }
+  conn.close();
+  std::printf("%llu %llu\n", static_cast<unsigned long long>(saved), static_cast<unsigned long long>(loaded));
+  return 0;
+}
+
+struct Row {
+  double save_gbs = 0, load_gbs = 0;
+};
+
+Row scaling(const std::string& socket, int gpus, double seconds, int in_flight) {
+  const auto start = Clock::now() + 3s;  // every client registered and pinned by then
+  const auto start_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count();
+  std::vector<FILE*> pipes;
+  for (int i = 0; i < gpus; ++i) {
+    const std::string cmd = "CUDA_VISIBLE_DEVICES=" + std::to_string(i) + " HIP_VISIBLE_DEVICES=" +
+                            std::to_string(i) + " " + self_dir() + "/bench_node --client " + socket + " --index " +
+                            std::to_string(i) + " --start-ns " + std::to_string(start_ns) + " --seconds " +
+                            std::to_string(seconds) + " --in-flight " + std::to_string(in_flight);
+    pipes.push_back(::popen(cmd.c_str(), "r"));
+    if (!pipes.back()) die("cannot start a client");
+  }
+  Row r;
+  for (FILE* p : pipes) {
+    unsigned long long saved = 0, loaded = 0;
+    if (std::fscanf(p, "%llu %llu", &saved, &loaded) != 2) die("a client failed");
+    if (::pclose(p) != 0) die("a client failed");
+    r.save_gbs += static_cast<double>(saved) / seconds / 1e9;
+    r.load_gbs += static_cast<double>(loaded) / seconds / 1e9;
+  }
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int gpus = -1, in_flight = 4, index = 0;
+  double seconds = 3.0;
+  std::string start_tier = "100G", scaling_tier = "16G", client_socket;
+  std::int64_t start_ns = 0;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) die(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--gpus") gpus = std::stoi(value());
+    else if (a == "--seconds") seconds = std::max(0.5, std::stod(value()));
+    else if (a == "--in-flight") in_flight = std::max(1, std::stoi(value()));
+    else if (a == "--start-tier") start_tier = value();
+    else if (a == "--scaling-tier") scaling_tier = value();
+    else if (a == "--client") client_socket = value();
+    else if (a == "--index") index = std::stoi(value());
+    else if (a == "--start-ns") start_ns = std::stoll(value());
+    else die("unknown argument " + a + " (see the file header)");
+  }
+  auto n = hip::device_count();
+  if (!n.ok() || *n == 0) die(std::string("no ") + hip::backend_name() + " device");
+  if (!client_socket.empty()) {
+    (void)hip::select_device(0);  // the one device CUDA_VISIBLE_DEVICES shows
+    return client(client_socket, index, start_ns, seconds, in_flight);
+  }
+  if (gpus < 1) gpus = *n;
+  std::printf("bench_node: backend %s, %d GPU(s) (%d visible), %.1f s windows, %d transfers in flight per client\n",
+              hip::backend_name(), gpus, *n, seconds, in_flight);
+  std::fflush(stdout);
+  if (!start_tier.empty() && start_tier != "0") start_figures(start_tier);
+  Server srv(scaling_tier);
+  while (!stats(srv.socket)) {
+    if (srv.exited()) die("the server refused --tier-bytes " + scaling_tier);
+    std::this_thread::sleep_for(5ms);
+  }
+  std::vector<std::pair<int, Row>> rows;
+  for (int g = 1; g <= gpus; g *= 2) {
+    rows.emplace_back(g, scaling(srv.socket, g, seconds, in_flight));
+    std::printf("  %d GPU%s: save %7.2f GB/s, load %7.2f GB/s (aggregate)\n", g, g == 1 ? " " : "s",
+                rows.back().second.save_gbs, rows.back().second.load_gbs);
+    std::fflush(stdout);
+    if (g < gpus && g * 2 > gpus) {
+      rows.emplace_back(gpus, scaling(srv.socket, gpus, seconds, in_flight));
+      std::printf("  %d GPUs: save %7.2f GB/s, load %7.2f GB/s (aggregate)\n", gpus, rows.back().second.save_gbs,
+                  rows.back().second.load_gbs);
+    }
+  }
+  const Row& one = rows.front().second;
+  const auto& [g, last] = rows.back();
+  std::printf("node tier scaling: save %d GPUs / 1 GPU = %.2f, load %d GPUs / 1 GPU = %.2f\n", g,
+              one.save_gbs > 0 ? last.save_gbs / one.save_gbs : 0.0, g,
+              one.load_gbs > 0 ? last.load_gbs / one.load_gbs : 0.0);
+  return 0;
+}

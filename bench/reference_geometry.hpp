@@ -1,0 +1,93 @@
+// The reference geometry the transfer benchmarks share: the seed's 5 planes
+// of 739,840 B per block, 16-token blocks, 256-token chunks, a 1 MiB
+// checkpoint image; a device block pool an engine would own; and the spec of
+// a 512-token prompt's save.
+#pragma once
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "hip/copy.hpp"
+#include "hip/device_buffer.hpp"
+#include "hip/pinned_buffer.hpp"
+#include "hip/stream.hpp"
+#include "kv/chunk_keys.hpp"
+#include "kv/namespace_id.hpp"
+#include "reactor/connector.hpp"
+
+namespace kvstrand::bench {
+
+constexpr std::uint64_t kBlockBytes = 739'840;  // across the 5 planes
+constexpr std::uint64_t kImageBytes = 1 << 20;
+
+[[noreturn]] inline void die(const std::string& what) {
+  std::fprintf(stderr, "%s: %s\n", program_invocation_short_name, what.c_str());
+  std::exit(1);
+}
+
+template <class T>
+T must(hip::Result<T> r, const char* what) {
+  if (!r.ok()) die(std::string(what) + ": " + r.status().describe());
+  return std::move(r).value();
+}
+
+inline kv::Layout reference_layout() {
+  kv::Layout l;
+  l.model_id = "bench";
+  l.layout_name = "reference";
+  for (int p = 0; p < 5; ++p) l.planes.push_back({"p" + std::to_string(p), kBlockBytes / 5});
+  l.checkpoint = {"ring", kImageBytes, 256};
+  l.dtype = "fp8";
+  return l;
+}
+
+// Keys of a 512-token prompt numbered `prompt` (its first two tokens).
+inline std::vector<kv::ChunkKey> prompt_keys(const kv::Layout& l, std::uint64_t prompt) {
+  std::vector<std::uint32_t> toks(512);
+  for (std::size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<std::uint32_t>(i * 7 + 3);
+  toks[0] = static_cast<std::uint32_t>(prompt);
+  toks[1] = static_cast<std::uint32_t>(prompt >> 32);
+  return kv::chunk_keys(l, kv::namespace_of(l), toks);
+}
+
+// The device side of an engine: the planes of a block pool and state slots.
+struct Pool {
+  std::uint32_t blocks;
+  std::vector<hip::DeviceBuffer> planes;
+  hip::DeviceBuffer state = must(hip::DeviceBuffer::allocate(4 * kImageBytes), "state");
+
+  explicit Pool(std::uint32_t n) : blocks(n) {
+    auto stream = must(hip::Stream::create(), "stream");
+    auto fill = must(hip::PinnedBuffer::allocate(static_cast<std::size_t>(n) * (kBlockBytes / 5)), "pinned");
+    std::memset(fill.data(), 0x5a, fill.size());
+    for (int p = 0; p < 5; ++p) {
+      planes.push_back(must(hip::DeviceBuffer::allocate(fill.size()), "plane"));
+      (void)hip::copy_h2d(stream, planes.back().data(), fill.data(), fill.size());  // touch every page
+    }
+    (void)stream.synchronize();
+  }
+  reactor::Registration registration(const kv::Layout& l) {
+    reactor::Registration reg;
+    reg.layout = l;
+    for (auto& p : planes) reg.planes.push_back({p.data(), blocks});
+    reg.state = {state.data(), 4};
+    return reg;
+  }
+};
+
+inline kv::TransferSpec save_spec(const kv::Layout& l, std::uint64_t prompt, std::vector<kv::BlockId> blocks) {
+  kv::TransferSpec s;
+  s.request = "save-" + std::to_string(prompt);
+  s.tokens = {0, 512};
+  s.keys = prompt_keys(l, prompt);
+  s.blocks = std::move(blocks);
+  s.with_state = true;
+  s.state_slots = {0, 1};
+  return s;
+}
+
+}  // namespace kvstrand::bench
