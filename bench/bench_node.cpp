@@ -32,6 +32,7 @@
 #include "hip/device.hpp"
 #include "kv/parse_bytes.hpp"
 #include "kv/protocol.hpp"
+#include "reactor/node_tier.hpp"
 #include "reference_geometry.hpp"
 
 extern char** environ;
@@ -122,9 +123,19 @@ void start_figures(const std::string& tier) {
     if (auto n = stats(srv.socket)) s = n;
   }
   const double full = std::chrono::duration<double>(Clock::now() - t0).count();
-  std::printf("start: full capacity (%.1f GiB) after %.2f s (%.3f s/GiB)\n",
-              static_cast<double>(s->capacity_bytes) / (1ull << 30), full,
-              full / (static_cast<double>(s->capacity_bytes) / (1ull << 30)));
+  const double gib = static_cast<double>(s->capacity_bytes) / (1ull << 30);
+  std::printf("start: full capacity (%.1f GiB) after %.2f s (%.3f s/GiB)\n", gib, full, full / gib);
+  std::fflush(stdout);
+  // A client's side: mapping the arena and pinning all of it for its GPU.
+  const kv::Layout l = reference_layout();
+  Pool pool(16);
+  const auto c0 = Clock::now();
+  NodeClient c(srv.socket, pool, l);
+  const double attach = std::chrono::duration<double>(Clock::now() - c0).count();
+  const double pinned = c.wait_pinned(600s);
+  std::printf("start: a client attached in %.3f s and pinned the whole arena in %.2f s more (%.3f s/GiB, %u threads)\n",
+              attach, pinned, pinned / gib, 4u);
+  c.conn->close();
 }
 
 reactor::Finished wait_any(reactor::Connector& c) {
@@ -140,11 +151,12 @@ reactor::Finished wait_any(reactor::Connector& c) {
 int client(const std::string& socket, int index, std::int64_t start_ns, double seconds, int in_flight) {
   const kv::Layout l = reference_layout();
   Pool pool(128);
-  reactor::ConnectorOptions o;
-  o.server_socket = socket;
-  o.server_request_timeout = 10s;
-  reactor::Connector conn(o);
-  conn.register_layout(pool.registration(l));
+  NodeClient nc(socket, pool, l);
+  reactor::Connector& conn = *nc.conn;
+  // The window measures steady state: the arena pinned for this GPU first.
+  if (nc.wait_pinned(120s) < 0) die("the arena was not pinned within 120 s");
+  if (Clock::now() > Clock::time_point(std::chrono::nanoseconds(start_ns)))
+    std::fprintf(stderr, "bench_node: client %d was pinned only after the window began\n", index);
   const std::uint64_t bytes = 32 * kBlockBytes + 2 * kImageBytes;
   const auto start = Clock::time_point(std::chrono::nanoseconds(start_ns));
   const auto window = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
@@ -167,10 +179,24 @@ int client(const std::string& socket, int index, std::int64_t start_ns, double s
       --live;
       if (!s.ok) continue;  // a full tier refuses some: counted as nothing
       if (Clock::now() <= stop) saved += bytes;
-      if (!kept) kept = std::stoull(s.request.substr(5));
     }
   }
-  if (!kept) die("no save completed");
+  // The prompt the load window reads: saved, then leased so that the other
+  // clients' last saves cannot evict it (the lease is held to the end).
+  for (int attempt = 0; attempt < 10 && !kept; ++attempt) {
+    conn.save(save_spec(l, next, blocks(0)));
+    if (!wait_any(conn).saves[0].ok) continue;
+    conn.lookup(prompt_keys(l, next));
+    for (bool answered = false; !answered;) {
+      for (const auto& lk : conn.finished().lookups) {
+        answered = true;
+        if (lk.hit.tokens == 512) kept = next;
+      }
+      std::this_thread::sleep_for(20us);
+    }
+    ++next;
+  }
+  if (!kept) die("no prompt could be kept for the load window");
   std::uint64_t n = 0;
   for (auto stop = start + 2 * window + 500ms; Clock::now() < stop || live > 0;) {
     while (live < in_flight && Clock::now() < stop) {
@@ -200,7 +226,7 @@ struct Row {
 };
 
 Row scaling(const std::string& socket, int gpus, double seconds, int in_flight) {
-  const auto start = Clock::now() + 3s;  // every client registered and pinned by then
+  const auto start = Clock::now() + 5s;  // every client registered and pinned by then
   const auto start_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count();
   std::vector<FILE*> pipes;
   for (int i = 0; i < gpus; ++i) {
@@ -227,7 +253,7 @@ Row scaling(const std::string& socket, int gpus, double seconds, int in_flight) 
 int main(int argc, char** argv) {
   int gpus = -1, in_flight = 4, index = 0;
   double seconds = 3.0;
-  std::string start_tier = "100G", scaling_tier = "16G", client_socket;
+  std::string start_tier = "100G", scaling_tier = "4G", client_socket;
   std::int64_t start_ns = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];

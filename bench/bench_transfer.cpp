@@ -220,20 +220,15 @@ struct Server {
   }
 };
 
-reactor::ConnectorOptions remote(const std::string& socket) {
-  reactor::ConnectorOptions o;
-  o.server_socket = socket;
-  o.server_request_timeout = 5s;
-  return o;
-}
 
 std::unique_ptr<reactor::Connector> connect_when_up(const std::string& socket, Pool& pool, const kv::Layout& l) {
   const auto end = Clock::now() + 10s;
   for (;;) {
     try {
-      auto c = std::make_unique<reactor::Connector>(remote(socket));
-      c->register_layout(pool.registration(l));
-      return c;
+      NodeClient c(socket, pool, l);
+      // Measured in steady state: the arena pinned for this device first.
+      if (c.wait_pinned(120s) < 0) die("the arena was not pinned within 120 s");
+      return std::move(c.conn);
     } catch (const std::exception& e) {
       if (Clock::now() > end) die(std::string("cannot reach the server: ") + e.what());
       std::this_thread::sleep_for(20ms);

@@ -18,6 +18,10 @@
 #include "kv/chunk_keys.hpp"
 #include "kv/namespace_id.hpp"
 #include "reactor/connector.hpp"
+#include "reactor/node_tier.hpp"
+#include <chrono>
+#include <memory>
+#include <thread>
 
 namespace kvstrand::bench {
 
@@ -89,5 +93,38 @@ inline kv::TransferSpec save_spec(const kv::Layout& l, std::uint64_t prompt, std
   s.state_slots = {0, 1};
   return s;
 }
+
+// A Connector over the node tier, and the tier itself for its pinning progress.
+struct NodeClient {
+  reactor::NodeTier* tier = nullptr;
+  std::unique_ptr<reactor::Connector> conn;
+  NodeClient(const std::string& socket, Pool& pool, const kv::Layout& l) {
+    reactor::ConnectorOptions o;
+    o.server_socket = socket;
+    o.server_request_timeout = std::chrono::seconds(10);
+    o.make_tier = [this, socket](reactor::Reactor& r) {
+      auto t = std::make_unique<reactor::NodeTier>(r, reactor::NodeTierOptions{socket, std::chrono::seconds(10), 0});
+      tier = t.get();
+      return t;
+    };
+    conn = std::make_unique<reactor::Connector>(o);
+    conn->register_layout(pool.registration(l));
+  }
+  // Seconds until the whole arena is pinned for this process's device (a
+  // copy needs its slab pinned; the tier pins in the background).
+  double wait_pinned(std::chrono::seconds limit) {
+    using Clock = std::chrono::steady_clock;
+    const auto t0 = Clock::now();
+    reactor::NodeTier* t = tier;
+    for (;;) {
+      auto [pinned, total] = conn->reactor().call([t]() -> boost::asio::awaitable<std::pair<std::uint64_t, std::uint64_t>> {
+        co_return std::pair{t->pinned_bytes(), t->arena_bytes()};
+      });
+      if (total > 0 && pinned == total) return std::chrono::duration<double>(Clock::now() - t0).count();
+      if (Clock::now() - t0 > limit) return -1;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+};
 
 }  // namespace kvstrand::bench

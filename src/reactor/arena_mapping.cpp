@@ -39,6 +39,7 @@ std::unique_ptr<ArenaMapping> ArenaMapping::map(int fd, std::uint64_t bytes, std
   m->base_ = static_cast<std::byte*>(p);
   m->bytes_ = bytes;
   m->slab_bytes_ = slab_bytes;
+  m->slabs_.resize(bytes / slab_bytes);
   return m;
 }
 

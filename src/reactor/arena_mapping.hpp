@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,16 +33,22 @@ class ArenaMapping {
     return n <= bytes_ && offset <= bytes_ - n;
   }
 
-  // Pinning, slab by slab from the start; driven by NodeTier.
-  std::uint64_t pinned_bytes() const noexcept { return slabs_.size() * slab_bytes_; }
-  void add_pinned(hip::HostRegistration r) { slabs_.push_back(std::move(r)); }
+  // Pinning, slab by slab; driven by NodeTier, several slabs at once.
+  // pinned_bytes() is the pinned prefix: every slab below it is pinned.
+  std::uint32_t slab_count() const noexcept { return static_cast<std::uint32_t>(bytes_ / slab_bytes_); }
+  std::uint64_t pinned_bytes() const noexcept { return static_cast<std::uint64_t>(prefix_) * slab_bytes_; }
+  void add_pinned(std::uint32_t slab, hip::HostRegistration r) {
+    slabs_[slab].emplace(std::move(r));
+    while (prefix_ < slabs_.size() && slabs_[prefix_]) ++prefix_;
+  }
 
  private:
   ArenaMapping() = default;
   std::byte* base_ = nullptr;
   std::uint64_t bytes_ = 0;
   std::uint64_t slab_bytes_ = 0;
-  std::vector<hip::HostRegistration> slabs_;
+  std::vector<std::optional<hip::HostRegistration>> slabs_;  // one per slab, set once pinned
+  std::uint32_t prefix_ = 0;
 };
 
 }  // namespace kvstrand::reactor

@@ -1,6 +1,7 @@
 #include "reactor/node_tier.hpp"
 
 #include <spdlog/spdlog.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -171,10 +172,14 @@ asio::awaitable<std::error_code> NodeTier::hello(Clock::time_point until) {
   }
   arena_ = std::move(mapping);
   pin_want_ = 0;
+  pin_next_ = 0;
+  pins_running_ = 0;
   pinning_ = false;
   pin_error_.clear();
-  // Pin what is ready now in the background; later slabs as copies need them.
-  if (hr.ready_bytes > 0) asio::co_spawn(reactor_.strand(), pinned_up_to(arena_, hr.ready_bytes), asio::detached);
+  // Pin the whole arena in the background (pages the server has not
+  // populated yet are allocated by the first toucher, this process or the
+  // server); a copy waits only for its own slab's prefix.
+  asio::co_spawn(reactor_.strand(), pinned_up_to(arena_, arena_->bytes()), asio::detached);
   co_return std::error_code{};
 }
 
@@ -347,38 +352,56 @@ asio::awaitable<std::error_code> NodeTier::pinned_up_to(std::shared_ptr<ArenaMap
   co_return std::error_code{};
 }
 
+// Keeps up to kPinThreads slabs pinning at once, in order, until the
+// wanted prefix is pinned.
 asio::awaitable<void> NodeTier::pin_loop(std::shared_ptr<ArenaMapping> m) {
-  while (m == arena_ && m->pinned_bytes() < pin_want_ && pin_error_.empty()) {
-    std::byte* at = m->base() + m->pinned_bytes();
-    const std::uint64_t n = m->slab_bytes();
-    const int device = opt_.device;
-    // Registration takes tens of ms a GiB: on the helper thread, never here.
-    auto work = [at, n, device]() -> asio::awaitable<PinResult> {
-      PinResult r;
-      if (hip::Status s = hip::select_device(device); !s.ok()) {
-        r.status = s;
-        co_return r;
-      }
-      auto reg = hip::HostRegistration::register_range(at, n);
-      if (reg.ok()) {
-        r.reg.emplace(std::move(reg).value());
-      } else {
-        r.status = reg.status();
-      }
-      co_return r;
-    };
-    PinResult r = co_await asio::co_spawn(pinner_.get_executor(), work(), asio::use_awaitable);
-    if (r.reg) {
-      m->add_pinned(std::move(*r.reg));
-    } else {
-      pin_error_ = r.status.describe();
-      spdlog::error("kvstrand: NodeTier: cannot pin the arena for device {}: {}", device, pin_error_);
+  const std::uint64_t slab = m->slab_bytes();
+  while (m == arena_ && pin_error_.empty() && (m->pinned_bytes() < pin_want_ || pins_running_ > 0)) {
+    while (pins_running_ < kPinThreads && pin_next_ < m->slab_count() &&
+           static_cast<std::uint64_t>(pin_next_) * slab < pin_want_) {
+      ++pins_running_;
+      asio::co_spawn(reactor_.strand(), pin_slab(m, pin_next_++), asio::detached);
     }
-    if (pin_progress_) pin_progress_->cancel();
-    if (pin_progress_) pin_progress_->expires_at(asio::steady_timer::time_point::max());
+    co_await pin_progress_->async_wait(kAwait);  // cancelled after every slab
   }
   if (m == arena_) pinning_ = false;
   if (pin_progress_) pin_progress_->cancel();
+}
+
+asio::awaitable<void> NodeTier::pin_slab(std::shared_ptr<ArenaMapping> m, std::uint32_t slab) {
+  std::byte* at = m->base() + static_cast<std::uint64_t>(slab) * m->slab_bytes();
+  const std::uint64_t n = m->slab_bytes();
+  const int device = opt_.device;
+  // Faulting in and registering take tens of ms a GiB: on a helper thread,
+  // never here.
+  auto work = [at, n, device]() -> asio::awaitable<PinResult> {
+    PinResult r;
+    if (hip::Status s = hip::select_device(device); !s.ok()) {
+      r.status = s;
+      co_return r;
+    }
+    constexpr int kPopulateWrite = 23;  // MADV_POPULATE_WRITE (Linux 5.14): page tables in one call
+    (void)::madvise(at, n, kPopulateWrite);
+    auto reg = hip::HostRegistration::register_range(at, n);
+    if (reg.ok()) {
+      r.reg.emplace(std::move(reg).value());
+    } else {
+      r.status = reg.status();
+    }
+    co_return r;
+  };
+  PinResult r = co_await asio::co_spawn(pinner_.get_executor(), work(), asio::use_awaitable);
+  if (r.reg) {
+    m->add_pinned(slab, std::move(*r.reg));
+  } else if (pin_error_.empty()) {
+    pin_error_ = r.status.describe();
+    spdlog::error("kvstrand: NodeTier: cannot pin the arena for device {}: {}", device, pin_error_);
+  }
+  if (m == arena_) --pins_running_;
+  if (pin_progress_) {
+    pin_progress_->cancel();
+    pin_progress_->expires_at(asio::steady_timer::time_point::max());
+  }
 }
 
 void NodeTier::keep_forever(std::shared_ptr<ArenaMapping> m) {
@@ -415,6 +438,7 @@ asio::awaitable<void> NodeTier::release_lookup(std::uint64_t lease) {
 }
 
 asio::awaitable<std::error_code> NodeTier::connect_for(Transfer& t) {
+  if (connected_) co_return std::error_code{};
   std::error_code ec = co_await ensure_connected();
   if (ec) t.reason = "kvstrand-server at " + opt_.socket + " is unreachable";
   co_return ec;
@@ -565,7 +589,8 @@ asio::awaitable<std::error_code> NodeTier::load(Transfer& t) {
     t.reason = "no checkpoint image stored at the load's end";
     co_return TransferErrc::missing_chunk;
   }
-  if (std::error_code ec = co_await pinned_up_to(lease.arena, end)) {
+  if (std::error_code ec = lease.arena->pinned_bytes() >= end ? std::error_code{}
+                                                               : co_await pinned_up_to(lease.arena, end)) {
     release_hold(hold);
     t.reason = "the arena could not be pinned" + (pin_error_.empty() ? std::string() : ": " + pin_error_);
     co_return ec;

@@ -63,6 +63,9 @@ class NodeTier final : public Tier {
   std::uint64_t reconnects() const noexcept { return reconnects_; }
   // Leases this process holds from lookups no load or release has named.
   std::size_t leases_held() const noexcept { return leases_.size(); }
+  // The current arena's size and how much of it is pinned (on the strand).
+  std::uint64_t arena_bytes() const noexcept { return arena_ ? arena_->bytes() : 0; }
+  std::uint64_t pinned_bytes() const noexcept { return arena_ ? arena_->pinned_bytes() : 0; }
 
   // The streams the tier copies on (tests hold them with the sim hooks).
   hip::Stream* save_stream() { return save_stream_ ? &*save_stream_ : nullptr; }
@@ -96,6 +99,7 @@ class NodeTier final : public Tier {
   // Resumes once the arena is pinned up to `end` (or pinning failed).
   boost::asio::awaitable<std::error_code> pinned_up_to(std::shared_ptr<ArenaMapping> m, std::uint64_t end);
   boost::asio::awaitable<void> pin_loop(std::shared_ptr<ArenaMapping> m);
+  boost::asio::awaitable<void> pin_slab(std::shared_ptr<ArenaMapping> m, std::uint32_t slab);
   // A copy that was not seen complete: its arena stays mapped for good.
   void keep_forever(std::shared_ptr<ArenaMapping> m);
 
@@ -119,11 +123,15 @@ class NodeTier final : public Tier {
   std::vector<std::uint64_t> unsent_releases_;  // holds to release once connected again
   std::shared_ptr<ArenaMapping> arena_;  // the current server's arena
   std::uint64_t object_bytes_ = 0;
-  // Pinning progress of arena_: the helper thread and the signal its
+  // Pinning progress of arena_: helper threads (pinning scales with cores:
+  // each slab is faulted in and registered on its own) and the signal its
   // waiters share (cancelled after every slab).
-  boost::asio::thread_pool pinner_{1};
+  static constexpr std::uint32_t kPinThreads = 4;
+  boost::asio::thread_pool pinner_{kPinThreads};
   std::optional<boost::asio::steady_timer> pin_progress_;
   std::uint64_t pin_want_ = 0;
+  std::uint32_t pin_next_ = 0;      // the next slab to start pinning
+  std::uint32_t pins_running_ = 0;
   bool pinning_ = false;
   std::string pin_error_;
   std::vector<std::shared_ptr<ArenaMapping>> kept_;  // never unmapped: a copy may still touch them

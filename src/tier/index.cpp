@@ -14,9 +14,68 @@ void Index::add_slots(std::uint32_t count) {
   for (std::uint32_t i = count; i > 0; --i) fresh.push_back(slots_ + i - 1);
   free_.insert(free_.begin(), fresh.begin(), fresh.end());
   slots_ += count;
-  key_of_slot_.resize(slots_);
-  by_key_.reserve(slots_);  // no rehash while serving
+  objects_.resize(slots_);
+  std::size_t capacity = 16;
+  while (capacity < 2 * static_cast<std::size_t>(slots_)) capacity *= 2;
+  if (capacity > table_.size()) rebuild_table(capacity);  // a slab's worth at a time, never while serving a request
 }
+
+// ---- the key table ----------------------------------------------------------------
+
+void Index::rebuild_table(std::size_t capacity) {
+  table_.assign(capacity, 0);
+  mask_ = capacity - 1;
+  for (std::uint32_t s = 0; s < objects_.size(); ++s)
+    if (objects_[s].used) table_insert(objects_[s].hash, s);
+}
+
+void Index::prefetch(std::uint32_t hash) const noexcept {
+  if (!table_.empty()) __builtin_prefetch(&table_[hash & mask_]);
+}
+
+// The object the key's first table entry names (a guess: the entry usually
+// is the key's own).
+void Index::prefetch_object(std::uint32_t hash) const noexcept {
+  if (table_.empty()) return;
+  const std::uint64_t e = table_[hash & mask_];
+  if (e != 0) __builtin_prefetch(&objects_[(e & 0xffffffffu) - 1]);
+}
+
+std::uint32_t Index::find(const kv::ChunkKey& key, std::uint32_t hash) const noexcept {
+  if (table_.empty()) return kNone;
+  for (std::uint64_t pos = hash & mask_;; pos = (pos + 1) & mask_) {
+    const std::uint64_t e = table_[pos];
+    if (e == 0) return kNone;
+    if ((e >> 32) != hash) continue;
+    const auto slot = static_cast<std::uint32_t>((e & 0xffffffffu) - 1);
+    if (objects_[slot].key == key) return slot;
+  }
+}
+
+void Index::table_insert(std::uint32_t hash, std::uint32_t slot) {
+  std::uint64_t pos = hash & mask_;
+  while (table_[pos] != 0) pos = (pos + 1) & mask_;
+  table_[pos] = (static_cast<std::uint64_t>(hash) << 32) | (static_cast<std::uint64_t>(slot) + 1);
+}
+
+void Index::table_erase(std::uint32_t hash, std::uint32_t slot) {
+  const std::uint64_t want = (static_cast<std::uint64_t>(hash) << 32) | (static_cast<std::uint64_t>(slot) + 1);
+  std::uint64_t i = hash & mask_;
+  while (table_[i] != want) i = (i + 1) & mask_;
+  // Backward shift: later entries of the probe run move up into the hole,
+  // unless their own start position lies cyclically in (hole, entry].
+  table_[i] = 0;
+  for (std::uint64_t j = (i + 1) & mask_; table_[j] != 0; j = (j + 1) & mask_) {
+    const std::uint64_t home = (table_[j] >> 32) & mask_;
+    if (((j - home) & mask_) >= ((j - i) & mask_)) {
+      table_[i] = table_[j];
+      table_[j] = 0;
+      i = j;
+    }
+  }
+}
+
+// ---- objects ------------------------------------------------------------------------
 
 void Index::add_reader(Object& o) {
   if (o.readers++ == 0 && o.committed) --evictable_;
@@ -27,6 +86,14 @@ void Index::drop_reader(Object& o) {
   if (--o.readers == 0 && o.committed) ++evictable_;
 }
 
+void Index::free_slot(std::uint32_t slot) {
+  Object& o = objects_[slot];
+  table_erase(o.hash, slot);
+  o = Object{};
+  free_.push_back(slot);
+  --stored_;
+}
+
 bool Index::evict_one() {
   // Ends: some committed object no one reads exists, and each object gets
   // at most one second chance per turn of the hand.
@@ -34,17 +101,13 @@ bool Index::evict_one() {
   for (;;) {
     const std::uint32_t s = hand_;
     hand_ = hand_ + 1 == slots_ ? 0 : hand_ + 1;
-    if (!key_of_slot_[s]) continue;
-    auto it = by_key_.find(*key_of_slot_[s]);
-    Object& o = it->second;
-    if (!o.committed || o.readers != 0) continue;  // being written, or held
+    Object& o = objects_[s];
+    if (!o.used || !o.committed || o.readers != 0) continue;  // free, being written, or held
     if (o.referenced) {
       o.referenced = false;
       continue;
     }
-    free_.push_back(s);
-    key_of_slot_[s].reset();
-    by_key_.erase(it);
+    free_slot(s);
     --evictable_;
     ++stats_.evictions;
     return true;
@@ -52,51 +115,68 @@ bool Index::evict_one() {
 }
 
 Index::Reserve Index::reserve(const kv::ChunkKey& key, bool has_image, std::uint32_t* slot) {
-  if (by_key_.contains(key)) return Reserve::exists;
+  const std::uint32_t h = hash_of(key);
+  if (find(key, h) != kNone) return Reserve::exists;
   if (free_.empty() && !evict_one()) {
     ++stats_.refused_full;
     return Reserve::full;
   }
-  Object o;
-  o.slot = free_.back();
-  o.has_image = has_image;
+  const std::uint32_t s = free_.back();
   free_.pop_back();
-  *slot = o.slot;
-  key_of_slot_[o.slot] = key;
-  by_key_.emplace(key, o);
+  Object& o = objects_[s];
+  o.key = key;
+  o.hash = h;
+  o.used = true;
+  o.has_image = has_image;
+  table_insert(h, s);
+  ++stored_;
+  *slot = s;
   return Reserve::reserved;
 }
 
+void Index::commit_slot(std::uint32_t slot) {
+  Object& o = objects_[slot];
+  if (!o.used || o.committed) return;
+  o.committed = true;
+  o.referenced = false;
+  if (o.readers == 0) ++evictable_;
+}
+
+void Index::abort_slot(std::uint32_t slot) {
+  if (objects_[slot].used && !objects_[slot].committed) free_slot(slot);
+}
+
 void Index::commit(const kv::ChunkKey& key) {
-  auto it = by_key_.find(key);
-  if (it == by_key_.end() || it->second.committed) return;
-  it->second.committed = true;
-  it->second.referenced = false;
-  if (it->second.readers == 0) ++evictable_;
+  if (const std::uint32_t s = find(key, hash_of(key)); s != kNone) commit_slot(s);
 }
 
 void Index::abort(const kv::ChunkKey& key) {
-  auto it = by_key_.find(key);
-  if (it == by_key_.end() || it->second.committed) return;
-  free_.push_back(it->second.slot);
-  key_of_slot_[it->second.slot].reset();
-  by_key_.erase(it);
+  if (const std::uint32_t s = find(key, hash_of(key)); s != kNone) abort_slot(s);
 }
 
 kv::HitSource Index::run(std::span<const kv::ChunkKey> keys, std::uint32_t chunk_tokens,
                          std::vector<std::uint32_t>* pinned) {
+  // Fetched ahead in two stages (a key's table entry, then the object it
+  // names), so that a large index's cache misses overlap instead of adding up.
+  constexpr std::size_t kTable = 16, kObject = 8;
+  std::vector<std::uint32_t> hashes(keys.size());
+  for (std::size_t i = 0; i < keys.size(); ++i) hashes[i] = hash_of(keys[i]);
+  for (std::size_t i = 0; i < std::min(kTable, keys.size()); ++i) prefetch(hashes[i]);
   kv::HitSource h;
   std::uint32_t n = 0;
-  for (const kv::ChunkKey& k : keys) {
-    auto it = by_key_.find(k);
-    if (it == by_key_.end() || !it->second.committed) break;
-    it->second.referenced = true;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    if (i + kTable < keys.size()) prefetch(hashes[i + kTable]);
+    if (i + kObject < keys.size()) prefetch_object(hashes[i + kObject]);
+    const std::uint32_t s = find(keys[i], hashes[i]);
+    if (s == kNone || !objects_[s].committed) break;
+    Object& o = objects_[s];
+    o.referenced = true;
     if (pinned) {
-      add_reader(it->second);
-      pinned->push_back(it->second.slot);
+      add_reader(o);
+      pinned->push_back(s);
     }
     ++n;
-    if (it->second.has_image) h.checkpoints.push_back(n * chunk_tokens);
+    if (o.has_image) h.checkpoints.push_back(n * chunk_tokens);
   }
   h.tokens = n * chunk_tokens;
   stats_.lookup_hits += n;
@@ -111,26 +191,25 @@ kv::HitSource Index::lookup(std::span<const kv::ChunkKey> keys, std::uint32_t ch
 std::optional<std::vector<std::uint32_t>> Index::pin(std::span<const kv::ChunkKey> keys) {
   std::vector<std::uint32_t> slots;
   for (const kv::ChunkKey& k : keys) {
-    auto it = by_key_.find(k);
-    if (it == by_key_.end() || !it->second.committed) return std::nullopt;
-    slots.push_back(it->second.slot);
+    const std::uint32_t s = find(k, hash_of(k));
+    if (s == kNone || !objects_[s].committed) return std::nullopt;
+    slots.push_back(s);
   }
-  for (const kv::ChunkKey& k : keys) {
-    Object& o = by_key_.find(k)->second;
-    add_reader(o);
-    o.referenced = true;
+  for (std::uint32_t s : slots) {
+    add_reader(objects_[s]);
+    objects_[s].referenced = true;
   }
   return slots;
 }
 
 void Index::unpin(std::span<const kv::ChunkKey> keys) {
   for (const kv::ChunkKey& k : keys)
-    if (auto it = by_key_.find(k); it != by_key_.end()) drop_reader(it->second);
+    if (const std::uint32_t s = find(k, hash_of(k)); s != kNone) drop_reader(objects_[s]);
 }
 
 bool Index::has_image(const kv::ChunkKey& key) const {
-  auto it = by_key_.find(key);
-  return it != by_key_.end() && it->second.has_image;
+  const std::uint32_t s = find(key, hash_of(key));
+  return s != kNone && objects_[s].has_image;
 }
 
 // ---- holds ------------------------------------------------------------------------
@@ -140,7 +219,7 @@ Index::Lease Index::lease(std::span<const kv::ChunkKey> keys, std::uint32_t chun
   l.hit = run(keys, chunk_tokens, &l.slots);
   if (l.slots.empty()) return l;
   l.id = next_hold_++;
-  holds_.emplace(l.id, Hold{owner, true, std::vector<kv::ChunkKey>(keys.begin(), keys.begin() + l.slots.size())});
+  holds_.emplace(l.id, Hold{owner, true, l.slots});
   return l;
 }
 
@@ -149,12 +228,26 @@ Index::Reservation Index::reserve(std::span<const kv::ChunkKey> keys, std::span<
   r.chunks.resize(keys.size(), Chunk::full);
   r.slots.resize(keys.size(), 0);
   Hold h{owner, false, {}};
+  for (const kv::ChunkKey& k : keys) prefetch(hash_of(k));
+  // The objects the hand will evict for them: their table entries too.
+  if (free_.size() < keys.size() && evictable_ > 0) {
+    std::size_t want = keys.size() - free_.size();
+    // A look a little way ahead only: what the hand meets is evicted in
+    // about this order.
+    const std::uint32_t look = std::min<std::uint32_t>(slots_, 4 * static_cast<std::uint32_t>(want) + 64);
+    for (std::uint32_t s = hand_, seen = 0; want > 0 && seen < look; ++seen, s = s + 1 == slots_ ? 0 : s + 1) {
+      const Object& o = objects_[s];
+      if (!o.used || !o.committed || o.readers != 0 || o.referenced) continue;
+      prefetch(o.hash);
+      --want;
+    }
+  }
   for (std::size_t i = 0; i < keys.size(); ++i) {
     switch (reserve(keys[i], i < images.size() && images[i], &r.slots[i])) {
       case Reserve::reserved:
         r.chunks[i] = Chunk::reserved;
         ++r.reserved;
-        h.keys.push_back(keys[i]);
+        h.slots.push_back(r.slots[i]);
         break;
       case Reserve::exists:
         r.chunks[i] = Chunk::existed;
@@ -163,7 +256,7 @@ Index::Reservation Index::reserve(std::span<const kv::ChunkKey> keys, std::span<
       case Reserve::full: ++r.full; break;
     }
   }
-  if (!h.keys.empty()) {
+  if (!h.slots.empty()) {
     r.id = next_hold_++;
     holds_.emplace(r.id, std::move(h));
   }
@@ -173,7 +266,7 @@ Index::Reservation Index::reserve(std::span<const kv::ChunkKey> keys, std::span<
 bool Index::commit(HoldId id, bool ok) {
   auto it = holds_.find(id);
   if (it == holds_.end() || it->second.lease) return false;
-  for (const kv::ChunkKey& k : it->second.keys) ok ? commit(k) : abort(k);
+  for (std::uint32_t slot : it->second.slots) ok ? commit_slot(slot) : abort_slot(slot);
   holds_.erase(it);
   return true;
 }
@@ -181,11 +274,7 @@ bool Index::commit(HoldId id, bool ok) {
 bool Index::release(HoldId id) {
   auto it = holds_.find(id);
   if (it == holds_.end()) return false;
-  if (it->second.lease) {
-    unpin(it->second.keys);
-  } else {
-    for (const kv::ChunkKey& k : it->second.keys) abort(k);
-  }
+  for (std::uint32_t slot : it->second.slots) it->second.lease ? drop_reader(objects_[slot]) : abort_slot(slot);
   holds_.erase(it);
   return true;
 }
@@ -202,7 +291,7 @@ Index::Held Index::held_by(Owner owner) const {
   Held out;
   for (const auto& [id, h] : holds_) {
     if (h.owner != owner) continue;
-    const std::uint64_t bytes = h.keys.size() * object_bytes_;
+    const std::uint64_t bytes = h.slots.size() * object_bytes_;
     if (h.lease) {
       ++out.leases;
       out.leased_bytes += bytes;
@@ -228,7 +317,8 @@ std::map<HoldId, std::pair<Owner, bool>> Index::holds() const {
 Index::Stats Index::stats() const {
   Stats s = stats_;
   s.capacity_bytes = static_cast<std::uint64_t>(slots_) * object_bytes_;
-  for (const auto& [k, o] : by_key_) {
+  for (const Object& o : objects_) {
+    if (!o.used) continue;
     if (o.committed) {
       ++s.objects;
       if (o.readers) ++s.pinned;
@@ -237,7 +327,7 @@ Index::Stats Index::stats() const {
     }
   }
   for (const auto& [id, h] : holds_) (h.lease ? s.leases : s.reservations) += 1;
-  s.used_bytes = static_cast<std::uint64_t>(by_key_.size()) * object_bytes_;
+  s.used_bytes = static_cast<std::uint64_t>(stored_) * object_bytes_;
   return s;
 }
 

@@ -22,7 +22,6 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
-#include <unordered_map>
 #include <optional>
 #include <span>
 #include <vector>
@@ -130,21 +129,40 @@ class Index {
   Stats stats() const;
 
  private:
+  static constexpr std::uint32_t kNone = UINT32_MAX;
+  // One slot: its object when `used`. Slots are the clock's ring.
   struct Object {
-    std::uint32_t slot = 0;
+    kv::ChunkKey key;
+    std::uint32_t readers = 0;
+    std::uint32_t hash = 0;
+    bool used = false;
     bool has_image = false;
     bool committed = false;
     bool referenced = false;  // used since the clock hand last passed
-    std::uint32_t readers = 0;
   };
   struct Hold {
     Owner owner = 0;
     bool lease = false;
-    std::vector<kv::ChunkKey> keys;  // pinned (lease) or reserved by it
+    std::vector<std::uint32_t> slots;  // pinned (lease) or reserved by it; held slots never change keys
   };
+  static std::uint32_t hash_of(const kv::ChunkKey& k) noexcept {
+    return static_cast<std::uint32_t>(ChunkKeyHash{}(k) >> 16);
+  }
+  // The key table: open addressing, linear probing, load <= 1/2. An entry
+  // is (hash << 32) | (slot + 1); 0 is empty.
+  std::uint32_t find(const kv::ChunkKey& key, std::uint32_t hash) const noexcept;  // kNone if absent
+  void table_insert(std::uint32_t hash, std::uint32_t slot);
+  void table_erase(std::uint32_t hash, std::uint32_t slot);
+  void rebuild_table(std::size_t capacity);
+  void prefetch(std::uint32_t hash) const noexcept;
+  void prefetch_object(std::uint32_t hash) const noexcept;
+
   bool evict_one();
+  void free_slot(std::uint32_t slot);
   void add_reader(Object& o);
   void drop_reader(Object& o);
+  void commit_slot(std::uint32_t slot);
+  void abort_slot(std::uint32_t slot);
   // The run of committed objects from keys[0]; with `pinned`, each object of
   // the run is pinned and its slot appended.
   kv::HitSource run(std::span<const kv::ChunkKey> keys, std::uint32_t chunk_tokens,
@@ -153,8 +171,10 @@ class Index {
   std::uint64_t object_bytes_;
   std::uint32_t slots_ = 0;
   std::vector<std::uint32_t> free_;
-  std::unordered_map<kv::ChunkKey, Object, ChunkKeyHash> by_key_;
-  std::vector<std::optional<kv::ChunkKey>> key_of_slot_;  // the clock's ring
+  std::vector<Object> objects_;       // by slot
+  std::vector<std::uint64_t> table_;  // key -> slot
+  std::uint64_t mask_ = 0;
+  std::size_t stored_ = 0;            // used slots
   std::uint32_t hand_ = 0;
   std::size_t evictable_ = 0;  // committed objects no one reads
   std::map<HoldId, Hold> holds_;
