@@ -70,6 +70,8 @@ bench: build
 	./build/bench/bench_chunk_keys
 	./build/bench/bench_step
 	./build/bench/bench_transfer
+	./build/bench/bench_index
+	./build/bench/bench_node --start-tier 4G --scaling-tier 2G
 
 gpu-pack: check-backends
 	scripts/gpu-pack.sh build-cuda

@@ -139,6 +139,32 @@ TEST_CASE("server: the socket is 0600 and a second server on it is refused", "[s
   REQUIRE(r.output.find("already listening") != std::string::npos);
 }
 
+TEST_CASE("server: a peer of another uid gets not_authorized, then the close", "[server][fault]") {
+  if (::geteuid() != 0) {
+    WARN("skipped: needs root to connect as another user");
+    return;
+  }
+  ServerProcess srv(kFlags);
+  REQUIRE(srv.ready());
+  // The socket is 0600; opened up here so that another user can reach the
+  // server's own check.
+  REQUIRE(::chmod(srv.socket_path().c_str(), 0666) == 0);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(3);
+    Client c(srv.socket_path());
+    if (!c.connected()) ::_exit(4);
+    auto rep = c.read_reply(0);
+    const bool refused = rep && rep->status == Status::not_authorized && c.closed_by_server();
+    ::_exit(refused ? 0 : 5);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+}
+
 TEST_CASE("server: kvstrand-server links no device runtime", "[server]") {
   auto r = run_process({"/usr/bin/nm", "-C", sibling_binary("../kvstrand-server")});
   if (r.output.find("no symbols") != std::string::npos) {
