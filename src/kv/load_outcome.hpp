@@ -14,8 +14,9 @@ enum class LoadOutcome {
 // Only a submitted load that failed counts against the transfer path.
 constexpr bool counts_as_transfer_failure(LoadOutcome o) noexcept { return o == LoadOutcome::failed; }
 
-// A load that never reached the tier frees its lookup's read locks itself;
-// a submitted one's locks are released by the retrieve's own completion.
+// A load that never reached the tier frees its lookup's lease itself
+// (Connector::release_lookup); a submitted one's lease is released by the
+// load once its copy is done.
 constexpr bool frees_lookup_locks_directly(LoadOutcome o) noexcept {
   return o == LoadOutcome::tier_lost || o == LoadOutcome::withdrawn;
 }

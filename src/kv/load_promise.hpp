@@ -2,8 +2,8 @@
 //
 // The request is parked on the promise. If the load is not dispatched within
 // `withdraw_after` scheduler steps (default 50) the promise is withdrawn: the
-// request recomputes, the lookup's read locks are freed directly (the
-// retrieve was never submitted), and nothing counts as a transfer failure
+// request recomputes, the lookup's lease is freed directly (the load was
+// never submitted), and nothing counts as a transfer failure
 // (LoadOutcome::withdrawn).
 #pragma once
 
