@@ -105,7 +105,7 @@ std::string tier_json(std::string_view kind, const tier::Index::Stats& t, const 
                  {"refused_full", t.refused_full},
                  {"lookups_by_result", lookups},
                  {"transfers_by_outcome", transfers}};
-  if (kind == "server") o["note"] = "the server's own /debug/tier shows its store";
+  if (kind == "node") o["note"] = "the server's own /debug/tier shows its store";
   return json::serialize(o);
 }
 
