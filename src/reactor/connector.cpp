@@ -1,7 +1,7 @@
+#include "reactor/log_escaped.hpp"
 #include "reactor/connector.hpp"
 
 #include <boost/asio/append.hpp>
-#include <boost/asio/detached.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -88,7 +88,21 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
       if (!ec) self->deadline_passed(id);
     });
     ++live_per_request[t->spec.request];
-    asio::co_spawn(reactor.strand(), run(shared_from_this(), t), asio::detached);
+    // An exception escaping the transfer's coroutine fails that transfer
+    // with its cause; nothing is left waiting for a deadline.
+    auto escaped = [self = shared_from_this(), t](std::exception_ptr e) {
+      if (!e) return;
+      LogEscaped{"a transfer"}(e);
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& x) {
+        t->reason = std::string("exception: ") + x.what();
+      } catch (...) {
+        t->reason = "unknown exception";
+      }
+      self->finish(*t, TransferErrc::device_error);
+    };
+    asio::co_spawn(reactor.strand(), run(shared_from_this(), t), std::move(escaped));
   }
 
   // One transfer: producer event -> submit -> completion -> terminal.
@@ -380,7 +394,7 @@ std::uint64_t Connector::lookup(std::vector<kv::ChunkKey> keys) {
   if (closed_) throw TransferRefused(TransferErrc::closed, "the connector is closed");
   if (!registration_) throw TransferRefused(TransferErrc::not_registered, "no layout registered");
   const std::uint64_t id = next_lookup_++;
-  asio::co_spawn(reactor_->strand(), answer_lookup(core_, id, std::move(keys)), asio::detached);
+  asio::co_spawn(reactor_->strand(), answer_lookup(core_, id, std::move(keys)), LogEscaped{"a lookup"});
   return id;
 }
 
@@ -396,7 +410,7 @@ asio::awaitable<void> Connector::answer_lookup(std::shared_ptr<Core> core, std::
 void Connector::release_lookup(std::uint64_t lease) {
   CallTimer timed(step_calls_.get());
   if (closed_ || lease == 0) return;
-  asio::co_spawn(reactor_->strand(), release_on_strand(core_, lease), asio::detached);
+  asio::co_spawn(reactor_->strand(), release_on_strand(core_, lease), LogEscaped{"a lease release"});
 }
 
 asio::awaitable<void> Connector::release_on_strand(std::shared_ptr<Core> core, std::uint64_t lease) {

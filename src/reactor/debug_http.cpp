@@ -1,10 +1,10 @@
+#include "reactor/log_escaped.hpp"
 #include "reactor/debug_http.hpp"
 
 #include <spdlog/spdlog.h>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/use_future.hpp>
@@ -86,7 +86,7 @@ struct DebugHttp::State : std::enable_shared_from_this<DebugHttp::State> {
         continue;
       }
       connections.emplace_front(std::move(sock));
-      asio::co_spawn(strand, serve(shared_from_this(), connections.begin()), asio::detached);
+      asio::co_spawn(strand, serve(shared_from_this(), connections.begin()), LogEscaped{"a debug HTTP connection"});
     }
   }
 
@@ -163,7 +163,7 @@ DebugHttp::DebugHttp(Strand& strand, HttpOptions options, HttpRoutes routes) : s
     if (!ec) st->acceptor.listen(asio::socket_base::max_listen_connections, ec);
     if (ec) co_return "invalid option 'http': cannot listen on " + st->opt.address + ":" +
         std::to_string(st->opt.port) + ": " + ec.message();
-    asio::co_spawn(st->strand, st->accept_loop(), asio::detached);
+    asio::co_spawn(st->strand, st->accept_loop(), LogEscaped{"the debug HTTP acceptor"});
     co_return std::string{};
   });
   if (!err.empty()) throw std::invalid_argument(err);

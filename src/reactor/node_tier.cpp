@@ -1,3 +1,4 @@
+#include "reactor/log_escaped.hpp"
 #include "reactor/node_tier.hpp"
 
 #include <spdlog/spdlog.h>
@@ -7,7 +8,6 @@
 #include <algorithm>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
@@ -179,7 +179,7 @@ asio::awaitable<std::error_code> NodeTier::hello(Clock::time_point until) {
   // Pin the whole arena in the background (pages the server has not
   // populated yet are allocated by the first toucher, this process or the
   // server); a copy waits only for its own slab's prefix.
-  asio::co_spawn(reactor_.strand(), pinned_up_to(arena_, arena_->bytes()), asio::detached);
+  asio::co_spawn(reactor_.strand(), pinned_up_to(arena_, arena_->bytes()), LogEscaped{"NodeTier pinning"});
   co_return std::error_code{};
 }
 
@@ -194,7 +194,7 @@ asio::awaitable<std::error_code> NodeTier::handshake() {
   }
   const auto until = Clock::now() + opt_.request_timeout;
   if (std::error_code ec = co_await hello(until)) co_return ec;
-  asio::co_spawn(reactor_.strand(), read_loop(generation_), asio::detached);
+  asio::co_spawn(reactor_.strand(), read_loop(generation_), LogEscaped{"NodeTier reader"});
   // GCC 12 destroys twice the non-trivial temporaries of a co_await
   // expression: requests and results are named variables here.
   Request reg_req = RegisterLayout{reg_->layout};
@@ -244,7 +244,7 @@ asio::awaitable<std::pair<std::error_code, Reply>> NodeTier::call(Request req, C
   outbox_.push_back(encode_request(req, id));
   if (!writing_) {
     writing_ = true;
-    asio::co_spawn(reactor_.strand(), write_loop(generation_), asio::detached);
+    asio::co_spawn(reactor_.strand(), write_loop(generation_), LogEscaped{"NodeTier writer"});
   }
   co_await p->signal.async_wait(kAwait);  // cancelled by the reply, or expired
   pending_.erase(id);
@@ -260,7 +260,7 @@ void NodeTier::send_only(Request req) {
   outbox_.push_back(encode_request(req, next_id_++));
   if (!writing_) {
     writing_ = true;
-    asio::co_spawn(reactor_.strand(), write_loop(generation_), asio::detached);
+    asio::co_spawn(reactor_.strand(), write_loop(generation_), LogEscaped{"NodeTier writer"});
   }
 }
 
@@ -345,7 +345,7 @@ asio::awaitable<std::error_code> NodeTier::pinned_up_to(std::shared_ptr<ArenaMap
     if (!pinning_) {
       pinning_ = true;
       pin_progress_.emplace(reactor_.strand(), asio::steady_timer::time_point::max());
-      asio::co_spawn(reactor_.strand(), pin_loop(m), asio::detached);
+      asio::co_spawn(reactor_.strand(), pin_loop(m), LogEscaped{"NodeTier pinning"});
     }
     co_await pin_progress_->async_wait(kAwait);  // cancelled after every slab
   }
@@ -360,7 +360,7 @@ asio::awaitable<void> NodeTier::pin_loop(std::shared_ptr<ArenaMapping> m) {
     while (pins_running_ < kPinThreads && pin_next_ < m->slab_count() &&
            static_cast<std::uint64_t>(pin_next_) * slab < pin_want_) {
       ++pins_running_;
-      asio::co_spawn(reactor_.strand(), pin_slab(m, pin_next_++), asio::detached);
+      asio::co_spawn(reactor_.strand(), pin_slab(m, pin_next_++), LogEscaped{"NodeTier pinning a slab"});
     }
     co_await pin_progress_->async_wait(kAwait);  // cancelled after every slab
   }

@@ -1,3 +1,4 @@
+#include "reactor/log_escaped.hpp"
 #include "server/tier_server.hpp"
 
 #include <spdlog/spdlog.h>
@@ -9,7 +10,6 @@
 #include <atomic>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
@@ -119,7 +119,7 @@ struct TierServer::Impl {
         shutdown();
       }
     });
-    asio::co_spawn(strand, accept_loop(), asio::detached);
+    asio::co_spawn(strand, accept_loop(), reactor::LogEscaped{"kvstrand-server acceptor"});
     co_return std::string{};
   }
 
@@ -195,7 +195,7 @@ struct TierServer::Impl {
       ++process->sessions;
       sessions[s->id] = s;
       spdlog::debug("kvstrand-server: session {} from pid {}", s->id, cred.pid);
-      asio::co_spawn(strand, serve(s), asio::detached);
+      asio::co_spawn(strand, serve(s), reactor::LogEscaped{"a kvstrand-server session"});
     }
   }
 
@@ -298,7 +298,7 @@ struct TierServer::Impl {
     s->outbox.push_back(Frame{std::move(frame), with_fd});
     if (!s->writing) {
       s->writing = true;
-      asio::co_spawn(strand, writer(s), asio::detached);
+      asio::co_spawn(strand, writer(s), reactor::LogEscaped{"a kvstrand-server writer"});
     }
   }
 
