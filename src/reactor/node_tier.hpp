@@ -61,8 +61,6 @@ class NodeTier final : public Tier {
   boost::asio::awaitable<void> drain() override;
 
   std::uint64_t reconnects() const noexcept { return reconnects_; }
-  // Leases this process holds from lookups no load or release has named.
-  std::size_t leases_held() const noexcept { return leases_.size(); }
   // The current arena's size and how much of it is pinned (on the strand).
   std::uint64_t arena_bytes() const noexcept { return arena_ ? arena_->bytes() : 0; }
   std::uint64_t pinned_bytes() const noexcept { return arena_ ? arena_->pinned_bytes() : 0; }

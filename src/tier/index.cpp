@@ -303,11 +303,6 @@ Index::Held Index::held_by(Owner owner) const {
   return out;
 }
 
-bool Index::is_lease(HoldId id) const {
-  auto it = holds_.find(id);
-  return it != holds_.end() && it->second.lease;
-}
-
 std::map<HoldId, std::pair<Owner, bool>> Index::holds() const {
   std::map<HoldId, std::pair<Owner, bool>> out;
   for (const auto& [id, h] : holds_) out[id] = {h.owner, h.lease};

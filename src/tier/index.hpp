@@ -122,7 +122,6 @@ class Index {
     std::uint64_t leased_bytes = 0, reserved_bytes = 0;
   };
   Held held_by(Owner owner) const;
-  bool is_lease(HoldId id) const;
   // Every live hold's owner (the debug views).
   std::map<HoldId, std::pair<Owner, bool /*lease*/>> holds() const;
 
