@@ -21,5 +21,5 @@ mkdir -p "$pack/lib"
     strip --strip-unneeded "$pack/$bin"  # symbols are most of a static binary: the carry limit is 64 MiB
   done
 ldd "$probe" | awk '/libspdlog|libfmt/ {print $3}' | while read -r lib; do cp -L "$lib" "$pack/lib/"; done
-cp scripts/gpu-run.sh "$pack/"
+cp scripts/gpu-run.sh scripts/gpu-soak.sh "$pack/"
 du -sh "$pack" | awk '{print "gpu-pack: " $2 " is " $1 " (carry it; run ./gpu-run.sh . $OUT there)"}'

@@ -3,11 +3,13 @@
 # test suite ([gpu] cases included), the benchmarks (bench_node over every
 # visible GPU, one client process per GPU), a cross-GPU check (with two or
 # more GPUs: a client on GPU 0 and one on GPU 1 each load, byte for byte,
-# what the other stored) and the engine demo. Writes tests.log (every test
-# binary's output), bench.log (every benchmark's output), cross-gpu.log,
+# what the other stored) and the engine demo (alone, then through a server).
+# Writes tests.log (every test binary's output), bench.log (every
+# benchmark's output), cross-gpu.log,
 # demo.log (the engine demo's table, then kvstrand-move-chunk),
-# engine-demo.json and summary.txt into RESULTS (default: $OUT, else
-# ./gpu-results): 6 files; the device tool brings back 8.
+# demo-server.log (the demo's tier arms, the fit arms and tier-restart through
+# one kvstrand-server), engine-demo.json and summary.txt into RESULTS
+# (default: $OUT, else ./gpu-results): 7 files; the device tool brings back 8.
 #
 #   ./gpu-run.sh . [RESULTS]            in a pack from scripts/gpu-pack.sh
 #   scripts/gpu-run.sh build-cuda [RESULTS]
@@ -78,4 +80,15 @@ cp "$demo_out/engine-demo.json" "$results/" 2>/dev/null
 grep -E "^(arm|none|hbm|tier|resumed)" "$results/demo.log" | tee -a "$summary"
 "$build"/examples/kvstrand-move-chunk --rounds 5 >>"$results/demo.log" 2>&1 || failed=1
 tail -1 "$results/demo.log" | tee -a "$summary"
+# The demo through one kvstrand-server: the tier arms warm it, then the fit
+# arms run on that warm server, and tier-restart starts a fresh engine on it.
+sock=/tmp/kvstrand-demo-server.sock
+"$build"/kvstrand-server --socket $sock --tier-bytes 8G --log-level warn &
+server=$!
+for _ in $(seq 100); do [[ -S $sock ]] && break; sleep 0.1; done
+"$build"/examples/engine/kvstrand-engine-demo --server $sock --arms tier,tier+spec,hbm-fit,tier-fit,tier-restart \
+  --out "$demo_out" >"$results/demo-server.log" 2>&1 || failed=1
+kill $server; wait $server 2>/dev/null
+echo "demo through kvstrand-server:" | tee -a "$summary"
+grep -E "^(arm|hbm|tier|resumed)" "$results/demo-server.log" | tee -a "$summary"
 exit $failed

@@ -1,7 +1,8 @@
 // The example engine (examples/engine) with kvstrand embedded: resumed
 // requests equal a full recompute of the same prompt (KV of every plane, the
 // recurrent state, the output tokens) through preemption, failed loads,
-// stale load outcomes and a server restart; checkpoints hold exactly the
+// stale load outcomes and a server restart; a restart against a warm node
+// tier resumes from HBM after one pass; checkpoints hold exactly the
 // committed positions; a working set that fits HBM pays nothing for the
 // tier (F4, F6, F7, F30, F31).
 #include <signal.h>
@@ -235,4 +236,27 @@ TEST_CASE("engine: a server restart mid-run costs recomputes, never a wrong byte
   require_exact(st);
   REQUIRE(st.saves_failed + st.loads_failed > 0);  // the outage was seen
   REQUIRE(st.loads > st.loads_failed);             // and the tier served again after it
+}
+
+TEST_CASE("engine: restarted against a warm node tier, loaded checkpoints join HBM's cache: the next pass loads nothing",
+          "[engine][server][gpu]") {
+  if (!device_present()) return;
+  ServerProcess srv({"--tier-bytes", "64M", "--chunk-tokens", "64"});
+  REQUIRE(srv.ready());
+  auto c = small_config(true);
+  c.server_socket = srv.socket_path();
+  const Workload w = small_workload(6);
+  {
+    Engine first(c, w);
+    first.run(w.distinct, 0);  // one pass: the tier holds the working set
+  }
+  Engine restarted(c, w);  // a fresh engine (empty HBM) on the warm tier
+  RunStats st = restarted.run(w.distinct, 1e9, 3 * w.distinct);
+  require_exact(st);
+  REQUIRE(st.loads > 0);  // its first pass came from the tier
+  // HBM holds every prompt and, with the fix, the checkpoint each load
+  // brought: the measured passes neither look up nor load.
+  REQUIRE(st.lookups_measured == 0);
+  REQUIRE(st.loads_measured == 0);
+  REQUIRE(restarted.verify_checkpoints(st) == 0);
 }

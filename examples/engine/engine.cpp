@@ -358,6 +358,7 @@ struct Engine::Impl {
       loads[r.load_name] = LoadInFlight{r.n, id};
       timed([&] { conn->load(std::move(s)); });
       ++stats.loads;
+      if (warm) ++stats.loads_measured;
       if (plan.load->begin == 0) ++stats.loads_from_zero;
       return true;
     }
@@ -395,6 +396,20 @@ struct Engine::Impl {
     r.outputs.clear();
     r.stamped = 0;
     waiting.push_front(r.n);
+  }
+
+  // The image in the request's slot is the state after exactly `end`
+  // committed tokens, a chunk end whose blocks HBM now caches: it becomes
+  // HBM's checkpoint there, as a computed one would (F6, F7), so the next
+  // request on this prefix resumes from HBM instead of loading the chunk
+  // again. The slot budget and eviction with the blocks are the pool's.
+  void keep_checkpoint(const Request& r, std::uint32_t end) {
+    const auto& l = cfg.layout;
+    if (end == 0 || end % l.chunk_tokens != 0 || end > r.prompt()) return;
+    const kv::Digest& hash = r.block_hashes[end / l.block_tokens - 1];
+    if (!pool.cached(hash) || pool.checkpoint(hash)) return;
+    if (auto s = pool.checkpoint_slot_for(hash))
+      must(hip::copy_d2d(stream, pool.slot(*s), pool.slot(r.slot), l.checkpoint.image_bytes));
   }
 
   void settle_record(LoadInFlight& l, bool landed) {
@@ -481,6 +496,7 @@ struct Engine::Impl {
         pool.commit(r.table[b], r.block_hashes[b]);
       r.computed = o.tokens.end;
       r.state = read_image(r.slot);  // the image the load brought
+      keep_checkpoint(r, o.tokens.end);
       r.rec.resumed = true;
       r.phase = Request::Phase::running;
       return;

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "demo_server.hpp"
 #include "engine.hpp"
 #include "hip/device.hpp"
 #include "kv/parse_bytes.hpp"
@@ -48,7 +49,8 @@ int main(int argc, char** argv) {
   CLI::App app{"kvstrand-engine-demo: the example engine on the seed's workload, every arm, correctness on"};
   double seconds = 40;
   bool full = false, no_verify = false;
-  std::string arms_list = "none,hbm,tier,tier+spec,hbm-fit,tier-fit", server, out = "demo-results",
+  std::string arms_list = "none,hbm,tier,tier+spec,hbm-fit,tier-fit,tier-restart", server,
+              server_binary = DemoServer::default_binary(), out = "demo-results",
               log_level = "warn", tier_bytes_text = "1G";
   std::uint32_t bytes_scale = 16, pool_blocks = 4000, concurrency = 16, prompts = 512, fit_prompts = 16;
   double time_scale = 0.25;
@@ -56,11 +58,15 @@ int main(int argc, char** argv) {
   app.add_flag("--full", full, "The seed's run: 180 s per arm");
   app.add_option("--arms", arms_list,
                  "Arms: none (no prefix reuse), hbm (HBM prefix cache), tier (HBM + tier), tier+spec (the same "
-                 "under speculative decoding: prefill tail 2), hbm-fit / tier-fit (a working set that fits HBM)")
+                 "under speculative decoding: prefill tail 2), hbm-fit / tier-fit (a working set that fits HBM), "
+                 "tier-restart (a fresh engine on a node tier another engine filled: the fit working set)")
       ->capture_default_str();
   app.add_option("--tier-bytes", tier_bytes_text, "Embedded tier size (1G holds the default run)")
       ->capture_default_str();
   app.add_option("--server", server, "Tier arms use kvstrand-server at this socket instead of the embedded tier");
+  app.add_option("--server-binary", server_binary,
+                 "kvstrand-server that tier-restart starts for itself when --server is not given")
+      ->capture_default_str();
   app.add_option("--bytes-scale", bytes_scale, "Divide the seed's block and checkpoint bytes by this (memory)")
       ->capture_default_str();
   app.add_option("--pool-blocks", pool_blocks, "HBM pool blocks")->capture_default_str();
@@ -106,13 +112,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kvstrand-engine-demo: invalid --bytes-scale: must be 1 to 512\n");
     return 2;
   }
-  static const std::vector<std::string> known = {"none", "hbm", "tier", "tier+spec", "hbm-fit", "tier-fit"};
+  static const std::vector<std::string> known = {"none",    "hbm",      "tier",        "tier+spec",
+                                                  "hbm-fit", "tier-fit", "tier-restart"};
   {
     std::stringstream check(arms_list);
     for (std::string arm; std::getline(check, arm, ',');)
       if (std::find(known.begin(), known.end(), arm) == known.end()) {
         std::fprintf(stderr, "kvstrand-engine-demo: invalid --arms: unknown arm '%s' (known: none, hbm, tier, "
-                     "tier+spec, hbm-fit, tier-fit)\n", arm.c_str());
+                     "tier+spec, hbm-fit, tier-fit, tier-restart)\n", arm.c_str());
         return 2;
       }
   }
@@ -144,13 +151,28 @@ int main(int argc, char** argv) {
     c.tier = arm.starts_with("tier");
     c.server_socket = server;
     c.tier_bytes = *tier_bytes;
-    w.distinct = arm.ends_with("-fit") ? fit_prompts : prompts;
+    const bool restart = arm == "tier-restart";
+    w.distinct = arm.ends_with("-fit") || restart ? fit_prompts : prompts;
     // Tier arms measure a second pass; the others need only their first requests out of the way.
     const std::uint32_t warmup = c.tier ? w.distinct : 2 * concurrency;
     c.time_scale = time_scale;
     c.verify = !no_verify;
     if (c.tier) c.http = http;
     try {
+      // tier-restart: another engine fills a node tier with one pass (the
+      // demo's own server unless --server names one), then the measured
+      // engine starts with an empty HBM on that warm tier.
+      std::optional<DemoServer> own_server;
+      if (restart) {
+        if (server.empty()) {
+          own_server.emplace(server_binary, *tier_bytes, c.layout.chunk_tokens);
+          c.server_socket = own_server->socket_path();
+        }
+        EngineConfig fill = c;
+        fill.time_scale = 0;
+        fill.http.reset();
+        Engine(fill, w).run(w.distinct, 0);
+      }
       Engine engine(c, w);
       if (engine.connector() && engine.connector()->http_port() != 0) {
         std::printf("  %s: debug endpoint on http://%s:%u/debug\n", arm.c_str(), c.http->address.c_str(),

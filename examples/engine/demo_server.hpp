@@ -1,0 +1,34 @@
+// A kvstrand-server process the demo starts for itself: the tier-restart arm
+// needs a tier that outlives an engine, and without --server there is none.
+// Stopped (SIGTERM, then reaped) when this object goes away.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+
+namespace kvstrand::engine {
+
+class DemoServer {
+ public:
+  // Starts `binary` on a fresh socket. Throws std::runtime_error saying
+  // what failed when it cannot be started or does not accept within 30 s.
+  DemoServer(const std::string& binary, std::uint64_t tier_bytes, std::uint32_t chunk_tokens);
+  ~DemoServer();
+  DemoServer(const DemoServer&) = delete;
+  DemoServer& operator=(const DemoServer&) = delete;
+
+  const std::string& socket_path() const { return socket_; }
+
+  // kvstrand-server beside this program in the build and in the GPU pack
+  // (examples/engine/../../kvstrand-server).
+  static std::string default_binary();
+
+ private:
+  void stop();
+  std::string socket_;
+  pid_t pid_ = -1;
+};
+
+}  // namespace kvstrand::engine
