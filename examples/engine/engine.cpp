@@ -358,7 +358,6 @@ struct Engine::Impl {
       loads[r.load_name] = LoadInFlight{r.n, id};
       timed([&] { conn->load(std::move(s)); });
       ++stats.loads;
-      if (warm) ++stats.loads_measured;
       if (plan.load->begin == 0) ++stats.loads_from_zero;
       return true;
     }

@@ -84,7 +84,6 @@ struct RunStats {
   std::uint64_t checkpoints_checked = 0;
   std::uint64_t lookups = 0, lookups_measured = 0;  // measured: issued after the warm-up
   std::uint64_t deferred_steps = 0, loads = 0, loads_failed = 0, loads_from_zero = 0;
-  std::uint64_t loads_measured = 0;  // posted after the warm-up
   double kvstrand_call_seconds = 0;  // step-thread time inside kvstrand calls (on the clock too)
   std::uint64_t saves = 0, saves_failed = 0, preemptions = 0, stale_outcomes = 0, steps = 0;
   std::vector<std::string> load_failures;  // each failed load's own cause
