@@ -282,28 +282,82 @@ TEST_CASE("F23 and F13: a retrieve that never completes ends at its deadline, fa
   require_ok(hip::sim::release_stream(rig.tier->load_stream()));
 }
 
+TEST_CASE("connector: a device the reactor cannot select is refused at construction, naming it", "[reactor]") {
+  if (!device_present()) return;
+  reactor::ConnectorOptions o;
+  o.reactor.device = 4096;
+  try {
+    reactor::Connector c(o);
+    FAIL("a connector was made for a device that does not exist");
+  } catch (const std::invalid_argument& e) {
+    INFO(e.what());
+    REQUIRE(std::string(e.what()).find("reactor.device") != std::string::npos);
+    REQUIRE(std::string(e.what()).find("4096") != std::string::npos);
+  }
+}
+
+TEST_CASE("F23: a fail-stopped connector closes within close_bound while its copy is still wedged",
+          "[reactor][sim][fault]") {
+  if (!sim_hooks_present()) return;
+  constexpr auto deadline = 150ms;
+  Rig rig(with_deadline(deadline));
+  require_ok(hip::sim::hold_stream(rig.tier->save_stream()));
+  rig.conn->save(rig.save_spec("wedged", 1, 0, 1, Rig::block_range(0, 4)));
+  REQUIRE(wait_for_fail_stop(*rig.conn).code() == TransferErrc::deadline_exceeded);
+  // close() on another thread, so that a close that waits on the device
+  // fails this test instead of hanging it.
+  auto closing = std::async(std::launch::async, [&] { rig.conn->close(); });
+  const bool in_bound = closing.wait_for(reactor::close_bound(deadline) + 1s) == std::future_status::ready;
+  // Let the copy run now (the tier's memory it writes was left allocated),
+  // and wait for it to end before the rig frees the planes it reads.
+  hip::Stream& wedged = rig.tier->save_stream();
+  require_ok(hip::sim::release_stream(wedged));
+  closing.wait();
+  while (wedged.query().code() == hip::Errc::not_ready) std::this_thread::sleep_for(1ms);
+  REQUIRE(in_bound);
+}
+
 TEST_CASE("F14: a stuck submit delays no other transfer's deadline or completion", "[reactor][fault]") {
   if (!device_present()) return;
-  reactor::ConnectorOptions opts = with_deadline(300ms);
+  constexpr auto deadline = 300ms;
+  reactor::ConnectorOptions opts = with_deadline(deadline);
   opts.make_tier = [](reactor::Reactor& r) { return std::make_unique<StuckTier>(r, 64ull << 20); };
   Rig rig(opts);
+  const auto posted_1 = std::chrono::steady_clock::now();
   rig.conn->save(rig.save_spec("stuck-1", 1, 0, 1, Rig::block_range(0, 4)));  // never returns
   rig.conn->save(rig.save_spec("fine", 2, 0, 1, Rig::block_range(4, 4)));
   auto f = rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); });
   REQUIRE(f.saves[0].request == "fine");  // completed while the other is stuck
   REQUIRE(f.saves[0].ok);
   std::this_thread::sleep_for(100ms);
+  // Posted while stuck-1 is live, so its deadline timer is started beside one.
+  const auto posted_2 = std::chrono::steady_clock::now();
   rig.conn->save(rig.save_spec("stuck-2", 3, 0, 1, Rig::block_range(8, 4)));
   // The first stuck save's own deadline fires, though nothing it waits on ever returns.
   FailStop e = wait_for_fail_stop(*rig.conn);
+  REQUIRE(std::chrono::steady_clock::now() - posted_1 >= deadline);
   REQUIRE(e.code() == TransferErrc::deadline_exceeded);
   REQUIRE(std::string(e.what()).find("'stuck-1'") != std::string::npos);
-  // ...and the second one's too, on its own clock.
-  const auto end = std::chrono::steady_clock::now() + 10s;
-  while (rig.conn->transfers().size() < 2 || !rig.conn->transfers()[1].past_deadline) {
+  // ...and the second one's too, on its own clock, after the fail-stop is
+  // set. Found by its name: the snapshot lists live transfers first.
+  auto failed = [&](const std::string& name) {
+    for (const auto& t : rig.conn->transfers())
+      if (t.request == name) return t.past_deadline;
+    FAIL("transfer " << name << " is not shown");
+    return false;
+  };
+  const auto end = posted_2 + 10s;
+  while (!failed("stuck-2")) {
+    INFO("stuck-2 never failed: its deadline timer is missing or did not fire");
     REQUIRE(std::chrono::steady_clock::now() < end);
     std::this_thread::sleep_for(1ms);
   }
+  const auto took = std::chrono::steady_clock::now() - posted_2;
+  INFO("stuck-2 failed " << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+                         << " ms after it was posted; its deadline is " << deadline.count() << " ms");
+  REQUIRE(took >= deadline);      // not early: on its own clock, not stuck-1's
+  REQUIRE(took < 10 * deadline);  // about one deadline (generous for sanitizer builds)
+  REQUIRE(failed("stuck-1"));
 }
 
 TEST_CASE("F5: a completion is observed with no new work arriving", "[reactor][sim]") {

@@ -8,7 +8,9 @@
 //   other thread returns Errc::wrong_executor, a release from another thread
 //   aborts the process rather than corrupt the pool.
 // - A released event is reused, or destroyed, only after it completed: until
-//   its query stops answering not_ready it waits in the retiring list.
+//   its query stops answering not_ready it waits in the retiring list. The
+//   pool's destructor never waits on the device: one still pending then (a
+//   stream that never finished) is left alive on purpose, and logged.
 // - With max_records > 0 (interprocess events, if ever used: at most 31), an
 //   event is retired after that many records instead of being reused.
 #pragma once

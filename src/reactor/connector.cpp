@@ -129,8 +129,9 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
   }
 
   void finish(Transfer& t, std::error_code ec) {
-    if (t.terminal()) {  // already failed by its deadline; its copy has now ended
-      stuck.erase(t.id);
+    if (t.terminal()) {  // already failed by its deadline
+      // Its copy has now ended, unless shutdown cut the wait short.
+      if (ec != std::errc::operation_canceled) stuck.erase(t.id);
       return;
     }
     t.state = ec ? TransferState::failed : TransferState::done;
@@ -209,12 +210,12 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
       complete(std::move(f.handler), fail_code.value_or(std::error_code{}));
       return;
     }
-    if (!all) {
-      f.timer = std::make_unique<asio::steady_timer>(reactor.strand(), timeout);
-      f.timer->async_wait([self = shared_from_this(), id = f.id, timeout](const boost::system::error_code& ec) {
-        if (!ec) self->fence_timed_out(id, timeout);
-      });
-    }
+    f.timer = std::make_unique<asio::steady_timer>(reactor.strand(), timeout);
+    f.timer->async_wait([self = shared_from_this(), id = f.id, timeout, all](const boost::system::error_code& ec) {
+      if (ec) return;
+      if (all) self->close_timed_out(id, timeout);
+      else self->fence_timed_out(id, timeout);
+    });
     fences.push_back(std::move(f));
   }
 
@@ -245,6 +246,33 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
       complete(std::move(h), TransferErrc::fence_timeout);
       return;
     }
+  }
+
+  // close() has waited its bound and transfers are still live: only a
+  // deadline that never fired leaves one so long. Each is failed and kept
+  // as stuck (the memory it names is never freed or reused by kvstrand),
+  // the fail-stop is set, and the log names every one.
+  void close_timed_out(std::uint64_t id, std::chrono::milliseconds bound) {
+    if (std::none_of(fences.begin(), fences.end(), [id](const Fence& f) { return f.id == id; })) return;
+    std::string names;
+    std::vector<std::shared_ptr<Transfer>> abandoned;
+    for (auto& [tid, live] : transfers) abandoned.push_back(live.t);
+    for (const auto& t : abandoned) {
+      names += " " + std::to_string(t->id) + " (" + to_string(t->kind) + " of '" + t->spec.request + "', " +
+               to_string(t->state) + ")";
+      t->state = TransferState::failed;
+      t->error = TransferErrc::deadline_exceeded;
+      t->reason = "kvstrand: close() abandoned it after " + std::to_string(bound.count()) +
+                  " ms: its copy was never seen to end";
+      stuck[t->id] = t;
+      transfers.erase(t->id);
+    }
+    const std::string what = "kvstrand: close() gave up after " + std::to_string(bound.count()) +
+                             " ms on transfers still live (kept as stuck, their memory left alone):" + names;
+    spdlog::error("{}", what);
+    set_fail_stop(TransferErrc::deadline_exceeded, what);
+    for (const auto& t : abandoned) deliver(*t);
+    check_fences();
   }
 
   static void complete(Handler h, std::error_code ec) { asio::dispatch(asio::append(std::move(h), ec)); }
@@ -456,7 +484,7 @@ asio::awaitable<void> settle_all(std::shared_ptr<Core> core) {
   // Built before the co_await: GCC 12 miscompiles a capturing lambda
   // written inside the co_await expression.
   auto wait_all = [core](auto handler) {
-    core->fence({}, std::chrono::milliseconds(0), true, Handler(std::move(handler)));
+    core->fence({}, close_bound(core->deadline) - std::chrono::milliseconds(500), true, Handler(std::move(handler)));
   };
   asio::use_awaitable_t<> token;
   std::error_code ec = co_await asio::async_initiate<decltype(token), void(std::error_code)>(wait_all, token);
@@ -479,13 +507,25 @@ void Connector::close() {
   if (stopped_) return;
   if (!closed_) {
     closed_ = true;
-    // Shutdown itself fails nothing: transfers settle or reach their deadlines.
+    // Shutdown itself fails nothing: transfers settle or reach their
+    // deadlines, and close_bound() caps the wait whatever they do.
     reactor_->call([core = core_] { return settle_all<Core, Handler>(core); });
   }
   stopped_ = true;
   if (http_) http_->stop();  // before the reactor stops: its connections close on the strand
   reactor_->stop();
-  core_->tier.reset();  // after the reactor thread ended: nothing can touch it now
+  // After the reactor thread ended: nothing can touch the tier now, except
+  // a copy never seen to end. Then the tier (its streams, its arena or
+  // mappings) is left allocated on purpose: freeing it could hand memory
+  // that copy still writes to someone else, and waiting could be forever.
+  if (!core_->stuck.empty()) {
+    spdlog::warn("kvstrand: close: {} transfer(s) never seen to end; the tier's memory is left allocated on purpose",
+                 core_->stuck.size());
+    static auto* forever = new std::vector<std::unique_ptr<Tier>>;
+    forever->push_back(std::move(core_->tier));
+    return;
+  }
+  core_->tier.reset();
 }
 
 std::vector<TransferInfo> Connector::transfers() {

@@ -58,6 +58,16 @@ struct ConnectorOptions {
 // Refuses options kvstrand cannot serve, naming the option.
 std::optional<kv::ConfigError> validate(const ConnectorOptions& options);
 
+// close() and async_close() complete within this of being called, whatever
+// the transfers and the device do: every live transfer's own deadline, then
+// 1.5 s for the last completions to arrive, then at most 0.5 s for the tier
+// to end its session (NodeTier). A transfer still live at 1.5 s past the
+// deadline is abandoned: failed, kept as stuck, the fail-stop set and the
+// log naming it; the tier's memory is then left allocated on purpose.
+constexpr std::chrono::milliseconds close_bound(std::chrono::milliseconds transfer_deadline) {
+  return transfer_deadline + std::chrono::milliseconds(2000);
+}
+
 // A live transfer, as the debug views show it.
 struct TransferInfo {
   std::uint64_t id = 0;
@@ -127,9 +137,10 @@ class Connector {
         token);
   }
 
-  // Lets in-flight transfers settle (bounded by their deadlines), then stops
-  // the reactor and releases the tier. Idempotent; safe before registration.
-  // Completions that arrived stay readable through finished().
+  // Lets in-flight transfers settle (bounded by their deadlines, and by
+  // close_bound() whatever happens), then stops the reactor and releases the
+  // tier. Idempotent; safe before registration. Completions that arrived
+  // stay readable through finished().
   void close();
 
   // The coroutine form: refuses new work at once and completes when every

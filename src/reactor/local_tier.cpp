@@ -2,6 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <tuple>
+#include <vector>
+
 #include "reactor/transfer_error.hpp"
 
 namespace kvstrand::reactor {
@@ -9,9 +12,20 @@ namespace kvstrand::reactor {
 LocalTier::LocalTier(Reactor& reactor, std::uint64_t capacity_bytes) : reactor_(reactor), capacity_(capacity_bytes) {}
 
 LocalTier::~LocalTier() {
-  // A copy still queued would touch the arena after it is freed.
-  if (save_stream_) (void)save_stream_->synchronize();
-  if (load_stream_) (void)load_stream_->synchronize();
+  // Only a copy never seen to end (a deadline fail-stop, a close that gave
+  // up on it) can still be queued here. Waiting for it could be forever and
+  // freeing under it would let it write freed memory: the streams and the
+  // arena it may touch are left alive on purpose instead, and said so.
+  const auto busy = [](std::optional<hip::Stream>& s) {
+    return s && s->query().code() == hip::Errc::not_ready;
+  };
+  if (busy(save_stream_) || busy(load_stream_)) {
+    spdlog::warn("kvstrand: LocalTier: a copy on its streams never ended; its {} B arena and its streams are left "
+                 "allocated on purpose",
+                 arena_ ? arena_->size() : 0);
+    static auto* forever = new std::vector<std::tuple<hip::Stream, hip::Stream, hip::PinnedBuffer>>;
+    forever->emplace_back(std::move(*save_stream_), std::move(*load_stream_), std::move(*arena_));
+  }
 }
 
 boost::asio::awaitable<std::error_code> LocalTier::attach(const Registration& reg) {

@@ -2,6 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <stdexcept>
+#include <string>
+
 #include "hip/device.hpp"
 
 namespace kvstrand::reactor {
@@ -10,11 +13,17 @@ Reactor::Reactor(ReactorOptions options)
     : options_(options), work_(ctx_.get_executor()), strand_(asio::make_strand(ctx_)),
       poller_(std::make_unique<Poller>(strand_, options.poller)) {
   thread_ = std::thread([this] { ctx_.run(); });
+  // The reactor thread's current device: streams and events it creates
+  // belong to it (CUDA and HIP keep the current device per thread). Without
+  // it they would be made on another device: refused, not warned about.
+  const hip::Status selected =
+      call([this]() -> asio::awaitable<hip::Status> { co_return hip::select_device(options_.device); });
+  if (!selected.ok()) {
+    stop();  // the thread is running: a constructor that throws must end it
+    throw std::invalid_argument("reactor.device: cannot select device " + std::to_string(options_.device) + ": " +
+                                selected.describe());
+  }
   call([this]() -> asio::awaitable<void> {
-    // The reactor thread's current device: streams and events it creates
-    // belong to it (CUDA and HIP keep the current device per thread).
-    if (hip::Status s = hip::select_device(options_.device); !s.ok())
-      spdlog::warn("kvstrand: reactor could not select device {}: {}", options_.device, s.describe());
     pool_.emplace(hip::EventPool::Options{.warm = options_.warm_events});
     if (hip::Status s = pool_->warm_up(); !s.ok()) spdlog::warn("kvstrand: event pool warm-up: {}", s.describe());
     co_return;

@@ -28,6 +28,8 @@ struct ReactorOptions {
 
 class Reactor {
  public:
+  // Throws std::invalid_argument naming reactor.device when the reactor
+  // thread cannot select that device.
   explicit Reactor(ReactorOptions options);
   ~Reactor();
   Reactor(const Reactor&) = delete;
