@@ -40,6 +40,16 @@ std::optional<ConfigError> validate(const Layout& l) {
   if (l.dtype.empty()) return err("dtype", "must name the KV dtype");
   if (l.tp_size == 0 || l.tp_rank >= l.tp_size)
     return err("tp_rank", "must be < tp_size (" + std::to_string(l.tp_size) + "), got " + std::to_string(l.tp_rank));
+  // Every size derived from these is a 64-bit product the tiers compute and
+  // a client may send: refuse what would wrap, checked once here.
+  std::uint64_t per_block = 0, object = 0;
+  for (const Plane& p : l.planes)
+    if (__builtin_add_overflow(per_block, p.bytes_per_block, &per_block))
+      return err("planes", "the planes' bytes per block add up past 2^64");
+  if (__builtin_mul_overflow(per_block, std::uint64_t{l.blocks_per_chunk()}, &object))
+    return err("planes", "a chunk's blocks (bytes per block x blocks per chunk) are past 2^64 bytes");
+  if (__builtin_add_overflow(object, l.checkpoint.image_bytes, &object))
+    return err("checkpoint.image_bytes", "a chunk's object (its blocks + the image) is past 2^64 bytes");
   return std::nullopt;
 }
 

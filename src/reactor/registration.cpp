@@ -1,5 +1,7 @@
 #include "reactor/registration.hpp"
 
+#include <cstdint>
+
 namespace kvstrand::reactor {
 
 std::optional<std::string> Registration::check() const {
@@ -7,11 +9,22 @@ std::optional<std::string> Registration::check() const {
   if (planes.size() != layout.planes.size())
     return "register_layout: " + std::to_string(planes.size()) + " plane memories for " +
            std::to_string(layout.planes.size()) + " planes";
-  for (std::size_t p = 0; p < planes.size(); ++p)
+  std::uint64_t end = 0;  // the byte past each memory: no address computed from it may wrap
+  for (std::size_t p = 0; p < planes.size(); ++p) {
     if (planes[p].base == nullptr || planes[p].num_blocks == 0)
       return "register_layout: plane '" + layout.planes[p].name + "' has no device memory";
-  if (layout.has_state() && (state.base == nullptr || state.slots == 0))
-    return "register_layout: the layout has recurrent state but no state memory was given";
+    if (__builtin_mul_overflow(std::uint64_t{planes[p].num_blocks}, layout.planes[p].bytes_per_block, &end) ||
+        __builtin_add_overflow(reinterpret_cast<std::uintptr_t>(planes[p].base), end, &end))
+      return "register_layout: plane '" + layout.planes[p].name + "': num_blocks x bytes_per_block runs past the "
+             "address space";
+  }
+  if (layout.has_state()) {
+    if (state.base == nullptr || state.slots == 0)
+      return "register_layout: the layout has recurrent state but no state memory was given";
+    if (__builtin_mul_overflow(std::uint64_t{state.slots}, layout.checkpoint.image_bytes, &end) ||
+        __builtin_add_overflow(reinterpret_cast<std::uintptr_t>(state.base), end, &end))
+      return "register_layout: state: slots x checkpoint.image_bytes runs past the address space";
+  }
   return std::nullopt;
 }
 
@@ -24,8 +37,9 @@ std::optional<std::string> check_common(const Registration& r, const kv::Transfe
   if (s.blocks.size() != s.tokens.size() / l.block_tokens)
     return "expected " + std::to_string(s.tokens.size() / l.block_tokens) + " blocks, got " +
            std::to_string(s.blocks.size());
-  const std::uint32_t first = s.tokens.begin / l.chunk_tokens;
-  const std::uint32_t last = (s.tokens.end + l.chunk_tokens - 1) / l.chunk_tokens;
+  // In 64 bits: an end near 2^32 must not wrap to an empty key list.
+  const std::uint64_t first = s.tokens.begin / l.chunk_tokens;
+  const std::uint64_t last = (std::uint64_t{s.tokens.end} + l.chunk_tokens - 1) / l.chunk_tokens;
   if (s.keys.size() != last - first)
     return "expected " + std::to_string(last - first) + " chunk keys, got " + std::to_string(s.keys.size());
   for (kv::BlockId b : s.blocks)

@@ -1,0 +1,140 @@
+// Registration: every bound a spec or a registration carries is checked, one
+// value past it is refused with a reason, and no size or index computed from
+// one wraps (checked 64-bit arithmetic). Pure checks: no device memory is
+// touched, so fake base addresses stand in for it.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <limits>
+
+#include "reactor/registration.hpp"
+
+using namespace kvstrand;
+using reactor::Registration;
+
+namespace {
+
+constexpr std::uint64_t kEdges[] = {0, 1, 1ull << 31, (1ull << 32) - 1, 1ull << 63};
+
+void* fake(std::uintptr_t a) { return reinterpret_cast<void*>(a); }
+
+// 16-token blocks in 64-token chunks, two planes of different pool sizes
+// (the tighter one bounds block ids), 8 image slots.
+Registration small() {
+  Registration r;
+  r.layout.model_id = "m";
+  r.layout.layout_name = "l";
+  r.layout.planes = {{"k", 256}, {"v", 512}};
+  r.layout.block_tokens = 16;
+  r.layout.chunk_tokens = 64;
+  r.layout.checkpoint = {"ring", 128, 64};
+  r.layout.dtype = "bf16";
+  r.planes = {{fake(0x10000000), 40}, {fake(0x20000000), 32}};
+  r.state = {fake(0x30000000), 8};
+  return r;
+}
+
+kv::TransferSpec spec(kv::TokenRange t, std::vector<kv::BlockId> blocks, std::size_t keys,
+                      std::vector<std::int32_t> slots = {}) {
+  kv::TransferSpec s;
+  s.request = "r";
+  s.tokens = t;
+  s.blocks = std::move(blocks);
+  s.keys.resize(keys);
+  s.with_state = !slots.empty();
+  s.state_slots = std::move(slots);
+  return s;
+}
+
+bool refused(const std::optional<std::string>& why, const std::string& says) {
+  INFO("refusal: " << why.value_or("(accepted)"));
+  return why && why->find(says) != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("registration: each bound of a spec refuses one value past it, and accepts the last value inside",
+          "[reactor][registration]") {
+  const Registration r = small();
+  REQUIRE(!r.check());
+  SECTION("block ids: the smaller plane's pool bounds them") {
+    REQUIRE(!r.check_save(spec({0, 64}, {0, 1, 2, 31}, 1)));
+    REQUIRE(refused(r.check_save(spec({0, 64}, {0, 1, 2, 32}, 1)), "block 32 is outside plane 'v'"));
+    REQUIRE(!r.check_load(spec({0, 16}, {31}, 1)));
+    REQUIRE(refused(r.check_load(spec({0, 16}, {32}, 1)), "block 32"));
+    REQUIRE(refused(r.check_load(spec({0, 16}, {0xFFFFFFFFu}, 1)), "outside plane"));
+  }
+  SECTION("image slots") {
+    REQUIRE(!r.check_save(spec({0, 64}, {0, 1, 2, 3}, 1, {7})));
+    REQUIRE(refused(r.check_save(spec({0, 64}, {0, 1, 2, 3}, 1, {8})), "state slot 8"));
+    REQUIRE(!r.check_load(spec({0, 64}, {0, 1, 2, 3}, 1, {7})));
+    REQUIRE(refused(r.check_load(spec({0, 64}, {0, 1, 2, 3}, 1, {8})), "state slot 8"));
+    REQUIRE(refused(r.check_load(spec({0, 64}, {0, 1, 2, 3}, 1, {std::numeric_limits<std::int32_t>::max()})),
+                    "outside the state memory"));
+    REQUIRE(refused(r.check_load(spec({0, 64}, {0, 1, 2, 3}, 1, {-1})), "one destination slot"));
+    REQUIRE(refused(r.check_load(spec({0, 64}, {0, 1, 2, 3}, 1, {1, 2})), "one destination slot"));
+    REQUIRE(refused(r.check_save(spec({0, 128}, {0, 1, 2, 3, 4, 5, 6, 7}, 2, {1})), "one slot per chunk"));
+  }
+  SECTION("the token range, the block count and the key count agree") {
+    REQUIRE(refused(r.check_load(spec({16, 16}, {}, 0)), "empty token range"));
+    REQUIRE(refused(r.check_load(spec({8, 32}, {0}, 1)), "block grid"));
+    REQUIRE(refused(r.check_load(spec({0, 32}, {0}, 1)), "expected 2 blocks, got 1"));
+    REQUIRE(refused(r.check_load(spec({0, 32}, {0, 1, 2}, 1)), "expected 2 blocks, got 3"));
+    REQUIRE(!r.check_load(spec({48, 80}, {0, 1}, 2)));  // touches chunks 0 and 1
+    REQUIRE(refused(r.check_load(spec({48, 80}, {0, 1}, 1)), "expected 2 chunk keys, got 1"));
+    REQUIRE(refused(r.check_load(spec({48, 80}, {0, 1}, 3)), "expected 2 chunk keys, got 3"));
+    REQUIRE(refused(r.check_save(spec({16, 80}, {0, 1, 2, 3}, 2)), "whole chunks"));
+    REQUIRE(refused(r.check_load(spec({0, 48}, {0, 1, 2}, 1, {0})), "ends on a chunk boundary"));
+  }
+}
+
+TEST_CASE("registration: a range ending near 2^32 does not wrap to an empty key list", "[reactor][registration]") {
+  // Blocks of 2^30 tokens in chunks of 2^31: tokens [0, 2^32 - 2^30) are 3
+  // blocks touching 2 chunks. In 32 bits, end + chunk - 1 wraps and the
+  // range seemed to need no key at all.
+  Registration r = small();
+  r.layout.block_tokens = 1u << 30;
+  r.layout.chunk_tokens = 1u << 31;
+  r.layout.checkpoint = {};
+  REQUIRE(!r.check());
+  const kv::TokenRange t{0, static_cast<std::uint32_t>((1ull << 32) - (1ull << 30))};
+  REQUIRE(refused(r.check_load(spec(t, {0, 1, 2}, 0)), "expected 2 chunk keys, got 0"));
+  REQUIRE(!r.check_load(spec(t, {0, 1, 2}, 2)));
+}
+
+TEST_CASE("registration: sizes at the edges (0, 1, 2^31, 2^32-1, 2^63) are refused where they would wrap",
+          "[reactor][registration][property]") {
+  for (std::uint64_t bytes : kEdges) {
+    for (std::uint64_t image : kEdges) {
+      for (std::uint64_t blocks : kEdges) {
+        Registration r = small();
+        r.layout.planes = {{"k", bytes}, {"v", bytes}};
+        r.layout.checkpoint.image_bytes = image;
+        if (image == 0) r.layout.checkpoint = {};
+        if (blocks > std::numeric_limits<std::uint32_t>::max()) continue;
+        r.planes = {{fake(0x10000000), static_cast<std::uint32_t>(blocks)},
+                    {fake(0x20000000), static_cast<std::uint32_t>(blocks)}};
+        const auto err = kv::validate(r.layout);
+        const auto why = r.check();
+        INFO("bytes_per_block " << bytes << ", image_bytes " << image << ", num_blocks " << blocks << ": "
+                                << why.value_or("accepted"));
+        // What is accepted has every derived size exact in 64 bits and every
+        // plane's and the state's memory inside the address space.
+        const unsigned __int128 per_block = static_cast<unsigned __int128>(bytes) * 2;
+        const unsigned __int128 object = per_block * r.layout.blocks_per_chunk() + image;
+        const bool fits = bytes != 0 && object <= std::numeric_limits<std::uint64_t>::max();
+        REQUIRE(err.has_value() == !fits);
+        if (!fits) {
+          REQUIRE(why.has_value());
+          continue;
+        }
+        REQUIRE(r.object_bytes() == static_cast<std::uint64_t>(object));
+        const unsigned __int128 plane_end = 0x20000000 + static_cast<unsigned __int128>(blocks) * bytes;
+        const unsigned __int128 state_end = 0x30000000 + static_cast<unsigned __int128>(8) * image;
+        const bool memory_fits = blocks != 0 && plane_end <= std::numeric_limits<std::uintptr_t>::max() &&
+                                 state_end <= std::numeric_limits<std::uintptr_t>::max();
+        REQUIRE(why.has_value() == !memory_fits);
+      }
+    }
+  }
+}
