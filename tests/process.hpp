@@ -40,6 +40,25 @@ inline char process_state(pid_t pid) {
   return close && close[1] == ' ' ? close[2] : 0;
 }
 
+// Each thread of `pid`: its state and the kernel function it waits in, for
+// a failure's log (" tid S wchan; ...").
+inline std::string describe_threads(pid_t pid) {
+  std::string out;
+  const std::string task = "/proc/" + std::to_string(pid) + "/task";
+  std::error_code ec;
+  for (const auto& t : std::filesystem::directory_iterator(task, ec)) {
+    const std::string tid = t.path().filename().string();
+    std::string wchan;
+    if (std::FILE* f = std::fopen((t.path() / "wchan").c_str(), "r")) {
+      char buf[128] = {};
+      wchan.assign(buf, std::fread(buf, 1, sizeof buf - 1, f));
+      std::fclose(f);
+    }
+    out += " " + tid + " " + process_state(static_cast<pid_t>(std::stol(tid))) + " " + (wchan.empty() ? "-" : wchan) + ";";
+  }
+  return out.empty() ? " (no such process)" : out;
+}
+
 // Sends `sig` and returns once the kernel reports its effect: stopped ('T')
 // after SIGSTOP, running again after SIGCONT. kill() returning does not mean
 // that: a group stop takes effect only once one of the target's threads has

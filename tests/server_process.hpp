@@ -45,15 +45,27 @@ class ServerProcess {
   const std::string& socket_path() const { return socket_; }
   pid_t pid() const { return pid_; }
 
-  // True once the server accepts connections (within 10 s).
-  bool ready() const {
-    for (int i = 0; i < 1000; ++i) {
+  // True once the server accepts connections (within 30 s). Otherwise says
+  // on stderr why not: the server exited (its status), or where each of its
+  // threads waits (state and kernel wait channel), for the test's log.
+  bool ready() {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (std::chrono::steady_clock::now() < end) {
       if (const int fd = connect_to(socket_); fd >= 0) {
         ::close(fd);
         return true;
       }
+      int status = 0;
+      if (pid_ > 0 && ::waitpid(pid_, &status, WNOHANG) == pid_) {
+        std::fprintf(stderr, "ServerProcess: kvstrand-server (pid %d) on %s exited at start, status %d\n", pid_,
+                     socket_.c_str(), status);
+        pid_ = -1;
+        return false;
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
+    std::fprintf(stderr, "ServerProcess: kvstrand-server (pid %d) does not accept on %s after 30 s:%s\n", pid_,
+                 socket_.c_str(), describe_threads(pid_).c_str());
     return false;
   }
   // SIGSTOP and SIGCONT return once they have taken effect; SIGKILL and
