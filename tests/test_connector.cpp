@@ -84,13 +84,15 @@ class StuckTier final : public reactor::Tier {
 };
 
 // One engine step as a coroutine on the engine's executor.
-asio::awaitable<void> engine_step(Rig& rig, std::error_code& got) {
+asio::awaitable<void> engine_step(Rig& rig, bool& fenced, std::thread::id& resumed_on) {
   rig.conn->save(rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8)));
   // (A braced list of strings inside a coroutine trips GCC 12: "array used
   // as initializer". Build it outside the co_await.)
   std::vector<std::string> requests;
   requests.emplace_back("a");
-  got = co_await rig.conn->async_fence(std::move(requests), 10s, asio::use_awaitable);
+  co_await rig.conn->async_fence(std::move(requests), 10s, asio::use_awaitable);  // throws unless covered
+  fenced = true;
+  resumed_on = std::this_thread::get_id();
   // Then a save still in flight when the engine closes: async_close resumes
   // only once it settled.
   rig.conn->save(rig.save_spec("b", 2, 0, 2, Rig::block_range(8, 8)));
@@ -294,6 +296,48 @@ TEST_CASE("connector: a device the reactor cannot select is refused at construct
     REQUIRE(std::string(e.what()).find("reactor.device") != std::string::npos);
     REQUIRE(std::string(e.what()).find("4096") != std::string::npos);
   }
+}
+
+// The coroutine form of a fence that times out: the co_await throws.
+asio::awaitable<void> fence_held(Rig& rig, std::exception_ptr& thrown, bool& went_on) {
+  std::vector<std::string> requests;
+  requests.emplace_back("r");
+  try {
+    co_await rig.conn->async_fence(std::move(requests), 100ms, asio::use_awaitable);
+    went_on = true;  // an engine here would reuse the blocks the save still reads
+  } catch (...) {
+    thrown = std::current_exception();
+  }
+}
+
+TEST_CASE("F1 and F13: a coroutine fence that times out throws FailStop: it cannot be mistaken for done",
+          "[reactor][sim][fault]") {
+  if (!sim_hooks_present()) return;
+  Rig rig;
+  require_ok(hip::sim::hold_stream(rig.tier->save_stream()));
+  rig.conn->save(rig.save_spec("r", 1, 0, 1, Rig::block_range(0, 4)));
+  asio::io_context engine;
+  std::exception_ptr thrown;
+  bool went_on = false;
+  asio::co_spawn(engine, fence_held(rig, thrown, went_on), asio::detached);
+  engine.run();
+  require_ok(hip::sim::release_stream(rig.tier->save_stream()));
+  REQUIRE_FALSE(went_on);
+  REQUIRE(thrown);
+  try {
+    std::rethrow_exception(thrown);
+  } catch (const FailStop& e) {
+    REQUIRE(e.code() == TransferErrc::fence_timeout);
+  }
+  // A fence on a closed connector throws too.
+  rig.conn->close();
+  std::exception_ptr after_close;
+  went_on = false;
+  asio::co_spawn(engine, fence_held(rig, after_close, went_on), asio::detached);
+  engine.restart();
+  engine.run();
+  REQUIRE_FALSE(went_on);
+  REQUIRE(after_close);
 }
 
 TEST_CASE("F23: a fail-stopped connector closes within close_bound while its copy is still wedged",
@@ -503,10 +547,14 @@ TEST_CASE("connector: the coroutine forms of fence and close, from the engine's 
   // fence's completion to it and must be done with it before it goes.
   asio::io_context engine;
   Rig rig;
-  std::error_code got{TransferErrc::closed};
-  asio::co_spawn(engine, engine_step(rig, got), asio::detached);
+  bool fenced = false;
+  std::thread::id resumed_on;
+  std::exception_ptr failed;
+  asio::co_spawn(engine, engine_step(rig, fenced, resumed_on), [&](std::exception_ptr e) { failed = e; });
   engine.run();
-  REQUIRE(!got);
+  REQUIRE(!failed);
+  REQUIRE(fenced);
+  REQUIRE(resumed_on == std::this_thread::get_id());  // on the engine's executor, not the reactor thread
   auto f = rig.conn->finished();
   REQUIRE(f.saves.size() == 2);  // both, the second one settled before async_close resumed
   REQUIRE(f.saves[1].ok);

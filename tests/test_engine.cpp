@@ -54,6 +54,16 @@ Workload small_workload(std::uint32_t distinct) {
   return w;
 }
 
+// A make_tier hook: an embedded LocalTier the test can reach (its streams,
+// for the sim's fault hooks) through `into`.
+std::function<std::unique_ptr<reactor::Tier>(reactor::Reactor&)> local_tier_into(reactor::LocalTier*& into) {
+  return [&into](reactor::Reactor& r) {
+    auto t = std::make_unique<reactor::LocalTier>(r, 64ull << 20);
+    into = t.get();
+    return t;
+  };
+}
+
 void require_exact(const RunStats& st) {
   for (const auto& d : st.mismatch_details) INFO("mismatch: " << d);
   REQUIRE(st.mismatches == 0);
@@ -144,6 +154,28 @@ TEST_CASE("engine: a load outcome of an older generation is ignored, whatever it
   REQUIRE(st.stale_outcomes > 0);
 }
 
+TEST_CASE("engine: a preemption whose fence times out is fail-stop: the request's blocks are never freed (F1)",
+          "[engine][sim][fault]") {
+  if (!device_present() || !sim_hooks_present()) return;
+  auto c = small_config(true);
+  c.pool_blocks = 150;          // the tier serves the tails: loads happen
+  c.preempt_loading_every = 1;  // and a loading request is preempted at once
+  c.fence_timeout = 100ms;
+  c.transfer_deadline = 2s;  // bounds the close after the test
+  reactor::LocalTier* tier = nullptr;
+  c.make_tier = local_tier_into(tier);
+  Engine e(c, small_workload(24));
+  REQUIRE(tier != nullptr);
+  // Saves go on; every load's copy waits on its held stream: the first
+  // preemption's fence cannot cover its load.
+  require_ok(hip::sim::hold_stream(tier->load_stream()));
+  REQUIRE_THROWS_AS(e.run(0, 1e9, 80), reactor::FailStop);
+  require_ok(hip::sim::release_stream(tier->load_stream()));
+  INFO("loads " << e.stats().loads << ", preemptions " << e.stats().preemptions);
+  REQUIRE(e.stats().loads > 0);
+  REQUIRE(e.stats().preemptions == 0);  // the preemption stopped before freeing the blocks
+}
+
 TEST_CASE("engine: every checkpoint holds the state after exactly its committed tokens (F6, F7)", "[engine][gpu]") {
   if (!device_present()) return;
   Engine e(small_config(false), small_workload(8));
@@ -177,11 +209,7 @@ TEST_CASE("engine: a failed load reports its own cause and the request is recomp
   auto c = small_config(true);
   c.pool_blocks = 150;
   reactor::LocalTier* tier = nullptr;
-  c.make_tier = [&tier](reactor::Reactor& r) {
-    auto t = std::make_unique<reactor::LocalTier>(r, 64ull << 20);
-    tier = t.get();
-    return t;
-  };
+  c.make_tier = local_tier_into(tier);
   Engine e(c, small_workload(24));
   REQUIRE(tier != nullptr);
   // The first two loads' copies run and fail on the tier's load stream.

@@ -377,11 +377,13 @@ struct Engine::Impl {
   }
 
   // Frees what a running request holds and puts it back at the front of the
-  // queue, a new generation. A load into its blocks is fenced first.
+  // queue, a new generation. A load into its blocks is fenced first; a fence
+  // that cannot cover it throws FailStop out of the step loop before any
+  // block is freed: a copy may still write them (fail-stop, F1).
   asio::awaitable<void> preempt(Request& r) {
     if (r.phase == Request::Phase::loading) {
       std::vector<std::string> names{r.load_name};
-      co_await conn->async_fence(std::move(names), std::chrono::seconds(30), asio::use_awaitable);
+      co_await conn->async_fence(std::move(names), cfg.fence_timeout, asio::use_awaitable);
       // Its outcome, still in the mailbox, names the old generation: ignored.
       settle_record(loads.at(r.load_name), false);
       r.tracker.load_settled(kv::LoadOutcome::failed);
@@ -733,7 +735,16 @@ struct Engine::Impl {
         stats.warm_at = clock;
       }
       if (warm && (clock - stats.warm_at >= seconds || (max_requests && stats.done.size() >= max_requests))) break;
-      while (live.size() < cfg.concurrency) arrive();
+      // Clients join one decode step apart in modeled time (a load
+      // generator's ramp-up). A closed loop keeps the phase its clients
+      // start in: a cohort that starts together, or that loads land for
+      // together, would prefill and finish together for good, every
+      // admission a burst of prefills (TTFT twice a spread start's).
+      const double ramp = cfg.cost.step_seconds(0, cfg.concurrency);
+      const std::uint64_t clients =
+          ramp > 0 ? std::min<std::uint64_t>(cfg.concurrency, 1 + static_cast<std::uint64_t>(clock / ramp))
+                   : cfg.concurrency;
+      while (live.size() < clients) arrive();
       for (std::size_t i = 0, n = waiting.size(); i < n && running.size() < cfg.concurrency; ++i) {
         const std::uint64_t id = waiting.front();
         waiting.pop_front();
@@ -795,6 +806,8 @@ Engine::~Engine() {
 }
 
 reactor::Connector* Engine::connector() { return impl_->conn.get(); }
+
+const RunStats& Engine::stats() const { return impl_->stats; }
 
 RunStats Engine::run(std::uint32_t warmup, double seconds, std::uint64_t max_requests,
                      std::function<void(const Progress&)> progress) {

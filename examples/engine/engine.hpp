@@ -43,6 +43,7 @@ struct EngineConfig {
   std::uint32_t min_load_tokens = 256;
   std::optional<reactor::HttpOptions> http;  // the connector's debug endpoint (tier arms)
   std::chrono::milliseconds transfer_deadline{30'000};
+  std::chrono::milliseconds fence_timeout{30'000};  // a preemption's fence of its load
   // 1: steps of the measured window take their modeled time for real (the
   // warm-up runs as fast as it can); 0: everything as fast as possible.
   double time_scale = 1.0;
@@ -115,6 +116,9 @@ class Engine {
   std::uint64_t verify_checkpoints(RunStats& stats);
 
   reactor::Connector* connector();
+
+  // What run() had counted so far; after run() threw, what happened before.
+  const RunStats& stats() const;
 
  private:
   struct Impl;

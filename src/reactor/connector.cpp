@@ -2,6 +2,7 @@
 #include "reactor/connector.hpp"
 
 #include <boost/asio/append.hpp>
+#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -458,12 +459,24 @@ Finished Connector::finished() {
   return f;
 }
 
-void Connector::start_fence(std::vector<std::string> requests, std::chrono::milliseconds timeout, Handler handler) {
+void Connector::start_fence(std::vector<std::string> requests, std::chrono::milliseconds timeout,
+                            FenceHandler handler) {
+  // The strand's fence completes with an error_code; the engine gets the
+  // exception that code stands for, on the engine's own executor.
+  auto ex = asio::get_associated_executor(handler);
+  auto to_exception = [h = std::move(handler), mailbox = mailbox_](std::error_code ec) mutable {
+    std::exception_ptr e;
+    if (auto f = mailbox->fail_stop()) e = std::make_exception_ptr(FailStop(f->code, f->what));
+    else if (ec == TransferErrc::closed) e = std::make_exception_ptr(TransferRefused(ec, "fence: the connector is closed"));
+    else if (ec) e = std::make_exception_ptr(FailStop(ec, "kvstrand: fence: " + ec.message()));
+    std::move(h)(e);
+  };
+  Handler inner(asio::bind_executor(ex, std::move(to_exception)));
   if (closed_) {
-    Core::complete(std::move(handler), TransferErrc::closed);
+    Core::complete(std::move(inner), TransferErrc::closed);
     return;
   }
-  asio::post(reactor_->strand(), [core = core_, r = std::move(requests), timeout, h = std::move(handler)]() mutable {
+  asio::post(reactor_->strand(), [core = core_, r = std::move(requests), timeout, h = std::move(inner)]() mutable {
     core->fence(std::move(r), timeout, false, std::move(h));
   });
 }
@@ -471,9 +484,7 @@ void Connector::start_fence(std::vector<std::string> requests, std::chrono::mill
 void Connector::fence(const std::vector<std::string>& requests, std::chrono::milliseconds timeout) {
   CallTimer timed(step_calls_.get());
   raise_fail_stop();
-  std::error_code ec = async_fence(requests, timeout, asio::use_future).get();
-  raise_fail_stop();
-  if (ec) throw TransferRefused(ec, "fence: " + ec.message());
+  async_fence(requests, timeout, asio::use_future).get();  // throws what the fence completed with
 }
 
 namespace {

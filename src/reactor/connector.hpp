@@ -128,11 +128,18 @@ class Connector {
   // fail-stop error), or when one is already set.
   void fence(const std::vector<std::string>& requests, std::chrono::milliseconds timeout);
 
-  template <boost::asio::completion_token_for<void(std::error_code)> Token>
+  // The coroutine (or any token) form: completes with a null exception_ptr
+  // once every transfer of `requests` is terminal, and otherwise with what
+  // fence() would throw (FailStop for a timeout or a fail-stop already set,
+  // TransferRefused on a closed connector). Under use_awaitable the co_await
+  // throws it: a fence that did not cover its transfers cannot be taken for
+  // one that did, and their blocks must not be reused. It never needs a
+  // timer raced beside it; `timeout` is its own.
+  template <boost::asio::completion_token_for<void(std::exception_ptr)> Token>
   auto async_fence(std::vector<std::string> requests, std::chrono::milliseconds timeout, Token&& token) {
-    return boost::asio::async_initiate<Token, void(std::error_code)>(
+    return boost::asio::async_initiate<Token, void(std::exception_ptr)>(
         [this, r = std::move(requests), timeout](auto handler) mutable {
-          start_fence(std::move(r), timeout, Handler(std::move(handler)));
+          start_fence(std::move(r), timeout, FenceHandler(std::move(handler)));
         },
         token);
   }
@@ -166,11 +173,12 @@ class Connector {
 
  private:
   using Handler = boost::asio::any_completion_handler<void(std::error_code)>;
+  using FenceHandler = boost::asio::any_completion_handler<void(std::exception_ptr)>;
   struct Core;
 
   void check(TransferKind kind, const kv::TransferSpec& spec) const;
   void raise_fail_stop() const;
-  void start_fence(std::vector<std::string> requests, std::chrono::milliseconds timeout, Handler handler);
+  void start_fence(std::vector<std::string> requests, std::chrono::milliseconds timeout, FenceHandler handler);
   void start_close(Handler handler);
   static boost::asio::awaitable<void> release_on_strand(std::shared_ptr<Core> core, std::uint64_t lease);
   static boost::asio::awaitable<void> answer_lookup(std::shared_ptr<Core> core, std::uint64_t id,
