@@ -3,8 +3,12 @@
 // and what happens when the server stops, dies, stops reading or comes back
 // on its socket (F14, F20, F23, reconnect).
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 
 #include "connector_rig.hpp"
+#include "tier/arena.hpp"
+#include "tier/fd_passing.hpp"
 #include "server_process.hpp"
 #include "support.hpp"
 #include "hip/sim_hooks.hpp"
@@ -25,6 +29,90 @@ reactor::ConnectorOptions remote(const ServerProcess& srv, std::chrono::millisec
   o.server_request_timeout = 2s;
   return o;
 }
+
+// A server in this process that speaks protocol 2 through hello and
+// register, then answers every other request with a reply of another type
+// (a lookup reply to a reserve, a reserve reply to the rest).
+class WrongReplyServer {
+ public:
+  WrongReplyServer() : path_(ServerProcess::fresh_socket_path()), arena_({4u << 20, 2u << 20, false}) {
+    listen_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path_.c_str());
+    if (::bind(listen_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(listen_, 4) != 0)
+      throw std::runtime_error("WrongReplyServer: cannot listen on " + path_);
+    for (std::uint32_t s = 0; s < arena_.slab_count(); ++s) (void)arena_.populate(s);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~WrongReplyServer() {
+    ::shutdown(listen_, SHUT_RDWR);
+    if (conn_ >= 0) ::shutdown(conn_, SHUT_RDWR);
+    thread_.join();
+    ::close(listen_);
+    if (conn_ >= 0) ::close(conn_);
+    ::unlink(path_.c_str());
+  }
+  const std::string& socket_path() const { return path_; }
+
+ private:
+  bool read_all(int fd, void* p, std::size_t n) {
+    auto* b = static_cast<char*>(p);
+    while (n > 0) {
+      const ssize_t r = ::read(fd, b, n);
+      if (r <= 0) return false;
+      b += r;
+      n -= static_cast<std::size_t>(r);
+    }
+    return true;
+  }
+  void serve() {
+    for (;;) {
+      const int c = ::accept4(listen_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c < 0) return;  // the destructor shut the listener down
+      if (conn_ >= 0) ::close(conn_);
+      conn_ = c;
+      answer();
+    }
+  }
+  void answer() {
+    using namespace kv::proto;
+    std::array<std::byte, kHeaderBytes> head{};
+    while (read_all(conn_, head.data(), head.size())) {
+      Header h;
+      if (decode_header(head, kDefaultMaxBody, &h) != HeaderError::none) return;
+      std::vector<std::byte> body(h.body_bytes);
+      if (!read_all(conn_, body.data(), body.size())) return;
+      std::string why;
+      auto req = decode_request(h.type, body, &why);
+      if (!req) return;
+      const Type type = type_of(*req);
+      std::vector<std::byte> out;
+      if (type == Type::hello) {
+        HelloReply hr{1, kMajor, kMinor, arena_.bytes(), arena_.slab_bytes(), arena_.bytes(), false};
+        out = encode_reply(type, h.request_id, Reply{Status::ok, "", hr});
+        if (tier::send_with_fd(conn_, out.data(), out.size(), arena_.fd(), 0) != static_cast<ssize_t>(out.size()))
+          return;
+        continue;
+      }
+      if (type == Type::register_layout) {
+        const kv::Layout& l = std::get<RegisterLayout>(*req).layout;
+        out = encode_reply(type, h.request_id, Reply{Status::ok, "", RegisterReply{1, l.object_bytes(l.has_state())}});
+      } else if (type == Type::reserve) {
+        out = encode_reply(Type::lookup, h.request_id, Reply{Status::ok, "", LookupReply{}});
+      } else {
+        out = encode_reply(Type::reserve, h.request_id, Reply{Status::ok, "", ReserveReply{}});
+      }
+      if (::write(conn_, out.data(), out.size()) != static_cast<ssize_t>(out.size())) return;
+    }
+  }
+
+  std::string path_;
+  tier::Arena arena_;
+  int listen_ = -1;
+  std::atomic<int> conn_{-1};
+  std::thread thread_;
+};
 
 const std::vector<std::string> kServerFlags = {"--tier-bytes", "32M", "--slab-bytes", "8M", "--chunk-tokens", "64"};
 
@@ -241,4 +329,23 @@ TEST_CASE("node tier: a lookup whose hit is not loaded gives its lease back at o
   REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); }).lookups[0].hit.tokens == 128);
   rig.conn->load(rig.load_spec("a", 1, 0, 2, Rig::block_range(30, 8), 4));
   REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.loads.empty(); }).loads[0].ok);
+}
+
+TEST_CASE("node tier: a reply of another type than its request is a protocol error: the request fails with it",
+          "[server][reactor][fault]") {
+  if (!device_present()) return;
+  WrongReplyServer srv;
+  reactor::ConnectorOptions o;
+  o.server_socket = srv.socket_path();
+  o.server_request_timeout = 2s;
+  Rig rig(o);
+  rig.conn->save(rig.save_spec("a", 1, 0, 1, Rig::block_range(0, 4)));
+  const auto f = rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); });
+  INFO(f.saves[0].reason);
+  REQUIRE_FALSE(f.saves[0].ok);
+  REQUIRE(f.saves[0].error == TransferErrc::tier_unavailable);  // not an exception escaping the coroutine
+  REQUIRE(f.saves[0].reason.find("protocol error: a lookup reply to reserve request") != std::string::npos);
+  // The lookup's answer (a reserve reply, on a new connection) is a miss, not a throw.
+  rig.conn->lookup(rig.keys(1, 0, 1));
+  REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); }).lookups[0].hit.tokens == 0);
 }

@@ -53,6 +53,7 @@ struct NodeTier::Pending {
   Type type;
   std::optional<Reply> reply;
   std::error_code failure;
+  std::string why;  // with failure: the cause (the connection's loss)
 };
 
 NodeTier::NodeTier(Reactor& reactor, NodeTierOptions options) : reactor_(reactor), opt_(std::move(options)) {}
@@ -231,6 +232,7 @@ void NodeTier::drop_connection(const std::string& why) {
   auto waiting = std::exchange(pending_, {});
   for (auto& [id, p] : waiting) {
     p->failure = TransferErrc::tier_unavailable;
+    p->why = "the connection was lost: " + why;
     p->signal.cancel();
   }
 }
@@ -249,7 +251,7 @@ asio::awaitable<std::pair<std::error_code, Reply>> NodeTier::call(Request req, C
   co_await p->signal.async_wait(kAwait);  // cancelled by the reply, or expired
   pending_.erase(id);
   if (p->reply) co_return std::pair{std::error_code{}, std::move(*p->reply)};
-  if (p->failure) co_return std::pair{p->failure, Reply{}};
+  if (p->failure) co_return std::pair{p->failure, Reply{Status::ok, p->why, Empty{}}};
   // Timed out: what a later reply grants is released when it comes.
   if (connected_) abandoned_[id] = p->type;
   co_return std::pair{std::error_code(TransferErrc::tier_unavailable), Reply{}};
@@ -319,6 +321,13 @@ asio::awaitable<void> NodeTier::read_loop(std::uint64_t generation) {
     }
     auto it = pending_.find(h.request_id);
     if (it == pending_.end()) continue;  // a release's reply, or a caller that gave up
+    if (static_cast<Type>(h.type & ~kReplyBit) != it->second->type) {
+      // A reply that does not answer its request: nothing after it on this
+      // stream can be trusted. Every request on it fails with the cause.
+      drop_connection("protocol error: a " + std::string(to_string(static_cast<Type>(h.type & ~kReplyBit))) +
+                      " reply to " + to_string(it->second->type) + " request " + std::to_string(h.request_id));
+      co_return;
+    }
     if (!reply) {
       it->second->failure = TransferErrc::tier_unavailable;
       spdlog::error("kvstrand: NodeTier: malformed reply: {}", why);
@@ -450,6 +459,7 @@ asio::awaitable<std::error_code> NodeTier::exchange(Transfer& t, Request req, Re
   std::pair<std::error_code, Reply> res = co_await call(std::move(req), t.deadline + std::chrono::milliseconds(50));
   if (res.first) {
     t.reason = "kvstrand-server at " + opt_.socket + " did not answer the " + what;
+    if (!res.second.message.empty()) t.reason += " (" + res.second.message + ")";
     co_return res.first;
   }
   if (res.second.status != Status::ok) {
