@@ -83,6 +83,27 @@ class StuckTier final : public reactor::Tier {
   reactor::LocalTier inner_;
 };
 
+// A tier whose save of request "throws" throws out of its coroutine (a bug
+// in a tier); everything else goes to LocalTier.
+class ThrowingTier final : public reactor::Tier {
+ public:
+  ThrowingTier(reactor::Reactor& r, std::uint64_t bytes) : inner_(r, bytes) {}
+  asio::awaitable<std::error_code> attach(const reactor::Registration& reg) override { return inner_.attach(reg); }
+  asio::awaitable<LookupResult> lookup(std::vector<kv::ChunkKey> keys) override {
+    return inner_.lookup(std::move(keys));
+  }
+  asio::awaitable<std::error_code> save(reactor::Transfer& t) override {
+    if (t.spec.request == "throws") throw std::runtime_error("injected: a tier bug");
+    co_return co_await inner_.save(t);
+  }
+  asio::awaitable<std::error_code> load(reactor::Transfer& t) override { co_return co_await inner_.load(t); }
+  tier::Index::Stats stats() const override { return inner_.stats(); }
+  asio::awaitable<void> drain() override { co_return; }
+
+ private:
+  reactor::LocalTier inner_;
+};
+
 // One engine step as a coroutine on the engine's executor.
 asio::awaitable<void> engine_step(Rig& rig, bool& fenced, std::thread::id& resumed_on) {
   rig.conn->save(rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8)));
@@ -402,6 +423,67 @@ TEST_CASE("F14: a stuck submit delays no other transfer's deadline or completion
   REQUIRE(took >= deadline);      // not early: on its own clock, not stuck-1's
   REQUIRE(took < 10 * deadline);  // about one deadline (generous for sanitizer builds)
   REQUIRE(failed("stuck-1"));
+}
+
+TEST_CASE("connector: an exception escaping a transfer's coroutine fails that transfer with its cause, at once",
+          "[reactor][fault]") {
+  if (!device_present()) return;
+  reactor::ConnectorOptions opts;  // a 60 s deadline: the failure must not wait for it
+  opts.make_tier = [](reactor::Reactor& r) { return std::make_unique<ThrowingTier>(r, 64ull << 20); };
+  Rig rig(opts);
+  rig.conn->save(rig.save_spec("throws", 1, 0, 1, Rig::block_range(0, 4)));
+  rig.conn->save(rig.save_spec("fine", 2, 0, 1, Rig::block_range(4, 4)));
+  reactor::Finished all;
+  const auto end = std::chrono::steady_clock::now() + 10s;
+  while (all.saves.size() < 2) {
+    INFO("a save that threw never ended: its exception was swallowed");
+    REQUIRE(std::chrono::steady_clock::now() < end);
+    auto f = rig.conn->finished();  // no fail-stop: the failure belongs to that transfer
+    all.saves.insert(all.saves.end(), f.saves.begin(), f.saves.end());
+    std::this_thread::sleep_for(1ms);
+  }
+  for (const auto& s : all.saves) {
+    INFO(s.request << ": " << s.reason);
+    if (s.request == "throws") {
+      REQUIRE_FALSE(s.ok);
+      REQUIRE(s.error == TransferErrc::device_error);
+      REQUIRE(s.reason.find("injected: a tier bug") != std::string::npos);
+    } else {
+      REQUIRE(s.ok);
+    }
+  }
+  REQUIRE(rig.conn->transfers().empty());
+}
+
+TEST_CASE("connector: max_live_transfers and max_live_lookups refuse what would pass them, posting nothing",
+          "[reactor][sim]") {
+  if (!sim_hooks_present()) return;
+  reactor::ConnectorOptions opts;
+  opts.max_live_transfers = 3;
+  opts.max_live_lookups = 1;
+  Rig rig(opts);
+  require_ok(hip::sim::hold_stream(rig.tier->save_stream()));
+  rig.conn->save(rig.save_spec("a", 1, 0, 1, Rig::block_range(0, 4)));
+  rig.conn->save(rig.save_spec("b", 2, 0, 1, Rig::block_range(4, 4)));
+  std::vector<reactor::Connector::Op> two;
+  two.push_back({reactor::TransferKind::save, rig.save_spec("c", 3, 0, 1, Rig::block_range(8, 4)), nullptr});
+  two.push_back({reactor::TransferKind::save, rig.save_spec("d", 4, 0, 1, Rig::block_range(12, 4)), nullptr});
+  try {
+    rig.conn->submit(std::move(two));
+    FAIL("a batch past max_live_transfers was posted");
+  } catch (const TransferRefused& e) {
+    REQUIRE(e.code() == TransferErrc::too_many_live);
+    REQUIRE(std::string(e.what()).find("max_live_transfers") != std::string::npos);
+  }
+  REQUIRE(rig.conn->transfers().size() == 2);  // neither of the batch was posted
+  rig.conn->save(rig.save_spec("c", 3, 0, 1, Rig::block_range(8, 4)));  // the third fits
+  rig.conn->lookup(rig.keys(9, 0, 1));
+  REQUIRE_THROWS_AS(rig.conn->lookup(rig.keys(9, 0, 1)), TransferRefused);
+  require_ok(hip::sim::release_stream(rig.tier->save_stream()));
+  // Drained, there is room again.
+  rig.wait_for([](const reactor::Finished& f) { return f.saves.size() == 3 && f.lookups.size() == 1; });
+  rig.conn->save(rig.save_spec("d", 4, 0, 1, Rig::block_range(12, 4)));
+  rig.conn->lookup(rig.keys(9, 0, 1));
 }
 
 TEST_CASE("F5: a completion is observed with no new work arriving", "[reactor][sim]") {

@@ -43,6 +43,8 @@ std::optional<kv::ConfigError> validate(const ConnectorOptions& o) {
     return kv::ConfigError{"server_request_timeout", "must be > 0 ms"};
   if (o.reactor.poller.max_backoff < o.reactor.poller.min_backoff || o.reactor.poller.min_backoff.count() <= 0)
     return kv::ConfigError{"poller.min_backoff", "must be > 0 and <= poller.max_backoff"};
+  if (o.max_live_transfers == 0) return kv::ConfigError{"max_live_transfers", "must be > 0"};
+  if (o.max_live_lookups == 0) return kv::ConfigError{"max_live_lookups", "must be > 0"};
   if (o.http)
     if (auto e = validate(*o.http)) return e;
   return std::nullopt;
@@ -411,6 +413,11 @@ void Connector::submit(std::vector<Op> ops) {
       throw TransferRefused(TransferErrc::duplicate_transfer, std::string("two ") + to_string(op.kind) +
                                                                   "s of request '" + op.spec.request + "' in one batch");
   }
+  if (live_.size() + batch.size() > options_.max_live_transfers)
+    throw TransferRefused(TransferErrc::too_many_live,
+                          std::to_string(live_.size()) + " transfers live and " + std::to_string(batch.size()) +
+                              " more would pass max_live_transfers (" + std::to_string(options_.max_live_transfers) +
+                              "): drain finished() first");
   live_.insert(batch.begin(), batch.end());
   asio::post(reactor_->strand(), [core = core_, ops = std::move(ops)]() mutable {
     for (Op& op : ops) core->start(std::move(op));
@@ -422,8 +429,21 @@ std::uint64_t Connector::lookup(std::vector<kv::ChunkKey> keys) {
   raise_fail_stop();
   if (closed_) throw TransferRefused(TransferErrc::closed, "the connector is closed");
   if (!registration_) throw TransferRefused(TransferErrc::not_registered, "no layout registered");
+  if (lookups_live_ >= options_.max_live_lookups)
+    throw TransferRefused(TransferErrc::too_many_live, std::to_string(lookups_live_) +
+                                                           " lookups unanswered or undrained: max_live_lookups (" +
+                                                           std::to_string(options_.max_live_lookups) +
+                                                           ") reached; drain finished() first");
+  ++lookups_live_;
   const std::uint64_t id = next_lookup_++;
-  asio::co_spawn(reactor_->strand(), answer_lookup(core_, id, std::move(keys)), LogEscaped{"a lookup"});
+  // A lookup whose coroutine threw is answered with a miss: every lookup
+  // id gets its answer (the engine may be deferring a request on it).
+  auto escaped = [core = core_, id](std::exception_ptr e) {
+    if (!e) return;
+    LogEscaped{"a lookup"}(e);
+    core->mailbox->push(LookupOutcome{id, {}, 0});
+  };
+  asio::co_spawn(reactor_->strand(), answer_lookup(core_, id, std::move(keys)), std::move(escaped));
   return id;
 }
 
@@ -449,6 +469,7 @@ asio::awaitable<void> Connector::release_on_strand(std::shared_ptr<Core> core, s
 void Connector::forget_drained(const Finished& f) {
   for (const auto& o : f.saves) live_.erase({o.request, TransferKind::save});
   for (const auto& o : f.loads) live_.erase({o.request, TransferKind::load});
+  lookups_live_ -= std::min(lookups_live_, f.lookups.size());
 }
 
 Finished Connector::finished() {

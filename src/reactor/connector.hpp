@@ -53,6 +53,12 @@ struct ConnectorOptions {
   std::optional<HttpOptions> http;
   // The tier to use; LocalTier(tier_bytes) when empty.
   std::function<std::unique_ptr<Tier>(Reactor&)> make_tier;
+  // Bounds on what the engine has posted and not yet seen in finished():
+  // a submit or lookup past one is refused (too_many_live), posting
+  // nothing. They bound everything queued behind them too (the strand's
+  // transfers, the node tier's requests to its server: at most one each).
+  std::size_t max_live_transfers = 4096;
+  std::size_t max_live_lookups = 4096;
 };
 
 // Refuses options kvstrand cannot serve, naming the option.
@@ -101,7 +107,8 @@ class Connector {
   // Post one transfer and return at once. Throws TransferRefused, posting
   // nothing, for: a live transfer of the same kind for the request
   // (duplicate_transfer), no registration, a spec that does not fit, a
-  // closed connector. A FailStop already set is raised here too.
+  // closed connector, max_live_transfers reached (too_many_live). A
+  // FailStop already set is raised here too.
   void save(kv::TransferSpec spec, const hip::Event* producer = nullptr);
   void load(kv::TransferSpec spec, const hip::Event* producer = nullptr);
   // A whole step's transfers in one post. All are checked first; if one is
@@ -209,6 +216,7 @@ class Connector {
   std::optional<Registration> registration_;
   std::set<std::pair<std::string, TransferKind>> live_;
   std::uint64_t next_lookup_ = 1;
+  std::size_t lookups_live_ = 0;  // asked, answer not yet drained
   bool closed_ = false;   // no new work is accepted
   bool stopped_ = false;  // the reactor thread has ended and the tier is released
 };

@@ -23,6 +23,7 @@ std::string_view outcome_label(std::error_code ec) {
     case TransferErrc::missing_chunk: return "missing_chunk";
     case TransferErrc::device_error: return "device_error";
     case TransferErrc::tier_unavailable: return "tier_unavailable";
+    case TransferErrc::too_many_live: return "too_many_live";
   }
   return "other";
 }

@@ -18,6 +18,7 @@ enum class TransferErrc {
   missing_chunk,           // a load named a chunk the tier does not hold
   device_error,            // a copy failed on the device
   tier_unavailable,        // the tier server cannot be reached (the transfer did not happen)
+  too_many_live,           // max_live_transfers / max_live_lookups would be passed: drain finished() first
 };
 
 const std::error_category& transfer_category() noexcept;
