@@ -172,6 +172,25 @@ class Client {
     if (!send_raw(kv::proto::encode_request(req, id))) return std::nullopt;
     return read_reply(id);
   }
+  // Waits until the server's whole arena is populated (its filler thread
+  // runs beside the clients; on a loaded host a chunk saved early can be
+  // refused as full). False if that does not happen within `within`.
+  bool wait_full(std::chrono::seconds within = std::chrono::seconds(30)) {
+    int arena = -1;
+    auto h = hello(&arena);
+    if (arena >= 0) ::close(arena);
+    if (!h || h->status != kv::proto::Status::ok) return false;
+    const auto end = std::chrono::steady_clock::now() + within;
+    while (std::chrono::steady_clock::now() < end) {
+      auto r = call(kv::proto::Stats{});
+      if (!r || r->status != kv::proto::Status::ok) return false;
+      const auto& s = std::get<kv::proto::StatsReply>(r->payload);
+      if (s.ready_bytes >= s.capacity_bytes) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return false;
+  }
+
   std::optional<kv::proto::Reply> read_reply(std::uint64_t expect_id) {
     std::array<std::byte, kv::proto::kHeaderBytes> head{};
     if (!read_exact(head.data(), head.size())) return std::nullopt;
@@ -189,5 +208,9 @@ class Client {
   int fd_ = -1;
   std::uint64_t next_id_ = 1;
 };
+
+// The server accepts, and its whole arena is populated: what a test that
+// expects its first saves to find room needs.
+inline bool ready_and_full(ServerProcess& s) { return s.ready() && Client(s.socket_path()).wait_full(); }
 
 }  // namespace kvstrand::test

@@ -246,7 +246,7 @@ TEST_CASE("engine: a working set that fits HBM pays nothing for the tier (F31)",
 TEST_CASE("engine: a server restart mid-run costs recomputes, never a wrong byte", "[engine][server][gpu][fault]") {
   if (!device_present()) return;
   auto srv = std::make_unique<ServerProcess>(std::vector<std::string>{"--tier-bytes", "64M", "--chunk-tokens", "64"});
-  REQUIRE(srv->ready());
+  REQUIRE(ready_and_full(*srv));
   const std::string path = srv->socket_path();
   auto c = small_config(true);
   c.server_socket = path;
@@ -259,7 +259,7 @@ TEST_CASE("engine: a server restart mid-run costs recomputes, never a wrong byte
   srv->kill(SIGKILL);
   std::this_thread::sleep_for(300ms);
   srv = std::make_unique<ServerProcess>(std::vector<std::string>{"--tier-bytes", "64M", "--chunk-tokens", "64"}, path);
-  REQUIRE(srv->ready());
+  REQUIRE(ready_and_full(*srv));
   engine.join();
   require_exact(st);
   REQUIRE(st.saves_failed + st.loads_failed > 0);  // the outage was seen
@@ -270,13 +270,14 @@ TEST_CASE("engine: restarted against a warm node tier, loaded checkpoints join H
           "[engine][server][gpu]") {
   if (!device_present()) return;
   ServerProcess srv({"--tier-bytes", "64M", "--chunk-tokens", "64"});
-  REQUIRE(srv.ready());
+  REQUIRE(ready_and_full(srv));  // the first engine's saves all find room
   auto c = small_config(true);
   c.server_socket = srv.socket_path();
   const Workload w = small_workload(6);
   {
     Engine first(c, w);
-    first.run(w.distinct, 0);  // one pass: the tier holds the working set
+    const RunStats filled = first.run(w.distinct, 0);  // one pass: the tier holds the working set
+    REQUIRE(filled.saves_failed == 0);
   }
   Engine restarted(c, w);  // a fresh engine (empty HBM) on the warm tier
   RunStats st = restarted.run(0, 1e9, 4 * w.distinct);

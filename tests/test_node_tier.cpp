@@ -135,7 +135,7 @@ std::error_code wait_fail_stop(Rig& rig, std::chrono::milliseconds within = 10s)
 TEST_CASE("node tier: save, lookup, load through the server restore KV and state byte for byte", "[server][reactor][gpu]") {
   if (!device_present()) return;
   ServerProcess srv(kServerFlags);
-  REQUIRE(srv.ready());
+  REQUIRE(ready_and_full(srv));
   Rig rig(remote(srv));
   rig.round_trip();  // the same round trip as the embedded tier's test
 }
@@ -156,7 +156,7 @@ TEST_CASE("node tier: a server SIGSTOPped during a load: the load completes exac
           "[server][reactor][fault]") {
   if (!device_present()) return;
   ServerProcess srv(kServerFlags);
-  REQUIRE(srv.ready());
+  REQUIRE(ready_and_full(srv));
   Rig rig(remote(srv));
   const auto src = Rig::block_range(0, 8);
   const auto before = rig.snapshot(src, {1});
@@ -183,7 +183,7 @@ TEST_CASE("node tier: a server SIGKILLed during a store: the store fails cleanly
           "[server][reactor][fault][sim]") {
   if (!device_present() || !sim_hooks_present()) return;
   auto srv = std::make_unique<ServerProcess>(kServerFlags);
-  REQUIRE(srv->ready());
+  REQUIRE(ready_and_full(*srv));
   const std::string path = srv->socket_path();
   Rig rig(remote(*srv));
   REQUIRE(rig.node != nullptr);
@@ -199,7 +199,7 @@ TEST_CASE("node tier: a server SIGKILLed during a store: the store fails cleanly
   REQUIRE(f.saves[0].error == TransferErrc::tier_unavailable);
 
   srv = std::make_unique<ServerProcess>(kServerFlags, path);
-  REQUIRE(srv->ready());
+  REQUIRE(ready_and_full(*srv));
   const auto src = Rig::block_range(8, 8);
   const auto before = rig.snapshot(src, {1});
   bool saved = false;
@@ -223,7 +223,7 @@ TEST_CASE("node tier: a server SIGKILLed during a store: the store fails cleanly
 TEST_CASE("node tier: a stopped server is fail-stop at the transfer's deadline, never a hang", "[server][reactor][fault]") {
   if (!device_present()) return;
   ServerProcess srv(kServerFlags);
-  REQUIRE(srv.ready());
+  REQUIRE(ready_and_full(srv));
   Rig rig(remote(srv, 300ms));
   srv.kill(SIGSTOP);
   rig.conn->save(rig.save_spec("a", 1, 0, 1, Rig::block_range(0, 4)));
@@ -235,7 +235,7 @@ TEST_CASE("node tier: a stopped server is fail-stop at the transfer's deadline, 
 TEST_CASE("node tier: the same connector reconnects to a server restarted on its socket", "[server][reactor][fault]") {
   if (!device_present()) return;
   auto srv = std::make_unique<ServerProcess>(kServerFlags);
-  REQUIRE(srv->ready());
+  REQUIRE(ready_and_full(*srv));
   const std::string path = srv->socket_path();
   Rig rig(remote(*srv));
   rig.conn->save(rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8)));
@@ -243,7 +243,7 @@ TEST_CASE("node tier: the same connector reconnects to a server restarted on its
 
   srv->kill(SIGKILL);  // the tier (and what it held) is gone
   srv = std::make_unique<ServerProcess>(kServerFlags, path);
-  REQUIRE(srv->ready());
+  REQUIRE(ready_and_full(*srv));
   // The first request after the restart may still meet the dead connection
   // (tier_unavailable); the connector reconnects and registers again.
   const auto src = Rig::block_range(8, 8);
@@ -272,7 +272,7 @@ TEST_CASE("node tier: saves queued behind a server that stops reading cannot del
           "[server][reactor][fault]") {
   if (!device_present()) return;
   ServerProcess srv(kServerFlags);
-  REQUIRE(srv.ready());
+  REQUIRE(ready_and_full(srv));
   Rig rig(remote(srv, 500ms));
   srv.kill(SIGSTOP);
   // Far more request bytes than the socket buffers hold: the writer blocks.
@@ -290,7 +290,7 @@ TEST_CASE("node tier: saves queued behind a server that stops reading cannot del
 TEST_CASE("node tier: a load whose lookup the server never answers ends at its deadline (F23)", "[server][reactor][fault]") {
   if (!device_present()) return;
   ServerProcess srv(kServerFlags);
-  REQUIRE(srv.ready());
+  REQUIRE(ready_and_full(srv));
   Rig rig(remote(srv, 400ms));
   rig.conn->save(rig.save_spec("a", 1, 0, 1, Rig::block_range(0, 4)));
   REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
@@ -304,7 +304,7 @@ TEST_CASE("node tier: a load whose lookup the server never answers ends at its d
 TEST_CASE("node tier: a lookup whose hit is not loaded gives its lease back at once (F20)", "[server][reactor][gpu]") {
   if (!device_present()) return;
   ServerProcess srv(kServerFlags);
-  REQUIRE(srv.ready());
+  REQUIRE(ready_and_full(srv));
   Rig rig(remote(srv));
   rig.conn->save(rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8)));
   REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
