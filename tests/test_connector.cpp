@@ -233,12 +233,12 @@ TEST_CASE("F1: a fence covers transfers in every state, and returns only when th
   for (const TransferState state : {TransferState::waiting_producer, TransferState::pending}) {
     INFO("state " << reactor::to_string(state));
     Rig rig;
-    auto producer = must(hip::Event::create());
+    auto producer = std::make_shared<hip::Event>(must(hip::Event::create()));
     hip::Stream* held = &rig.engine_stream;
     if (state == TransferState::pending) held = &rig.tier->save_stream();
     require_ok(hip::sim::hold_stream(*held));
-    require_ok(producer.record(rig.engine_stream));
-    rig.conn->save(rig.save_spec("r", 1, 0, 2, Rig::block_range(0, 8)), &producer);
+    require_ok(producer->record(rig.engine_stream));
+    rig.conn->save(rig.save_spec("r", 1, 0, 2, Rig::block_range(0, 8)), producer);
     wait_for_state(*rig.conn, state);
     std::atomic<bool> released{false};
     std::thread releaser([&] {
@@ -253,6 +253,25 @@ TEST_CASE("F1: a fence covers transfers in every state, and returns only when th
     REQUIRE(f.saves.size() == 1);  // terminal, and its outcome is there
     REQUIRE(f.saves[0].ok);
   }
+}
+
+TEST_CASE("connector: the producer event may be recorded again on its stream, and dropped, right after submit",
+          "[reactor][sim][fault]") {
+  if (!sim_hooks_present()) return;
+  Rig rig;
+  const auto src = Rig::block_range(0, 8);
+  auto producer = std::make_shared<hip::Event>(must(hip::Event::create()));
+  require_ok(hip::sim::hold_stream(rig.engine_stream));  // the engine's forward has not run yet
+  require_ok(producer->record(rig.engine_stream));
+  rig.conn->save(rig.save_spec("r", 1, 0, 2, src), producer);
+  wait_for_state(*rig.conn, TransferState::waiting_producer);
+  require_ok(producer->record(rig.engine_stream));  // the next step records it again: allowed
+  producer.reset();  // and the engine lets go of it: the Connector still holds it (ASan: no use after free)
+  std::this_thread::sleep_for(20ms);
+  REQUIRE(rig.conn->transfers().size() == 1);  // still waiting for the engine's stream
+  require_ok(hip::sim::release_stream(rig.engine_stream));
+  auto f = rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); });
+  REQUIRE(f.saves[0].ok);
 }
 
 TEST_CASE("F1: a fence sees a transfer posted just before it, still queued", "[reactor][gpu]") {

@@ -81,7 +81,7 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
     t->id = next_id++;
     t->kind = op.kind;
     t->spec = std::move(op.spec);
-    t->producer = op.producer;
+    t->producer = std::move(op.producer);
     t->posted = Clock::now();
     t->deadline = t->posted + deadline;
     Live& live = transfers[t->id];
@@ -114,6 +114,7 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
       t->state = TransferState::waiting_producer;
       const auto t0 = Clock::now();
       std::error_code ec = co_await self->reactor.poller().ready(*t->producer);
+      t->producer.reset();  // seen complete (or failed): the engine's event is not touched again
       self->metrics.producer_wait_seconds.observe(std::chrono::duration<double>(Clock::now() - t0).count());
       if (ec) {
         t->reason = "producer event: " + ec.message();
@@ -392,15 +393,15 @@ void Connector::check(TransferKind kind, const kv::TransferSpec& spec) const {
                                                              spec.request + "': " + *err);
 }
 
-void Connector::save(kv::TransferSpec spec, const hip::Event* producer) {
+void Connector::save(kv::TransferSpec spec, std::shared_ptr<const hip::Event> producer) {
   std::vector<Op> ops;
-  ops.push_back({TransferKind::save, std::move(spec), producer});
+  ops.push_back({TransferKind::save, std::move(spec), std::move(producer)});
   submit(std::move(ops));
 }
 
-void Connector::load(kv::TransferSpec spec, const hip::Event* producer) {
+void Connector::load(kv::TransferSpec spec, std::shared_ptr<const hip::Event> producer) {
   std::vector<Op> ops;
-  ops.push_back({TransferKind::load, std::move(spec), producer});
+  ops.push_back({TransferKind::load, std::move(spec), std::move(producer)});
   submit(std::move(ops));
 }
 

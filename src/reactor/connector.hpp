@@ -8,9 +8,18 @@
 // each has a coroutine form (async_fence, async_close) for engines that
 // co_await at step boundaries on their own executor.
 //
-// Lifetimes: the device memory named at registration, and a transfer's
-// producer event, must stay valid until the transfer is terminal (seen in
-// finished(), or covered by a fence that returned).
+// Lifetimes: the device memory named at registration must stay valid until
+// every transfer naming it is terminal (seen in finished(), or covered by a
+// fence that returned).
+//
+// The producer event: the engine records it on its stream after the work
+// that writes (save) or last reads (load) the transfer's blocks, and hands
+// it over shared. The Connector holds its reference until the transfer has
+// seen the event complete (or ended), so the engine may drop its own at
+// once. The engine may record the event again, on that same stream, at any
+// time: the reactor queries the latest record, which completes after the
+// first; recording it on another stream meanwhile is not allowed (the
+// transfer could then start before the work it waits for).
 #pragma once
 
 #include <boost/asio/any_completion_handler.hpp>
@@ -91,7 +100,7 @@ class Connector {
   struct Op {
     TransferKind kind = TransferKind::save;
     kv::TransferSpec spec;
-    const hip::Event* producer = nullptr;
+    std::shared_ptr<const hip::Event> producer;  // null: nothing to wait for
   };
 
   // Throws std::invalid_argument naming the option for invalid options.
@@ -109,8 +118,8 @@ class Connector {
   // (duplicate_transfer), no registration, a spec that does not fit, a
   // closed connector, max_live_transfers reached (too_many_live). A
   // FailStop already set is raised here too.
-  void save(kv::TransferSpec spec, const hip::Event* producer = nullptr);
-  void load(kv::TransferSpec spec, const hip::Event* producer = nullptr);
+  void save(kv::TransferSpec spec, std::shared_ptr<const hip::Event> producer = nullptr);
+  void load(kv::TransferSpec spec, std::shared_ptr<const hip::Event> producer = nullptr);
   // A whole step's transfers in one post. All are checked first; if one is
   // refused, none is posted.
   void submit(std::vector<Op> ops);

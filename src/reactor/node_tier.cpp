@@ -195,7 +195,7 @@ asio::awaitable<std::error_code> NodeTier::handshake() {
   }
   const auto until = Clock::now() + opt_.request_timeout;
   if (std::error_code ec = co_await hello(until)) co_return ec;
-  asio::co_spawn(reactor_.strand(), read_loop(generation_), LogEscaped{"NodeTier reader"});
+  asio::co_spawn(reactor_.strand(), read_loop(generation_), ends_connection("NodeTier reader"));
   // GCC 12 destroys twice the non-trivial temporaries of a co_await
   // expression: requests and results are named variables here.
   Request reg_req = RegisterLayout{reg_->layout};
@@ -218,6 +218,16 @@ asio::awaitable<std::error_code> NodeTier::handshake() {
   // Holds whose release could not be sent: the same server may still have them.
   for (std::uint64_t hold : std::exchange(unsent_releases_, {})) send_only(Release{hold});
   co_return std::error_code{};
+}
+
+// A reader or writer ended by an exception: its connection can no longer
+// be trusted, so it is dropped, and every request on it fails with why.
+std::function<void(std::exception_ptr)> NodeTier::ends_connection(const char* what) {
+  return [this, what, generation = generation_](std::exception_ptr e) {
+    if (!e) return;
+    LogEscaped{what}(e);
+    if (generation == generation_) drop_connection(std::string(what) + " ended by an exception");
+  };
 }
 
 void NodeTier::drop_connection(const std::string& why) {
@@ -246,7 +256,7 @@ asio::awaitable<std::pair<std::error_code, Reply>> NodeTier::call(Request req, C
   outbox_.push_back(encode_request(req, id));
   if (!writing_) {
     writing_ = true;
-    asio::co_spawn(reactor_.strand(), write_loop(generation_), LogEscaped{"NodeTier writer"});
+    asio::co_spawn(reactor_.strand(), write_loop(generation_), ends_connection("NodeTier writer"));
   }
   co_await p->signal.async_wait(kAwait);  // cancelled by the reply, or expired
   pending_.erase(id);
@@ -262,7 +272,7 @@ void NodeTier::send_only(Request req) {
   outbox_.push_back(encode_request(req, next_id_++));
   if (!writing_) {
     writing_ = true;
-    asio::co_spawn(reactor_.strand(), write_loop(generation_), LogEscaped{"NodeTier writer"});
+    asio::co_spawn(reactor_.strand(), write_loop(generation_), ends_connection("NodeTier writer"));
   }
 }
 
@@ -354,7 +364,15 @@ asio::awaitable<std::error_code> NodeTier::pinned_up_to(std::shared_ptr<ArenaMap
     if (!pinning_) {
       pinning_ = true;
       pin_progress_.emplace(reactor_.strand(), asio::steady_timer::time_point::max());
-      asio::co_spawn(reactor_.strand(), pin_loop(m), LogEscaped{"NodeTier pinning"});
+      // A pinning loop ended by an exception fails the transfers waiting on it.
+      auto escaped = [this](std::exception_ptr e) {
+        if (!e) return;
+        LogEscaped{"NodeTier pinning"}(e);
+        pin_error_ = "the pinning loop ended by an exception";
+        pinning_ = false;
+        if (pin_progress_) pin_progress_->cancel();
+      };
+      asio::co_spawn(reactor_.strand(), pin_loop(m), std::move(escaped));
     }
     co_await pin_progress_->async_wait(kAwait);  // cancelled after every slab
   }

@@ -28,6 +28,7 @@
 #include <chrono>
 #include <deque>
 #include <map>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -79,6 +80,7 @@ class NodeTier final : public Tier {
   };
   using Clock = std::chrono::steady_clock;
 
+  std::function<void(std::exception_ptr)> ends_connection(const char* what);
   boost::asio::awaitable<std::error_code> ensure_connected();
   boost::asio::awaitable<std::error_code> handshake();
   boost::asio::awaitable<std::error_code> hello(Clock::time_point until);

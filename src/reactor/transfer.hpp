@@ -8,6 +8,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <system_error>
 
@@ -28,7 +29,9 @@ struct Transfer {
   std::uint64_t id = 0;
   TransferKind kind = TransferKind::save;
   kv::TransferSpec spec;
-  const hip::Event* producer = nullptr;  // the engine's event after the last forward touching these blocks
+  // The engine's event after the last forward touching these blocks; held
+  // until it is seen complete (Connector's producer contract).
+  std::shared_ptr<const hip::Event> producer;
   TransferState state = TransferState::queued;
   Clock::time_point posted{};
   Clock::time_point deadline{};

@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
     if (opt.http)
       std::printf("kvstrand-server: debug endpoint on http://%s:%u/debug\n", opt.http->address.c_str(), srv.http_port());
     std::fflush(stdout);
-    srv.wait();
+    if (!srv.wait()) return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kvstrand-server: %s\n", e.what());
     return 1;

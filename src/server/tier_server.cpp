@@ -23,6 +23,7 @@
 #include <boost/json.hpp>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <future>
 #include <map>
 #include <stdexcept>
@@ -119,7 +120,16 @@ struct TierServer::Impl {
         shutdown();
       }
     });
-    asio::co_spawn(strand, accept_loop(), reactor::LogEscaped{"kvstrand-server acceptor"});
+    // An acceptor ended by an exception would leave a server that accepts
+    // no one: it stops instead (fail-stop), and wait()'s caller exits 1.
+    auto acceptor_ended = [this](std::exception_ptr e) {
+      if (!e) return;
+      reactor::LogEscaped{"kvstrand-server acceptor"}(e);
+      spdlog::critical("kvstrand-server: no longer accepting connections: stopping");
+      failed = true;
+      shutdown();
+    };
+    asio::co_spawn(strand, accept_loop(), std::move(acceptor_ended));
     co_return std::string{};
   }
 
@@ -195,7 +205,7 @@ struct TierServer::Impl {
       ++process->sessions;
       sessions[s->id] = s;
       spdlog::debug("kvstrand-server: session {} from pid {}", s->id, cred.pid);
-      asio::co_spawn(strand, serve(s), reactor::LogEscaped{"a kvstrand-server session"});
+      asio::co_spawn(strand, serve(s), ends_session(s, "a kvstrand-server session"));
     }
   }
 
@@ -298,7 +308,7 @@ struct TierServer::Impl {
     s->outbox.push_back(Frame{std::move(frame), with_fd});
     if (!s->writing) {
       s->writing = true;
-      asio::co_spawn(strand, writer(s), reactor::LogEscaped{"a kvstrand-server writer"});
+      asio::co_spawn(strand, writer(s), ends_session(s, "a kvstrand-server writer"));
     }
   }
 
@@ -342,6 +352,16 @@ struct TierServer::Impl {
     }
     s->writing = false;
     if (s->close_after_flush && s->outbox.empty()) end_session(s, "closed after its last reply");
+  }
+
+  // A session's reader or writer ended by an exception: the connection
+  // ends (its client sees it closed and reconnects), the server goes on.
+  std::function<void(std::exception_ptr)> ends_session(const std::shared_ptr<Session>& s, const char* what) {
+    return [this, s, what](std::exception_ptr e) {
+      if (!e) return;
+      reactor::LogEscaped{what}(e);
+      end_session(s, std::string(what) + " ended by an exception");
+    };
   }
 
   // The connection ends; what its process holds stays with the process
@@ -590,6 +610,7 @@ struct TierServer::Impl {
   std::uint32_t next_reg = 1;
   std::uint64_t orphans_freed = 0;
   bool stopping = false;
+  bool failed = false;  // stopped because it could not go on (set before `stopped`)
   std::promise<void> stopped;
   Clock::time_point started = Clock::now();
   reactor::LabeledCounter requests;
@@ -629,7 +650,10 @@ void TierServer::start() {
 
 std::uint16_t TierServer::http_port() const { return impl_->http ? impl_->http->port() : 0; }
 
-void TierServer::wait() { impl_->stopped.get_future().wait(); }
+bool TierServer::wait() {
+  impl_->stopped.get_future().wait();
+  return !impl_->failed;
+}
 
 void TierServer::stop() {
   if (!impl_->loop.joinable()) return;

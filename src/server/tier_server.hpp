@@ -35,8 +35,9 @@ class TierServer {
   // the flag at fault (a socket already served, a path that cannot be bound,
   // an arena that cannot be made).
   void start();
-  // Blocks until SIGINT or SIGTERM, or stop().
-  void wait();
+  // Blocks until SIGINT or SIGTERM, or stop(). False when the server
+  // stopped because it could not go on (its acceptor failed).
+  bool wait();
   void stop();
   // The debug endpoint's port (--http; 0 when off).
   std::uint16_t http_port() const;
