@@ -34,11 +34,16 @@ struct Rng {
 
 kv::HitSource random_source(Rng& r, std::uint32_t tokens, std::uint32_t chunk) {
   kv::HitSource s{tokens, {}};
+  const bool every = r.chance(0.3);  // the edge: a checkpoint at every chunk end, the last included
   for (std::uint32_t b = chunk; b <= tokens; b += chunk)
-    if (r.chance(0.7)) s.checkpoints.push_back(b);
-  if (r.chance(0.1)) s.checkpoints.push_back(tokens / 2 + 1);  // off-grid noise
+    if (every || r.chance(0.7)) s.checkpoints.push_back(b);
+  if (!every && r.chance(0.1)) s.checkpoints.push_back(tokens / 2 + 1);  // off-grid noise
   return s;
 }
+
+// The tokens a resumed request must still compute, from the catalogue (F8),
+// not from Layout::prefill_tail() (the code under test).
+std::uint32_t required_tail(const kv::Layout& l) { return l.speculative.enabled() ? 2 : 1; }
 
 void run_one(std::uint64_t seed) {
   Rng r{std::mt19937_64(seed)};
@@ -46,16 +51,21 @@ void run_one(std::uint64_t seed) {
                                 test::stateless_layout()};
   const kv::Layout& l = layouts[r.upto(2)];
   const std::uint32_t C = l.chunk_tokens;
-  const std::uint32_t prompt = 1 + r.upto(9000);
+  // Prompts at exact chunk multiples (and one past) half the time: where a
+  // hit can cover the whole prompt and only the prefill tail holds it back.
+  std::uint32_t prompt = 1 + r.upto(9000);
+  if (r.chance(0.5)) prompt = C * (1 + r.upto(30)) + r.upto(1) * (1 + r.upto(1));  // kC, kC + 1, kC + 2
+  const bool whole = r.chance(0.4);  // hits covering the whole prompt
 
   kv::HitInputs in;
   in.prompt_tokens = prompt;
-  in.hbm = random_source(r, r.upto(prompt), C);
-  if (r.chance(0.8)) in.tier = random_source(r, kv::floor_to(r.upto(prompt), C), C);
+  in.hbm = random_source(r, whole ? prompt : r.upto(prompt), C);
+  if (r.chance(0.8)) in.tier = random_source(r, kv::floor_to(whole ? prompt : r.upto(prompt), C), C);
   in.min_load_tokens = std::array<std::uint32_t, 3>{0, 256, 512}[r.upto(2)];
   const kv::HitPlan p = kv::plan_hit(l, in);
 
-  const std::uint32_t limit = prompt > l.prefill_tail() ? prompt - l.prefill_tail() : 0;
+  const std::uint32_t tail = required_tail(l);
+  const std::uint32_t limit = prompt > tail ? prompt - tail : 0;
   REQUIRE(p.frontier <= limit);  // the tail is respected, whatever the source
   if (p.load) {
     REQUIRE(p.load->end == p.frontier);
