@@ -505,6 +505,39 @@ TEST_CASE("connector: max_live_transfers and max_live_lookups refuse what would 
   rig.conn->lookup(rig.keys(9, 0, 1));
 }
 
+TEST_CASE("connector: a save and a load of the same blocks at once are refused (blocks_in_use), never interleaved",
+          "[reactor][sim]") {
+  if (!sim_hooks_present()) return;
+  Rig rig;
+  rig.conn->save(rig.save_spec("stored", 1, 0, 1, Rig::block_range(0, 4)));
+  rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); });
+  require_ok(hip::sim::hold_stream(rig.tier->save_stream()));
+  require_ok(hip::sim::hold_stream(rig.tier->load_stream()));
+  rig.conn->load(rig.load_spec("in", 1, 0, 1, Rig::block_range(8, 4), 0));  // writes 8..11
+  rig.conn->save(rig.save_spec("out", 2, 0, 1, Rig::block_range(16, 4)));   // reads 16..19
+  auto refused = [](auto&& post) {
+    try {
+      post();
+    } catch (const TransferRefused& e) {
+      return e.code() == TransferErrc::blocks_in_use;
+    }
+    return false;
+  };
+  REQUIRE(refused([&] { rig.conn->save(rig.save_spec("a", 3, 0, 1, {20, 21, 22, 11})); }));  // 11 is being loaded
+  REQUIRE(refused([&] { rig.conn->load(rig.load_spec("b", 1, 0, 1, {30, 31, 32, 19}, 1)); }));  // 19 is being saved
+  REQUIRE(refused([&] { rig.conn->load(rig.load_spec("c", 1, 0, 1, {8, 40, 41, 42}, 1)); }));  // 8: two loads
+  std::vector<reactor::Connector::Op> batch;  // within one batch too, and nothing of it is posted
+  batch.push_back({reactor::TransferKind::save, rig.save_spec("d", 4, 0, 1, Rig::block_range(48, 4)), nullptr});
+  batch.push_back({reactor::TransferKind::load, rig.load_spec("e", 1, 0, 1, Rig::block_range(48, 4), 2), nullptr});
+  REQUIRE(refused([&] { rig.conn->submit(std::move(batch)); }));
+  rig.conn->save(rig.save_spec("f", 5, 0, 1, Rig::block_range(16, 4)));  // two saves may read the same blocks
+  REQUIRE(rig.conn->transfers().size() == 3);
+  require_ok(hip::sim::release_stream(rig.tier->save_stream()));
+  require_ok(hip::sim::release_stream(rig.tier->load_stream()));
+  rig.wait_for([](const reactor::Finished& f) { return f.saves.size() == 2 && f.loads.size() == 1; });
+  rig.conn->save(rig.save_spec("a", 3, 0, 1, {20, 21, 22, 11}));  // drained: the blocks are free again
+}
+
 TEST_CASE("F5: a completion is observed with no new work arriving", "[reactor][sim]") {
   if (!sim_hooks_present()) return;
   Rig rig;

@@ -414,12 +414,31 @@ void Connector::submit(std::vector<Op> ops) {
       throw TransferRefused(TransferErrc::duplicate_transfer, std::string("two ") + to_string(op.kind) +
                                                                   "s of request '" + op.spec.request + "' in one batch");
   }
+  // Blocks: checked against the live transfers and the batch's own earlier ops.
+  std::unordered_map<kv::BlockId, std::uint32_t> batch_read, batch_write;
+  for (const Op& op : ops) {
+    for (kv::BlockId b : op.spec.blocks) {
+      const bool written = writing_.contains(b) || batch_write.contains(b);
+      const bool read = reading_.contains(b) || batch_read.contains(b);
+      if (written || (op.kind == TransferKind::load && read))
+        throw TransferRefused(TransferErrc::blocks_in_use,
+                              std::string(to_string(op.kind)) + " of request '" + op.spec.request + "': block " +
+                                  std::to_string(b) + " is " + (written ? "being loaded into" : "being saved from") +
+                                  " by a live transfer");
+    }
+    for (kv::BlockId b : op.spec.blocks) ++(op.kind == TransferKind::load ? batch_write : batch_read)[b];
+  }
   if (live_.size() + batch.size() > options_.max_live_transfers)
     throw TransferRefused(TransferErrc::too_many_live,
                           std::to_string(live_.size()) + " transfers live and " + std::to_string(batch.size()) +
                               " more would pass max_live_transfers (" + std::to_string(options_.max_live_transfers) +
                               "): drain finished() first");
   live_.insert(batch.begin(), batch.end());
+  for (const Op& op : ops) {
+    auto& uses = op.kind == TransferKind::load ? writing_ : reading_;
+    for (kv::BlockId b : op.spec.blocks) ++uses[b];
+    live_blocks_[{op.spec.request, op.kind}] = op.spec.blocks;
+  }
   asio::post(reactor_->strand(), [core = core_, ops = std::move(ops)]() mutable {
     for (Op& op : ops) core->start(std::move(op));
   });
@@ -468,8 +487,17 @@ asio::awaitable<void> Connector::release_on_strand(std::shared_ptr<Core> core, s
 }
 
 void Connector::forget_drained(const Finished& f) {
-  for (const auto& o : f.saves) live_.erase({o.request, TransferKind::save});
-  for (const auto& o : f.loads) live_.erase({o.request, TransferKind::load});
+  auto forget = [this](const std::string& request, TransferKind kind) {
+    live_.erase({request, kind});
+    auto it = live_blocks_.find({request, kind});
+    if (it == live_blocks_.end()) return;
+    auto& uses = kind == TransferKind::load ? writing_ : reading_;
+    for (kv::BlockId b : it->second)
+      if (auto u = uses.find(b); u != uses.end() && --u->second == 0) uses.erase(u);
+    live_blocks_.erase(it);
+  };
+  for (const auto& o : f.saves) forget(o.request, TransferKind::save);
+  for (const auto& o : f.loads) forget(o.request, TransferKind::load);
   lookups_live_ -= std::min(lookups_live_, f.lookups.size());
 }
 

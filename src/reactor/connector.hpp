@@ -28,7 +28,9 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <map>
 #include <set>
+#include <unordered_map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -116,8 +118,12 @@ class Connector {
   // Post one transfer and return at once. Throws TransferRefused, posting
   // nothing, for: a live transfer of the same kind for the request
   // (duplicate_transfer), no registration, a spec that does not fit, a
-  // closed connector, max_live_transfers reached (too_many_live). A
-  // FailStop already set is raised here too.
+  // closed connector, max_live_transfers reached (too_many_live), blocks a
+  // live transfer uses (blocks_in_use: a load may name no block a live save
+  // reads or a live load writes; a save no block a live load writes; two
+  // saves may read the same blocks). kvstrand refuses rather than orders
+  // them: the engine's scheduler decides which goes first. A FailStop
+  // already set is raised here too.
   void save(kv::TransferSpec spec, std::shared_ptr<const hip::Event> producer = nullptr);
   void load(kv::TransferSpec spec, std::shared_ptr<const hip::Event> producer = nullptr);
   // A whole step's transfers in one post. All are checked first; if one is
@@ -224,6 +230,10 @@ class Connector {
   // Engine-thread state: what this thread posted and has not yet drained.
   std::optional<Registration> registration_;
   std::set<std::pair<std::string, TransferKind>> live_;
+  // The blocks each live transfer names, until its outcome is drained: a
+  // load writes its blocks, a save reads them (blocks_in_use).
+  std::map<std::pair<std::string, TransferKind>, std::vector<kv::BlockId>> live_blocks_;
+  std::unordered_map<kv::BlockId, std::uint32_t> reading_, writing_;
   std::uint64_t next_lookup_ = 1;
   std::size_t lookups_live_ = 0;  // asked, answer not yet drained
   bool closed_ = false;   // no new work is accepted

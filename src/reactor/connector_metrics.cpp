@@ -24,6 +24,7 @@ std::string_view outcome_label(std::error_code ec) {
     case TransferErrc::device_error: return "device_error";
     case TransferErrc::tier_unavailable: return "tier_unavailable";
     case TransferErrc::too_many_live: return "too_many_live";
+    case TransferErrc::blocks_in_use: return "blocks_in_use";
   }
   return "other";
 }

@@ -18,6 +18,8 @@ class TransferCategory final : public std::error_category {
       case TransferErrc::missing_chunk: return "the tier does not hold every chunk of the load";
       case TransferErrc::device_error: return "a device copy failed";
       case TransferErrc::tier_unavailable: return "the tier server is unreachable; recompute what a load would bring";
+      case TransferErrc::blocks_in_use:
+        return "a live transfer writes or reads these blocks: wait for its outcome (or fence it) first";
       case TransferErrc::too_many_live:
         return "too many transfers or lookups live: drain finished() before posting more";
     }

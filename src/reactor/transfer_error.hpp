@@ -19,6 +19,7 @@ enum class TransferErrc {
   device_error,            // a copy failed on the device
   tier_unavailable,        // the tier server cannot be reached (the transfer did not happen)
   too_many_live,           // max_live_transfers / max_live_lookups would be passed: drain finished() first
+  blocks_in_use,           // a live load writes, or a live save reads, a block this transfer names
 };
 
 const std::error_category& transfer_category() noexcept;
