@@ -152,6 +152,12 @@ TEST_CASE("engine: a load outcome of an older generation is ignored, whatever it
   require_exact(st);
   REQUIRE(st.preemptions > 0);
   REQUIRE(st.stale_outcomes > 0);
+  // The schedule F4 is about, a request preempted while loading admitted
+  // again, happens; that it then posts a new load before its old outcome is
+  // read cannot: it loads at most once, and the fenced outcome is drained
+  // before any admission (run() throws logic_error if either breaks). The
+  // old outcome meets the filter as that of a request no longer loading.
+  REQUIRE(st.readmitted_after_fenced_load > 0);
 }
 
 TEST_CASE("engine: a preemption whose fence times out is fail-stop: the request's blocks are never freed (F1)",

@@ -55,6 +55,7 @@ struct Request {
   std::vector<kv::ChunkKey> keys;        // full prompt chunks
   enum class Phase { waiting, loading, running } phase = Phase::waiting;
   std::uint32_t generation = 0;
+  bool preempted_loading = false;  // its last load was fenced away by a preemption
   // Tier lookup: sent once per request; answered or not.
   std::optional<std::uint64_t> lookup_id;
   bool lookup_answered = false;
@@ -308,6 +309,10 @@ struct Engine::Impl {
       }
     }
     const kv::HitPlan plan = kv::plan_hit(l, in);
+    if (std::exchange(r.preempted_loading, false)) {
+      ++stats.readmitted_after_fenced_load;
+      if (plan.load) throw std::logic_error("engine: " + r.id + " would load again after its load was fenced (F4)");
+    }
     if (in.tier) r.tracker.note_stored(in.tier->tokens);
     // The tier's answer holds a lease (kvstrand-server); a hit the plan does
     // not load gives it back now (F20).
@@ -334,6 +339,17 @@ struct Engine::Impl {
     running.push_back(r.n);
 
     if (plan.load) {
+      // F4 by construction, twice over: a request loads at most once (its
+      // tier attempt is spent when the load is decided, so a request
+      // preempted while loading is planned again from HBM alone), and a
+      // preemption fences its load, whose outcome the next turn of the loop
+      // drains before it admits. A load is never posted while an outcome of
+      // the request's previous one is unread; the stale-outcome filter in
+      // on_load is the second line.
+      for (const auto& [name, in_flight] : loads)
+        if (in_flight.request == r.n)
+          throw std::logic_error("engine: " + r.id + " would post a new load while the outcome of " + name +
+                                 " is unread (F4)");
       kv::TransferSpec s;
       r.load_name = r.id + ".g" + std::to_string(r.generation) + ".load";
       s.request = r.load_name;
@@ -387,6 +403,7 @@ struct Engine::Impl {
       // Its outcome, still in the mailbox, names the old generation: ignored.
       settle_record(loads.at(r.load_name), false);
       r.tracker.load_settled(kv::LoadOutcome::failed);
+      r.preempted_loading = true;
     }
     release_request(r);
     ++r.generation;

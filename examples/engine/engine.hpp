@@ -87,6 +87,7 @@ struct RunStats {
   std::uint64_t deferred_steps = 0, loads = 0, loads_failed = 0, loads_from_zero = 0;
   double kvstrand_call_seconds = 0;  // step-thread time inside kvstrand calls (on the clock too)
   std::uint64_t saves = 0, saves_failed = 0, preemptions = 0, stale_outcomes = 0, steps = 0;
+  std::uint64_t readmitted_after_fenced_load = 0;  // admitted again after a preemption fenced its load
   std::vector<std::string> load_failures;  // each failed load's own cause
   std::vector<std::string> mismatch_details;
 };
