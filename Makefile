@@ -10,6 +10,7 @@
 #   make bench           run the benchmarks (sim backend)
 #   make gpu-pack        cuda build + the shared libraries it needs, for the GPU machine
 #   make fuzz            the protocol decoder under libFuzzer (clang-14), FUZZ_SECONDS long
+#   make mutants         break the code on purpose (scripts/mutants.py): every named mutant must be caught
 
 SHELL := /bin/bash
 JOBS ?= $(shell nproc)
@@ -24,7 +25,7 @@ export TSAN_OPTIONS ?= halt_on_error=1:second_deadlock_stack=1
 
 FUZZ_SECONDS ?= 60
 
-.PHONY: all bootstrap build demo test test-asan test-tsan test-sanitize check-backends bench gpu-pack fuzz clean
+.PHONY: all bootstrap build demo test test-asan test-tsan test-sanitize check-backends bench gpu-pack fuzz mutants clean
 
 all: build
 
@@ -72,6 +73,11 @@ bench: build
 	./build/bench/bench_transfer
 	./build/bench/bench_index
 	./build/bench/bench_node --start-tier 4G --scaling-tier 2G
+
+# Not in CI (about a minute a mutant on 2 cores). MUTANTS="F14-timer F4-no-fence" runs some.
+mutants: bootstrap
+	@scripts/bootstrap.sh --test
+	scripts/mutants.py $(MUTANTS)
 
 gpu-pack: check-backends
 	scripts/gpu-pack.sh build-cuda
