@@ -31,11 +31,21 @@ reactor::ConnectorOptions remote(const ServerProcess& srv, std::chrono::millisec
 }
 
 // A server in this process that speaks protocol 2 through hello and
-// register, then answers every other request with a reply of another type
-// (a lookup reply to a reserve, a reserve reply to the rest).
+// register, then answers wrongly. wrong_types: every other request gets a
+// reply of another type (a lookup reply to a reserve, a reserve reply to
+// the rest). offsets_past(n): reserves and lookups are granted at offsets
+// n bytes past the last object that fits the arena (0: the last one).
 class WrongReplyServer {
  public:
-  WrongReplyServer() : path_(ServerProcess::fresh_socket_path()), arena_({4u << 20, 2u << 20, false}) {
+  struct Mode {
+    bool wrong_types;
+    std::uint64_t past;
+  };
+  static Mode wrong_types() { return {true, 0}; }
+  static Mode offsets_past(std::uint64_t n) { return {false, n}; }
+
+  explicit WrongReplyServer(Mode mode)
+      : mode_(mode), path_(ServerProcess::fresh_socket_path()), arena_({4u << 20, 2u << 20, false}) {
     listen_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
@@ -97,7 +107,24 @@ class WrongReplyServer {
       }
       if (type == Type::register_layout) {
         const kv::Layout& l = std::get<RegisterLayout>(*req).layout;
-        out = encode_reply(type, h.request_id, Reply{Status::ok, "", RegisterReply{1, l.object_bytes(l.has_state())}});
+        object_ = l.object_bytes(l.has_state());
+        chunk_ = l.chunk_tokens;
+        out = encode_reply(type, h.request_id, Reply{Status::ok, "", RegisterReply{1, object_}});
+      } else if (!mode_.wrong_types) {
+        const std::uint64_t at = arena_.bytes() - object_ + mode_.past;
+        if (type == Type::reserve) {
+          const std::size_t n = std::get<Reserve>(*req).keys.size();
+          out = encode_reply(type, h.request_id,
+                             Reply{Status::ok, "", ReserveReply{7, std::vector<ChunkState>(n, ChunkState::reserved),
+                                                                std::vector<std::uint64_t>(n, at)}});
+        } else if (type == Type::lookup) {
+          const auto n = static_cast<std::uint32_t>(std::get<Lookup>(*req).keys.size());
+          out = encode_reply(type, h.request_id,
+                             Reply{Status::ok, "", LookupReply{9, kv::HitSource{n * chunk_, {n * chunk_}},
+                                                               std::vector<std::uint64_t>(n, at)}});
+        } else {
+          out = encode_reply(type, h.request_id, Reply{});
+        }
       } else if (type == Type::reserve) {
         out = encode_reply(Type::lookup, h.request_id, Reply{Status::ok, "", LookupReply{}});
       } else {
@@ -107,6 +134,9 @@ class WrongReplyServer {
     }
   }
 
+  Mode mode_;
+  std::uint64_t object_ = 0;
+  std::uint32_t chunk_ = 0;
   std::string path_;
   tier::Arena arena_;
   int listen_ = -1;
@@ -334,7 +364,7 @@ TEST_CASE("node tier: a lookup whose hit is not loaded gives its lease back at o
 TEST_CASE("node tier: a reply of another type than its request is a protocol error: the request fails with it",
           "[server][reactor][fault]") {
   if (!device_present()) return;
-  WrongReplyServer srv;
+  WrongReplyServer srv(WrongReplyServer::wrong_types());
   reactor::ConnectorOptions o;
   o.server_socket = srv.socket_path();
   o.server_request_timeout = 2s;
@@ -348,4 +378,34 @@ TEST_CASE("node tier: a reply of another type than its request is a protocol err
   // The lookup's answer (a reserve reply, on a new connection) is a miss, not a throw.
   rig.conn->lookup(rig.keys(1, 0, 1));
   REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); }).lookups[0].hit.tokens == 0);
+}
+
+TEST_CASE("node tier: an arena offset the server grants past the arena is refused, and nothing is copied",
+          "[server][reactor][fault]") {
+  if (!device_present()) return;
+  for (std::uint64_t past : {std::uint64_t{0}, std::uint64_t{1}}) {
+    INFO("offsets " << past << " B past the last object that fits");
+    WrongReplyServer srv(WrongReplyServer::offsets_past(past));
+    reactor::ConnectorOptions o;
+    o.server_socket = srv.socket_path();
+    o.server_request_timeout = 2s;
+    Rig rig(o);
+    rig.conn->save(rig.save_spec("s", 1, 0, 1, Rig::block_range(0, 4)));
+    const auto saved = rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); }).saves[0];
+    const auto dst = Rig::block_range(8, 4);
+    const auto before = rig.snapshot(dst, {3});
+    rig.conn->load(rig.load_spec("l", 1, 0, 1, dst, 3));
+    const auto loaded = rig.wait_for([](const reactor::Finished& f) { return !f.loads.empty(); }).loads[0];
+    INFO("save: " << saved.reason << "; load: " << loaded.reason);
+    if (past == 0) {  // the last object of the arena: inside, used
+      REQUIRE(saved.ok);
+      REQUIRE(loaded.ok);
+      continue;
+    }
+    REQUIRE_FALSE(saved.ok);
+    REQUIRE(saved.reason.find("outside its arena") != std::string::npos);
+    REQUIRE_FALSE(loaded.ok);
+    REQUIRE(loaded.reason.find("outside its arena") != std::string::npos);
+    REQUIRE(rig.snapshot(dst, {3}) == before);  // the refused load wrote nothing
+  }
 }
