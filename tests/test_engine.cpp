@@ -7,6 +7,7 @@
 // tier (F4, F6, F7, F30, F31).
 #include <signal.h>
 
+#include <map>
 #include <thread>
 
 #include "engine.hpp"
@@ -243,10 +244,21 @@ TEST_CASE("engine: a working set that fits HBM pays nothing for the tier (F31)",
   };
   const auto [hbm, hbm_rate] = run(false);
   const auto [tier, tier_rate] = run(true);
-  INFO("hbm " << hbm_rate << " req/s, tier " << tier_rate << " req/s (modeled)");
+  INFO("hbm " << hbm_rate << " req/s, tier " << tier_rate << " req/s (modeled; the demo's fit arms measure it)");
   REQUIRE(tier.loads == 0);
   REQUIRE(tier.lookups_measured == 0);  // HBM covers what the tier could add: no lookup, no deferral
-  REQUIRE(tier_rate >= 0.99 * hbm_rate);
+  // The same work, request for request: every measured request resumed
+  // from HBM exactly as far as without the tier, and computed the same.
+  // (The rates also hold the real time spent in kvstrand calls, so they
+  // are a benchmark's figure, not this test's.)
+  auto measured = [](const RunStats& st) {
+    std::map<std::uint32_t, std::pair<std::uint32_t, std::uint32_t>> by_prompt;  // prompt -> (hbm, computed)
+    for (const auto& r : st.done)
+      if (r.finish > st.warm_at) by_prompt[r.prompt] = {r.hbm_tokens, r.computed_tokens};
+    return by_prompt;
+  };
+  REQUIRE(!measured(hbm).empty());
+  REQUIRE(measured(tier) == measured(hbm));
 }
 
 TEST_CASE("engine: a server restart mid-run costs recomputes, never a wrong byte", "[engine][server][gpu][fault]") {
