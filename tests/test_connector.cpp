@@ -513,8 +513,8 @@ TEST_CASE("connector: a save and a load of the same blocks at once are refused (
   rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); });
   require_ok(hip::sim::hold_stream(rig.tier->save_stream()));
   require_ok(hip::sim::hold_stream(rig.tier->load_stream()));
-  rig.conn->load(rig.load_spec("in", 1, 0, 1, Rig::block_range(8, 4), 0));  // writes 8..11
-  rig.conn->save(rig.save_spec("out", 2, 0, 1, Rig::block_range(16, 4)));   // reads 16..19
+  rig.conn->load(rig.load_spec("in", 1, 0, 1, Rig::block_range(8, 4), 9));  // writes 8..11 and image slot 9
+  rig.conn->save(rig.save_spec("out", 2, 0, 1, Rig::block_range(16, 4)));   // reads 16..19 and image slot 0
   auto refused = [](auto&& post) {
     try {
       post();
@@ -526,6 +526,10 @@ TEST_CASE("connector: a save and a load of the same blocks at once are refused (
   REQUIRE(refused([&] { rig.conn->save(rig.save_spec("a", 3, 0, 1, {20, 21, 22, 11})); }));  // 11 is being loaded
   REQUIRE(refused([&] { rig.conn->load(rig.load_spec("b", 1, 0, 1, {30, 31, 32, 19}, 1)); }));  // 19 is being saved
   REQUIRE(refused([&] { rig.conn->load(rig.load_spec("c", 1, 0, 1, {8, 40, 41, 42}, 1)); }));  // 8: two loads
+  REQUIRE(refused([&] { rig.conn->load(rig.load_spec("g", 1, 0, 1, Rig::block_range(52, 4), 0)); }));  // slot 0 is read
+  auto h = rig.save_spec("h", 6, 0, 1, Rig::block_range(56, 4));
+  h.state_slots = {9};  // slot 9 is being loaded into
+  REQUIRE(refused([&] { rig.conn->save(h); }));
   std::vector<reactor::Connector::Op> batch;  // within one batch too, and nothing of it is posted
   batch.push_back({reactor::TransferKind::save, rig.save_spec("d", 4, 0, 1, Rig::block_range(48, 4)), nullptr});
   batch.push_back({reactor::TransferKind::load, rig.load_spec("e", 1, 0, 1, Rig::block_range(48, 4), 2), nullptr});

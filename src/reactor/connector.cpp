@@ -414,19 +414,13 @@ void Connector::submit(std::vector<Op> ops) {
       throw TransferRefused(TransferErrc::duplicate_transfer, std::string("two ") + to_string(op.kind) +
                                                                   "s of request '" + op.spec.request + "' in one batch");
   }
-  // Blocks: checked against the live transfers and the batch's own earlier ops.
-  std::unordered_map<kv::BlockId, std::uint32_t> batch_read, batch_write;
-  for (const Op& op : ops) {
-    for (kv::BlockId b : op.spec.blocks) {
-      const bool written = writing_.contains(b) || batch_write.contains(b);
-      const bool read = reading_.contains(b) || batch_read.contains(b);
-      if (written || (op.kind == TransferKind::load && read))
-        throw TransferRefused(TransferErrc::blocks_in_use,
-                              std::string(to_string(op.kind)) + " of request '" + op.spec.request + "': block " +
-                                  std::to_string(b) + " is " + (written ? "being loaded into" : "being saved from") +
-                                  " by a live transfer");
-    }
-    for (kv::BlockId b : op.spec.blocks) ++(op.kind == TransferKind::load ? batch_write : batch_read)[b];
+  // Blocks and image slots: checked against the live transfers and the
+  // batch's own earlier ops. A transfer whose outcome waits in the mailbox
+  // (terminal, e.g. covered by a fence that returned) uses nothing: on a
+  // conflict those are forgotten and the batch checked once more.
+  if (const auto refusal = conflict(ops)) {
+    forget_uses(mailbox_->terminal());
+    if (conflict(ops)) throw TransferRefused(TransferErrc::blocks_in_use, *refusal);
   }
   if (live_.size() + batch.size() > options_.max_live_transfers)
     throw TransferRefused(TransferErrc::too_many_live,
@@ -435,9 +429,11 @@ void Connector::submit(std::vector<Op> ops) {
                               "): drain finished() first");
   live_.insert(batch.begin(), batch.end());
   for (const Op& op : ops) {
-    auto& uses = op.kind == TransferKind::load ? writing_ : reading_;
-    for (kv::BlockId b : op.spec.blocks) ++uses[b];
-    live_blocks_[{op.spec.request, op.kind}] = op.spec.blocks;
+    const bool load = op.kind == TransferKind::load;
+    Uses u{op.spec.blocks, slots_of(op)};
+    for (kv::BlockId b : u.blocks) ++(load ? writing_ : reading_)[b];
+    for (std::int32_t s : u.slots) ++(load ? writing_slots_ : reading_slots_)[s];
+    live_uses_[{op.spec.request, op.kind}] = std::move(u);
   }
   asio::post(reactor_->strand(), [core = core_, ops = std::move(ops)]() mutable {
     for (Op& op : ops) core->start(std::move(op));
@@ -486,18 +482,66 @@ asio::awaitable<void> Connector::release_on_strand(std::shared_ptr<Core> core, s
   co_await core->tier->release_lookup(lease);
 }
 
-void Connector::forget_drained(const Finished& f) {
-  auto forget = [this](const std::string& request, TransferKind kind) {
-    live_.erase({request, kind});
-    auto it = live_blocks_.find({request, kind});
-    if (it == live_blocks_.end()) return;
-    auto& uses = kind == TransferKind::load ? writing_ : reading_;
-    for (kv::BlockId b : it->second)
-      if (auto u = uses.find(b); u != uses.end() && --u->second == 0) uses.erase(u);
-    live_blocks_.erase(it);
+// Why `ops` cannot be posted now (a block or image slot a live transfer, or
+// an earlier op of the batch, writes; or, for a load, reads); none if they
+// can.
+std::optional<std::string> Connector::conflict(const std::vector<Op>& ops) const {
+  std::unordered_map<kv::BlockId, std::uint32_t> batch_read, batch_write;
+  std::unordered_map<std::int32_t, std::uint32_t> batch_read_slots, batch_write_slots;
+  for (const Op& op : ops) {
+    const bool load = op.kind == TransferKind::load;
+    auto why = [&](const std::string& what, bool written) {
+      return std::string(to_string(op.kind)) + " of request '" + op.spec.request + "': " + what + " is " +
+             (written ? "being loaded into" : "being saved from") + " by a live transfer";
+    };
+    for (kv::BlockId b : op.spec.blocks) {
+      const bool written = writing_.contains(b) || batch_write.contains(b);
+      if (written || (load && (reading_.contains(b) || batch_read.contains(b))))
+        return why("block " + std::to_string(b), written);
+    }
+    const std::vector<std::int32_t> slots = slots_of(op);
+    for (std::int32_t s : slots) {
+      const bool written = writing_slots_.contains(s) || batch_write_slots.contains(s);
+      if (written || (load && (reading_slots_.contains(s) || batch_read_slots.contains(s))))
+        return why("image slot " + std::to_string(s), written);
+    }
+    for (kv::BlockId b : op.spec.blocks) ++(load ? batch_write : batch_read)[b];
+    for (std::int32_t s : slots) ++(load ? batch_write_slots : batch_read_slots)[s];
+  }
+  return std::nullopt;
+}
+
+void Connector::forget_uses(const std::vector<std::pair<std::string, TransferKind>>& terminal) {
+  auto drop = [](auto& counts, const auto& keys) {
+    for (const auto& k : keys)
+      if (auto u = counts.find(k); u != counts.end() && --u->second == 0) counts.erase(u);
   };
-  for (const auto& o : f.saves) forget(o.request, TransferKind::save);
-  for (const auto& o : f.loads) forget(o.request, TransferKind::load);
+  for (const auto& key : terminal) {
+    auto it = live_uses_.find(key);
+    if (it == live_uses_.end()) continue;
+    const bool load = key.second == TransferKind::load;
+    drop(load ? writing_ : reading_, it->second.blocks);
+    drop(load ? writing_slots_ : reading_slots_, it->second.slots);
+    live_uses_.erase(it);
+  }
+}
+
+// The image slots an op touches: a save's (>= 0) it reads, a load's
+// destination it writes.
+std::vector<std::int32_t> Connector::slots_of(const Op& op) {
+  std::vector<std::int32_t> out;
+  if (!op.spec.with_state) return out;
+  for (std::int32_t s : op.spec.state_slots)
+    if (s >= 0) out.push_back(s);
+  return out;
+}
+
+void Connector::forget_drained(const Finished& f) {
+  std::vector<std::pair<std::string, TransferKind>> ended;
+  for (const auto& o : f.saves) ended.emplace_back(o.request, TransferKind::save);
+  for (const auto& o : f.loads) ended.emplace_back(o.request, TransferKind::load);
+  for (const auto& key : ended) live_.erase(key);
+  forget_uses(ended);
   lookups_live_ -= std::min(lookups_live_, f.lookups.size());
 }
 
@@ -509,24 +553,19 @@ Finished Connector::finished() {
   return f;
 }
 
-void Connector::start_fence(std::vector<std::string> requests, std::chrono::milliseconds timeout,
-                            FenceHandler handler) {
-  // The strand's fence completes with an error_code; the engine gets the
-  // exception that code stands for, on the engine's own executor.
-  auto ex = asio::get_associated_executor(handler);
-  auto to_exception = [h = std::move(handler), mailbox = mailbox_](std::error_code ec) mutable {
-    std::exception_ptr e;
-    if (auto f = mailbox->fail_stop()) e = std::make_exception_ptr(FailStop(f->code, f->what));
-    else if (ec == TransferErrc::closed) e = std::make_exception_ptr(TransferRefused(ec, "fence: the connector is closed"));
-    else if (ec) e = std::make_exception_ptr(FailStop(ec, "kvstrand: fence: " + ec.message()));
-    std::move(h)(e);
-  };
-  Handler inner(asio::bind_executor(ex, std::move(to_exception)));
+std::exception_ptr Connector::fence_exception(const Mailbox& mailbox, std::error_code ec) {
+  if (auto f = mailbox.fail_stop()) return std::make_exception_ptr(FailStop(f->code, f->what));
+  if (ec == TransferErrc::closed) return std::make_exception_ptr(TransferRefused(ec, "fence: the connector is closed"));
+  if (ec) return std::make_exception_ptr(FailStop(ec, "kvstrand: fence: " + ec.message()));
+  return nullptr;
+}
+
+void Connector::start_fence(std::vector<std::string> requests, std::chrono::milliseconds timeout, Handler handler) {
   if (closed_) {
-    Core::complete(std::move(inner), TransferErrc::closed);
+    Core::complete(std::move(handler), TransferErrc::closed);
     return;
   }
-  asio::post(reactor_->strand(), [core = core_, r = std::move(requests), timeout, h = std::move(inner)]() mutable {
+  asio::post(reactor_->strand(), [core = core_, r = std::move(requests), timeout, h = std::move(handler)]() mutable {
     core->fence(std::move(r), timeout, false, std::move(h));
   });
 }

@@ -23,7 +23,9 @@
 #pragma once
 
 #include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/associated_executor.hpp>
 #include <boost/asio/async_result.hpp>
+#include <boost/asio/bind_executor.hpp>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -118,10 +120,10 @@ class Connector {
   // Post one transfer and return at once. Throws TransferRefused, posting
   // nothing, for: a live transfer of the same kind for the request
   // (duplicate_transfer), no registration, a spec that does not fit, a
-  // closed connector, max_live_transfers reached (too_many_live), blocks a
-  // live transfer uses (blocks_in_use: a load may name no block a live save
-  // reads or a live load writes; a save no block a live load writes; two
-  // saves may read the same blocks). kvstrand refuses rather than orders
+  // closed connector, max_live_transfers reached (too_many_live), blocks or
+  // image slots a live transfer uses (blocks_in_use: a load may name none a
+  // live save reads or a live load writes; a save none a live load writes;
+  // two saves may read the same ones). kvstrand refuses rather than orders
   // them: the engine's scheduler decides which goes first. A FailStop
   // already set is raised here too.
   void save(kv::TransferSpec spec, std::shared_ptr<const hip::Event> producer = nullptr);
@@ -161,7 +163,14 @@ class Connector {
   auto async_fence(std::vector<std::string> requests, std::chrono::milliseconds timeout, Token&& token) {
     return boost::asio::async_initiate<Token, void(std::exception_ptr)>(
         [this, r = std::move(requests), timeout](auto handler) mutable {
-          start_fence(std::move(r), timeout, FenceHandler(std::move(handler)));
+          // The strand's fence completes with an error_code; the caller gets
+          // the exception it stands for, on its own executor (bound here,
+          // from the concrete handler).
+          auto ex = boost::asio::get_associated_executor(handler);
+          auto to_exception = [h = std::move(handler), mailbox = mailbox_](std::error_code ec) mutable {
+            std::move(h)(fence_exception(*mailbox, ec));
+          };
+          start_fence(std::move(r), timeout, Handler(boost::asio::bind_executor(ex, std::move(to_exception))));
         },
         token);
   }
@@ -195,17 +204,21 @@ class Connector {
 
  private:
   using Handler = boost::asio::any_completion_handler<void(std::error_code)>;
-  using FenceHandler = boost::asio::any_completion_handler<void(std::exception_ptr)>;
   struct Core;
 
   void check(TransferKind kind, const kv::TransferSpec& spec) const;
   void raise_fail_stop() const;
-  void start_fence(std::vector<std::string> requests, std::chrono::milliseconds timeout, FenceHandler handler);
+  void start_fence(std::vector<std::string> requests, std::chrono::milliseconds timeout, Handler handler);
+  // What a fence that completed with `ec` throws (null: nothing).
+  static std::exception_ptr fence_exception(const Mailbox& mailbox, std::error_code ec);
   void start_close(Handler handler);
   static boost::asio::awaitable<void> release_on_strand(std::shared_ptr<Core> core, std::uint64_t lease);
   static boost::asio::awaitable<void> answer_lookup(std::shared_ptr<Core> core, std::uint64_t id,
                                                     std::vector<kv::ChunkKey> keys);
   void forget_drained(const Finished& f);
+  static std::vector<std::int32_t> slots_of(const Op& op);
+  std::optional<std::string> conflict(const std::vector<Op>& ops) const;
+  void forget_uses(const std::vector<std::pair<std::string, TransferKind>>& terminal);
   void start_http();
 
   // Times one call on the engine thread into step_calls_ for /metrics; with
@@ -230,10 +243,15 @@ class Connector {
   // Engine-thread state: what this thread posted and has not yet drained.
   std::optional<Registration> registration_;
   std::set<std::pair<std::string, TransferKind>> live_;
-  // The blocks each live transfer names, until its outcome is drained: a
-  // load writes its blocks, a save reads them (blocks_in_use).
-  std::map<std::pair<std::string, TransferKind>, std::vector<kv::BlockId>> live_blocks_;
+  // The blocks and image slots each live transfer names, until its outcome
+  // is drained: a load writes them, a save reads them (blocks_in_use).
+  struct Uses {
+    std::vector<kv::BlockId> blocks;
+    std::vector<std::int32_t> slots;
+  };
+  std::map<std::pair<std::string, TransferKind>, Uses> live_uses_;
   std::unordered_map<kv::BlockId, std::uint32_t> reading_, writing_;
+  std::unordered_map<std::int32_t, std::uint32_t> reading_slots_, writing_slots_;
   std::uint64_t next_lookup_ = 1;
   std::size_t lookups_live_ = 0;  // asked, answer not yet drained
   bool closed_ = false;   // no new work is accepted

@@ -31,6 +31,14 @@ Finished Mailbox::drain() {
   return std::exchange(pending_, Finished{});
 }
 
+std::vector<std::pair<std::string, TransferKind>> Mailbox::terminal() const {
+  std::lock_guard lk(m_);
+  std::vector<std::pair<std::string, TransferKind>> out;
+  for (const auto& o : pending_.saves) out.emplace_back(o.request, TransferKind::save);
+  for (const auto& o : pending_.loads) out.emplace_back(o.request, TransferKind::load);
+  return out;
+}
+
 std::optional<FailStopState> Mailbox::fail_stop() const {
   std::lock_guard lk(m_);
   return fail_;

@@ -68,6 +68,8 @@ class Mailbox {
 
   Finished drain();
   std::optional<FailStopState> fail_stop() const;
+  // The transfers whose outcome is here, not yet drained: terminal.
+  std::vector<std::pair<std::string, TransferKind>> terminal() const;
 
  private:
   mutable std::mutex m_;
