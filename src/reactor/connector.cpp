@@ -2,7 +2,6 @@
 #include "reactor/connector.hpp"
 
 #include <boost/asio/append.hpp>
-#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -427,13 +426,12 @@ void Connector::submit(std::vector<Op> ops) {
                           std::to_string(live_.size()) + " transfers live and " + std::to_string(batch.size()) +
                               " more would pass max_live_transfers (" + std::to_string(options_.max_live_transfers) +
                               "): drain finished() first");
-  live_.insert(batch.begin(), batch.end());
   for (const Op& op : ops) {
     const bool load = op.kind == TransferKind::load;
     Uses u{op.spec.blocks, slots_of(op)};
     for (kv::BlockId b : u.blocks) ++(load ? writing_ : reading_)[b];
     for (std::int32_t s : u.slots) ++(load ? writing_slots_ : reading_slots_)[s];
-    live_uses_[{op.spec.request, op.kind}] = std::move(u);
+    live_[{op.spec.request, op.kind}] = std::move(u);
   }
   asio::post(reactor_->strand(), [core = core_, ops = std::move(ops)]() mutable {
     for (Op& op : ops) core->start(std::move(op));
@@ -517,12 +515,12 @@ void Connector::forget_uses(const std::vector<std::pair<std::string, TransferKin
       if (auto u = counts.find(k); u != counts.end() && --u->second == 0) counts.erase(u);
   };
   for (const auto& key : terminal) {
-    auto it = live_uses_.find(key);
-    if (it == live_uses_.end()) continue;
+    auto it = live_.find(key);
+    if (it == live_.end()) continue;
     const bool load = key.second == TransferKind::load;
     drop(load ? writing_ : reading_, it->second.blocks);
     drop(load ? writing_slots_ : reading_slots_, it->second.slots);
-    live_uses_.erase(it);
+    it->second = Uses{};  // terminal: still live for duplicate_transfer until drained
   }
 }
 
@@ -540,8 +538,8 @@ void Connector::forget_drained(const Finished& f) {
   std::vector<std::pair<std::string, TransferKind>> ended;
   for (const auto& o : f.saves) ended.emplace_back(o.request, TransferKind::save);
   for (const auto& o : f.loads) ended.emplace_back(o.request, TransferKind::load);
-  for (const auto& key : ended) live_.erase(key);
   forget_uses(ended);
+  for (const auto& key : ended) live_.erase(key);
   lookups_live_ -= std::min(lookups_live_, f.lookups.size());
 }
 

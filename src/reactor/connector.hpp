@@ -242,14 +242,15 @@ class Connector {
   std::shared_ptr<Mailbox> mailbox_;
   // Engine-thread state: what this thread posted and has not yet drained.
   std::optional<Registration> registration_;
-  std::set<std::pair<std::string, TransferKind>> live_;
-  // The blocks and image slots each live transfer names, until its outcome
-  // is drained: a load writes them, a save reads them (blocks_in_use).
+  // Every transfer posted and not yet drained from finished(), with the
+  // blocks and image slots it names: a load writes them, a save reads them
+  // (blocks_in_use). A transfer whose outcome already waits in the mailbox
+  // keeps its entry (duplicate_transfer) but uses nothing any more.
   struct Uses {
     std::vector<kv::BlockId> blocks;
     std::vector<std::int32_t> slots;
   };
-  std::map<std::pair<std::string, TransferKind>, Uses> live_uses_;
+  std::map<std::pair<std::string, TransferKind>, Uses> live_;
   std::unordered_map<kv::BlockId, std::uint32_t> reading_, writing_;
   std::unordered_map<std::int32_t, std::uint32_t> reading_slots_, writing_slots_;
   std::uint64_t next_lookup_ = 1;
