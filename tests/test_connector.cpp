@@ -6,6 +6,7 @@
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_future.hpp>
+#include <atomic>
 #include <future>
 
 #include "connector_rig.hpp"
@@ -601,16 +602,27 @@ TEST_CASE("F17: a load completes while a continuous backlog of saves keeps arriv
 TEST_CASE("F18: the step thread never waits on the reactor unless it asks to", "[reactor][gpu]") {
   if (!device_present()) return;
   Rig rig;
-  // Block the reactor thread itself until this thread says so: if save(),
-  // load(), lookup() or finished() waited for the strand, this would deadlock.
+  // Block the reactor thread itself until this test says so. The step
+  // thread's calls run on a thread of their own: if save(), load(),
+  // lookup() or finished() waited for the strand they would not return
+  // while it is blocked, and the test fails instead of hanging (the gate
+  // opens either way).
   std::promise<void> unblock;
-  std::future<void> gate = unblock.get_future();
-  asio::post(rig.conn->reactor().strand(), [&gate] { gate.wait(); });
-  rig.conn->save(rig.save_spec("a", 1, 0, 1, Rig::block_range(0, 4)));
-  rig.conn->load(rig.load_spec("b", 2, 0, 1, Rig::block_range(8, 4), 9));
-  rig.conn->lookup(rig.keys(1, 0, 1));
-  for (int i = 0; i < 100; ++i) REQUIRE(rig.conn->finished().empty());
+  std::shared_future<void> gate = unblock.get_future().share();
+  asio::post(rig.conn->reactor().strand(), [gate] { gate.wait(); });
+  std::atomic<bool> all_empty{true};
+  auto step = std::async(std::launch::async, [&] {
+    rig.conn->save(rig.save_spec("a", 1, 0, 1, Rig::block_range(0, 4)));
+    rig.conn->load(rig.load_spec("b", 2, 0, 1, Rig::block_range(8, 4), 9));
+    rig.conn->lookup(rig.keys(1, 0, 1));
+    for (int i = 0; i < 100; ++i)
+      if (!rig.conn->finished().empty()) all_empty = false;
+  });
+  const bool returned = step.wait_for(10s) == std::future_status::ready;
   unblock.set_value();
+  step.get();
+  REQUIRE(returned);  // with the reactor blocked
+  REQUIRE(all_empty);
   auto f = rig.wait_for([](const reactor::Finished& f) { return f.saves.size() == 1 && f.loads.size() == 1; });
   REQUIRE(f.saves[0].ok);
 }

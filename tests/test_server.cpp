@@ -236,12 +236,20 @@ TEST_CASE("server: reserve, commit, lookup with a lease: bytes one client wrote 
   REQUIRE(again.chunks == std::vector<ChunkState>{ChunkState::existed, ChunkState::existed, ChunkState::existed,
                                                   ChunkState::reserved});
   REQUIRE(must_call(a, Commit{again.reservation, false}).status == Status::ok);
-  REQUIRE(lookup(b, rb, keys(1, 4)).hit.tokens == 192);
-  // A lease is released by id from any session of the user (F22).
+  const LookupReply second = lookup(b, rb, keys(1, 4));
+  REQUIRE(second.hit.tokens == 192);
+  REQUIRE(stats(srv.socket_path()).pinned == 3);  // each object pinned twice
+  // A lease is released by id from any session of the user (F22), and its
+  // release unpins exactly what it pinned, every object of it.
   REQUIRE(must_call(a, Release{l.lease}).status == Status::ok);
   REQUIRE(must_call(b, Release{l.lease}).status == Status::unknown_hold);
-  // (the second lookup's lease is still held by b)
-  REQUIRE(stats(srv.socket_path()).leases == 1);
+  auto st = stats(srv.socket_path());
+  REQUIRE(st.leases == 1);
+  REQUIRE(st.pinned == 3);  // still the second lease's
+  REQUIRE(must_call(a, Release{second.lease}).status == Status::ok);
+  st = stats(srv.socket_path());
+  REQUIRE(st.leases == 0);
+  REQUIRE(st.pinned == 0);  // nothing left waiting for a TTL
 }
 
 TEST_CASE("server: a full tier refuses what does not fit with counts, leased objects are never evicted (F25, F27)",
@@ -294,6 +302,114 @@ TEST_CASE("server: self-inconsistent and unknown requests get their own status",
   r = must_call(c, RegisterLayout{other});
   REQUIRE(r.status == Status::bad_request);
   REQUIRE(r.message.find("one server serves one object size") != std::string::npos);
+}
+
+// Every id, count and size a protocol-2 request carries, one value past
+// what the server may accept: each refused with its own status, and nothing
+// the server holds changes (the index's counts, every byte of the arena).
+TEST_CASE("server: every request's bounds, one value past each, are refused and change nothing", "[server]") {
+  ServerProcess srv(kFlags);
+  REQUIRE(srv.ready());
+  eventually([&] { return stats(srv.socket_path()).ready_bytes == 16u << 20; }, "every slab ready");
+  Client a(srv.socket_path()), b(srv.socket_path());
+  int fa = -1;
+  REQUIRE(a.hello(&fa)->status == Status::ok);
+  Mapped arena(fa, 16u << 20);
+  const auto ra = std::get<RegisterReply>(must_call(a, RegisterLayout{layout()}).payload).registration;
+  const auto rb = open_session(b);  // the last registration issued
+  // Something stored, a lease and an open reservation: what must not move.
+  ReserveReply stored = reserve(a, ra, keys(1, 3));
+  for (std::size_t i = 0; i < 3; ++i) std::memset(arena.p + stored.offsets[i], 0x50 + static_cast<int>(i), kObject);
+  REQUIRE(must_call(a, Commit{stored.reservation, true}).status == Status::ok);
+  const LookupReply lease = lookup(a, ra, keys(1, 3));
+  const ReserveReply open = reserve(a, ra, keys(2, 1));
+  const std::uint64_t last_hold = std::max(lease.lease, open.reservation);
+
+  auto held = [&] {
+    const StatsReply st = stats(srv.socket_path());
+    std::uint64_t sum = 0;  // every byte of the arena, position-weighted
+    const auto* w = reinterpret_cast<const std::uint64_t*>(arena.p);
+    for (std::uint64_t i = 0; i < (16u << 20) / 8; ++i) sum = sum * 1099511628211ull + w[i];
+    return std::vector<std::uint64_t>{st.used_bytes, st.objects, st.pinned, st.leases, st.reservations,
+                                      st.refused_full, st.evictions, sum};
+  };
+  const auto before = held();
+
+  kv::Layout wide = layout();
+  wide.chunk_tokens = 128;
+  wide.checkpoint.interval_tokens = 128;
+  kv::Layout bigger = layout();
+  bigger.planes[0].bytes_per_block += 1;  // one byte more per object block
+  kv::Layout broken = layout();
+  broken.block_tokens = 0;
+  struct Case {
+    const char* what;
+    Client* on;
+    Request req;
+    Status status;
+    const char* says;
+  };
+  const std::vector<Case> cases = {
+      {"hello twice", &a, Hello{kMajor, kMinor, "again"}, Status::bad_request, "hello was already said"},
+      {"register: another chunk size", &a, RegisterLayout{wide}, Status::bad_request, "--chunk-tokens"},
+      {"register: another object size", &a, RegisterLayout{bigger}, Status::bad_request, "one object size"},
+      {"register: an invalid layout", &a, RegisterLayout{broken}, Status::bad_request, "block_tokens"},
+      {"unregister: one past the last registration", &a, Unregister{rb + 1}, Status::unknown_registration, ""},
+      {"unregister: another session's registration", &a, Unregister{rb}, Status::unknown_registration, ""},
+      {"lookup: one past the last registration", &a, Lookup{rb + 1, keys(1, 1)}, Status::unknown_registration, ""},
+      {"lookup: another session's registration", &b, Lookup{ra, keys(1, 1)}, Status::unknown_registration, ""},
+      {"reserve: one past the last registration", &a, Reserve{rb + 1, keys(3, 1), {1}}, Status::unknown_registration,
+       ""},
+      {"reserve: another session's registration", &b, Reserve{ra, keys(3, 1), {1}}, Status::unknown_registration, ""},
+      {"reserve: one image flag more than keys", &a, Reserve{ra, keys(3, 2), {1, 1, 1}}, Status::bad_request,
+       "3 image flags for 2 keys"},
+      {"reserve: one image flag fewer than keys", &a, Reserve{ra, keys(3, 2), {1}}, Status::bad_request,
+       "1 image flags for 2 keys"},
+      {"release: one past the last hold", &a, Release{last_hold + 1}, Status::unknown_hold, ""},
+      {"release: hold 0", &a, Release{0}, Status::unknown_hold, ""},
+      {"commit: one past the last hold", &a, Commit{last_hold + 1, true}, Status::unknown_hold, ""},
+      {"commit: a lease is not a reservation", &a, Commit{lease.lease, true}, Status::unknown_hold, ""},
+      {"commit: an aborting commit of a lease", &a, Commit{lease.lease, false}, Status::unknown_hold, ""},
+  };
+  for (const Case& c : cases) {
+    INFO(c.what);
+    const Reply r = must_call(*c.on, c.req);
+    REQUIRE(r.status == c.status);
+    REQUIRE(r.message.find(c.says) != std::string::npos);
+    REQUIRE(held() == before);
+  }
+  // The last value inside each bound is served.
+  REQUIRE(lookup(b, rb, keys(1, 3)).hit.tokens == 192);
+  REQUIRE(must_call(a, Commit{last_hold, true}).status == Status::ok);
+  REQUIRE(must_call(a, Release{lease.lease}).status == Status::ok);
+  // An ended hold or registration is past its bound too.
+  REQUIRE(must_call(a, Release{lease.lease}).status == Status::unknown_hold);
+  REQUIRE(must_call(a, Commit{open.reservation, true}).status == Status::unknown_hold);
+  REQUIRE(must_call(a, Unregister{ra}).status == Status::ok);
+  REQUIRE(must_call(a, Lookup{ra, keys(1, 1)}).status == Status::unknown_registration);
+}
+
+TEST_CASE("server: an object one byte past a slab is refused at registration, one that fills it is served",
+          "[server]") {
+  // 4 blocks of 1048575 B and a 4 B image: exactly one 4 MiB slab.
+  auto sized = [](std::uint32_t image) {
+    kv::Layout l = layout();
+    l.planes = {{"k", 1048575}};
+    l.checkpoint.image_bytes = image;
+    return l;
+  };
+  REQUIRE(sized(4).object_bytes(true) == 4u << 20);
+  ServerProcess srv(kFlags);
+  REQUIRE(srv.ready());
+  Client c(srv.socket_path());
+  REQUIRE(must_call(c, Hello{kMajor, kMinor, "slab"}).status == Status::ok);
+  const Reply past = must_call(c, RegisterLayout{sized(5)});
+  REQUIRE(past.status == Status::bad_request);
+  REQUIRE(past.message.find("--slab-bytes") != std::string::npos);
+  const Reply fits = must_call(c, RegisterLayout{sized(4)});
+  INFO(fits.message);
+  REQUIRE(fits.status == Status::ok);
+  REQUIRE(std::get<RegisterReply>(fits.payload).object_bytes == 4u << 20);
 }
 
 TEST_CASE("server: per-process bounds on leased and reserved bytes are typed refusals", "[server]") {
