@@ -11,7 +11,7 @@
 set -euo pipefail
 
 pkgs=(make cmake ninja-build g++ libboost1.81-dev libspdlog-dev catch2 libssl-dev libcli11-dev gnuplot-nox
-      libhiredis-dev redis-server redis-tools)
+      libhiredis-dev redis-server redis-tools libxxhash-dev)
 case "${1:-}" in
   --hip) pkgs+=(libamdhip64-dev) ;;
   --fuzz) pkgs+=(clang-14 libclang-rt-14-dev) ;;

@@ -15,6 +15,7 @@
 #include <fstream>
 
 #include "connector_rig.hpp"
+#include "curl.hpp"
 #include "process.hpp"
 #include "server_process.hpp"
 
@@ -24,32 +25,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-struct Got {
-  int code = 0;
-  std::string body;
-};
-
-// GET (or another method) with curl; code 0 when curl itself failed.
-Got curl(std::uint16_t port, const std::string& path, const std::string& method = "GET") {
-  auto r = run_process({"/usr/bin/curl", "-s", "-m", "10", "-X", method, "-w", "\n%{http_code}",
-                        "http://127.0.0.1:" + std::to_string(port) + path});
-  Got g;
-  const auto nl = r.output.rfind('\n');
-  if (r.exit_code != 0 || nl == std::string::npos) return g;
-  g.code = std::atoi(r.output.c_str() + nl + 1);
-  g.body = r.output.substr(0, nl);
-  return g;
-}
-
-bool have(const char* tool) { return std::filesystem::exists(tool); }
-
-// curl drives every case; a machine without it skips them, saying so.
-bool curl_present() {
-  if (have("/usr/bin/curl")) return true;
-  WARN("skipped: /usr/bin/curl missing (scripts/bootstrap.sh --test installs it)");
-  return false;
-}
-
 // promtool's verdict on a scrape ("" when it accepts it).
 std::string promtool_check(const std::string& metrics) {
   const auto file = std::filesystem::temp_directory_path() / ("kvstrand-metrics-" + std::to_string(::getpid()));
@@ -57,18 +32,6 @@ std::string promtool_check(const std::string& metrics) {
   auto r = run_process({"/bin/sh", "-c", "/usr/bin/promtool check metrics < " + file.string()});
   std::filesystem::remove(file);
   return r.exit_code == 0 ? "" : "promtool: " + r.output;
-}
-
-std::uint16_t free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
 }
 
 int tcp_connect(std::uint16_t port) {

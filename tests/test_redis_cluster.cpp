@@ -5,85 +5,23 @@
 // back, and a continued master answers again.
 #include <catch2/catch.hpp>
 
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/strand.hpp>
-#include <boost/asio/use_future.hpp>
 #include <algorithm>
-#include <future>
 #include <optional>
 #include <thread>
 
 #include "l2/key_slot.hpp"
 #include "l2/redis_cluster.hpp"
+#include "redis_client.hpp"
 #include "redis_nodes.hpp"
 
 using namespace kvstrand;
 using namespace kvstrand::test;
 using namespace std::chrono_literals;
-namespace asio = boost::asio;
 using l2::RedisErrc;
 using l2::RedisResult;
 using l2::RedisValue;
-using Commands = std::vector<std::vector<std::string>>;
 
 namespace {
-
-// A RedisCluster on a strand of its own reactor thread, as the server has it.
-class Client {
- public:
-  explicit Client(const std::string& url, std::chrono::milliseconds timeout = 500ms) {
-    std::string why;
-    auto seeds = l2::parse_redis_url(url, &why);
-    if (!seeds) throw std::runtime_error(why);
-    l2::RedisOptions o;
-    o.seeds = *seeds;
-    o.timeout = timeout;
-    thread_ = std::thread([this] { io_.run(); });
-    on_strand([&] { cluster_.emplace(strand_, o); });
-  }
-  ~Client() {
-    on_strand([&] { cluster_.reset(); });
-    guard_.reset();
-    io_.stop();
-    thread_.join();
-  }
-
-  std::error_code start() {
-    return asio::co_spawn(strand_, cluster_->start(), asio::use_future).get();
-  }
-  std::vector<RedisResult> run(Commands c) {
-    return asio::co_spawn(strand_, cluster_->run(std::move(c)), asio::use_future).get();
-  }
-  l2::RedisClusterStats stats() {
-    l2::RedisClusterStats s;
-    on_strand([&] { s = cluster_->stats(); });
-    return s;
-  }
-  std::string node_of(const std::string& key) {
-    std::string s;
-    on_strand([&] { s = cluster_->node_of(key); });
-    return s;
-  }
-
- private:
-  template <class F>
-  void on_strand(F f) {
-    std::promise<void> done;
-    asio::dispatch(strand_, [&] {
-      f();
-      done.set_value();
-    });
-    done.get_future().get();
-  }
-
-  asio::io_context io_;
-  asio::executor_work_guard<asio::io_context::executor_type> guard_ = asio::make_work_guard(io_);
-  reactor::Strand strand_ = asio::make_strand(io_);
-  std::optional<l2::RedisCluster> cluster_;
-  std::thread thread_;
-};
 
 std::string value_of(int i) {
   // Binary: zero bytes and every byte value, a length that varies.
@@ -138,12 +76,12 @@ struct StoredCluster {
     return r;
   }
   RedisNodes redis{3, true};
-  Client c{redis.url(), 300ms};
+  RedisTestClient c{redis.url(), 300ms};
 };
 
 // GETs of "k0".."kN": those on `node` failed (with `how`, if given: an
 // error, never a value), every other one is its exact value. How many failed.
-int require_only_node_lost(Client& c, const RedisNodes& redis, const std::vector<RedisResult>& r, int node,
+int require_only_node_lost(RedisTestClient& c, const RedisNodes& redis, const std::vector<RedisResult>& r, int node,
                            std::optional<RedisErrc> how) {
   int lost = 0;
   for (std::size_t i = 0; i < r.size(); ++i) {
@@ -197,7 +135,7 @@ TEST_CASE("redis: seed URLs are parsed, or refused saying why", "[l2]") {
 
 TEST_CASE("redis: one non-cluster server: pipelined SET and GET are byte-exact, a missing key is nil", "[l2]") {
   RedisNodes redis(1, false);
-  Client c(redis.url());
+  RedisTestClient c(redis.url());
   REQUIRE_FALSE(c.start());
   REQUIRE_FALSE(c.stats().cluster);
   require_stored(c.run(sets(500, "k")));
@@ -217,7 +155,7 @@ TEST_CASE("redis: a seed nobody listens on: start fails as unreachable, commands
   int port = 0;
   for (int p = 39000; p < 39100 && port == 0; ++p)
     if (port_free(p)) port = p;
-  Client c("redis://127.0.0.1:" + std::to_string(port), 200ms);
+  RedisTestClient c("redis://127.0.0.1:" + std::to_string(port), 200ms);
   REQUIRE(c.start() == RedisErrc::unreachable);
   auto r = c.run({{"GET", "a"}});
   REQUIRE(r[0].ec == RedisErrc::no_node);
@@ -225,7 +163,7 @@ TEST_CASE("redis: a seed nobody listens on: start fails as unreachable, commands
 
 TEST_CASE("redis cluster: 3 masters: every key on its slot's node, pipelined, byte-exact", "[l2][cluster]") {
   RedisNodes redis(3, true);
-  Client c(redis.url());
+  RedisTestClient c(redis.url());
   REQUIRE_FALSE(c.start());
   const auto st = c.stats();
   REQUIRE(st.cluster);
@@ -254,7 +192,7 @@ TEST_CASE("redis cluster: 3 masters: every key on its slot's node, pipelined, by
 TEST_CASE("redis cluster: ASK during a slot migration and MOVED after it are followed to the right bytes",
           "[l2][cluster]") {
   RedisNodes redis(3, true);
-  Client c(redis.url());
+  RedisTestClient c(redis.url());
   REQUIRE_FALSE(c.start());
   // Two keys of one slot (a hash tag), on some node; migrate one of them.
   const std::string a = "{mig}a", b = "{mig}b";

@@ -344,6 +344,28 @@ asio::awaitable<std::vector<RedisResult>> RedisCluster::run(std::vector<std::vec
   co_return co_await asio::async_initiate<decltype(token), void(std::vector<RedisResult>)>(std::move(init), token);
 }
 
+asio::awaitable<std::vector<RedisResult>> RedisCluster::get(std::vector<std::string> keys) {
+  std::vector<std::vector<std::string>> cmds;
+  cmds.reserve(keys.size());
+  for (auto& k : keys) cmds.push_back({"GET", std::move(k)});
+  co_return co_await run(std::move(cmds));
+}
+
+asio::awaitable<std::vector<RedisResult>> RedisCluster::set(std::vector<std::pair<std::string, std::string>> items,
+                                                            std::chrono::seconds ttl) {
+  std::vector<std::vector<std::string>> cmds;
+  cmds.reserve(items.size());
+  for (auto& [k, v] : items) {
+    std::vector<std::string> c = {"SET", std::move(k), std::move(v)};
+    if (ttl.count() > 0) {
+      c.push_back("EX");
+      c.push_back(std::to_string(ttl.count()));
+    }
+    cmds.push_back(std::move(c));
+  }
+  co_return co_await run(std::move(cmds));
+}
+
 RedisClusterStats RedisCluster::stats() const {
   RedisClusterStats s = impl_->stats;
   s.cluster = impl_->cluster;

@@ -17,6 +17,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include "l2/redis_value.hpp"
@@ -70,6 +71,12 @@ class RedisCluster {
   // pipelined per node; the results in the same order. The whole call ends
   // within the timeout: a command not answered by then is RedisErrc::timeout.
   boost::asio::awaitable<std::vector<RedisResult>> run(std::vector<std::vector<std::string>> commands);
+
+  // GET of each key, pipelined: a string, nil (no such key), or no answer.
+  boost::asio::awaitable<std::vector<RedisResult>> get(std::vector<std::string> keys);
+  // SET of each (key, value), with an expiry when `ttl` > 0: "OK", or no answer.
+  boost::asio::awaitable<std::vector<RedisResult>> set(std::vector<std::pair<std::string, std::string>> items,
+                                                       std::chrono::seconds ttl);
 
   RedisClusterStats stats() const;
   // The node the slot map names for `key` now ("host:port"), or "".

@@ -34,6 +34,16 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
   bool http_remote = false;
   app.add_option("--http", http, "Serve the read-only debug endpoint (/debug, /metrics) at ADDR:PORT, e.g. 127.0.0.1:9400");
   app.add_flag("--http-allow-remote", http_remote, "Allow --http on a non-loopback address (it shows every session)");
+  std::string l2_url;
+  long long l2_timeout_ms = 100, l2_inflight = 256, l2_ttl_s = 0;
+  app.add_option("--l2", l2_url,
+                 "Redis under the arena: redis://HOST:PORT[,HOST:PORT...] (Cluster seed nodes, or one plain Redis)");
+  app.add_option("--l2-timeout", l2_timeout_ms, "Milliseconds a lookup waits for L2 at most; what comes later is a miss")
+      ->capture_default_str();
+  app.add_option("--l2-max-inflight", l2_inflight,
+                 "Objects queued for writing to L2 (more are dropped, counted); commands unanswered per Redis node")
+      ->capture_default_str();
+  app.add_option("--l2-ttl", l2_ttl_s, "Seconds an object lives in L2 (0: until Redis evicts it)")->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -91,6 +101,23 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
     o.http = *h;
   } else if (http_remote) {
     return refuse("--http-allow-remote", "needs --http");
+  }
+  if (!l2_url.empty()) {
+    std::string why;
+    auto seeds = l2::parse_redis_url(l2_url, &why);
+    if (!seeds) return refuse("--l2", why);
+    if (l2_timeout_ms <= 0 || l2_timeout_ms > 60'000) return refuse("--l2-timeout", "must be 1 to 60000 ms");
+    if (l2_inflight <= 0 || l2_inflight > 1'000'000) return refuse("--l2-max-inflight", "must be 1 to 1000000");
+    if (l2_ttl_s < 0) return refuse("--l2-ttl", "must be >= 0 s");
+    L2Options l2;
+    l2.seeds = *seeds;
+    l2.timeout = std::chrono::milliseconds(l2_timeout_ms);
+    l2.max_inflight = static_cast<std::size_t>(l2_inflight);
+    l2.ttl = std::chrono::seconds(l2_ttl_s);
+    o.l2 = std::move(l2);
+  } else {
+    for (const char* f : {"--l2-timeout", "--l2-max-inflight", "--l2-ttl"})
+      if (app.get_option(f)->count() > 0) return refuse(f, "needs --l2");
   }
   return o;
 }

@@ -9,6 +9,7 @@
 #include <variant>
 
 #include "reactor/debug_http.hpp"
+#include "server/l2_tier.hpp"
 
 namespace kvstrand::server {
 
@@ -28,6 +29,8 @@ struct ServerOptions {
   std::uint64_t max_reply_queue = 4u << 20;
   // --http ADDR:PORT: the read-only debug endpoint (off when unset).
   std::optional<reactor::HttpOptions> http;
+  // --l2 redis://HOST:PORT[,...]: Redis (Cluster) under the arena (off when unset).
+  std::optional<L2Options> l2;
 };
 
 // The options, or the exit code to leave with (0 after --help; 2 after a

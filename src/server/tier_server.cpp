@@ -2,6 +2,7 @@
 #include "server/tier_server.hpp"
 
 #include <spdlog/spdlog.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -165,6 +166,7 @@ struct TierServer::Impl {
   void shutdown() {
     if (stopping) return;
     stopping = true;
+    if (l2) l2->stop();
     if (acceptor) acceptor->close();
     if (signals) signals->cancel();
     auto all = sessions;
@@ -288,6 +290,16 @@ struct TierServer::Impl {
         send(s, encode_reply(type_of(*req), h.request_id, fail(Status::bad_request, "send hello first")));
         continue;
       }
+      if (auto* lk = std::get_if<Lookup>(&*req); lk && l2 && index && layout_of(s, lk->registration)) {
+        // What the arena misses, L2 may hold: promoted first (bounded by
+        // --l2-timeout), then answered as any lookup. Only this session
+        // waits; the strand serves the others meanwhile.
+        const std::size_t have = index->present_run(lk->keys);
+        if (have < lk->keys.size()) {
+          std::vector<kv::ChunkKey> rest(lk->keys.begin() + static_cast<std::ptrdiff_t>(have), lk->keys.end());
+          co_await l2->promote(*index, std::move(rest));
+        }
+      }
       Reply rep = dispatch(s, *req);
       count(type_of(*req), rep.status);
       const bool hello_ok = std::holds_alternative<Hello>(*req) && rep.status == Status::ok;
@@ -403,8 +415,11 @@ struct TierServer::Impl {
     }
     if (auto* m = std::get_if<Reserve>(&req)) return reserve(s, *m);
     if (auto* m = std::get_if<Commit>(&req)) {
+      // Taken before the commit ends the hold: what L2 writes behind.
+      const std::vector<std::uint32_t> slots = l2 && index && m->ok ? index->hold_slots(m->hold) : std::vector<std::uint32_t>{};
       if (!index || !index->commit(m->hold, m->ok))
         return fail(Status::unknown_hold, "no reservation " + std::to_string(m->hold));
+      if (!slots.empty()) l2->committed(*index, slots);
       return Reply{};
     }
     if (std::holds_alternative<Stats>(req)) return stats();
@@ -559,6 +574,16 @@ struct TierServer::Impl {
                      {"lookup_chunk_hits", st.lookup_hits}, {"lookup_misses", st.lookup_misses},
                      {"freed_at_process_exit", orphans_freed}};
       if (!fill_error.empty()) o["fill_error"] = fill_error;
+      if (l2) {
+        const L2Stats l = l2->stats();
+        o["l2"] = json::object{{"connected", l.connected},         {"redis_nodes", l.redis.nodes},
+                               {"cluster", l.redis.cluster},       {"write_queue", l.queue},
+                               {"written", l.written},             {"write_failed", l.write_failed},
+                               {"write_dropped", l.write_dropped}, {"promoted", l.promoted},
+                               {"lookups", l.lookups},             {"lookup_misses", l.lookup_misses},
+                               {"bad_values", l.bad_values},       {"unanswered", l.unanswered},
+                               {"moved", l.redis.moved},           {"asked", l.redis.asked}};
+      }
       return reactor::HttpResponse{200, "application/json", json::serialize(o)};
     };
     r["/metrics"] = [this] {
@@ -577,6 +602,23 @@ struct TierServer::Impl {
       p.gauge("kvstrand_server_tier_ready_bytes", "Arena bytes populated so far", static_cast<double>(ready_bytes()));
       p.gauge("kvstrand_server_tier_used_bytes", "Tier bytes in use", static_cast<double>(st.used_bytes));
       p.gauge("kvstrand_server_tier_objects", "Objects committed", static_cast<double>(st.objects));
+      if (l2) {
+        const L2Stats l = l2->stats();
+        p.gauge("kvstrand_server_l2_connected", "1 once a Redis slot map was learned", l.connected ? 1 : 0);
+        p.counter("kvstrand_server_l2_written_total", "Objects written behind to L2", l.written);
+        p.counter("kvstrand_server_l2_write_failed_total", "L2 writes that failed or got no answer", l.write_failed);
+        p.counter("kvstrand_server_l2_write_dropped_total", "Objects not written to L2: the write queue was full",
+                  l.write_dropped);
+        p.gauge("kvstrand_server_l2_write_queue", "Objects waiting to be written to L2", static_cast<double>(l.queue));
+        p.counter("kvstrand_server_l2_promoted_total", "Chunks copied from L2 into the arena", l.promoted);
+        p.counter("kvstrand_server_l2_lookups_total", "Lookups that asked L2 for chunks the arena lacked", l.lookups);
+        p.counter("kvstrand_server_l2_lookup_misses_total", "Lookups L2 added nothing to", l.lookup_misses);
+        p.counter("kvstrand_server_l2_bad_values_total", "L2 values refused (header, length or checksum)",
+                  l.bad_values);
+        p.counter("kvstrand_server_l2_unanswered_total", "L2 reads with no answer within --l2-timeout", l.unanswered);
+        p.counter("kvstrand_server_l2_redirects_total", "MOVED and ASK redirections followed",
+                  l.redis.moved + l.redis.asked);
+      }
       return reactor::HttpResponse{200, "text/plain; version=0.0.4", p.str()};
     };
     const std::string page = reactor::debug_page("kvstrand-server " + opt.socket,
@@ -601,6 +643,8 @@ struct TierServer::Impl {
   std::uint32_t ready_slabs = 0;
   std::string fill_error;
   std::optional<tier::Index> index;  // made at the first registration: it fixes the object size
+  std::byte* arena_map = nullptr;    // the server's own mapping, with --l2 only
+  std::unique_ptr<L2Tier> l2;
   std::optional<local::acceptor> acceptor;
   std::optional<asio::signal_set> signals;
   std::map<std::uint64_t, std::shared_ptr<Session>> sessions;
@@ -627,6 +671,8 @@ TierServer::~TierServer() {
   impl_->work.reset();
   impl_->ctx.stop();
   if (impl_->loop.joinable()) impl_->loop.join();
+  impl_->l2.reset();  // its Redis connections close; nothing runs on the strand now
+  if (impl_->arena_map) ::munmap(impl_->arena_map, impl_->arena->bytes());
 }
 
 void TierServer::start() {
@@ -635,7 +681,17 @@ void TierServer::start() {
   } catch (const std::runtime_error& e) {
     throw std::runtime_error(std::string("--tier-bytes: cannot create the arena: ") + e.what());
   }
+  if (impl_->opt.l2) {
+    // L2 is the one reason the server touches the arena's bytes: it copies
+    // committed objects out to Redis and promoted ones in. Engine memory it
+    // never sees.
+    void* p = ::mmap(nullptr, impl_->arena->bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, impl_->arena->fd(), 0);
+    if (p == MAP_FAILED) throw std::runtime_error(std::string("--l2: cannot map the arena: ") + std::strerror(errno));
+    impl_->arena_map = static_cast<std::byte*>(p);
+    impl_->l2 = std::make_unique<L2Tier>(impl_->strand, *impl_->opt.l2, impl_->arena_map, impl_->arena->slab_bytes());
+  }
   impl_->loop = std::thread([ctx = &impl_->ctx] { ctx->run(); });
+  if (impl_->l2) asio::post(impl_->strand, [l2 = impl_->l2.get()] { l2->start(); });
   std::string err = impl_->call([this] { return impl_->listen(); });
   if (!err.empty()) throw std::runtime_error(err);
   impl_->start_filler();

@@ -214,6 +214,21 @@ bool Index::has_image(const kv::ChunkKey& key) const {
 
 // ---- holds ------------------------------------------------------------------------
 
+std::size_t Index::present_run(std::span<const kv::ChunkKey> keys) const {
+  std::size_t n = 0;
+  for (const kv::ChunkKey& k : keys) {
+    const std::uint32_t s = find(k, hash_of(k));
+    if (s == kNone || !objects_[s].committed) break;
+    ++n;
+  }
+  return n;
+}
+
+std::vector<std::uint32_t> Index::hold_slots(HoldId id) const {
+  auto it = holds_.find(id);
+  return it == holds_.end() ? std::vector<std::uint32_t>{} : it->second.slots;
+}
+
 Index::Lease Index::lease(std::span<const kv::ChunkKey> keys, std::uint32_t chunk_tokens, Owner owner) {
   Lease l;
   l.hit = run(keys, chunk_tokens, &l.slots);

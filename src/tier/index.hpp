@@ -89,6 +89,12 @@ class Index {
   std::optional<std::vector<std::uint32_t>> pin(std::span<const kv::ChunkKey> keys);
   void unpin(std::span<const kv::ChunkKey> keys);
   bool has_image(const kv::ChunkKey& key) const;
+  // How many of keys[0..] are stored and committed, in a row. No side
+  // effects: not a use, not counted as a lookup.
+  std::size_t present_run(std::span<const kv::ChunkKey> keys) const;
+  // The key and image flag of a used slot (a hold names it).
+  const kv::ChunkKey& key_at(std::uint32_t slot) const { return objects_.at(slot).key; }
+  bool image_at(std::uint32_t slot) const { return objects_.at(slot).has_image; }
 
   // ---- holds --------------------------------------------------------------------
   struct Lease {
@@ -114,6 +120,8 @@ class Index {
   // Ends a lease (unpins) or a reservation (frees what it did not commit).
   // False for an unknown id.
   bool release(HoldId id);
+  // The slots a live hold names (empty for an unknown id).
+  std::vector<std::uint32_t> hold_slots(HoldId id) const;
   // Ends every hold of `owner`; returns how many.
   std::size_t release_owner(Owner owner);
 

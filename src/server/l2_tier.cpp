@@ -1,0 +1,208 @@
+#include "server/l2_tier.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <cstring>
+#include <deque>
+#include <limits>
+
+#include "l2/chunk_value.hpp"
+#include "reactor/log_escaped.hpp"
+#include "tier/arena.hpp"
+
+namespace kvstrand::server {
+
+namespace asio = boost::asio;
+
+namespace {
+// The index owner of what the server promotes: no client process.
+constexpr tier::Owner kL2Owner = std::numeric_limits<tier::Owner>::max();
+// Objects per pipelined SET batch.
+constexpr std::size_t kWriteBatch = 16;
+const auto kAwait = asio::as_tuple(asio::use_awaitable);
+}  // namespace
+
+struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
+  struct Queued {
+    kv::ChunkKey key;
+    std::uint32_t slot;
+    bool image;
+  };
+
+  Impl(reactor::Strand s, L2Options o, std::byte* a, std::uint64_t sb)
+      : strand(s), opt(std::move(o)), arena(a), slab_bytes(sb), wake(s) {
+    l2::RedisOptions r;
+    r.seeds = opt.seeds;
+    r.timeout = opt.timeout;
+    r.max_inflight = opt.max_inflight;
+    cluster.emplace(strand, std::move(r));
+  }
+
+  std::byte* object_at(std::uint32_t slot, std::uint64_t object_bytes) const {
+    return arena + tier::Arena::offset_of(slot, slab_bytes, object_bytes);
+  }
+
+  asio::awaitable<void> connect() {
+    bool warned = false;
+    while (!stopped) {
+      if (!co_await cluster->start()) {
+        const auto st = cluster->stats();
+        spdlog::info("kvstrand-server: L2 on {} Redis node(s){}", st.nodes, st.cluster ? " (cluster)" : "");
+        ready = true;
+        co_return;
+      }
+      if (!warned) spdlog::warn("kvstrand-server: no L2 Redis node answers yet; serving without L2, retrying");
+      warned = true;
+      asio::steady_timer t(strand, std::chrono::seconds(1));
+      co_await t.async_wait(kAwait);
+    }
+  }
+
+  asio::awaitable<void> write_loop() {
+    while (!stopped) {
+      if (queue.empty() || !ready) {
+        wake.expires_after(queue.empty() ? std::chrono::hours(1) : std::chrono::milliseconds(100));
+        co_await wake.async_wait(kAwait);
+        continue;
+      }
+      const std::uint64_t object_bytes = index->object_bytes();
+      std::vector<std::pair<std::string, std::string>> items;
+      while (!queue.empty() && items.size() < kWriteBatch) {
+        const Queued q = queue.front();
+        queue.pop_front();
+        items.emplace_back(l2::redis_key_of(q.key),
+                           l2::encode_chunk_value(q.key, q.image, {object_at(q.slot, object_bytes), object_bytes}));
+        index->unpin(std::span<const kv::ChunkKey>(&q.key, 1));  // its bytes are taken
+      }
+      std::vector<l2::RedisResult> r = co_await cluster->set(std::move(items), opt.ttl);
+      for (const l2::RedisResult& x : r) {
+        if (x.answered() && x.value.kind == l2::RedisValue::Kind::status) {
+          ++st.written;
+          st.written_bytes += object_bytes;
+        } else {
+          ++st.write_failed;
+          spdlog::debug("kvstrand-server: an L2 write failed: {}", x.answered() ? x.value.str : x.why);
+        }
+      }
+    }
+  }
+
+  void committed(tier::Index& idx, std::span<const std::uint32_t> slots) {
+    index = &idx;
+    for (std::uint32_t slot : slots) {
+      if (queue.size() >= opt.max_inflight) {
+        ++st.write_dropped;
+        continue;
+      }
+      const kv::ChunkKey& key = idx.key_at(slot);
+      if (!idx.pin(std::span<const kv::ChunkKey>(&key, 1))) continue;  // not committed after all
+      queue.push_back(Queued{key, slot, idx.image_at(slot)});
+      ++st.write_queued;
+    }
+    wake.cancel();
+  }
+
+  asio::awaitable<std::size_t> promote(tier::Index& idx, std::vector<kv::ChunkKey> keys) {
+    auto keep = shared_from_this();
+    index = &idx;
+    if (!ready || stopped || keys.empty()) co_return 0;
+    ++st.lookups;
+    std::vector<std::string> names;
+    names.reserve(keys.size());
+    for (const kv::ChunkKey& k : keys) names.push_back(l2::redis_key_of(k));
+    std::vector<l2::RedisResult> got = co_await cluster->get(std::move(names));
+    const std::uint64_t object_bytes = idx.object_bytes();
+    std::vector<l2::ChunkValue> found;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      const l2::RedisResult& r = got[i];
+      if (!r.answered()) {
+        ++st.unanswered;
+        break;
+      }
+      if (r.value.kind == l2::RedisValue::Kind::nil) break;
+      std::string why = "not a string reply";
+      std::optional<l2::ChunkValue> v;
+      if (r.value.kind == l2::RedisValue::Kind::string) v = l2::decode_chunk_value(r.value.str, keys[i], object_bytes, &why);
+      if (!v) {
+        ++st.bad_values;
+        spdlog::warn("kvstrand-server: L2 value of {} refused: {}", l2::redis_key_of(keys[i]), why);
+        break;
+      }
+      found.push_back(*v);
+    }
+    if (found.empty()) {
+      ++st.lookup_misses;
+      co_return 0;
+    }
+    const std::size_t n = found.size();
+    std::unique_ptr<bool[]> images(new bool[n]);
+    for (std::size_t i = 0; i < n; ++i) images[i] = found[i].has_image;
+    tier::Index::Reservation res =
+        idx.reserve(std::span<const kv::ChunkKey>(keys.data(), n), std::span<const bool>(images.get(), n), kL2Owner);
+    std::size_t stored = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (res.chunks[i] == tier::Index::Chunk::full) break;
+      if (res.chunks[i] == tier::Index::Chunk::reserved) {
+        std::memcpy(object_at(res.slots[i], object_bytes), found[i].object.data(), object_bytes);
+        ++st.promoted;
+        st.promoted_bytes += object_bytes;
+      }
+      ++stored;
+    }
+    if (res.id != 0) idx.commit(res.id, true);
+    co_return stored;
+  }
+
+  reactor::Strand strand;
+  L2Options opt;
+  std::byte* arena;
+  std::uint64_t slab_bytes;
+  std::optional<l2::RedisCluster> cluster;
+  tier::Index* index = nullptr;  // the server's, once it exists
+  std::deque<Queued> queue;
+  asio::steady_timer wake;  // the writer's sleep while the queue is empty
+  bool ready = false;
+  bool stopped = false;
+  L2Stats st;
+};
+
+L2Tier::L2Tier(reactor::Strand strand, L2Options options, std::byte* arena, std::uint64_t slab_bytes)
+    : impl_(std::make_shared<Impl>(std::move(strand), std::move(options), arena, slab_bytes)) {}
+
+L2Tier::~L2Tier() { stop(); }
+
+void L2Tier::start() {
+  auto self = impl_;
+  auto connected = [self](std::exception_ptr e) {
+    if (e) reactor::LogEscaped{"the L2 connect loop"}(e);
+    if (self->stopped) return;
+    asio::co_spawn(self->strand, self->write_loop(), reactor::LogEscaped{"the L2 writer"});
+  };
+  asio::co_spawn(impl_->strand, impl_->connect(), std::move(connected));
+}
+
+void L2Tier::stop() {
+  impl_->stopped = true;
+  impl_->wake.cancel();
+  // What is still queued stays pinned: the server is going away with its arena.
+}
+
+void L2Tier::committed(tier::Index& index, std::span<const std::uint32_t> slots) { impl_->committed(index, slots); }
+
+asio::awaitable<std::size_t> L2Tier::promote(tier::Index& index, std::vector<kv::ChunkKey> keys) {
+  co_return co_await impl_->promote(index, std::move(keys));
+}
+
+L2Stats L2Tier::stats() const {
+  L2Stats s = impl_->st;
+  s.connected = impl_->ready;
+  s.queue = impl_->queue.size();
+  s.redis = impl_->cluster->stats();
+  return s;
+}
+
+}  // namespace kvstrand::server

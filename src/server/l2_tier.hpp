@@ -1,0 +1,82 @@
+// The node server's second tier: Redis (Cluster) under the arena, host to
+// host. Committed objects are written behind to it; a lookup that misses
+// the arena asks it for the run of chunks after the arena's hit and copies
+// what it finds into the arena before the lookup is answered.
+//
+// - Write-behind never delays a reply: commit queues the objects (each
+//   pinned in the index until its bytes are taken, so it cannot be evicted
+//   or reused under the copy) and returns. The queue holds at most
+//   max_inflight objects; what does not fit is dropped and counted.
+// - A lookup's L2 part is one pipelined GET of every key after the hit,
+//   bounded by `timeout`: what has not come by then is a miss.
+// - A value is loaded only if its header names exactly this chunk (namespace,
+//   rank, hash), this object size and format, and both checksums match
+//   (l2/chunk_value.hpp); anything else is a miss, counted.
+// - Redis unreachable at start: the server serves without it and keeps
+//   trying every second.
+//
+// Everything runs on the server's strand.
+#pragma once
+
+#include <boost/asio/awaitable.hpp>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "l2/redis_cluster.hpp"
+#include "reactor/strand.hpp"
+#include "tier/index.hpp"
+
+namespace kvstrand::server {
+
+struct L2Options {
+  std::vector<l2::RedisAddress> seeds;
+  std::chrono::milliseconds timeout{100};
+  std::size_t max_inflight = 256;  // objects queued for writing; commands unanswered per Redis node
+  std::chrono::seconds ttl{0};     // 0: no expiry (Redis's maxmemory policy evicts)
+};
+
+struct L2Stats {
+  bool connected = false;  // a slot map was learned
+  std::uint64_t write_queued = 0;
+  std::uint64_t written = 0;
+  std::uint64_t write_failed = 0;
+  std::uint64_t write_dropped = 0;  // the queue was full
+  std::uint64_t written_bytes = 0;
+  std::uint64_t promoted = 0;        // chunks copied from L2 into the arena
+  std::uint64_t promoted_bytes = 0;
+  std::uint64_t lookups = 0;         // lookups that asked L2
+  std::uint64_t lookup_misses = 0;   // ... and found nothing after the arena's hit
+  std::uint64_t bad_values = 0;      // refused: header, length or checksum
+  std::uint64_t unanswered = 0;      // GETs with no answer in time (timeout, node down)
+  std::size_t queue = 0;
+  l2::RedisClusterStats redis;
+};
+
+class L2Tier {
+ public:
+  // `arena`: the server's mapping of the whole arena.
+  L2Tier(reactor::Strand strand, L2Options options, std::byte* arena, std::uint64_t slab_bytes);
+  ~L2Tier();
+  L2Tier(const L2Tier&) = delete;
+  L2Tier& operator=(const L2Tier&) = delete;
+
+  void start();
+  void stop();
+
+  // A reservation's objects (`slots`) were just committed: queue them.
+  void committed(tier::Index& index, std::span<const std::uint32_t> slots);
+  // Copies into the arena the run of `keys` (from keys[0]) that L2 holds and
+  // the arena does not. Returns how many of keys[0..] are now stored.
+  boost::asio::awaitable<std::size_t> promote(tier::Index& index, std::vector<kv::ChunkKey> keys);
+
+  L2Stats stats() const;
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace kvstrand::server

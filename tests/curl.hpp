@@ -1,0 +1,58 @@
+// HTTP GETs with curl and a free loopback port, for the tests that read a
+// debug endpoint (the Connector's or kvstrand-server's).
+#pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "process.hpp"
+
+namespace kvstrand::test {
+
+struct Got {
+  int code = 0;
+  std::string body;
+};
+
+// GET (or another method) with curl; code 0 when curl itself failed.
+inline Got curl(std::uint16_t port, const std::string& path, const std::string& method = "GET") {
+  auto r = run_process({"/usr/bin/curl", "-s", "-m", "10", "-X", method, "-w", "\n%{http_code}",
+                        "http://127.0.0.1:" + std::to_string(port) + path});
+  Got g;
+  const auto nl = r.output.rfind('\n');
+  if (r.exit_code != 0 || nl == std::string::npos) return g;
+  g.code = std::atoi(r.output.c_str() + nl + 1);
+  g.body = r.output.substr(0, nl);
+  return g;
+}
+
+inline bool have(const char* tool) { return std::filesystem::exists(tool); }
+
+// curl drives every case; a machine without it skips them, saying so.
+inline bool curl_present() {
+  if (have("/usr/bin/curl")) return true;
+  WARN("skipped: /usr/bin/curl missing (scripts/bootstrap.sh --test installs it)");
+  return false;
+}
+
+inline std::uint16_t free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+}  // namespace kvstrand::test

@@ -1,0 +1,80 @@
+// The L2 value format (src/l2/chunk_value): a value is loaded only when it
+// is exactly the chunk asked for, whole and unaltered.
+#include <catch2/catch.hpp>
+
+#include "l2/chunk_value.hpp"
+
+using namespace kvstrand;
+
+namespace {
+
+kv::ChunkKey key(std::uint8_t n, std::uint32_t rank = 0) {
+  kv::ChunkKey k;
+  for (std::size_t i = 0; i < k.ns.size(); ++i) k.ns[i] = static_cast<std::byte>(0xA0 + i);
+  k.kv_rank = rank;
+  for (std::size_t i = 0; i < k.hash.size(); ++i) k.hash[i] = static_cast<std::byte>(n + i);
+  return k;
+}
+
+std::vector<std::byte> object(std::size_t n, std::uint32_t seed) {
+  std::vector<std::byte> o(n);
+  for (std::size_t i = 0; i < n; ++i) o[i] = static_cast<std::byte>((seed * 2654435761u + i * 40503u) >> 7);
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("chunk value: a round trip gives the object's bytes and its image flag", "[l2]") {
+  const auto o = object(16896, 7);
+  for (bool image : {false, true}) {
+    const std::string v = l2::encode_chunk_value(key(1), image, o);
+    REQUIRE(v.size() == l2::kChunkHeaderBytes + o.size());
+    std::string why;
+    auto d = l2::decode_chunk_value(v, key(1), o.size(), &why);
+    INFO(why);
+    REQUIRE(d.has_value());
+    REQUIRE(d->has_image == image);
+    REQUIRE(std::equal(d->object.begin(), d->object.end(), o.begin(), o.end()));
+  }
+}
+
+TEST_CASE("chunk value: any changed byte, another chunk, size or truncation is refused with a reason", "[l2]") {
+  const auto o = object(4096, 3);
+  const std::string v = l2::encode_chunk_value(key(1), true, o);
+  std::string why;
+  // Every byte of the header and a spread of the payload, flipped one at a time.
+  for (std::size_t at = 0; at < v.size(); at += at < l2::kChunkHeaderBytes ? 1 : 97) {
+    std::string bad = v;
+    bad[at] = static_cast<char>(bad[at] ^ 0x20);
+    INFO("byte " << at);
+    REQUIRE_FALSE(l2::decode_chunk_value(bad, key(1), o.size(), &why).has_value());
+  }
+  REQUIRE_FALSE(l2::decode_chunk_value(v, key(2), o.size(), &why).has_value());  // another hash
+  REQUIRE(why == "another chunk's value");
+  REQUIRE_FALSE(l2::decode_chunk_value(v, key(1, 1), o.size(), &why).has_value());  // another rank
+  kv::ChunkKey other_ns = key(1);
+  other_ns.ns[31] = std::byte{0};
+  REQUIRE_FALSE(l2::decode_chunk_value(v, other_ns, o.size(), &why).has_value());  // another model or tenant
+  REQUIRE_FALSE(l2::decode_chunk_value(v, key(1), o.size() + 1, &why).has_value());  // another object size
+  REQUIRE(why.find("expected 4097 B") != std::string::npos);
+  REQUIRE_FALSE(l2::decode_chunk_value(v.substr(0, v.size() - 1), key(1), o.size(), &why).has_value());
+  REQUIRE_FALSE(l2::decode_chunk_value(v.substr(0, 100), key(1), o.size(), &why).has_value());
+  REQUIRE(why.find("shorter than a header") != std::string::npos);
+  REQUIRE_FALSE(l2::decode_chunk_value("garbage", key(1), o.size(), &why).has_value());
+  std::string payload_changed = v;
+  payload_changed.back() = static_cast<char>(payload_changed.back() ^ 1);
+  REQUIRE_FALSE(l2::decode_chunk_value(payload_changed, key(1), o.size(), &why).has_value());
+  REQUIRE(why == "payload checksum mismatch");
+}
+
+TEST_CASE("chunk value: keys carry namespace, rank and hash; the hash is the cluster hash tag", "[l2]") {
+  const std::string a = l2::redis_key_of(key(1));
+  REQUIRE(a.starts_with("kvstrand:v1:{"));
+  REQUIRE(a != l2::redis_key_of(key(1, 1)));
+  REQUIRE(a != l2::redis_key_of(key(2)));
+  kv::ChunkKey other_ns = key(1);
+  other_ns.ns[0] = std::byte{0};
+  REQUIRE(a != l2::redis_key_of(other_ns));
+  // Same content, other namespace: one slot (the tag is the hash), other keys.
+  REQUIRE(a.substr(0, a.find('}')) == l2::redis_key_of(other_ns).substr(0, a.find('}')));
+}

@@ -1,0 +1,262 @@
+// kvstrand-server with --l2 on real Redis: two servers standing for two
+// nodes, each with its own arena, on one 3-master Redis Cluster. A prompt
+// stored through one is loaded byte for byte through the other; altered
+// values, killed, stopped and resharded masters never give a wrong byte or a
+// wait past --l2-timeout; a stopped Redis never delays a reply.
+#include <catch2/catch.hpp>
+
+#include <map>
+
+#include "curl.hpp"
+#include "l2/chunk_value.hpp"
+#include "protocol_session.hpp"
+#include "redis_client.hpp"
+#include "redis_nodes.hpp"
+
+using namespace kvstrand;
+using namespace kvstrand::test;
+
+namespace {
+
+constexpr auto kL2Timeout = 300ms;
+
+// A node: a kvstrand-server on the cluster, with one session whose arena
+// this test maps, and its debug endpoint for the L2 counters.
+struct Node {
+  explicit Node(const std::string& url, std::vector<std::string> extra = {})
+      : port(free_port()), srv(flags(url, port, std::move(extra))), ready(srv.ready()), c(srv.socket_path()) {
+    REQUIRE(ready);
+    eventually([&] { return stats(srv.socket_path()).ready_bytes == 16u << 20; }, "every slab ready");
+    int fd = -1;
+    REQUIRE(c.hello(&fd)->status == Status::ok);
+    arena.emplace(fd, 16u << 20);
+    auto r = must_call(c, RegisterLayout{layout()});
+    REQUIRE(r.status == Status::ok);
+    reg = std::get<RegisterReply>(r.payload).registration;
+  }
+  static std::vector<std::string> flags(const std::string& url, std::uint16_t port, std::vector<std::string> extra) {
+    std::vector<std::string> f = kFlags;
+    for (const std::string& a : {std::string("--l2"), url, std::string("--l2-timeout"),
+                                 std::to_string(kL2Timeout.count()), std::string("--http"),
+                                 "127.0.0.1:" + std::to_string(port)})
+      f.push_back(a);
+    f.insert(f.end(), extra.begin(), extra.end());
+    return f;
+  }
+
+  // Stores `ks`, object i filled from `seed` and i; returns the bytes written.
+  std::vector<std::vector<std::byte>> store(const std::vector<kv::ChunkKey>& ks, int seed) {
+    ReserveReply r = reserve(c, reg, ks);
+    std::vector<std::vector<std::byte>> wrote;
+    for (std::size_t i = 0; i < ks.size(); ++i) {
+      REQUIRE(r.chunks[i] == ChunkState::reserved);
+      std::vector<std::byte> o(kObject);
+      for (std::size_t b = 0; b < o.size(); ++b) o[b] = static_cast<std::byte>((seed * 131 + i * 17 + b * 7) & 0xff);
+      std::memcpy(arena->p + r.offsets[i], o.data(), o.size());
+      wrote.push_back(std::move(o));
+    }
+    REQUIRE(must_call(c, Commit{r.reservation, true}).status == Status::ok);
+    return wrote;
+  }
+  // The hit of `ks`, its bytes checked against `want` (one per chunk of the
+  // hit); the lease released.
+  std::uint32_t load(const std::vector<kv::ChunkKey>& ks, const std::vector<std::vector<std::byte>>& want) {
+    LookupReply l = lookup(c, reg, ks);
+    const std::uint32_t chunks = l.hit.tokens / 64;
+    for (std::uint32_t i = 0; i < chunks; ++i) {
+      INFO("chunk " << i);
+      REQUIRE(std::memcmp(arena->p + l.offsets[i], want[i].data(), kObject) == 0);
+    }
+    if (l.lease != 0) REQUIRE(must_call(c, Release{l.lease}).status == Status::ok);
+    return chunks;
+  }
+  // A counter of /metrics (kvstrand_server_l2_NAME_total).
+  double counter(const std::string& name) {
+    const std::string body = curl(port, "/metrics").body;
+    const std::string line = "\nkvstrand_server_l2_" + name + " ";  // the sample, not its # HELP
+    const auto at = body.find(line);
+    if (at == std::string::npos) return -1;
+    return std::stod(body.substr(at + line.size()));
+  }
+
+  std::uint16_t port;
+  ServerProcess srv;
+  bool ready;
+  Client c;
+  std::optional<Mapped> arena;
+  std::uint32_t reg = 0;
+};
+
+// Keys in Redis over every master.
+std::size_t redis_keys(RedisNodes& redis) {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < redis.size(); ++i) n += std::stoul(redis.cli(static_cast<int>(i), {"DBSIZE"}));
+  return n;
+}
+
+// `n` one-chunk prompts stored through `a` and written behind to L2.
+std::map<int, std::vector<std::byte>> store_prompts(Node& a, RedisNodes& redis, int n) {
+  std::map<int, std::vector<std::byte>> out;
+  for (int p = 1; p <= n; ++p) out[p] = a.store(keys(p, 1), p).front();
+  eventually([&] { return redis_keys(redis) == static_cast<std::size_t>(n); }, "every prompt written behind");
+  return out;
+}
+
+// The index of the master holding prompt p's chunk.
+int master_of(RedisTestClient& rc, RedisNodes& redis, int p) {
+  return redis.index_of(rc.node_of(l2::redis_key_of(keys(p, 1)[0])));
+}
+
+// Two nodes on a 3-master cluster; `n` one-chunk prompts stored through A
+// and written behind.
+struct TwoNodes {
+  explicit TwoNodes(int n) {
+    REQUIRE_FALSE(rc.start());
+    prompts = store_prompts(a, redis, n);
+  }
+  // Every prompt looked up through B with master `down` gone or stopped:
+  // each lookup ends within the timeout, those on `down` miss, every other
+  // one loads exactly. How many missed.
+  int load_all_with_master_down(int down) {
+    int hits = 0, misses = 0;
+    for (const auto& [p, bytes] : prompts) {
+      INFO("prompt " << p);
+      const auto t0 = std::chrono::steady_clock::now();
+      const std::uint32_t got = b.load(keys(p, 1), {bytes});
+      REQUIRE(std::chrono::steady_clock::now() - t0 < kL2Timeout + 2s);  // bounded, with room for a loaded machine
+      REQUIRE(got == (master_of(rc, redis, p) == down ? 0u : 1u));
+      (got ? hits : misses) += 1;
+    }
+    REQUIRE(hits > 10);
+    return misses;
+  }
+  RedisNodes redis{3, true};
+  Node a{redis.url()}, b{redis.url()};
+  RedisTestClient rc{redis.url()};
+  std::map<int, std::vector<std::byte>> prompts;
+};
+
+}  // namespace
+
+TEST_CASE("l2: a prompt stored through node A loads through node B, whose arena never held it, byte for byte",
+          "[l2][server]") {
+  if (!curl_present()) return;
+  RedisNodes redis(3, true);
+  Node a(redis.url()), b(redis.url());
+  const auto ks = keys(1, 8);
+  const auto wrote = a.store(ks, 1);
+  eventually([&] { return a.counter("written_total") == 8; }, "A wrote 8 objects behind");
+  REQUIRE(redis_keys(redis) == 8);
+  REQUIRE(stats(b.srv.socket_path()).objects == 0);
+  LookupReply l = lookup(b.c, b.reg, ks);
+  REQUIRE(l.hit.tokens == 8 * 64);
+  REQUIRE(l.hit.checkpoints == std::vector<std::uint32_t>{64, 128, 192, 256, 320, 384, 448, 512});  // the state too
+  for (std::size_t i = 0; i < 8; ++i) REQUIRE(std::memcmp(b.arena->p + l.offsets[i], wrote[i].data(), kObject) == 0);
+  REQUIRE(b.counter("promoted_total") == 8);
+  REQUIRE(stats(b.srv.socket_path()).objects == 8);
+  // A prompt that extends it: the stored part from B's arena, nothing more from L2.
+  auto longer = keys(1, 10);
+  REQUIRE(lookup(b.c, b.reg, longer).hit.tokens == 8 * 64);
+  REQUIRE(b.counter("lookup_misses_total") == 1);
+}
+
+TEST_CASE("l2: a value altered in Redis is a miss, counted, never loaded", "[l2][server][fault]") {
+  if (!curl_present()) return;
+  RedisNodes redis(3, true);
+  Node a(redis.url()), b(redis.url());
+  RedisTestClient rc(redis.url());
+  REQUIRE_FALSE(rc.start());
+  const auto ks = keys(2, 4);
+  const auto wrote = a.store(ks, 2);
+  const auto other = keys(3, 2);
+  a.store(other, 3);
+  eventually([&] { return redis_keys(redis) == 6; }, "written behind");
+  // One payload byte of chunk 2 changed; prompt 3's first value replaced by other bytes.
+  auto r = rc.run({{"SETRANGE", l2::redis_key_of(ks[2]), std::to_string(l2::kChunkHeaderBytes + 100), "X"},
+                   {"SET", l2::redis_key_of(other[0]), "not a kvstrand value"}});
+  REQUIRE(r[0].answered());
+  REQUIRE(r[1].answered());
+  REQUIRE(b.load(ks, wrote) == 2);  // chunks 0 and 1; never chunk 2's altered bytes
+  REQUIRE(b.load(other, {}) == 0);
+  REQUIRE(b.counter("bad_values_total") == 2);
+}
+
+TEST_CASE("l2: a master SIGKILLed: lookups of what it held miss, the rest hit, none waits past --l2-timeout",
+          "[l2][server][fault]") {
+  if (!curl_present()) return;
+  TwoNodes t(45);
+  t.redis.kill(0);
+  REQUIRE(t.load_all_with_master_down(0) > 5);
+}
+
+TEST_CASE("l2: a master SIGSTOPped: its chunks miss within --l2-timeout; continued, they load again",
+          "[l2][server][fault]") {
+  if (!curl_present()) return;
+  TwoNodes t(30);
+  t.redis.signal(1, SIGSTOP);
+  const int missed = t.load_all_with_master_down(1);
+  REQUIRE(missed > 3);
+  REQUIRE(t.b.counter("unanswered_total") >= missed);
+  t.redis.signal(1, SIGCONT);
+  for (const auto& [p, bytes] : t.prompts) REQUIRE(t.b.load(keys(p, 1), {bytes}) == 1u);
+}
+
+TEST_CASE("l2: slots resharded while lookups run: every hit is exact, and all load afterwards",
+          "[l2][server][fault]") {
+  if (!curl_present()) return;
+  RedisNodes redis(3, true);
+  Node a(redis.url()), b(redis.url());
+  const auto prompts = store_prompts(a, redis, 60);
+  // Every slot of node 0 to node 1, key by key (MIGRATE), while B looks up.
+  ChildProcess reshard({"/usr/bin/redis-cli", "--cluster", "reshard", "127.0.0.1:" + std::to_string(redis.port(0)),
+                        "--cluster-from", redis.node_id(0), "--cluster-to", redis.node_id(1), "--cluster-slots",
+                        "16384", "--cluster-pipeline", "1", "--cluster-yes"});
+  int during = 0;
+  for (const auto& [p, bytes] : prompts) during += b.load(keys(p, 1), {bytes});
+  const ProcessResult r = reshard.wait();
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  REQUIRE(std::stoul(redis.cli(0, {"DBSIZE"})) == 0);  // node 0 gave everything away
+  // A third node whose arena is empty: everything through L2, on the new map.
+  Node c(redis.url());
+  for (const auto& [p, bytes] : prompts) REQUIRE(c.load(keys(p, 1), {bytes}) == 1u);
+  INFO("loaded during the reshard: " << during);
+  REQUIRE(c.counter("promoted_total") + during >= 60);
+}
+
+TEST_CASE("l2: with Redis stopped, replies never wait for it; what the full write queue drops is counted",
+          "[l2][server][fault]") {
+  if (!curl_present()) return;
+  RedisNodes redis(1, false);
+  Node a(redis.url(), {"--l2-max-inflight", "4"});
+  eventually([&] { return a.counter("written_total") == 0; }, "metrics up");
+  redis.signal(0, SIGSTOP);
+  for (int p = 1; p <= 12; ++p) {
+    const auto t0 = std::chrono::steady_clock::now();
+    a.store(keys(p, 1), p);  // reserve and commit
+    REQUIRE(std::chrono::steady_clock::now() - t0 < kL2Timeout);  // a commit does not wait for L2
+  }
+  // 4 queued (one batch of them in flight), the rest dropped.
+  REQUIRE(a.counter("write_dropped_total") >= 7);
+  redis.signal(0, SIGCONT);
+  eventually([&] { return a.counter("written_total") + a.counter("write_dropped_total") +
+                          a.counter("write_failed_total") >= 12; }, "the queue drained");
+}
+
+TEST_CASE("l2: bad --l2 flags are refused naming the flag", "[l2][server]") {
+  const std::string bin = sibling_binary("../kvstrand-server");
+  for (const auto& [args, flag] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--l2", "127.0.0.1:6379"}, "--l2"},
+           {{"--l2", "redis://localhost:6379"}, "--l2"},
+           {{"--l2", "redis://127.0.0.1:6379", "--l2-timeout", "0"}, "--l2-timeout"},
+           {{"--l2", "redis://127.0.0.1:6379", "--l2-max-inflight", "0"}, "--l2-max-inflight"},
+           {{"--l2", "redis://127.0.0.1:6379", "--l2-ttl", "-1"}, "--l2-ttl"},
+           {{"--l2-timeout", "100"}, "--l2-timeout"}}) {
+    std::vector<std::string> a = {bin, "--socket", ServerProcess::fresh_socket_path()};
+    a.insert(a.end(), args.begin(), args.end());
+    const ProcessResult r = run_process(a);
+    INFO(r.output);
+    REQUIRE(r.exit_code == 2);
+    REQUIRE(r.output.find("invalid " + flag + ":") != std::string::npos);
+  }
+}
