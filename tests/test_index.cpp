@@ -75,6 +75,36 @@ TEST_CASE("object store: a full store evicts least recently used unpinned object
   REQUIRE(s.stats().evictions == 2);
 }
 
+TEST_CASE("index: a pinned object is never evicted, however long ago it was used (F27)", "[tier][index]") {
+  Index s(3 * 100, 100);
+  reserve_commit(s, 1);
+  reserve_commit(s, 2);
+  reserve_commit(s, 3);
+  const kv::ChunkKey k1[] = {key(1)};
+  REQUIRE(s.pin(k1).has_value());
+  // The clock hand passes key 1's slot many times (its use bit long
+  // cleared) while every other object is evicted in turn.
+  for (int k = 10; k < 30; ++k) {
+    reserve_commit(s, k);
+    REQUIRE(s.present_run(k1) == 1);
+  }
+  s.unpin(k1);
+  for (int k = 30; k < 36; ++k) reserve_commit(s, k);
+  REQUIRE(s.present_run(k1) == 0);  // unpinned, it goes like any other
+}
+
+TEST_CASE("index: present_run counts committed keys in a row without using them", "[tier][index]") {
+  Index s(4 * 100, 100);
+  reserve_commit(s, 1);
+  reserve_commit(s, 2);
+  std::uint32_t slot = 0;
+  REQUIRE(s.reserve(key(3), false, &slot) == Index::Reserve::reserved);  // being written
+  const kv::ChunkKey ks[] = {key(1), key(2), key(3)};
+  REQUIRE(s.present_run(ks) == 2);
+  REQUIRE(s.stats().lookup_hits == 0);  // not a lookup
+  REQUIRE(s.key_at(slot) == key(3));
+}
+
 TEST_CASE("object store: an object being written is never evicted", "[kv][store]") {
   ObjectStore s(2 * 100, 100);
   std::uint32_t a = 0, b = 0, c = 0;
