@@ -224,7 +224,7 @@ TEST_CASE("l2: slots resharded while lookups run: every hit is exact, and all lo
   REQUIRE(c.counter("promoted_total") + during >= 60);
 }
 
-TEST_CASE("l2: with Redis stopped, replies never wait for it; what the full write queue drops is counted",
+TEST_CASE("l2: with Redis stopped, replies never wait for it; a full write queue drops and counts; SIGTERM drains it",
           "[l2][server][fault]") {
   if (!curl_present()) return;
   RedisNodes redis(1, false);
@@ -241,6 +241,18 @@ TEST_CASE("l2: with Redis stopped, replies never wait for it; what the full writ
   redis.signal(0, SIGCONT);
   eventually([&] { return a.counter("written_total") + a.counter("write_dropped_total") +
                           a.counter("write_failed_total") >= 12; }, "the queue drained");
+  // Stopped with SIGTERM while its queue waits for Redis: it writes what it
+  // queued before it exits.
+  const std::size_t before = redis_keys(redis);
+  redis.signal(0, SIGSTOP);
+  a.store(keys(20, 1), 20);
+  a.store(keys(21, 1), 21);
+  REQUIRE(::kill(a.srv.pid(), SIGTERM) == 0);
+  std::this_thread::sleep_for(300ms);
+  REQUIRE(process_state(a.srv.pid()) != 'Z');  // still draining
+  redis.signal(0, SIGCONT);
+  a.srv.kill(SIGTERM);  // reaped
+  REQUIRE(redis_keys(redis) == before + 2);
 }
 
 TEST_CASE("l2: bad --l2 flags are refused naming the flag", "[l2][server]") {

@@ -32,18 +32,25 @@ bool accepts(const std::string& path) {
   return ok;
 }
 
+int& next_id() {
+  static int n = 0;
+  return n;
+}
+
 }  // namespace
 
 std::string DemoServer::default_binary() {
   return (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "../../kvstrand-server").string();
 }
 
-DemoServer::DemoServer(const std::string& binary, std::uint64_t tier_bytes, std::uint32_t chunk_tokens)
-    : socket_("/tmp/kvstrand-demo-" + std::to_string(::getpid()) + ".sock") {
+DemoServer::DemoServer(const std::string& binary, std::uint64_t tier_bytes, std::uint32_t chunk_tokens,
+                       const std::vector<std::string>& extra)
+    : socket_("/tmp/kvstrand-demo-" + std::to_string(::getpid()) + "-" + std::to_string(next_id()++) + ".sock") {
   ::unlink(socket_.c_str());
   std::vector<std::string> args = {binary,           "--socket",       socket_, "--tier-bytes",
                                    std::to_string(tier_bytes), "--chunk-tokens", std::to_string(chunk_tokens),
                                    "--log-level",    "warn"};
+  args.insert(args.end(), extra.begin(), extra.end());
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);

@@ -1,5 +1,6 @@
 // A kvstrand-server process the demo starts for itself: the tier-restart arm
-// needs a tier that outlives an engine, and without --server there is none.
+// needs a tier that outlives an engine, and without --server there is none;
+// the tier-l2 arm needs two, one per node, on one Redis.
 // Stopped (SIGTERM, then reaped) when this object goes away.
 #pragma once
 
@@ -7,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace kvstrand::engine {
 
@@ -14,7 +16,9 @@ class DemoServer {
  public:
   // Starts `binary` on a fresh socket. Throws std::runtime_error saying
   // what failed when it cannot be started or does not accept within 30 s.
-  DemoServer(const std::string& binary, std::uint64_t tier_bytes, std::uint32_t chunk_tokens);
+  // `extra`: more flags (the tier-l2 arm's --l2 ...).
+  DemoServer(const std::string& binary, std::uint64_t tier_bytes, std::uint32_t chunk_tokens,
+             const std::vector<std::string>& extra = {});
   ~DemoServer();
   DemoServer(const DemoServer&) = delete;
   DemoServer& operator=(const DemoServer&) = delete;

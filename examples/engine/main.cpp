@@ -12,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "demo_redis.hpp"
 #include "demo_server.hpp"
 #include "engine.hpp"
 #include "hip/device.hpp"
@@ -49,8 +50,9 @@ int main(int argc, char** argv) {
   CLI::App app{"kvstrand-engine-demo: the example engine on the seed's workload, every arm, correctness on"};
   double seconds = 40;
   bool full = false, no_verify = false;
-  std::string arms_list = "none,hbm,tier,tier+spec,hbm-fit,tier-fit,tier-restart", server,
-              server_binary = DemoServer::default_binary(), out = "demo-results",
+  std::string arms_list = "none,hbm,tier,tier+spec,hbm-fit,tier-fit,tier-restart,tier-l2", server,
+              server_binary = DemoServer::default_binary(), out = "demo-results", l2_url,
+              redis_binary = "/usr/bin/redis-server",
               log_level = "warn", tier_bytes_text = "1G";
   std::uint32_t bytes_scale = 16, pool_blocks = 4000, concurrency = 16, prompts = 512, fit_prompts = 16;
   double time_scale = 0.25;
@@ -59,13 +61,18 @@ int main(int argc, char** argv) {
   app.add_option("--arms", arms_list,
                  "Arms: none (no prefix reuse), hbm (HBM prefix cache), tier (HBM + tier), tier+spec (the same "
                  "under speculative decoding: prefill tail 2), hbm-fit / tier-fit (a working set that fits HBM), "
-                 "tier-restart (a fresh engine on a node tier another engine filled: the fit working set)")
+                 "tier-restart (a fresh engine on a node tier another engine filled: the fit working set), "
+                 "tier-l2 (node A's engine fills A, which writes behind to Redis and stops; a fresh engine on "
+                 "node B, whose arena is empty, is served through L2)")
       ->capture_default_str();
   app.add_option("--tier-bytes", tier_bytes_text, "Embedded tier size (1G holds the default run)")
       ->capture_default_str();
   app.add_option("--server", server, "Tier arms use kvstrand-server at this socket instead of the embedded tier");
   app.add_option("--server-binary", server_binary,
                  "kvstrand-server that tier-restart starts for itself when --server is not given")
+      ->capture_default_str();
+  app.add_option("--l2", l2_url, "tier-l2: Redis (Cluster) at redis://HOST:PORT[,...] instead of one it starts");
+  app.add_option("--redis-binary", redis_binary, "redis-server that tier-l2 starts for itself when --l2 is not given")
       ->capture_default_str();
   app.add_option("--bytes-scale", bytes_scale, "Divide the seed's block and checkpoint bytes by this (memory)")
       ->capture_default_str();
@@ -112,14 +119,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kvstrand-engine-demo: invalid --bytes-scale: must be 1 to 512\n");
     return 2;
   }
-  static const std::vector<std::string> known = {"none",    "hbm",      "tier",        "tier+spec",
-                                                  "hbm-fit", "tier-fit", "tier-restart"};
+  static const std::vector<std::string> known = {"none",    "hbm",      "tier",         "tier+spec",
+                                                  "hbm-fit", "tier-fit", "tier-restart", "tier-l2"};
   {
     std::stringstream check(arms_list);
     for (std::string arm; std::getline(check, arm, ',');)
       if (std::find(known.begin(), known.end(), arm) == known.end()) {
         std::fprintf(stderr, "kvstrand-engine-demo: invalid --arms: unknown arm '%s' (known: none, hbm, tier, "
-                     "tier+spec, hbm-fit, tier-fit, tier-restart)\n", arm.c_str());
+                     "tier+spec, hbm-fit, tier-fit, tier-restart, tier-l2)\n", arm.c_str());
         return 2;
       }
   }
@@ -152,9 +159,12 @@ int main(int argc, char** argv) {
     c.server_socket = server;
     c.tier_bytes = *tier_bytes;
     const bool restart = arm == "tier-restart";
-    w.distinct = arm.ends_with("-fit") || restart ? fit_prompts : prompts;
-    // Tier arms measure a second pass; the others need only their first requests out of the way.
-    const std::uint32_t warmup = c.tier ? w.distinct : 2 * concurrency;
+    const bool via_l2 = arm == "tier-l2";
+    w.distinct = arm.ends_with("-fit") || restart || via_l2 ? fit_prompts : prompts;
+    // Tier arms measure a second pass; the others need only their first
+    // requests out of the way. tier-l2 measures from its first request:
+    // that pass is the one L2 serves.
+    const std::uint32_t warmup = via_l2 ? 0 : c.tier ? w.distinct : 2 * concurrency;
     c.time_scale = time_scale;
     c.verify = !no_verify;
     if (c.tier) c.http = http;
@@ -163,6 +173,32 @@ int main(int argc, char** argv) {
       // demo's own server unless --server names one), then the measured
       // engine starts with an empty HBM on that warm tier.
       std::optional<DemoServer> own_server;
+      std::optional<DemoRedis> own_redis;
+      if (via_l2) {
+        // Two nodes of their own (not --server): A is filled and stopped
+        // (SIGTERM: it writes everything behind first), B starts empty.
+        std::string url = l2_url;
+        if (url.empty()) {
+          if (!std::filesystem::exists(redis_binary)) {
+            std::printf("  tier-l2: skipped: no %s (install redis-server, or give --l2 or --redis-binary)\n",
+                        redis_binary.c_str());
+            continue;
+          }
+          own_redis.emplace(redis_binary, *tier_bytes);
+          url = own_redis->url();
+        }
+        const std::vector<std::string> l2_flags = {"--l2", url, "--l2-timeout", "2000", "--l2-max-inflight", "100000"};
+        {
+          DemoServer node_a(server_binary, *tier_bytes, c.layout.chunk_tokens, l2_flags);
+          EngineConfig fill = c;
+          fill.server_socket = node_a.socket_path();
+          fill.time_scale = 0;
+          fill.http.reset();
+          Engine(fill, w).run(w.distinct, 0);
+        }
+        own_server.emplace(server_binary, *tier_bytes, c.layout.chunk_tokens, l2_flags);
+        c.server_socket = own_server->socket_path();
+      }
       if (restart) {
         if (server.empty()) {
           own_server.emplace(server_binary, *tier_bytes, c.layout.chunk_tokens);

@@ -78,7 +78,9 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
                            l2::encode_chunk_value(q.key, q.image, {object_at(q.slot, object_bytes), object_bytes}));
         index->unpin(std::span<const kv::ChunkKey>(&q.key, 1));  // its bytes are taken
       }
+      in_flight = items.size();
       std::vector<l2::RedisResult> r = co_await cluster->set(std::move(items), opt.ttl);
+      in_flight = 0;
       for (const l2::RedisResult& x : r) {
         if (x.answered() && x.value.kind == l2::RedisValue::Kind::status) {
           ++st.written;
@@ -165,6 +167,7 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
   tier::Index* index = nullptr;  // the server's, once it exists
   std::deque<Queued> queue;
   asio::steady_timer wake;  // the writer's sleep while the queue is empty
+  std::size_t in_flight = 0;  // objects of the SET batch awaited now
   bool ready = false;
   bool stopped = false;
   L2Stats st;
@@ -183,6 +186,17 @@ void L2Tier::start() {
     asio::co_spawn(self->strand, self->write_loop(), reactor::LogEscaped{"the L2 writer"});
   };
   asio::co_spawn(impl_->strand, impl_->connect(), std::move(connected));
+}
+
+asio::awaitable<std::size_t> L2Tier::drain(std::chrono::milliseconds bound) {
+  auto impl = impl_;
+  const auto end = std::chrono::steady_clock::now() + bound;
+  asio::steady_timer t(impl->strand);
+  while ((!impl->queue.empty() || impl->in_flight != 0) && impl->ready && std::chrono::steady_clock::now() < end) {
+    t.expires_after(std::chrono::milliseconds(10));
+    co_await t.async_wait(kAwait);
+  }
+  co_return impl->queue.size() + impl->in_flight;
 }
 
 void L2Tier::stop() {

@@ -14,6 +14,8 @@
 //   (l2/chunk_value.hpp); anything else is a miss, counted.
 // - Redis unreachable at start: the server serves without it and keeps
 //   trying every second.
+// - A server stopping (SIGTERM) first drains the write queue, for at most a
+//   few seconds: another node may be about to ask for what it committed.
 //
 // Everything runs on the server's strand.
 #pragma once
@@ -64,6 +66,9 @@ class L2Tier {
   L2Tier& operator=(const L2Tier&) = delete;
 
   void start();
+  // Waits until every queued object is written (or failed), at most
+  // `bound`; returns how many were still queued or in flight.
+  boost::asio::awaitable<std::size_t> drain(std::chrono::milliseconds bound);
   void stop();
 
   // A reservation's objects (`slots`) were just committed: queue them.

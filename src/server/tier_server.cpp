@@ -166,7 +166,6 @@ struct TierServer::Impl {
   void shutdown() {
     if (stopping) return;
     stopping = true;
-    if (l2) l2->stop();
     if (acceptor) acceptor->close();
     if (signals) signals->cancel();
     auto all = sessions;
@@ -176,7 +175,19 @@ struct TierServer::Impl {
       p->watch.close(ignored);
     }
     processes.clear();
-    stopped.set_value();
+    if (!l2) {
+      stopped.set_value();
+      return;
+    }
+    // What was committed is written to L2 before the server goes (bounded):
+    // another node may be about to ask for it.
+    auto done = [this](std::exception_ptr e, std::size_t left) {
+      if (e) reactor::LogEscaped{"the L2 drain"}(e);
+      if (left != 0) spdlog::warn("kvstrand-server: stopping with {} object(s) not written to L2", left);
+      l2->stop();
+      stopped.set_value();
+    };
+    asio::co_spawn(strand, l2->drain(std::chrono::seconds(5)), std::move(done));
   }
 
   // ---- sessions and processes -------------------------------------------------
