@@ -1,13 +1,14 @@
 // A redis-server process the demo starts for its tier-l2 arm when --l2 does
 // not name one: plain Redis on a free loopback port, no persistence, its
 // memory bounded with allkeys-lru (the settings the README recommends).
-// Killed (SIGTERM, then reaped) when this object goes away.
+// Stopped (SIGTERM, then reaped) when this object goes away.
 #pragma once
 
-#include <sys/types.h>
-
 #include <cstdint>
+#include <optional>
 #include <string>
+
+#include "demo_process.hpp"
 
 namespace kvstrand::engine {
 
@@ -16,7 +17,6 @@ class DemoRedis {
   // Throws std::runtime_error saying what failed when `binary` cannot be
   // started or does not answer PING within 10 s.
   DemoRedis(const std::string& binary, std::uint64_t max_bytes);
-  ~DemoRedis();
   DemoRedis(const DemoRedis&) = delete;
   DemoRedis& operator=(const DemoRedis&) = delete;
 
@@ -24,7 +24,7 @@ class DemoRedis {
 
  private:
   int port_ = 0;
-  pid_t pid_ = -1;
+  std::optional<DemoProcess> process_;
 };
 
 }  // namespace kvstrand::engine

@@ -1,21 +1,12 @@
 #include "demo_server.hpp"
 
-#include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/un.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
-#include <stdexcept>
-#include <thread>
 #include <vector>
-
-extern char** environ;
 
 namespace kvstrand::engine {
 
@@ -51,36 +42,12 @@ DemoServer::DemoServer(const std::string& binary, std::uint64_t tier_bytes, std:
                                    std::to_string(tier_bytes), "--chunk-tokens", std::to_string(chunk_tokens),
                                    "--log-level",    "warn"};
   args.insert(args.end(), extra.begin(), extra.end());
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  if (const int e = ::posix_spawn(&pid_, argv[0], nullptr, nullptr, argv.data(), environ); e != 0) {
-    pid_ = -1;
-    throw std::runtime_error("cannot start " + binary + ": " + std::strerror(e) + " (give --server-binary)");
-  }
-  for (int i = 0; i < 3000; ++i) {
-    if (accepts(socket_)) return;
-    int status = 0;
-    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-      pid_ = -1;
-      throw std::runtime_error(binary + " exited at start (status " + std::to_string(status) +
-                               "); its message is above");
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  stop();
-  throw std::runtime_error(binary + " did not accept connections on " + socket_ + " within 30 s");
+  process_.emplace(std::move(args), [this] { return accepts(socket_); }, std::chrono::seconds(30),
+                   "--server-binary");
 }
 
-DemoServer::~DemoServer() { stop(); }
-
-void DemoServer::stop() {
-  if (pid_ > 0) {
-    ::kill(pid_, SIGTERM);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
-  }
+DemoServer::~DemoServer() {
+  process_.reset();  // SIGTERM: a server with --l2 writes its queue behind first
   ::unlink(socket_.c_str());
 }
 

@@ -4,11 +4,12 @@
 // Stopped (SIGTERM, then reaped) when this object goes away.
 #pragma once
 
-#include <sys/types.h>
-
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "demo_process.hpp"
 
 namespace kvstrand::engine {
 
@@ -30,9 +31,8 @@ class DemoServer {
   static std::string default_binary();
 
  private:
-  void stop();
   std::string socket_;
-  pid_t pid_ = -1;
+  std::optional<DemoProcess> process_;
 };
 
 }  // namespace kvstrand::engine
