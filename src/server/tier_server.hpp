@@ -1,7 +1,8 @@
 // kvstrand-server: the node tier's index, leases, reservations and
-// liveness, on one strand. It never touches a byte of the tier: the arena is
-// a sealed memfd handed to each client, which copies between it and its own
-// device memory (NodeTier). No device runtime is linked in.
+// liveness, on one strand. The arena is a sealed memfd handed to each
+// client, which copies between it and its own device memory (NodeTier); the
+// server touches its bytes only with --l2, to move objects to and from
+// Redis (L2Tier). No device runtime is linked in.
 //
 // - The socket is created 0600 and each peer's uid (SO_PEERCRED) must be the
 //   server's own; its pid names the client process that owns what the

@@ -1,6 +1,7 @@
 // The node tier's bytes: one shared-memory file (memfd) that kvstrand-server
 // creates and hands to every client over its socket (SCM_RIGHTS). Each
-// client maps it and pins it for its own device; the server never maps it.
+// client maps it and pins it for its own device; the server maps it only
+// with --l2, to move objects to and from Redis.
 //
 // - Sealed against resize (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL): no
 //   client can shrink it under another's mapping (a SIGBUS in a peer) or
