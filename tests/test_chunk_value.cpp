@@ -67,7 +67,7 @@ TEST_CASE("chunk value: any changed byte, another chunk, size or truncation is r
   REQUIRE(why == "payload checksum mismatch");
 }
 
-TEST_CASE("chunk value: keys carry namespace, rank and hash; the hash is the cluster hash tag", "[l2]") {
+TEST_CASE("chunk value: keys carry namespace, rank and hash, the hash is the cluster hash tag", "[l2]") {
   const std::string a = l2::redis_key_of(key(1));
   REQUIRE(a.starts_with("kvstrand:v1:{"));
   REQUIRE(a != l2::redis_key_of(key(1, 1)));

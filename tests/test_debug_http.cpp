@@ -65,7 +65,7 @@ void eventually(Pred p, std::chrono::seconds within = 10s) {
 
 }  // namespace
 
-TEST_CASE("debug http: a connector's endpoints answer curl; promtool accepts /metrics", "[http][reactor][gpu]") {
+TEST_CASE("debug http: a connector's endpoints answer curl, promtool accepts /metrics", "[http][reactor][gpu]") {
   if (!device_present() || !curl_present()) return;
   Rig rig(with_http());
   const auto port = rig.conn->http_port();
@@ -111,7 +111,7 @@ TEST_CASE("debug http: a connector's endpoints answer curl; promtool accepts /me
   REQUIRE(g.body.find("/metrics") != std::string::npos);
 }
 
-TEST_CASE("debug http: a transfer in flight shows in /debug/transfers; a fail-stop turns /healthz 503",
+TEST_CASE("debug http: a transfer in flight shows in /debug/transfers, a fail-stop turns /healthz 503",
           "[http][reactor][sim][fault]") {
   if (!sim_hooks_present() || !curl_present()) return;
   Rig rig(with_http(300ms));

@@ -146,7 +146,7 @@ TEST_CASE("copies refuse a null pointer before anything is queued", "[hip][gpu]"
   REQUIRE(hip::copy_batch(s, CopyKind::device_to_host, segs).code() == Errc::invalid_value);
 }
 
-TEST_CASE("an event never recorded is complete; a recorded one completes with its stream", "[hip][gpu]") {
+TEST_CASE("an event never recorded is complete, a recorded one completes with its stream", "[hip][gpu]") {
   if (!device_present()) return;
   auto s = must(hip::Stream::create());
   auto ev = must(hip::Event::create());

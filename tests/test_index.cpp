@@ -23,7 +23,7 @@ std::uint32_t reserve_commit(ObjectStore& s, int i, bool image = false) {
 }
 }  // namespace
 
-TEST_CASE("object store: an object is invisible until committed; abort frees it", "[kv][store]") {
+TEST_CASE("object store: an object is invisible until committed, abort frees it", "[kv][store]") {
   ObjectStore s(4 * 100, 100);
   REQUIRE(s.slots() == 4);
   std::uint32_t slot = 0;
@@ -127,7 +127,7 @@ TEST_CASE("index: each pin needs its own unpin before the object can go", "[tier
   REQUIRE(s.reserve(key(2), false, &slot) == Index::Reserve::reserved);
 }
 
-TEST_CASE("index: a lease pins its hit until released; a reservation is invisible until committed", "[tier][index]") {
+TEST_CASE("index: a lease pins its hit until released, a reservation is invisible until committed", "[tier][index]") {
   Index s(3 * 100, 100);
   reserve_commit(s, 1);
   reserve_commit(s, 2, true);

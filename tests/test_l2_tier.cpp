@@ -189,7 +189,7 @@ TEST_CASE("l2: a master SIGKILLed: lookups of what it held miss, the rest hit, n
   REQUIRE(t.load_all_with_master_down(0) > 5);
 }
 
-TEST_CASE("l2: a master SIGSTOPped: its chunks miss within --l2-timeout; continued, they load again",
+TEST_CASE("l2: a master SIGSTOPped: its chunks miss within --l2-timeout, continued, they load again",
           "[l2][server][fault]") {
   if (!curl_present()) return;
   TwoNodes t(30);
@@ -224,7 +224,7 @@ TEST_CASE("l2: slots resharded while lookups run: every hit is exact, and all lo
   REQUIRE(c.counter("promoted_total") + during >= 60);
 }
 
-TEST_CASE("l2: with Redis stopped, replies never wait for it; a full write queue drops and counts; SIGTERM drains it",
+TEST_CASE("l2: with Redis stopped, replies never wait for it, a full write queue drops and counts, SIGTERM drains it",
           "[l2][server][fault]") {
   if (!curl_present()) return;
   RedisNodes redis(1, false);

@@ -225,7 +225,7 @@ TEST_CASE("redis cluster: ASK during a slot migration and MOVED after it are fol
   require_values(again, 1);
 }
 
-TEST_CASE("redis cluster: a master SIGKILLed: its keys fail within the timeout, the others answer; restarted, it serves again",
+TEST_CASE("redis cluster: a master SIGKILLed: its keys fail within the timeout, the others answer, restarted, it serves again",
           "[l2][cluster][fault]") {
   StoredCluster sc;
   auto& [redis, c] = sc;
@@ -252,7 +252,7 @@ TEST_CASE("redis cluster: a master SIGKILLed: its keys fail within the timeout, 
   require_values(c.run(gets(300, "k")));
 }
 
-TEST_CASE("redis cluster: a master SIGSTOPped: its keys time out, the others answer; continued, it answers again",
+TEST_CASE("redis cluster: a master SIGSTOPped: its keys time out, the others answer, continued, it answers again",
           "[l2][cluster][fault]") {
   StoredCluster sc;
   auto& [redis, c] = sc;

@@ -22,7 +22,7 @@ TEST_CASE("save tracker: full committed chunks are saved one save at a time", "[
   REQUIRE(t.next_save(1024) == TokenRange{512, 1024});
 }
 
-TEST_CASE("save tracker: a failed save leaves its range open; abandon closes it", "[kv][save]") {
+TEST_CASE("save tracker: a failed save leaves its range open, abandon closes it", "[kv][save]") {
   SaveTracker t(256);
   REQUIRE(t.next_save(512) == TokenRange{0, 512});
   t.save_settled(false);
@@ -42,7 +42,7 @@ TEST_CASE("save tracker: nothing is saved while the request loads", "[kv][save]"
   REQUIRE(t.next_save(4608) == TokenRange{4096, 4608});  // the loaded range is in the tier already
 }
 
-TEST_CASE("save tracker: every load that does not land reopens [HBM hit, tier hit) (F19)", "[kv][save]") {
+TEST_CASE("save tracker: every load that does not land reopens the range from the HBM hit to the tier hit (F19)", "[kv][save]") {
   for (LoadOutcome o : {LoadOutcome::tier_lost, LoadOutcome::withdrawn, LoadOutcome::failed}) {
     SaveTracker t(256);
     t.note_stored(4096);    // the lookup saw [0, 4096) in the tier

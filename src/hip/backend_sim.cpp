@@ -241,8 +241,19 @@ class SimStream {
         delay = delay_;
       }
       if (delay.count() > 0) std::this_thread::sleep_for(delay);
-      execute(*op);
-      {
+      if (op->kind == Op::Kind::record) {
+        // The event completes and leaves the queue in one step: a stream
+        // whose last record has completed is idle, as on a GPU (a query in
+        // between would see the event done and the stream still busy).
+        std::shared_ptr<SimEvent> ev = op->ev;
+        {
+          std::lock_guard lk(m_);
+          complete(*op);
+          q_.pop_front();
+        }
+        ev->cv.notify_all();
+      } else {
+        execute(*op);
         std::lock_guard lk(m_);
         q_.pop_front();
       }
@@ -259,22 +270,23 @@ class SimStream {
         }
         for (const Segment& g : op.segs) std::memmove(g.dst, g.src, g.bytes);
         return;
-      case Op::Kind::record: {
-        {
-          std::lock_guard lk(op.ev->m);
-          if (op.gen > op.ev->completed) {
-            op.ev->completed = op.gen;
-            op.ev->failure = pending_failure_;
-          }
-        }
-        pending_failure_ = Errc::success;
-        op.ev->cv.notify_all();
-        return;
-      }
+      case Op::Kind::record: return;  // run() completes it with the queue locked
       case Op::Kind::host_func:
         op.fn(op.arg);
         return;
     }
+  }
+
+  // A record reached: its event completes with the failure of the copies
+  // since the previous record. Lock order: the stream's, then the event's
+  // (event_record takes the event's alone, before it pushes).
+  void complete(Op& op) {
+    std::lock_guard lk(op.ev->m);
+    if (op.gen > op.ev->completed) {
+      op.ev->completed = op.gen;
+      op.ev->failure = pending_failure_;
+    }
+    pending_failure_ = Errc::success;
   }
 
   std::mutex m_;
