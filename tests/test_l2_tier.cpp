@@ -140,7 +140,7 @@ struct TwoNodes {
 
 TEST_CASE("l2: a prompt stored through node A loads through node B, whose arena never held it, byte for byte",
           "[l2][server]") {
-  if (!curl_present()) return;
+  if (!redis_present() || !curl_present()) return;
   RedisNodes redis(3, true);
   Node a(redis.url()), b(redis.url());
   const auto ks = keys(1, 8);
@@ -161,7 +161,7 @@ TEST_CASE("l2: a prompt stored through node A loads through node B, whose arena 
 }
 
 TEST_CASE("l2: a value altered in Redis is a miss, counted, never loaded", "[l2][server][fault]") {
-  if (!curl_present()) return;
+  if (!redis_present() || !curl_present()) return;
   RedisNodes redis(3, true);
   Node a(redis.url()), b(redis.url());
   RedisTestClient rc(redis.url());
@@ -183,7 +183,7 @@ TEST_CASE("l2: a value altered in Redis is a miss, counted, never loaded", "[l2]
 
 TEST_CASE("l2: a master SIGKILLed: lookups of what it held miss, the rest hit, none waits past --l2-timeout",
           "[l2][server][fault]") {
-  if (!curl_present()) return;
+  if (!redis_present() || !curl_present()) return;
   TwoNodes t(45);
   t.redis.kill(0);
   REQUIRE(t.load_all_with_master_down(0) > 5);
@@ -191,7 +191,7 @@ TEST_CASE("l2: a master SIGKILLed: lookups of what it held miss, the rest hit, n
 
 TEST_CASE("l2: a master SIGSTOPped: its chunks miss within --l2-timeout, continued, they load again",
           "[l2][server][fault]") {
-  if (!curl_present()) return;
+  if (!redis_present() || !curl_present()) return;
   TwoNodes t(30);
   t.redis.signal(1, SIGSTOP);
   const int missed = t.load_all_with_master_down(1);
@@ -203,7 +203,7 @@ TEST_CASE("l2: a master SIGSTOPped: its chunks miss within --l2-timeout, continu
 
 TEST_CASE("l2: slots resharded while lookups run: every hit is exact, and all load afterwards",
           "[l2][server][fault]") {
-  if (!curl_present()) return;
+  if (!redis_present() || !curl_present()) return;
   RedisNodes redis(3, true);
   Node a(redis.url()), b(redis.url());
   const auto prompts = store_prompts(a, redis, 60);
@@ -226,7 +226,7 @@ TEST_CASE("l2: slots resharded while lookups run: every hit is exact, and all lo
 
 TEST_CASE("l2: with Redis stopped, replies never wait for it, a full write queue drops and counts, SIGTERM drains it",
           "[l2][server][fault]") {
-  if (!curl_present()) return;
+  if (!redis_present() || !curl_present()) return;
   RedisNodes redis(1, false);
   Node a(redis.url(), {"--l2-max-inflight", "4"});
   eventually([&] { return a.counter("written_total") == 0; }, "metrics up");
