@@ -265,6 +265,7 @@ struct RedisCluster::Impl : std::enable_shared_from_this<RedisCluster::Impl> {
 
   // Asks each known node in turn for the slot map until one answers.
   asio::awaitable<std::error_code> learn(std::vector<int> candidates) {
+    auto keep = shared_from_this();  // its RedisCluster may go while this waits
     std::string last = "no seed node";
     for (int n : candidates) {
       // Built before the co_await: GCC 12 cannot take a braced list there.

@@ -47,9 +47,12 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
   }
 
   asio::awaitable<void> connect() {
+    auto keep = shared_from_this();
     bool warned = false;
     while (!stopped) {
-      if (!co_await cluster->start()) {
+      const std::error_code ec = co_await cluster->start();
+      if (stopped) co_return;  // stop() closed the client meanwhile
+      if (!ec) {
         const auto st = cluster->stats();
         spdlog::info("kvstrand-server: L2 on {} Redis node(s){}", st.nodes, st.cluster ? " (cluster)" : "");
         ready = true;
@@ -63,6 +66,7 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
   }
 
   asio::awaitable<void> write_loop() {
+    auto keep = shared_from_this();
     while (!stopped) {
       if (queue.empty() || !ready) {
         wake.expires_after(queue.empty() ? std::chrono::hours(1) : std::chrono::milliseconds(100));
@@ -202,6 +206,10 @@ asio::awaitable<std::size_t> L2Tier::drain(std::chrono::milliseconds bound) {
 void L2Tier::stop() {
   impl_->stopped = true;
   impl_->wake.cancel();
+  // The Redis connections close now, on the strand (or with it stopped),
+  // not when the last coroutine frame lets go of Impl: that can be while
+  // the io_context is being destroyed, too late to post their completions.
+  impl_->cluster.reset();
   // What is still queued stays pinned: the server is going away with its arena.
 }
 
@@ -215,7 +223,7 @@ L2Stats L2Tier::stats() const {
   L2Stats s = impl_->st;
   s.connected = impl_->ready;
   s.queue = impl_->queue.size();
-  s.redis = impl_->cluster->stats();
+  if (impl_->cluster) s.redis = impl_->cluster->stats();
   return s;
 }
 
