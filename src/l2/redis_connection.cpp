@@ -1,7 +1,5 @@
 #include "l2/redis_connection.hpp"
 
-#include <sys/ioctl.h>
-
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 
@@ -66,20 +64,7 @@ struct RedisConnection::Watch : std::enable_shared_from_this<Watch> {
                     (write ? self->write_armed : self->read_armed) = false;
                     if (ec || self->ac == nullptr || !(write ? self->want_write : self->want_read)) return;
                     // May free the context (cleanup below sets ac to null).
-                    if (write) {
-                      redisAsyncHandleWrite(self->ac);
-                    } else {
-                      // hiredis reads 16 KiB a call: drain what the socket
-                      // holds now rather than wait for readiness again per
-                      // 16 KiB (a 13 MB value is 800 reads). Bounded, so
-                      // one busy connection cannot hold the strand.
-                      for (int i = 0; i < 256 && self->ac != nullptr; ++i) {
-                        redisAsyncHandleRead(self->ac);
-                        int pending = 0;
-                        if (self->ac == nullptr || ::ioctl(self->ac->c.fd, FIONREAD, &pending) != 0 || pending == 0)
-                          break;
-                      }
-                    }
+                    write ? redisAsyncHandleWrite(self->ac) : redisAsyncHandleRead(self->ac);
                     self->arm(write);
                   });
   }

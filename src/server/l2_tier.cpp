@@ -88,7 +88,6 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
       for (const l2::RedisResult& x : r) {
         if (x.answered() && x.value.kind == l2::RedisValue::Kind::status) {
           ++st.written;
-          st.written_bytes += object_bytes;
         } else {
           ++st.write_failed;
           spdlog::debug("kvstrand-server: an L2 write failed: {}", x.answered() ? x.value.str : x.why);
@@ -107,7 +106,6 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
       const kv::ChunkKey& key = idx.key_at(slot);
       if (!idx.pin(std::span<const kv::ChunkKey>(&key, 1))) continue;  // not committed after all
       queue.push_back(Queued{key, slot, idx.image_at(slot)});
-      ++st.write_queued;
     }
     wake.cancel();
   }
@@ -155,7 +153,6 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
       if (res.chunks[i] == tier::Index::Chunk::reserved) {
         std::memcpy(object_at(res.slots[i], object_bytes), found[i].object.data(), object_bytes);
         ++st.promoted;
-        st.promoted_bytes += object_bytes;
       }
       ++stored;
     }

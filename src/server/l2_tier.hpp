@@ -42,13 +42,10 @@ struct L2Options {
 
 struct L2Stats {
   bool connected = false;  // a slot map was learned
-  std::uint64_t write_queued = 0;
   std::uint64_t written = 0;
   std::uint64_t write_failed = 0;
   std::uint64_t write_dropped = 0;  // the queue was full
-  std::uint64_t written_bytes = 0;
   std::uint64_t promoted = 0;        // chunks copied from L2 into the arena
-  std::uint64_t promoted_bytes = 0;
   std::uint64_t lookups = 0;         // lookups that asked L2
   std::uint64_t lookup_misses = 0;   // ... and found nothing after the arena's hit
   std::uint64_t bad_values = 0;      // refused: header, length or checksum
