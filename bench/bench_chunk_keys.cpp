@@ -12,8 +12,8 @@
 #include <cstdlib>
 #include <vector>
 
-#include "kv/chunk_keys.hpp"
-#include "kv/namespace_id.hpp"
+#include <kvstrand/chunk_keys.hpp>
+#include <kvstrand/namespace_id.hpp>
 #include "percentile.hpp"
 
 using namespace kvstrand;

@@ -30,8 +30,8 @@
 
 #include "hip/device.hpp"
 #include "hip/device_buffer.hpp"
-#include "kv/chunk_keys.hpp"
-#include "kv/namespace_id.hpp"
+#include <kvstrand/chunk_keys.hpp>
+#include <kvstrand/namespace_id.hpp>
 #include "reactor/connector.hpp"
 #include "percentile.hpp"
 

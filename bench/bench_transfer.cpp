@@ -43,8 +43,8 @@
 #include "hip/event.hpp"
 #include "hip/pinned_buffer.hpp"
 #include "hip/stream.hpp"
-#include "kv/chunk_keys.hpp"
-#include "kv/namespace_id.hpp"
+#include <kvstrand/chunk_keys.hpp>
+#include <kvstrand/namespace_id.hpp>
 #include "percentile.hpp"
 #include "reactor/connector.hpp"
 #include "reference_geometry.hpp"

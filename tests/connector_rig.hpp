@@ -5,8 +5,8 @@
 
 #include <thread>
 
-#include "kv/chunk_keys.hpp"
-#include "kv/namespace_id.hpp"
+#include <kvstrand/chunk_keys.hpp>
+#include <kvstrand/namespace_id.hpp>
 #include "reactor/connector.hpp"
 #include "reactor/local_tier.hpp"
 #include "reactor/node_tier.hpp"

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <string>
 
-#include "kv/namespace_id.hpp"
+#include <kvstrand/namespace_id.hpp>
 #include "kv/protocol.hpp"
 
 using namespace kvstrand::kv;

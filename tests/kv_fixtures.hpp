@@ -1,7 +1,7 @@
 // Layouts used by the kv tests.
 #pragma once
 
-#include "kv/layout.hpp"
+#include <kvstrand/layout.hpp>
 
 namespace kvstrand::test {
 

@@ -11,8 +11,8 @@
 #include <chrono>
 #include <thread>
 
-#include "kv/chunk_keys.hpp"
-#include "kv/namespace_id.hpp"
+#include <kvstrand/chunk_keys.hpp>
+#include <kvstrand/namespace_id.hpp>
 #include "server_process.hpp"
 
 namespace kvstrand::test {

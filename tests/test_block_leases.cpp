@@ -2,7 +2,7 @@
 // finished requests (F2).
 #include <catch2/catch.hpp>
 
-#include "kv/block_leases.hpp"
+#include <kvstrand/block_leases.hpp>
 #include "kv/tail_saves.hpp"
 
 using namespace kvstrand;

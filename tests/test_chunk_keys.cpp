@@ -2,8 +2,8 @@
 #include <catch2/catch.hpp>
 #include <numeric>
 
-#include "kv/chunk_keys.hpp"
-#include "kv/namespace_id.hpp"
+#include <kvstrand/chunk_keys.hpp>
+#include <kvstrand/namespace_id.hpp>
 #include "kv_fixtures.hpp"
 
 using namespace kvstrand;

@@ -1,8 +1,8 @@
 // A save's source is the block committed under its hash now (F3).
 #include <catch2/catch.hpp>
 
-#include "kv/committed_blocks.hpp"
-#include "kv/transfer_spec.hpp"
+#include <kvstrand/committed_blocks.hpp>
+#include <kvstrand/transfer_spec.hpp>
 
 using namespace kvstrand;
 using kv::BlockId;

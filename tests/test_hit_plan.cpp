@@ -1,7 +1,7 @@
 // Hit capping (F8, F9): where a request resumes, from which source.
 #include <catch2/catch.hpp>
 
-#include "kv/hit_plan.hpp"
+#include <kvstrand/hit_plan.hpp>
 #include "kv_fixtures.hpp"
 
 using namespace kvstrand;

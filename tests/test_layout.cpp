@@ -2,8 +2,8 @@
 // start-up with the option named.
 #include <catch2/catch.hpp>
 
-#include "kv/hit_plan.hpp"
-#include "kv/layout.hpp"
+#include <kvstrand/hit_plan.hpp>
+#include <kvstrand/layout.hpp>
 #include "kv_fixtures.hpp"
 
 using namespace kvstrand;

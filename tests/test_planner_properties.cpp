@@ -13,10 +13,10 @@
 #include <random>
 #include <set>
 
-#include "kv/block_leases.hpp"
-#include "kv/hit_plan.hpp"
-#include "kv/load_outcome.hpp"
-#include "kv/save_tracker.hpp"
+#include <kvstrand/block_leases.hpp>
+#include <kvstrand/hit_plan.hpp>
+#include <kvstrand/load_outcome.hpp>
+#include <kvstrand/save_tracker.hpp>
 #include "kv/tail_saves.hpp"
 #include "kv_fixtures.hpp"
 

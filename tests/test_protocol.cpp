@@ -3,7 +3,7 @@
 // unknown types, another major version, oversize) is refused cleanly.
 #include <catch2/catch.hpp>
 
-#include "kv/namespace_id.hpp"
+#include <kvstrand/namespace_id.hpp>
 #include "kv/protocol.hpp"
 #include "kv/wire.hpp"
 #include "kv_fixtures.hpp"

@@ -2,9 +2,9 @@
 // while loading, the floor, one tier attempt, withdrawn promises.
 #include <catch2/catch.hpp>
 
-#include "kv/load_outcome.hpp"
+#include <kvstrand/load_outcome.hpp>
 #include "kv/load_promise.hpp"
-#include "kv/save_tracker.hpp"
+#include <kvstrand/save_tracker.hpp>
 
 using namespace kvstrand;
 using kv::LoadOutcome;

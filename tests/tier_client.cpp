@@ -41,8 +41,8 @@
 #include "hip/device_buffer.hpp"
 #include "hip/pinned_buffer.hpp"
 #include "hip/stream.hpp"
-#include "kv/chunk_keys.hpp"
-#include "kv/namespace_id.hpp"
+#include <kvstrand/chunk_keys.hpp>
+#include <kvstrand/namespace_id.hpp>
 #include "random_bytes.hpp"
 #include "hip/sim_hooks.hpp"
 #include "reactor/connector.hpp"

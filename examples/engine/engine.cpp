@@ -15,11 +15,11 @@
 #include "hip/pinned_buffer.hpp"
 #include "hip/sim_hooks.hpp"
 #include "hip/stream.hpp"
-#include "kv/chunk_keys.hpp"
-#include "kv/hit_plan.hpp"
-#include "kv/namespace_id.hpp"
-#include "kv/save_tracker.hpp"
-#include "kv/transfer_spec.hpp"
+#include <kvstrand/chunk_keys.hpp>
+#include <kvstrand/hit_plan.hpp>
+#include <kvstrand/namespace_id.hpp>
+#include <kvstrand/save_tracker.hpp>
+#include <kvstrand/transfer_spec.hpp>
 #include "kv_pool.hpp"
 #include "toy_model.hpp"
 

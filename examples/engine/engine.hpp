@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "kv/layout.hpp"
+#include <kvstrand/layout.hpp>
 #include "reactor/connector.hpp"
 #include "workload.hpp"
 

@@ -24,10 +24,10 @@
 
 #include "hip/device_buffer.hpp"
 #include "hip/stream.hpp"
-#include "kv/block_leases.hpp"
-#include "kv/committed_blocks.hpp"
-#include "kv/digest.hpp"
-#include "kv/layout.hpp"
+#include <kvstrand/block_leases.hpp>
+#include <kvstrand/committed_blocks.hpp>
+#include <kvstrand/digest.hpp>
+#include <kvstrand/layout.hpp>
 #include "reactor/registration.hpp"
 
 namespace kvstrand::engine {

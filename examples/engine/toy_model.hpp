@@ -14,7 +14,7 @@
 #include <span>
 #include <vector>
 
-#include "kv/layout.hpp"
+#include <kvstrand/layout.hpp>
 
 namespace kvstrand::engine {
 

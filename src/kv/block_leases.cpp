@@ -1,4 +1,4 @@
-#include "kv/block_leases.hpp"
+#include <kvstrand/block_leases.hpp>
 
 namespace kvstrand::kv {
 

@@ -1,4 +1,4 @@
-#include "kv/chunk_keys.hpp"
+#include <kvstrand/chunk_keys.hpp>
 
 #include <openssl/evp.h>
 

@@ -1,4 +1,4 @@
-#include "kv/committed_blocks.hpp"
+#include <kvstrand/committed_blocks.hpp>
 
 namespace kvstrand::kv {
 

@@ -1,4 +1,4 @@
-#include "kv/hit_plan.hpp"
+#include <kvstrand/hit_plan.hpp>
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "kv/layout.hpp"
+#include <kvstrand/layout.hpp>
 
 #include <set>
 

@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-#include "kv/token_range.hpp"
+#include <kvstrand/token_range.hpp>
 
 namespace kvstrand::kv {
 

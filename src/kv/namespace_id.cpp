@@ -1,4 +1,4 @@
-#include "kv/namespace_id.hpp"
+#include <kvstrand/namespace_id.hpp>
 
 #include <openssl/evp.h>
 

@@ -16,10 +16,10 @@
 #include <variant>
 #include <vector>
 
-#include "kv/chunk_keys.hpp"
-#include "kv/hit_plan.hpp"
-#include "kv/layout.hpp"
-#include "kv/transfer_spec.hpp"
+#include <kvstrand/chunk_keys.hpp>
+#include <kvstrand/hit_plan.hpp>
+#include <kvstrand/layout.hpp>
+#include <kvstrand/transfer_spec.hpp>
 
 namespace kvstrand::kv::proto {
 

@@ -1,4 +1,4 @@
-#include "kv/save_tracker.hpp"
+#include <kvstrand/save_tracker.hpp>
 
 #include <algorithm>
 

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "kv/block_leases.hpp"
-#include "kv/chunk_keys.hpp"
-#include "kv/token_range.hpp"
+#include <kvstrand/block_leases.hpp>
+#include <kvstrand/chunk_keys.hpp>
+#include <kvstrand/token_range.hpp>
 
 namespace kvstrand::kv {
 

@@ -1,4 +1,4 @@
-#include "kv/transfer_spec.hpp"
+#include <kvstrand/transfer_spec.hpp>
 
 namespace kvstrand::kv {
 

@@ -20,7 +20,7 @@
 #include <string>
 #include <string_view>
 
-#include "kv/chunk_keys.hpp"
+#include <kvstrand/chunk_keys.hpp>
 
 namespace kvstrand::l2 {
 

@@ -20,7 +20,6 @@ namespace kvstrand::reactor {
 namespace asio = boost::asio;
 using Clock = std::chrono::steady_clock;
 
-const char* to_string(TransferKind k) noexcept { return k == TransferKind::save ? "save" : "load"; }
 const char* to_string(TransferState s) noexcept {
   switch (s) {
     case TransferState::queued: return "queued";

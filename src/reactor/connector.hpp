@@ -37,9 +37,9 @@
 #include <utility>
 #include <vector>
 
-#include "kv/layout.hpp"
+#include <kvstrand/layout.hpp>
 #include "tier/index.hpp"
-#include "kv/transfer_spec.hpp"
+#include <kvstrand/transfer_spec.hpp>
 #include "reactor/debug_http.hpp"
 #include "reactor/mailbox.hpp"
 #include "reactor/metrics.hpp"

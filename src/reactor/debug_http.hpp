@@ -19,7 +19,7 @@
 #include <optional>
 #include <string>
 
-#include "kv/layout.hpp"
+#include <kvstrand/layout.hpp>
 #include "reactor/strand.hpp"
 
 namespace kvstrand::reactor {

@@ -83,7 +83,7 @@ boost::asio::awaitable<std::error_code> LocalTier::save(Transfer& t) {
   std::error_code ec;
   if (!reserved.empty()) {
     bool copied = true;
-    ec = co_await copy_and_wait(reactor_, t, *save_stream_, hip::CopyKind::device_to_host, reg.segments(s, objects, true, images), &copied);
+    ec = co_await copy_and_wait(reactor_, t, *save_stream_, hip::CopyKind::device_to_host, segments(reg, s, objects, true, images), &copied);
     if (!copied) co_return ec;  // slots stay reserved: the copy may still write them
     for (const kv::ChunkKey& k : reserved) {
       if (ec) {
@@ -120,7 +120,7 @@ boost::asio::awaitable<std::error_code> LocalTier::load(Transfer& t) {
   std::vector<bool> images(objects.size(), false);
   if (s.with_state) images.back() = true;
   bool copied = true;
-  std::error_code ec = co_await copy_and_wait(reactor_, t, *load_stream_, hip::CopyKind::host_to_device, reg.segments(s, objects, false, images),
+  std::error_code ec = co_await copy_and_wait(reactor_, t, *load_stream_, hip::CopyKind::host_to_device, segments(reg, s, objects, false, images),
                                      &copied);
   // Read locks go only once the copies out of the objects completed.
   if (copied) index_->unpin(s.keys);

@@ -1,6 +1,8 @@
 #include "reactor/mailbox.hpp"
 
-namespace kvstrand::reactor {
+namespace kvstrand {
+
+const char* to_string(TransferKind k) noexcept { return k == TransferKind::save ? "save" : "load"; }
 
 std::vector<const TransferOutcome*> Finished::failed_loads() const {
   std::vector<const TransferOutcome*> out;
@@ -8,6 +10,10 @@ std::vector<const TransferOutcome*> Finished::failed_loads() const {
     if (!l.ok) out.push_back(&l);
   return out;
 }
+
+}  // namespace kvstrand
+
+namespace kvstrand::reactor {
 
 void Mailbox::push(TransferOutcome o) {
   std::lock_guard lk(m_);

@@ -14,7 +14,7 @@
 #include <cstring>
 
 #include "hip/device.hpp"
-#include "kv/chunk_keys.hpp"
+#include <kvstrand/chunk_keys.hpp>
 #include "reactor/copy_and_wait.hpp"
 #include "reactor/transfer_error.hpp"
 #include "tier/fd_passing.hpp"
@@ -539,7 +539,7 @@ asio::awaitable<std::error_code> NodeTier::save(Transfer& t) {
     }
     bool copied = true;
     ec = co_await copy_and_wait(reactor_, t, *save_stream_, hip::CopyKind::device_to_host,
-                                reg_->segments(s, objects, true, with_image), &copied);
+                                segments(*reg_, s, objects, true, with_image), &copied);
     if (!copied) {
       keep_forever(arena);  // the reservation stays held: the copy may still write it
       co_return ec;
@@ -627,7 +627,7 @@ asio::awaitable<std::error_code> NodeTier::load(Transfer& t) {
   if (s.with_state) images.back() = true;
   bool copied = true;
   std::error_code ec = co_await copy_and_wait(reactor_, t, *load_stream_, hip::CopyKind::host_to_device,
-                                              reg_->segments(s, objects, false, images), &copied);
+                                              segments(*reg_, s, objects, false, images), &copied);
   if (!copied) {
     keep_forever(lease.arena);  // the lease stays held: the copy may still read those objects
     co_return ec;

@@ -1,8 +1,10 @@
 #include "reactor/registration.hpp"
 
+#include <kvstrand/transfer_spec.hpp>
+
 #include <cstdint>
 
-namespace kvstrand::reactor {
+namespace kvstrand {
 
 std::optional<std::string> Registration::check() const {
   if (auto err = kv::validate(layout)) return err->describe();
@@ -71,17 +73,21 @@ std::optional<std::string> Registration::check_load(const kv::TransferSpec& s) c
   return std::nullopt;
 }
 
-std::vector<hip::Segment> Registration::segments(const kv::TransferSpec& s, const std::vector<std::byte*>& objects,
-                                                 bool save, const std::vector<bool>& images) const {
-  const kv::Layout& l = layout;
+}  // namespace kvstrand
+
+namespace kvstrand::reactor {
+
+std::vector<hip::Segment> segments(const Registration& reg, const kv::TransferSpec& s,
+                                   const std::vector<std::byte*>& objects, bool save, const std::vector<bool>& images) {
+  const kv::Layout& l = reg.layout;
   const std::uint32_t bpc = l.blocks_per_chunk();
   const std::uint32_t first_chunk = s.tokens.begin / l.chunk_tokens;
   std::vector<hip::Segment> segs;
-  segs.reserve(s.blocks.size() * planes.size() + objects.size());
+  segs.reserve(s.blocks.size() * reg.planes.size() + objects.size());
   std::uint64_t plane_off = 0;
-  for (std::size_t p = 0; p < planes.size(); ++p) {
+  for (std::size_t p = 0; p < reg.planes.size(); ++p) {
     const std::uint64_t bpb = l.planes[p].bytes_per_block;
-    auto* plane = static_cast<std::byte*>(planes[p].base);
+    auto* plane = static_cast<std::byte*>(reg.planes[p].base);
     for (std::size_t i = 0; i < s.blocks.size(); ++i) {
       const std::uint32_t block_index = s.tokens.begin / l.block_tokens + static_cast<std::uint32_t>(i);
       const std::uint32_t chunk = block_index / bpc - first_chunk;
@@ -93,12 +99,12 @@ std::vector<hip::Segment> Registration::segments(const kv::TransferSpec& s, cons
     }
     plane_off += bpb;
   }
-  auto* state = static_cast<std::byte*>(this->state.base);
+  auto* state = static_cast<std::byte*>(reg.state.base);
   for (std::size_t c = 0; c < objects.size(); ++c) {
     if (objects[c] == nullptr || !images[c]) continue;
     const std::int32_t slot = save ? s.state_slots[c] : s.state_slots[0];
     std::byte* dev = state + static_cast<std::uint64_t>(slot) * l.checkpoint.image_bytes;
-    std::byte* obj = objects[c] + image_offset();
+    std::byte* obj = objects[c] + reg.image_offset();
     segs.push_back(save ? hip::Segment{dev, obj, l.checkpoint.image_bytes}
                         : hip::Segment{obj, dev, l.checkpoint.image_bytes});
   }

@@ -1,53 +1,25 @@
-// The registered KV geometry and where its device memory is, and the mapping
-// from a TransferSpec to copy segments between device blocks and one tier
-// object per chunk.
-//
-// An object holds, plane after plane, that plane's bytes of the chunk's
-// blocks in block order, then the checkpoint image when it has one.
+// The mapping from a TransferSpec to copy segments between a registration's
+// device blocks and one tier object per chunk (the object's format is in
+// include/kvstrand/registration.hpp).
 #pragma once
 
-#include <cstdint>
-#include <optional>
-#include <string>
+#include <cstddef>
 #include <vector>
 
+#include <kvstrand/registration.hpp>
 #include "hip/copy.hpp"
-#include "kv/layout.hpp"
-#include "kv/transfer_spec.hpp"
 
 namespace kvstrand::reactor {
 
-struct PlaneMemory {
-  void* base = nullptr;         // device memory of block 0
-  std::uint32_t num_blocks = 0; // blocks in the pool
-};
+using kvstrand::PlaneMemory;
+using kvstrand::Registration;
+using kvstrand::StateMemory;
 
-struct StateMemory {
-  void* base = nullptr;  // device memory of image slot 0 (slots are image_bytes apart)
-  std::uint32_t slots = 0;
-};
-
-struct Registration {
-  kv::Layout layout;
-  std::vector<PlaneMemory> planes;  // one per layout plane, same order
-  StateMemory state;                // used when layout.has_state()
-
-  // Checks the memory against the layout; empty when they fit.
-  std::optional<std::string> check() const;
-
-  std::uint64_t object_bytes() const { return layout.object_bytes(layout.has_state()); }
-  std::uint64_t image_offset() const { return layout.bytes_per_block() * layout.blocks_per_chunk(); }
-
-  // Why the spec does not fit (block out of range, keys and range disagree,
-  // ...); empty when it fits. Checked before any copy is queued.
-  std::optional<std::string> check_save(const kv::TransferSpec& s) const;
-  std::optional<std::string> check_load(const kv::TransferSpec& s) const;
-
-  // Segments moving the spec's blocks to (save) or from (load) the objects,
-  // object i of the spec's keys at objects[i] (nullptr: skip that chunk). `images[i]`: copy chunk i's
-  // image (save); for a load the image goes with the last object.
-  std::vector<hip::Segment> segments(const kv::TransferSpec& s, const std::vector<std::byte*>& objects,
-                                     bool save, const std::vector<bool>& images) const;
-};
+// Segments moving the spec's blocks to (save) or from (load) the objects,
+// object i of the spec's keys at objects[i] (nullptr: skip that chunk).
+// `images[i]`: copy chunk i's image (save); for a load the image goes with
+// the last object.
+std::vector<hip::Segment> segments(const Registration& reg, const kv::TransferSpec& s,
+                                   const std::vector<std::byte*>& objects, bool save, const std::vector<bool>& images);
 
 }  // namespace kvstrand::reactor

@@ -13,8 +13,8 @@
 #include <vector>
 #include <system_error>
 
-#include "kv/chunk_keys.hpp"
-#include "kv/hit_plan.hpp"
+#include <kvstrand/chunk_keys.hpp>
+#include <kvstrand/hit_plan.hpp>
 #include "tier/index.hpp"
 #include "reactor/registration.hpp"
 #include "reactor/transfer.hpp"

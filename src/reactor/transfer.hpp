@@ -13,14 +13,15 @@
 #include <system_error>
 
 #include "hip/event.hpp"
-#include "kv/transfer_spec.hpp"
+#include <kvstrand/finished.hpp>
+#include <kvstrand/transfer_spec.hpp>
 
 namespace kvstrand::reactor {
 
-enum class TransferKind { save, load };
+using kvstrand::TransferKind;
+using kvstrand::to_string;
 enum class TransferState { queued, waiting_producer, submitted, pending, done, failed };
 
-const char* to_string(TransferKind k) noexcept;
 const char* to_string(TransferState s) noexcept;
 
 struct Transfer {

@@ -1,6 +1,6 @@
-#include "reactor/transfer_error.hpp"
+#include <kvstrand/errors.hpp>
 
-namespace kvstrand::reactor {
+namespace kvstrand {
 namespace {
 
 class TransferCategory final : public std::error_category {
@@ -35,4 +35,4 @@ const std::error_category& transfer_category() noexcept {
 }
 std::error_code make_error_code(TransferErrc e) noexcept { return {static_cast<int>(e), transfer_category()}; }
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand

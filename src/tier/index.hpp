@@ -26,8 +26,8 @@
 #include <span>
 #include <vector>
 
-#include "kv/chunk_keys.hpp"
-#include "kv/hit_plan.hpp"
+#include <kvstrand/chunk_keys.hpp>
+#include <kvstrand/hit_plan.hpp>
 
 namespace kvstrand::tier {
 

@@ -9,8 +9,8 @@
 // The TP rank is not in it: it is part of each key (chunk_keys.hpp).
 #pragma once
 
-#include "kv/digest.hpp"
-#include "kv/layout.hpp"
+#include <kvstrand/digest.hpp>
+#include <kvstrand/layout.hpp>
 
 namespace kvstrand::kv {
 

@@ -16,7 +16,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "kv/token_range.hpp"
+#include <kvstrand/token_range.hpp>
 
 namespace kvstrand::kv {
 

@@ -12,8 +12,8 @@
 #include <span>
 #include <vector>
 
-#include "kv/digest.hpp"
-#include "kv/layout.hpp"
+#include <kvstrand/digest.hpp>
+#include <kvstrand/layout.hpp>
 
 namespace kvstrand::kv {
 

@@ -21,8 +21,8 @@
 #include <optional>
 #include <vector>
 
-#include "kv/layout.hpp"
-#include "kv/token_range.hpp"
+#include <kvstrand/layout.hpp>
+#include <kvstrand/token_range.hpp>
 
 namespace kvstrand::kv {
 

@@ -17,8 +17,8 @@
 #include <cstdint>
 #include <optional>
 
-#include "kv/load_outcome.hpp"
-#include "kv/token_range.hpp"
+#include <kvstrand/load_outcome.hpp>
+#include <kvstrand/token_range.hpp>
 
 namespace kvstrand::kv {
 

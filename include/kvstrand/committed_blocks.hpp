@@ -14,8 +14,8 @@
 #include <utility>
 #include <vector>
 
-#include "kv/digest.hpp"
-#include "kv/token_range.hpp"
+#include <kvstrand/digest.hpp>
+#include <kvstrand/token_range.hpp>
 
 namespace kvstrand::kv {
 

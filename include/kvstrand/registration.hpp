@@ -1,0 +1,46 @@
+// A registration: one KV-cache group's geometry (a Layout) and where its
+// device memory is. Device memory is named by address only (an engine's
+// tensor.data_ptr()); kvstrand never allocates or frees it.
+//
+// A tier object holds, plane after plane, that plane's bytes of the chunk's
+// blocks in block order, then the checkpoint image when it has one.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <kvstrand/layout.hpp>
+#include <kvstrand/transfer_spec.hpp>
+
+namespace kvstrand {
+
+struct PlaneMemory {
+  void* base = nullptr;         // device memory of block 0
+  std::uint32_t num_blocks = 0; // blocks in the pool
+};
+
+struct StateMemory {
+  void* base = nullptr;  // device memory of image slot 0 (slots are image_bytes apart)
+  std::uint32_t slots = 0;
+};
+
+struct Registration {
+  kv::Layout layout;
+  std::vector<PlaneMemory> planes;  // one per layout plane, same order
+  StateMemory state;                // used when layout.has_state()
+
+  // Checks the memory against the layout; empty when they fit.
+  std::optional<std::string> check() const;
+
+  std::uint64_t object_bytes() const { return layout.object_bytes(layout.has_state()); }
+  std::uint64_t image_offset() const { return layout.bytes_per_block() * layout.blocks_per_chunk(); }
+
+  // Why the spec does not fit (block out of range, keys and range disagree,
+  // ...); empty when it fits. Checked before any copy is queued.
+  std::optional<std::string> check_save(const kv::TransferSpec& s) const;
+  std::optional<std::string> check_load(const kv::TransferSpec& s) const;
+};
+
+}  // namespace kvstrand
