@@ -85,11 +85,17 @@ struct OwnRedis {
 };
 
 // An arena of `n` objects in host memory, one "slab", and its index.
+// One slab holding every object, one size class: the server's arrangement.
 struct HostArena {
-  HostArena(std::uint32_t n, std::uint64_t object) : bytes(n * object), mem(bytes), index(bytes, object) {}
+  HostArena(std::uint32_t n, std::uint64_t object)
+      : bytes(n * object), mem(bytes), classes(bytes), index(*classes.index(object)) {
+    classes.add_slab(0);
+    classes.make_room(index, n);
+  }
   std::uint64_t bytes;
   std::vector<std::byte> mem;
-  tier::Index index;
+  tier::SizeClasses classes;
+  tier::Index& index;
 };
 
 std::vector<std::byte> object_bytes(std::uint64_t n, std::uint64_t seed) {
@@ -165,13 +171,13 @@ int main(int argc, char** argv) {
   for (std::uint32_t i = 0; i < chunks; ++i) {
     if (source.index.reserve(keys[i], true, &slots[i]) != tier::Index::Reserve::reserved) die("source arena full");
     source.index.commit(keys[i]);
-    std::memcpy(source.mem.data() + tier::Arena::offset_of(slots[i], source.bytes, object), objects[i].data(), object);
+    std::memcpy(source.mem.data() + source.classes.offset_of(source.index, slots[i]), objects[i].data(), object);
   }
 
   std::optional<server::L2Tier> l2;
   std::optional<l2::RedisCluster> plain;
   on_strand([&]() -> asio::awaitable<void> {
-    l2.emplace(strand, opt, source.mem.data(), source.bytes);
+    l2.emplace(strand, opt, source.mem.data(), source.classes);
     l2->start();
     plain.emplace(strand, ropt);
     if (co_await plain->start()) die("no Redis node answers at " + url);
@@ -217,7 +223,7 @@ int main(int argc, char** argv) {
     HostArena fresh(chunks, object);
     std::optional<server::L2Tier> into;
     on_strand([&]() -> asio::awaitable<void> {
-      into.emplace(strand, opt, fresh.mem.data(), fresh.bytes);
+      into.emplace(strand, opt, fresh.mem.data(), fresh.classes);
       into->start();
       co_return;
     });
@@ -236,7 +242,7 @@ int main(int argc, char** argv) {
     for (std::uint32_t i = 0; i < chunks; ++i) {
       auto pinned = fresh.index.pin(std::span<const kv::ChunkKey>(&keys[i], 1));
       if (!pinned) die("a promoted object is missing");
-      if (std::memcmp(fresh.mem.data() + tier::Arena::offset_of(pinned->front(), fresh.bytes, object),
+      if (std::memcmp(fresh.mem.data() + fresh.classes.offset_of(fresh.index, pinned->front()),
                       objects[i].data(), object) != 0)
         die("a promoted object differs from the one written");
     }

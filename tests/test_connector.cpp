@@ -63,8 +63,8 @@ class StuckTier final : public reactor::Tier {
  public:
   StuckTier(reactor::Reactor& r, std::uint64_t bytes) : reactor_(r), inner_(r, bytes) {}
   asio::awaitable<std::error_code> attach(const reactor::Registration& reg) override { return inner_.attach(reg); }
-  asio::awaitable<LookupResult> lookup(std::vector<kv::ChunkKey> keys) override {
-    return inner_.lookup(std::move(keys));
+  asio::awaitable<LookupResult> lookup(std::uint32_t reg, std::vector<kv::ChunkKey> keys) override {
+    return inner_.lookup(reg, std::move(keys));
   }
   asio::awaitable<std::error_code> save(reactor::Transfer& t) override {
     if (t.spec.request.starts_with("stuck")) {
@@ -90,8 +90,8 @@ class ThrowingTier final : public reactor::Tier {
  public:
   ThrowingTier(reactor::Reactor& r, std::uint64_t bytes) : inner_(r, bytes) {}
   asio::awaitable<std::error_code> attach(const reactor::Registration& reg) override { return inner_.attach(reg); }
-  asio::awaitable<LookupResult> lookup(std::vector<kv::ChunkKey> keys) override {
-    return inner_.lookup(std::move(keys));
+  asio::awaitable<LookupResult> lookup(std::uint32_t reg, std::vector<kv::ChunkKey> keys) override {
+    return inner_.lookup(reg, std::move(keys));
   }
   asio::awaitable<std::error_code> save(reactor::Transfer& t) override {
     if (t.spec.request == "throws") throw std::runtime_error("injected: a tier bug");

@@ -212,10 +212,10 @@ TEST_CASE("server: self-inconsistent and unknown requests get their own status",
   REQUIRE(r.status == Status::bad_request);
   REQUIRE(r.message.find("--chunk-tokens") != std::string::npos);
   other = layout();
-  other.planes[0].bytes_per_block = 4096;  // another object size
+  other.planes[0].bytes_per_block = 4096;  // another object size: a size class of its own
   r = must_call(c, RegisterLayout{other});
-  REQUIRE(r.status == Status::bad_request);
-  REQUIRE(r.message.find("one server serves one object size") != std::string::npos);
+  REQUIRE(r.status == Status::ok);
+  REQUIRE(std::get<RegisterReply>(r.payload).object_bytes == other.object_bytes(true));
 }
 
 // Every id, count and size a protocol-2 request carries, one value past
@@ -252,8 +252,9 @@ TEST_CASE("server: every request's bounds, one value past each, are refused and 
   kv::Layout wide = layout();
   wide.chunk_tokens = 128;
   wide.checkpoint.interval_tokens = 128;
-  kv::Layout bigger = layout();
-  bigger.planes[0].bytes_per_block += 1;  // one byte more per object block
+  kv::Layout past_slab = layout();
+  past_slab.planes = {{"k", 1048575}};
+  past_slab.checkpoint.image_bytes = 5;  // 4 x 1048575 + 5: one byte more than a 4 MiB slab
   kv::Layout broken = layout();
   broken.block_tokens = 0;
   struct Case {
@@ -266,7 +267,8 @@ TEST_CASE("server: every request's bounds, one value past each, are refused and 
   const std::vector<Case> cases = {
       {"hello twice", &a, Hello{kMajor, kMinor, "again"}, Status::bad_request, "hello was already said"},
       {"register: another chunk size", &a, RegisterLayout{wide}, Status::bad_request, "--chunk-tokens"},
-      {"register: another object size", &a, RegisterLayout{bigger}, Status::bad_request, "one object size"},
+      {"register: an object one byte past a slab", &a, RegisterLayout{past_slab}, Status::bad_request,
+       "--slab-bytes"},
       {"register: an invalid layout", &a, RegisterLayout{broken}, Status::bad_request, "block_tokens"},
       {"unregister: one past the last registration", &a, Unregister{rb + 1}, Status::unknown_registration, ""},
       {"unregister: another session's registration", &a, Unregister{rb}, Status::unknown_registration, ""},
@@ -284,6 +286,16 @@ TEST_CASE("server: every request's bounds, one value past each, are refused and 
       {"commit: one past the last hold", &a, Commit{last_hold + 1, true}, Status::unknown_hold, ""},
       {"commit: a lease is not a reservation", &a, Commit{lease.lease, true}, Status::unknown_hold, ""},
       {"commit: an aborting commit of a lease", &a, Commit{lease.lease, false}, Status::unknown_hold, ""},
+      {"adopt: one past the last registration", &a, Adopt{rb + 1, lease.lease, keys(1, 3)},
+       Status::unknown_registration, ""},
+      {"adopt: another session's registration", &b, Adopt{ra, lease.lease, keys(1, 3)}, Status::unknown_registration,
+       ""},
+      {"adopt: one past the last hold", &b, Adopt{rb, last_hold + 1, keys(1, 3)}, Status::unknown_hold, ""},
+      {"adopt: a reservation is not a lease", &b, Adopt{rb, open.reservation, keys(2, 1)}, Status::unknown_hold, ""},
+      {"adopt: one chunk fewer than the lease holds", &b, Adopt{rb, lease.lease, keys(1, 2)}, Status::unknown_hold,
+       ""},
+      {"adopt: other chunks than the lease holds", &b, Adopt{rb, lease.lease, keys(4, 3)}, Status::unknown_hold,
+       "holds other chunks"},
   };
   for (const Case& c : cases) {
     INFO(c.what);

@@ -18,6 +18,7 @@ const char* to_string(TransferKind k) noexcept;
 struct TransferOutcome {
   std::string request;
   TransferKind kind = TransferKind::save;
+  std::uint32_t registration = 0;  // the KV-cache group whose blocks these are
   bool ok = false;
   std::error_code error;
   std::string reason;
@@ -28,6 +29,7 @@ struct TransferOutcome {
 // Blocks of a save that the engine may reuse (the copy out of them is done).
 struct SourceSafe {
   std::string request;
+  std::uint32_t registration = 0;
   std::vector<kv::BlockId> blocks;
 };
 
@@ -38,6 +40,15 @@ struct LookupOutcome {
   // spec (tier_lease), or give it back with Connector::release_lookup when
   // no load will. 0: the tier holds nothing for this lookup.
   std::uint64_t lease = 0;
+  std::uint32_t registration = 0;  // the group the lookup asked about
+};
+
+// What Connector::order_after_load did.
+enum class LoadOrder {
+  ordered,         // the stream now waits, on the device, for the load's copies
+  not_queued_yet,  // its copies are not queued yet (waiting for its producer or the tier): ask again, or wait
+                   // for its outcome in finished()
+  no_live_load,    // no load of that request and group is posted and undrained
 };
 
 struct Finished {

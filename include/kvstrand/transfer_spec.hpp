@@ -17,6 +17,9 @@ namespace kvstrand::kv {
 
 struct TransferSpec {
   std::string request;
+  // The registration (KV-cache group) whose blocks and state slots these
+  // are: the id Connector::register_layout returned (the first is 0).
+  std::uint32_t registration = 0;
   TokenRange tokens;              // on the block grid; a save's is on the chunk grid
   std::vector<ChunkKey> keys;     // the chunks the range touches, in order
   std::vector<BlockId> blocks;    // one per block of the range: save source / load destination

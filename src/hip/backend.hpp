@@ -36,6 +36,8 @@ Status stream_destroy(void* s);  // work already queued still runs to the end
 Status stream_synchronize(void* s);
 Status stream_query(void* s);  // ok, not_ready, or the stream's failure
 Status stream_host_func(void* s, void (*fn)(void*), void* arg);
+// Work queued on s after this waits for e's latest record (none: no wait).
+Status stream_wait_event(void* s, void* e);
 
 Status event_create(void** out);  // ordinary, timing disabled
 Status event_destroy(void* e);

@@ -179,6 +179,10 @@ Status stream_host_func(void* s, void (*fn)(void*), void* arg) {
   return check(launch_host_func(as_stream(s), fn, arg), "hipLaunchHostFunc");
 }
 
+Status stream_wait_event(void* s, void* e) {
+  return check(hipStreamWaitEvent(as_stream(s), as_event(e), 0), "hipStreamWaitEvent");
+}
+
 Status event_create(void** out) {
   hipEvent_t e = nullptr;
   if (Status s = check(hipEventCreateWithFlags(&e, hipEventDisableTiming), "hipEventCreateWithFlags"); !s.ok())

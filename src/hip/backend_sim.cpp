@@ -13,6 +13,7 @@
 //
 // The locks here belong to the emulated device, not to transfer state: they
 // stand in for the hardware queues a GPU runtime synchronises internally.
+#include <atomic>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -158,7 +159,7 @@ struct EventBox {
 // ---- streams ------------------------------------------------------------
 
 struct Op {
-  enum class Kind { copy, record, host_func } kind = Kind::copy;
+  enum class Kind { copy, record, host_func, wait } kind = Kind::copy;
   std::vector<Segment> segs;
   Errc fail = Errc::success;  // injected at execution
   std::shared_ptr<SimEvent> ev;
@@ -175,6 +176,7 @@ class SimStream {
       std::lock_guard lk(m_);
       stop_ = true;
       held_ = false;
+      stopping_.store(true);
     }
     cv_.notify_all();
     worker_.join();
@@ -274,6 +276,15 @@ class SimStream {
       case Op::Kind::host_func:
         op.fn(op.arg);
         return;
+      case Op::Kind::wait: {
+        // Until the event reaches the generation recorded when the wait was
+        // queued. A stream being destroyed stops waiting (a GPU would let
+        // the wait run on; nothing here is left to order after it).
+        std::unique_lock lk(op.ev->m);
+        while (op.ev->completed < op.gen && !stopping_.load())
+          op.ev->cv.wait_for(lk, std::chrono::milliseconds(5));
+        return;
+      }
     }
   }
 
@@ -294,6 +305,7 @@ class SimStream {
   std::condition_variable idle_cv_;
   std::deque<Op> q_;  // deque: the front stays put while others are pushed
   bool stop_ = false;
+  std::atomic<bool> stopping_{false};  // read by a wait op without the stream's lock
   bool held_ = false;
   std::chrono::microseconds delay_{0};
   int fail_submit_ = 0;
@@ -448,6 +460,19 @@ Status stream_host_func(void* s, void (*fn)(void*), void* arg) {
   op.kind = Op::Kind::host_func;
   op.fn = fn;
   op.arg = arg;
+  as_stream(s)->push(std::move(op));
+  return {};
+}
+
+Status stream_wait_event(void* s, void* e) {
+  if (e == nullptr || s == nullptr) return {Errc::invalid_value, "hipStreamWaitEvent", "null handle"};
+  Op op;
+  op.kind = Op::Kind::wait;
+  op.ev = as_event(e)->ev;
+  {
+    std::lock_guard lk(op.ev->m);
+    op.gen = op.ev->recorded;  // 0 (never recorded): nothing to wait for
+  }
   as_stream(s)->push(std::move(op));
   return {};
 }

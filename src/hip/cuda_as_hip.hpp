@@ -58,6 +58,7 @@ inline hipError_t hipLaunchHostFunc(hipStream_t s, hipHostFn_t fn, void* a) { re
 inline hipError_t hipEventCreateWithFlags(hipEvent_t* e, unsigned f) { return cudaEventCreateWithFlags(e, f); }
 inline hipError_t hipEventDestroy(hipEvent_t e) { return cudaEventDestroy(e); }
 inline hipError_t hipEventRecord(hipEvent_t e, hipStream_t s) { return cudaEventRecord(e, s); }
+inline hipError_t hipStreamWaitEvent(hipStream_t s, hipEvent_t e, unsigned flags) { return cudaStreamWaitEvent(s, e, flags); }
 inline hipError_t hipEventQuery(hipEvent_t e) { return cudaEventQuery(e); }
 inline hipError_t hipEventSynchronize(hipEvent_t e) { return cudaEventSynchronize(e); }
 inline hipError_t hipMemcpyAsync(void* d, const void* s, size_t n, hipMemcpyKind k, hipStream_t st) {

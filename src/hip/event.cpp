@@ -10,8 +10,14 @@ Result<Event> Event::create() {
   return Event(h);
 }
 
-Status Event::record(Stream& s) { return backend::event_record(h_.get(), s.native()); }
-Status Event::query() const { return backend::event_query(h_.get()); }
-Status Event::synchronize() const { return backend::event_synchronize(h_.get()); }
+Event Event::borrow(void* native) noexcept {
+  Event e(nullptr);
+  e.borrowed_ = native;
+  return e;
+}
+
+Status Event::record(Stream& s) { return backend::event_record(native(), s.native()); }
+Status Event::query() const { return backend::event_query(native()); }
+Status Event::synchronize() const { return backend::event_synchronize(native()); }
 
 }  // namespace kvstrand::hip

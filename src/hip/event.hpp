@@ -16,6 +16,9 @@ class Stream;
 class Event {
  public:
   static Result<Event> create();
+  // An engine's own event (hipEvent_t / cudaEvent_t), not owned: never
+  // destroyed here; the engine keeps it alive while kvstrand may query it.
+  static Event borrow(void* native) noexcept;
 
   Event(Event&&) noexcept = default;
   Event& operator=(Event&&) noexcept = default;
@@ -27,11 +30,12 @@ class Event {
   // Blocks the calling thread; never on the reactor strand.
   Status synchronize() const;
 
-  void* native() const noexcept { return h_.get(); }
+  void* native() const noexcept { return h_ ? h_.get() : borrowed_; }
 
  private:
   explicit Event(void* h) : h_(h) {}
   detail::UniqueHandle<&backend::event_destroy> h_;
+  void* borrowed_ = nullptr;
 };
 
 }  // namespace kvstrand::hip

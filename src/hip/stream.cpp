@@ -1,5 +1,7 @@
 #include "hip/stream.hpp"
 
+#include "hip/event.hpp"
+
 namespace kvstrand::hip {
 
 Result<Stream> Stream::create() {
@@ -8,11 +10,18 @@ Result<Stream> Stream::create() {
   return Stream(h);
 }
 
-Status Stream::synchronize() { return backend::stream_synchronize(h_.get()); }
-Status Stream::query() { return backend::stream_query(h_.get()); }
+Stream Stream::borrow(void* native) noexcept {
+  Stream s(nullptr);
+  s.borrowed_ = native;
+  return s;
+}
+
+Status Stream::synchronize() { return backend::stream_synchronize(native()); }
+Status Stream::query() { return backend::stream_query(native()); }
+Status Stream::wait(const Event& e) { return backend::stream_wait_event(native(), e.native()); }
 Status Stream::host_func(void (*fn)(void*), void* arg) {
   if (fn == nullptr) return {Errc::invalid_value, "Stream::host_func", "null function"};
-  return backend::stream_host_func(h_.get(), fn, arg);
+  return backend::stream_host_func(native(), fn, arg);
 }
 
 }  // namespace kvstrand::hip

@@ -10,7 +10,7 @@ constexpr std::size_t kKeyBytes = 32 + 4 + 32;
 constexpr std::size_t kMaxName = 4096;
 
 const char* kTypeNames[] = {"?",       "hello",  "register", "unregister", "lookup", "release",
-                            "reserve", "commit", "end_session", "stats", "ping"};
+                            "reserve", "commit", "end_session", "stats", "ping", "adopt"};
 
 // ---- building blocks --------------------------------------------------------
 
@@ -222,7 +222,8 @@ Type type_of(const Request& r) noexcept {
                                [](const Commit&) { return Type::commit; },
                                [](const EndSession&) { return Type::end_session; },
                                [](const Stats&) { return Type::stats; },
-                               [](const Ping&) { return Type::ping; }},
+                               [](const Ping&) { return Type::ping; },
+                               [](const Adopt&) { return Type::adopt; }},
                     r);
 }
 
@@ -248,6 +249,11 @@ std::vector<std::byte> encode_request(const Request& req, std::uint64_t request_
                         [&](const Commit& m) {
                           w.u64(m.hold);
                           w.u8(m.ok ? 1 : 0);
+                        },
+                        [&](const Adopt& m) {
+                          w.u32(m.registration);
+                          w.u64(m.lease);
+                          put(w, m.keys);
                         },
                         [](const EndSession&) {}, [](const Stats&) {}, [](const Ping&) {}},
              req);
@@ -296,6 +302,14 @@ std::optional<Request> decode_request(std::uint16_t type, std::span<const std::b
     case Type::end_session: out = EndSession{}; break;
     case Type::stats: out = Stats{}; break;
     case Type::ping: out = Ping{}; break;
+    case Type::adopt: {
+      Adopt m;
+      m.registration = r.u32();
+      m.lease = r.u64();
+      m.keys = get_keys(r);
+      out = std::move(m);
+      break;
+    }
     default:
       *why = "unknown request type " + std::to_string(type);
       return std::nullopt;
@@ -388,7 +402,8 @@ std::optional<Reply> decode_reply(std::uint16_t type, std::span<const std::byte>
         rep.payload = m;
         break;
       }
-      case Type::lookup: {
+      case Type::lookup:
+      case Type::adopt: {
         LookupReply m;
         m.lease = r.u64();
         m.hit = get_hit(r);

@@ -1,4 +1,4 @@
-// The kvstrand-server wire protocol, version 2.0: frames, messages, and
+// The kvstrand-server wire protocol, version 2.1: frames, messages, and
 // their encoding. docs/protocol.md is the reference a client is written
 // from; this file is its implementation, shared by the server and
 // NodeTier. Pure: no I/O.
@@ -25,7 +25,7 @@ namespace kvstrand::kv::proto {
 
 inline constexpr std::uint32_t kMagic = 0x5453564b;  // "KVST" on the wire
 inline constexpr std::uint8_t kMajor = 2;
-inline constexpr std::uint8_t kMinor = 0;
+inline constexpr std::uint8_t kMinor = 1;  // 2.1: adopt
 inline constexpr std::size_t kHeaderBytes = 20;
 inline constexpr std::uint32_t kDefaultMaxBody = 16u << 20;
 inline constexpr std::uint16_t kReplyBit = 0x8000;
@@ -41,6 +41,7 @@ enum class Type : std::uint16_t {
   end_session = 8,
   stats = 9,
   ping = 10,
+  adopt = 11,  // 2.1
 };
 const char* to_string(Type t) noexcept;
 
@@ -96,12 +97,20 @@ struct Commit {
   std::uint64_t hold = 0;
   bool ok = true;
 };
+// Makes another process's lease this session's process's (a scheduler's
+// lookup handed to the worker that loads it). The lease must hold exactly
+// `keys`, of this registration's objects. Replied like a lookup.
+struct Adopt {
+  std::uint32_t registration = 0;
+  std::uint64_t lease = 0;
+  std::vector<ChunkKey> keys;
+};
 struct EndSession {};
 struct Stats {};
 struct Ping {};
 
 using Request = std::variant<Hello, RegisterLayout, Unregister, Lookup, Release, Reserve, Commit, EndSession, Stats,
-                             Ping>;
+                             Ping, Adopt>;
 
 Type type_of(const Request& r) noexcept;
 std::vector<std::byte> encode_request(const Request& r, std::uint64_t request_id);

@@ -6,6 +6,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <deque>
 #include <list>
 #include <map>
 #include <stdexcept>
@@ -14,6 +15,8 @@
 #include "reactor/debug_page.hpp"
 #include "reactor/local_tier.hpp"
 #include "reactor/node_tier.hpp"
+#include "kv/lease_handoff.hpp"
+#include <kvstrand/namespace_id.hpp>
 
 namespace kvstrand::reactor {
 
@@ -80,6 +83,12 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
     t->kind = op.kind;
     t->spec = std::move(op.spec);
     t->producer = std::move(op.producer);
+    if (t->kind == TransferKind::load) {
+      if ((t->queued_event = queued_event())) {
+        t->on_queued = [self = shared_from_this(), request = t->spec.request, reg = t->spec.registration,
+                        ev = t->queued_event] { self->mailbox->push_queued(request, reg, ev); };
+      }
+    }
     t->posted = Clock::now();
     t->deadline = t->posted + deadline;
     Live& live = transfers[t->id];
@@ -167,13 +176,27 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
     mailbox->set_fail_stop(code, what);
   }
 
+  // A load's "copies queued" event: one no transfer and no undrained
+  // outcome holds any more (the pool's own reference is the only one), or
+  // a new one. None if the device cannot make one: order_after_load then
+  // answers not_queued_yet and the engine waits for finished().
+  std::shared_ptr<hip::Event> queued_event() {
+    for (auto& e : queued_events)
+      if (e.use_count() == 1) return e;
+    auto ev = hip::Event::create();
+    if (!ev.ok()) return nullptr;
+    queued_events.push_back(std::make_shared<hip::Event>(std::move(ev).value()));
+    return queued_events.back();
+  }
+
   // Bytes a transfer moves: its blocks, and the images it carries.
   std::uint64_t bytes_of(const Transfer& t) const {
-    if (!reg) return 0;
+    if (t.spec.registration >= regs.size()) return 0;
+    const kv::Layout& l = regs[t.spec.registration].layout;
     std::uint64_t images = 0;
     if (t.spec.with_state)
       for (std::int32_t s : t.spec.state_slots) images += s >= 0;
-    return t.spec.blocks.size() * reg->layout.bytes_per_block() + images * reg->layout.checkpoint.image_bytes;
+    return t.spec.blocks.size() * l.bytes_per_block() + images * l.checkpoint.image_bytes;
   }
 
   void deliver(const Transfer& t) {
@@ -181,6 +204,7 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
     TransferOutcome o;
     o.request = t.spec.request;
     o.kind = t.kind;
+    o.registration = t.spec.registration;
     o.ok = t.state == TransferState::done;
     o.error = t.error;
     o.reason = t.reason;
@@ -193,7 +217,7 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
                              t.error != std::errc::operation_canceled;
     if (t.kind == TransferKind::save) o.blocks = t.spec.blocks;
     mailbox->push(std::move(o));
-    if (source_safe) mailbox->push(SourceSafe{t.spec.request, t.spec.blocks});
+    if (source_safe) mailbox->push(SourceSafe{t.spec.request, t.spec.registration, t.spec.blocks});
     auto r = live_per_request.find(t.spec.request);
     if (r != live_per_request.end() && --r->second == 0) live_per_request.erase(r);
     check_fences();
@@ -303,7 +327,8 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
   std::unique_ptr<Tier> tier;
   std::shared_ptr<Mailbox> mailbox;
   std::chrono::milliseconds deadline;
-  std::optional<Registration> reg;
+  std::deque<Registration> regs;  // by id; a deque: tiers keep pointers to them
+  std::vector<std::shared_ptr<hip::Event>> queued_events;
   std::uint64_t next_id = 1;
   std::uint64_t next_fence = 1;
   std::map<std::uint64_t, Live> transfers;                     // live
@@ -364,29 +389,48 @@ void Connector::start_http() {
 
 Connector::~Connector() { close(); }
 
-void Connector::register_layout(Registration registration) {
+std::uint32_t Connector::register_layout(Registration registration) {
   if (closed_) throw TransferRefused(TransferErrc::closed, "register_layout after close()");
   if (auto err = registration.check()) throw TransferRefused(TransferErrc::bad_spec, *err);
+  const auto id = static_cast<std::uint32_t>(registrations_.size());
   std::error_code ec = reactor_->call([core = core_, reg = registration]() mutable -> asio::awaitable<std::error_code> {
-    core->reg = std::move(reg);
-    co_return co_await core->tier->attach(*core->reg);
+    core->regs.push_back(std::move(reg));
+    std::error_code ec = co_await core->tier->attach(core->regs.back());
+    if (ec) core->regs.pop_back();  // a tier keeps only what it attached
+    co_return ec;
   });
-  if (ec) throw TransferRefused(ec, "register_layout: the tier could not attach: " + ec.message());
-  registration_ = std::move(registration);
+  if (ec) throw TransferRefused(ec, "register_layout: the tier could not attach registration " + std::to_string(id) +
+                                        ": " + ec.message());
+  registrations_.push_back(std::move(registration));
+  return id;
 }
 
 void Connector::raise_fail_stop() const {
   if (auto f = mailbox_->fail_stop()) throw FailStop(f->code, f->what);
 }
 
-void Connector::check(TransferKind kind, const kv::TransferSpec& spec) const {
+void Connector::check_open_and_registered(std::uint32_t registration) const {
   raise_fail_stop();
   if (closed_) throw TransferRefused(TransferErrc::closed, "the connector is closed");
-  if (!registration_) throw TransferRefused(TransferErrc::not_registered, "no layout registered");
-  if (live_.contains({spec.request, kind}))
+  if (registrations_.empty()) throw TransferRefused(TransferErrc::not_registered, "no layout registered");
+  if (registration >= registrations_.size())
+    throw TransferRefused(TransferErrc::bad_spec, "registration " + std::to_string(registration) +
+                                                      " does not exist (" + std::to_string(registrations_.size()) +
+                                                      " registered, ids from 0)");
+}
+
+const Registration& Connector::registration_of(const kv::TransferSpec& spec) const {
+  return registrations_.at(spec.registration);
+}
+
+void Connector::check(TransferKind kind, const kv::TransferSpec& spec) const {
+  check_open_and_registered(spec.registration);
+  if (live_.contains(TransferKey{spec.request, kind, spec.registration}))
     throw TransferRefused(TransferErrc::duplicate_transfer, std::string("a ") + to_string(kind) + " of request '" +
-                                                                spec.request + "' is still live");
-  auto err = kind == TransferKind::save ? registration_->check_save(spec) : registration_->check_load(spec);
+                                                                spec.request + "' (registration " +
+                                                                std::to_string(spec.registration) + ") is still live");
+  const Registration& reg = registration_of(spec);
+  auto err = kind == TransferKind::save ? reg.check_save(spec) : reg.check_load(spec);
   if (err) throw TransferRefused(TransferErrc::bad_spec, std::string(to_string(kind)) + " of request '" +
                                                              spec.request + "': " + *err);
 }
@@ -405,10 +449,10 @@ void Connector::load(kv::TransferSpec spec, std::shared_ptr<const hip::Event> pr
 
 void Connector::submit(std::vector<Op> ops) {
   CallTimer timed(step_calls_.get());
-  std::set<std::pair<std::string, TransferKind>> batch;
+  std::set<TransferKey> batch;
   for (const Op& op : ops) {
     check(op.kind, op.spec);
-    if (!batch.insert({op.spec.request, op.kind}).second)
+    if (!batch.insert(TransferKey{op.spec.request, op.kind, op.spec.registration}).second)
       throw TransferRefused(TransferErrc::duplicate_transfer, std::string("two ") + to_string(op.kind) +
                                                                   "s of request '" + op.spec.request + "' in one batch");
   }
@@ -427,51 +471,120 @@ void Connector::submit(std::vector<Op> ops) {
                               "): drain finished() first");
   for (const Op& op : ops) {
     const bool load = op.kind == TransferKind::load;
-    Uses u{op.spec.blocks, slots_of(op)};
-    for (kv::BlockId b : u.blocks) ++(load ? writing_ : reading_)[b];
-    for (std::int32_t s : u.slots) ++(load ? writing_slots_ : reading_slots_)[s];
-    live_[{op.spec.request, op.kind}] = std::move(u);
+    Uses u{blocks_of(op), slots_of(op)};
+    for (std::uint64_t b : u.blocks) ++(load ? writing_ : reading_)[b];
+    for (std::uint64_t s : u.slots) ++(load ? writing_slots_ : reading_slots_)[s];
+    live_[TransferKey{op.spec.request, op.kind, op.spec.registration}] = std::move(u);
+    // A load naming a lease ends it: no other load, export or release may.
+    if (load && op.spec.tier_lease != 0) leases_held_.erase(op.spec.tier_lease);
   }
   asio::post(reactor_->strand(), [core = core_, ops = std::move(ops)]() mutable {
     for (Op& op : ops) core->start(std::move(op));
   });
 }
 
-std::uint64_t Connector::lookup(std::vector<kv::ChunkKey> keys) {
-  CallTimer timed(step_calls_.get());
-  raise_fail_stop();
-  if (closed_) throw TransferRefused(TransferErrc::closed, "the connector is closed");
-  if (!registration_) throw TransferRefused(TransferErrc::not_registered, "no layout registered");
+std::uint64_t Connector::start_lookup(std::uint32_t registration) {
+  check_open_and_registered(registration);
   if (lookups_live_ >= options_.max_live_lookups)
     throw TransferRefused(TransferErrc::too_many_live, std::to_string(lookups_live_) +
                                                            " lookups unanswered or undrained: max_live_lookups (" +
                                                            std::to_string(options_.max_live_lookups) +
                                                            ") reached; drain finished() first");
   ++lookups_live_;
-  const std::uint64_t id = next_lookup_++;
+  return next_lookup_++;
+}
+
+std::uint64_t Connector::lookup(std::vector<kv::ChunkKey> keys, std::uint32_t registration) {
+  CallTimer timed(step_calls_.get());
+  const std::uint64_t id = start_lookup(registration);
+  // The node tier's leases can be exported: what was asked is kept until
+  // the answer says what the lease holds.
+  if (!options_.server_socket.empty()) asked_[id] = Asked{registration, keys};
   // A lookup whose coroutine threw is answered with a miss: every lookup
   // id gets its answer (the engine may be deferring a request on it).
-  auto escaped = [core = core_, id](std::exception_ptr e) {
+  auto escaped = [core = core_, id, registration](std::exception_ptr e) {
     if (!e) return;
     LogEscaped{"a lookup"}(e);
-    core->mailbox->push(LookupOutcome{id, {}, 0});
+    core->mailbox->push(LookupOutcome{id, {}, 0, registration});
   };
-  asio::co_spawn(reactor_->strand(), answer_lookup(core_, id, std::move(keys)), std::move(escaped));
+  asio::co_spawn(reactor_->strand(), answer_lookup(core_, id, registration, std::move(keys)), std::move(escaped));
   return id;
 }
 
 asio::awaitable<void> Connector::answer_lookup(std::shared_ptr<Core> core, std::uint64_t id,
-                                               std::vector<kv::ChunkKey> keys) {
+                                               std::uint32_t registration, std::vector<kv::ChunkKey> keys) {
   const std::size_t asked = keys.size();
-  Tier::LookupResult r = co_await core->tier->lookup(std::move(keys));
-  if (core->reg && core->reg->layout.chunk_tokens > 0)
-    core->metrics.lookup_answered(asked, r.hit.tokens / core->reg->layout.chunk_tokens);
-  core->mailbox->push(LookupOutcome{id, std::move(r.hit), r.lease});
+  Tier::LookupResult r = co_await core->tier->lookup(registration, std::move(keys));
+  const std::uint32_t ct = core->regs.at(registration).layout.chunk_tokens;
+  if (ct > 0) core->metrics.lookup_answered(asked, r.hit.tokens / ct);
+  core->mailbox->push(LookupOutcome{id, std::move(r.hit), r.lease, registration});
+}
+
+std::vector<std::byte> Connector::export_lease(std::uint64_t lease) {
+  raise_fail_stop();
+  if (closed_) throw TransferRefused(TransferErrc::closed, "the connector is closed");
+  if (options_.server_socket.empty())
+    throw TransferRefused(TransferErrc::bad_spec, "export_lease: only the node tier (server_socket) leases what a "
+                                                  "lookup found; the embedded tier's hits cannot leave this process");
+  auto it = leases_held_.find(lease);
+  if (lease == 0 || it == leases_held_.end())
+    throw TransferRefused(TransferErrc::bad_spec, "export_lease: lease " + std::to_string(lease) +
+                                                      " is not held here (never drained from finished(), already "
+                                                      "named by a load, released or exported)");
+  std::vector<std::byte> bytes = kv::encode_lease_handoff(kv::LeaseHandoff{lease, std::move(it->second.keys)});
+  leases_held_.erase(it);
+  asio::post(reactor_->strand(), [core = core_, lease] { core->tier->forget_lease(lease); });
+  return bytes;
+}
+
+std::uint64_t Connector::adopt_lease(std::span<const std::byte> handoff) {
+  CallTimer timed(step_calls_.get());
+  std::string why;
+  auto h = kv::decode_lease_handoff(handoff, &why);
+  if (!h) throw TransferRefused(TransferErrc::bad_spec, "adopt_lease: " + why);
+  if (options_.server_socket.empty())
+    throw TransferRefused(TransferErrc::bad_spec, "adopt_lease: only the node tier (server_socket) can adopt a lease");
+  // The registration whose layout makes these keys.
+  std::optional<std::uint32_t> reg;
+  for (std::uint32_t i = 0; i < registrations_.size() && !reg; ++i) {
+    const kv::Layout& l = registrations_[i].layout;
+    if (kv::namespace_of(l) == h->keys.front().ns && kv::kv_rank_of(l) == h->keys.front().kv_rank) reg = i;
+  }
+  if (!reg) throw TransferRefused(TransferErrc::bad_spec, "adopt_lease: no registration here has the layout (model, "
+                                                          "geometry, rank) whose keys the lease holds");
+  const std::uint64_t id = start_lookup(*reg);
+  asked_[id] = Asked{*reg, h->keys};
+  auto escaped = [core = core_, id, r = *reg](std::exception_ptr e) {
+    if (!e) return;
+    LogEscaped{"a lease adoption"}(e);
+    core->mailbox->push(LookupOutcome{id, {}, 0, r});
+  };
+  asio::co_spawn(reactor_->strand(), answer_adopt(core_, id, *reg, h->lease, std::move(h->keys)), std::move(escaped));
+  return id;
+}
+
+asio::awaitable<void> Connector::answer_adopt(std::shared_ptr<Core> core, std::uint64_t id,
+                                              std::uint32_t registration, std::uint64_t lease,
+                                              std::vector<kv::ChunkKey> keys) {
+  Tier::LookupResult r = co_await core->tier->adopt(registration, lease, std::move(keys));
+  core->mailbox->push(LookupOutcome{id, std::move(r.hit), r.lease, registration});
+}
+
+LoadOrder Connector::order_after_load(const std::string& request, hip::Stream& stream, std::uint32_t registration) {
+  CallTimer timed(step_calls_.get());
+  raise_fail_stop();
+  if (!live_.contains(TransferKey{request, TransferKind::load, registration})) return LoadOrder::no_live_load;
+  std::shared_ptr<const hip::Event> ev = mailbox_->queued(request, registration);
+  if (!ev) return LoadOrder::not_queued_yet;
+  if (hip::Status s = stream.wait(*ev); !s.ok())
+    throw TransferRefused(TransferErrc::device_error, "order_after_load of request '" + request + "': " + s.describe());
+  return LoadOrder::ordered;
 }
 
 void Connector::release_lookup(std::uint64_t lease) {
   CallTimer timed(step_calls_.get());
   if (closed_ || lease == 0) return;
+  leases_held_.erase(lease);
   asio::co_spawn(reactor_->strand(), release_on_strand(core_, lease), LogEscaped{"a lease release"});
 }
 
@@ -483,32 +596,34 @@ asio::awaitable<void> Connector::release_on_strand(std::shared_ptr<Core> core, s
 // an earlier op of the batch, writes; or, for a load, reads); none if they
 // can.
 std::optional<std::string> Connector::conflict(const std::vector<Op>& ops) const {
-  std::unordered_map<kv::BlockId, std::uint32_t> batch_read, batch_write;
-  std::unordered_map<std::int32_t, std::uint32_t> batch_read_slots, batch_write_slots;
+  std::unordered_map<std::uint64_t, std::uint32_t> batch_read, batch_write;
+  std::unordered_map<std::uint64_t, std::uint32_t> batch_read_slots, batch_write_slots;
   for (const Op& op : ops) {
     const bool load = op.kind == TransferKind::load;
     auto why = [&](const std::string& what, bool written) {
-      return std::string(to_string(op.kind)) + " of request '" + op.spec.request + "': " + what + " is " +
-             (written ? "being loaded into" : "being saved from") + " by a live transfer";
+      return std::string(to_string(op.kind)) + " of request '" + op.spec.request + "': " + what + " of registration " +
+             std::to_string(op.spec.registration) + " is " + (written ? "being loaded into" : "being saved from") +
+             " by a live transfer";
     };
-    for (kv::BlockId b : op.spec.blocks) {
+    const std::vector<std::uint64_t> blocks = blocks_of(op);
+    for (std::uint64_t b : blocks) {
       const bool written = writing_.contains(b) || batch_write.contains(b);
       if (written || (load && (reading_.contains(b) || batch_read.contains(b))))
-        return why("block " + std::to_string(b), written);
+        return why("block " + std::to_string(b & 0xffffffffu), written);
     }
-    const std::vector<std::int32_t> slots = slots_of(op);
-    for (std::int32_t s : slots) {
+    const std::vector<std::uint64_t> slots = slots_of(op);
+    for (std::uint64_t s : slots) {
       const bool written = writing_slots_.contains(s) || batch_write_slots.contains(s);
       if (written || (load && (reading_slots_.contains(s) || batch_read_slots.contains(s))))
-        return why("image slot " + std::to_string(s), written);
+        return why("image slot " + std::to_string(s & 0xffffffffu), written);
     }
-    for (kv::BlockId b : op.spec.blocks) ++(load ? batch_write : batch_read)[b];
-    for (std::int32_t s : slots) ++(load ? batch_write_slots : batch_read_slots)[s];
+    for (std::uint64_t b : blocks) ++(load ? batch_write : batch_read)[b];
+    for (std::uint64_t s : slots) ++(load ? batch_write_slots : batch_read_slots)[s];
   }
   return std::nullopt;
 }
 
-void Connector::forget_uses(const std::vector<std::pair<std::string, TransferKind>>& terminal) {
+void Connector::forget_uses(const std::vector<TransferKey>& terminal) {
   auto drop = [](auto& counts, const auto& keys) {
     for (const auto& k : keys)
       if (auto u = counts.find(k); u != counts.end() && --u->second == 0) counts.erase(u);
@@ -516,30 +631,53 @@ void Connector::forget_uses(const std::vector<std::pair<std::string, TransferKin
   for (const auto& key : terminal) {
     auto it = live_.find(key);
     if (it == live_.end()) continue;
-    const bool load = key.second == TransferKind::load;
+    const bool load = key.kind == TransferKind::load;
     drop(load ? writing_ : reading_, it->second.blocks);
     drop(load ? writing_slots_ : reading_slots_, it->second.slots);
     it->second = Uses{};  // terminal: still live for duplicate_transfer until drained
   }
 }
 
+// The blocks an op touches, as (registration << 32) | block: each
+// registration has its own pool.
+std::vector<std::uint64_t> Connector::blocks_of(const Op& op) {
+  std::vector<std::uint64_t> out;
+  out.reserve(op.spec.blocks.size());
+  const std::uint64_t reg = std::uint64_t{op.spec.registration} << 32;
+  for (kv::BlockId b : op.spec.blocks) out.push_back(reg | b);
+  return out;
+}
+
 // The image slots an op touches: a save's (>= 0) it reads, a load's
-// destination it writes.
-std::vector<std::int32_t> Connector::slots_of(const Op& op) {
-  std::vector<std::int32_t> out;
+// destination it writes; keyed like blocks_of.
+std::vector<std::uint64_t> Connector::slots_of(const Op& op) {
+  std::vector<std::uint64_t> out;
   if (!op.spec.with_state) return out;
+  const std::uint64_t reg = std::uint64_t{op.spec.registration} << 32;
   for (std::int32_t s : op.spec.state_slots)
-    if (s >= 0) out.push_back(s);
+    if (s >= 0) out.push_back(reg | static_cast<std::uint32_t>(s));
   return out;
 }
 
 void Connector::forget_drained(const Finished& f) {
-  std::vector<std::pair<std::string, TransferKind>> ended;
-  for (const auto& o : f.saves) ended.emplace_back(o.request, TransferKind::save);
-  for (const auto& o : f.loads) ended.emplace_back(o.request, TransferKind::load);
+  std::vector<TransferKey> ended;
+  for (const auto& o : f.saves) ended.push_back({o.request, TransferKind::save, o.registration});
+  for (const auto& o : f.loads) ended.push_back({o.request, TransferKind::load, o.registration});
   forget_uses(ended);
   for (const auto& key : ended) live_.erase(key);
   lookups_live_ -= std::min(lookups_live_, f.lookups.size());
+  // A lease an answer brought: what it holds, for export_lease.
+  for (const auto& l : f.lookups) {
+    auto it = asked_.find(l.id);
+    if (it == asked_.end()) continue;
+    const std::uint32_t ct = registrations_.at(it->second.registration).layout.chunk_tokens;
+    const std::size_t n = ct == 0 ? 0 : l.hit.tokens / ct;
+    if (l.lease != 0 && n > 0 && n <= it->second.keys.size()) {
+      it->second.keys.resize(n);
+      leases_held_[l.lease] = std::move(it->second);
+    }
+    asked_.erase(it);
+  }
 }
 
 Finished Connector::finished() {

@@ -30,6 +30,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <map>
 #include <set>
 #include <unordered_map>
@@ -40,6 +41,7 @@
 #include <kvstrand/layout.hpp>
 #include "tier/index.hpp"
 #include <kvstrand/transfer_spec.hpp>
+#include "hip/stream.hpp"
 #include "reactor/debug_http.hpp"
 #include "reactor/mailbox.hpp"
 #include "reactor/metrics.hpp"
@@ -113,9 +115,12 @@ class Connector {
   Connector(const Connector&) = delete;
   Connector& operator=(const Connector&) = delete;
 
-  // Blocks until the tier has attached the memory. Throws TransferRefused
+  // Adds a registration (one KV-cache group: a hybrid model's attention,
+  // sliding-window and state groups, a draft model's cache) and returns its
+  // id, which specs and lookups name: 0 for the first, then 1, 2, ... Blocks
+  // until the tier has attached the memory. Throws TransferRefused
   // (bad_spec) naming what does not fit.
-  void register_layout(Registration registration);
+  std::uint32_t register_layout(Registration registration);
 
   // Post one transfer and return at once. Throws TransferRefused, posting
   // nothing, for: a live transfer of the same kind for the request
@@ -137,7 +142,31 @@ class Connector {
   // that keeps the hit stored until a load names it (spec.tier_lease) or
   // release_lookup gives it back. A lease is never given back by a clock:
   // an engine that drops one holds those objects until its process exits.
-  std::uint64_t lookup(std::vector<kv::ChunkKey> keys);
+  std::uint64_t lookup(std::vector<kv::ChunkKey> keys, std::uint32_t registration = 0);
+
+  // Makes `stream` (the engine's) wait, on the device, for the copies of
+  // the live load of `request` into `registration`: work the engine queues
+  // on it afterwards may read the loaded blocks, with no thread waiting.
+  // The load's outcome still arrives in finished(); a load whose copies are
+  // queued fails only by a fail-stop (its deadline), which every later call
+  // raises. Never waits.
+  LoadOrder order_after_load(const std::string& request, hip::Stream& stream, std::uint32_t registration = 0);
+
+  // Hands a lookup's lease to another process (a worker that loads what
+  // this scheduler looked up): plain bytes the engine carries in its own
+  // metadata. This Connector forgets the lease (no load here may name it,
+  // and close() does not end it); until a Connector adopts it, it is this
+  // process's (freed if it exits). Node tier only; throws TransferRefused
+  // (bad_spec) for a lease this Connector does not hold.
+  std::vector<std::byte> export_lease(std::uint64_t lease);
+  // Takes over an exported lease on this process's session of the same
+  // kvstrand-server (freed if this process exits), for the registration
+  // whose layout made the keys. Only posts: the answer arrives in
+  // finished().lookups under the returned id, like a lookup's (a miss when
+  // the lease is gone: its exporter exited, or it was adopted already).
+  // Throws TransferRefused (bad_spec) for bytes that are not a handoff, or
+  // whose keys no registration here makes.
+  std::uint64_t adopt_lease(std::span<const std::byte> handoff);
 
   // A lookup whose hit this engine will not load (the planner chose not to,
   // or the request went away): frees its lease now (F20). Only posts; a
@@ -214,11 +243,18 @@ class Connector {
   void start_close(Handler handler);
   static boost::asio::awaitable<void> release_on_strand(std::shared_ptr<Core> core, std::uint64_t lease);
   static boost::asio::awaitable<void> answer_lookup(std::shared_ptr<Core> core, std::uint64_t id,
-                                                    std::vector<kv::ChunkKey> keys);
+                                                    std::uint32_t registration, std::vector<kv::ChunkKey> keys);
+  static boost::asio::awaitable<void> answer_adopt(std::shared_ptr<Core> core, std::uint64_t id,
+                                                   std::uint32_t registration, std::uint64_t lease,
+                                                   std::vector<kv::ChunkKey> keys);
+  std::uint64_t start_lookup(std::uint32_t registration);
   void forget_drained(const Finished& f);
-  static std::vector<std::int32_t> slots_of(const Op& op);
+  static std::vector<std::uint64_t> slots_of(const Op& op);
+  static std::vector<std::uint64_t> blocks_of(const Op& op);
+  const Registration& registration_of(const kv::TransferSpec& spec) const;
+  void check_open_and_registered(std::uint32_t registration) const;
   std::optional<std::string> conflict(const std::vector<Op>& ops) const;
-  void forget_uses(const std::vector<std::pair<std::string, TransferKind>>& terminal);
+  void forget_uses(const std::vector<TransferKey>& terminal);
   void start_http();
 
   // Times one call on the engine thread into step_calls_ for /metrics; with
@@ -241,18 +277,28 @@ class Connector {
   std::shared_ptr<Core> core_;
   std::shared_ptr<Mailbox> mailbox_;
   // Engine-thread state: what this thread posted and has not yet drained.
-  std::optional<Registration> registration_;
+  std::vector<Registration> registrations_;
   // Every transfer posted and not yet drained from finished(), with the
   // blocks and image slots it names: a load writes them, a save reads them
   // (blocks_in_use). A transfer whose outcome already waits in the mailbox
   // keeps its entry (duplicate_transfer) but uses nothing any more.
   struct Uses {
-    std::vector<kv::BlockId> blocks;
-    std::vector<std::int32_t> slots;
+    std::vector<std::uint64_t> blocks;
+    std::vector<std::uint64_t> slots;
   };
-  std::map<std::pair<std::string, TransferKind>, Uses> live_;
-  std::unordered_map<kv::BlockId, std::uint32_t> reading_, writing_;
-  std::unordered_map<std::int32_t, std::uint32_t> reading_slots_, writing_slots_;
+  std::map<TransferKey, Uses> live_;
+  // Keyed by (registration << 32) | block (or image slot): each group has
+  // its own pool.
+  std::unordered_map<std::uint64_t, std::uint32_t> reading_, writing_;
+  std::unordered_map<std::uint64_t, std::uint32_t> reading_slots_, writing_slots_;
+  // Node tier: what a lookup asked, until its answer is drained; then what
+  // a lease holds, until a load names it, it is released or exported.
+  struct Asked {
+    std::uint32_t registration = 0;
+    std::vector<kv::ChunkKey> keys;
+  };
+  std::map<std::uint64_t, Asked> asked_;       // by lookup id
+  std::map<std::uint64_t, Asked> leases_held_;  // by lease: the hit's keys
   std::uint64_t next_lookup_ = 1;
   std::size_t lookups_live_ = 0;  // asked, answer not yet drained
   bool closed_ = false;   // no new work is accepted

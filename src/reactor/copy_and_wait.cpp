@@ -40,6 +40,9 @@ boost::asio::awaitable<std::error_code> copy_and_wait(Reactor& reactor, Transfer
     co_return TransferErrc::device_error;
   }
   t.state = TransferState::pending;
+  // A load's copies are queued: the engine may now order its own stream
+  // after them (Connector::order_after_load).
+  if (t.queued_event && t.queued_event->record(stream).ok() && t.on_queued) t.on_queued();
   std::error_code ec = co_await reactor.poller().ready(lease->event());
   if (ec == std::errc::operation_canceled) {
     *copied = false;  // shutdown: the copy may still be running

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <tuple>
 #include <vector>
 
@@ -29,39 +30,50 @@ LocalTier::~LocalTier() {
 }
 
 boost::asio::awaitable<std::error_code> LocalTier::attach(const Registration& reg) {
-  if (index_) {
-    spdlog::error("kvstrand: LocalTier serves one registration");
-    co_return TransferErrc::bad_spec;
+  const std::uint64_t object_bytes = reg.object_bytes();
+  if (!arena_) {
+    const std::uint64_t slab = std::min(capacity_, std::max(kSlabBytes, object_bytes));
+    const std::uint64_t slabs = slab == 0 ? 0 : capacity_ / slab;
+    if (slabs == 0 || object_bytes > slab) {
+      spdlog::error("kvstrand: tier_bytes {} cannot hold one object of {} bytes", capacity_, object_bytes);
+      co_return TransferErrc::tier_full;
+    }
+    auto saves = hip::Stream::create();
+    auto loads = hip::Stream::create();
+    auto arena = hip::PinnedBuffer::allocate(slabs * slab);
+    for (const hip::Status& s : {saves.status(), loads.status(), arena.status()}) {
+      if (s.ok()) continue;
+      spdlog::error("kvstrand: LocalTier: {}", s.describe());
+      co_return TransferErrc::device_error;
+    }
+    save_stream_.emplace(std::move(saves).value());
+    load_stream_.emplace(std::move(loads).value());
+    arena_.emplace(std::move(arena).value());
+    classes_.emplace(slab);
+    for (std::uint64_t i = 0; i < slabs; ++i) classes_->add_slab(static_cast<std::uint32_t>(i));
   }
-  reg_ = &reg;
-  object_bytes_ = reg.object_bytes();
-  const std::uint64_t slots = object_bytes_ == 0 ? 0 : capacity_ / object_bytes_;
-  if (slots == 0) {
-    spdlog::error("kvstrand: tier_bytes {} cannot hold one object of {} bytes", capacity_, object_bytes_);
+  tier::Index* index = classes_->index(object_bytes);
+  if (index == nullptr) {
+    spdlog::error("kvstrand: LocalTier: registration {}'s objects ({} B) do not fit the arena's {} B slabs (sized "
+                  "by the first registration: register the group with the largest objects first), or too many "
+                  "object sizes",
+                  regs_.size(), object_bytes, classes_->slab_bytes());
     co_return TransferErrc::tier_full;
   }
-  auto saves = hip::Stream::create();
-  auto loads = hip::Stream::create();
-  auto arena = hip::PinnedBuffer::allocate(slots * object_bytes_);
-  for (const hip::Status& s : {saves.status(), loads.status(), arena.status()}) {
-    if (s.ok()) continue;
-    spdlog::error("kvstrand: LocalTier: {}", s.describe());
-    co_return TransferErrc::device_error;
-  }
-  save_stream_.emplace(std::move(saves).value());
-  load_stream_.emplace(std::move(loads).value());
-  arena_.emplace(std::move(arena).value());
-  index_.emplace(slots * object_bytes_, object_bytes_);
+  regs_.push_back(Attached{&reg, index});
   co_return std::error_code{};
 }
 
-boost::asio::awaitable<Tier::LookupResult> LocalTier::lookup(std::vector<kv::ChunkKey> keys) {
-  if (!index_) co_return LookupResult{};
-  co_return LookupResult{index_->lookup(keys, reg_->layout.chunk_tokens), 0};
+boost::asio::awaitable<Tier::LookupResult> LocalTier::lookup(std::uint32_t registration,
+                                                            std::vector<kv::ChunkKey> keys) {
+  if (registration >= regs_.size()) co_return LookupResult{};
+  const Attached& a = regs_[registration];
+  co_return LookupResult{a.index->lookup(keys, a.reg->layout.chunk_tokens), 0};
 }
 
 boost::asio::awaitable<std::error_code> LocalTier::save(Transfer& t) {
-  const Registration& reg = *reg_;
+  const Registration& reg = *regs_.at(t.spec.registration).reg;
+  tier::Index& index = *regs_.at(t.spec.registration).index;
   const kv::TransferSpec& s = t.spec;
   std::vector<std::byte*> objects(s.keys.size(), nullptr);
   std::vector<bool> images(s.keys.size(), false);
@@ -70,9 +82,10 @@ boost::asio::awaitable<std::error_code> LocalTier::save(Transfer& t) {
   for (std::size_t i = 0; i < s.keys.size(); ++i) {
     const bool image = s.with_state && s.state_slots[i] >= 0;
     std::uint32_t slot = 0;
-    switch (index_->reserve(s.keys[i], image, &slot)) {
+    classes_->make_room(index, 1);
+    switch (index.reserve(s.keys[i], image, &slot)) {
       case tier::Index::Reserve::reserved:
-        objects[i] = object(slot);
+        objects[i] = object(index, slot);
         images[i] = image;
         reserved.push_back(s.keys[i]);
         break;
@@ -87,9 +100,9 @@ boost::asio::awaitable<std::error_code> LocalTier::save(Transfer& t) {
     if (!copied) co_return ec;  // slots stay reserved: the copy may still write them
     for (const kv::ChunkKey& k : reserved) {
       if (ec) {
-        index_->abort(k);
+        index.abort(k);
       } else {
-        index_->commit(k);
+        index.commit(k);
       }
     }
   }
@@ -103,30 +116,31 @@ boost::asio::awaitable<std::error_code> LocalTier::save(Transfer& t) {
 }
 
 boost::asio::awaitable<std::error_code> LocalTier::load(Transfer& t) {
-  const Registration& reg = *reg_;
+  const Registration& reg = *regs_.at(t.spec.registration).reg;
+  tier::Index& index = *regs_.at(t.spec.registration).index;
   const kv::TransferSpec& s = t.spec;
-  auto slots = index_->pin(s.keys);
+  auto slots = index.pin(s.keys);
   if (!slots) {
     t.reason = "the tier no longer holds every chunk of the load";
     co_return TransferErrc::missing_chunk;
   }
-  if (s.with_state && !index_->has_image(s.keys.back())) {
-    index_->unpin(s.keys);
+  if (s.with_state && !index.has_image(s.keys.back())) {
+    index.unpin(s.keys);
     t.reason = "no checkpoint image stored at the load's end";
     co_return TransferErrc::missing_chunk;
   }
   std::vector<std::byte*> objects;
-  for (std::uint32_t slot : *slots) objects.push_back(object(slot));
+  for (std::uint32_t slot : *slots) objects.push_back(object(index, slot));
   std::vector<bool> images(objects.size(), false);
   if (s.with_state) images.back() = true;
   bool copied = true;
   std::error_code ec = co_await copy_and_wait(reactor_, t, *load_stream_, hip::CopyKind::host_to_device, segments(reg, s, objects, false, images),
                                      &copied);
   // Read locks go only once the copies out of the objects completed.
-  if (copied) index_->unpin(s.keys);
+  if (copied) index.unpin(s.keys);
   co_return ec;
 }
 
-tier::Index::Stats LocalTier::stats() const { return index_ ? index_->stats() : tier::Index::Stats{}; }
+tier::Index::Stats LocalTier::stats() const { return classes_ ? classes_->stats() : tier::Index::Stats{}; }
 
 }  // namespace kvstrand::reactor

@@ -34,15 +34,28 @@ void Mailbox::set_fail_stop(std::error_code code, std::string what) {
 
 Finished Mailbox::drain() {
   std::lock_guard lk(m_);
+  for (const auto& o : pending_.loads) queued_.erase({o.request, o.registration});
   return std::exchange(pending_, Finished{});
 }
 
-std::vector<std::pair<std::string, TransferKind>> Mailbox::terminal() const {
+std::vector<TransferKey> Mailbox::terminal() const {
   std::lock_guard lk(m_);
-  std::vector<std::pair<std::string, TransferKind>> out;
-  for (const auto& o : pending_.saves) out.emplace_back(o.request, TransferKind::save);
-  for (const auto& o : pending_.loads) out.emplace_back(o.request, TransferKind::load);
+  std::vector<TransferKey> out;
+  for (const auto& o : pending_.saves) out.push_back({o.request, TransferKind::save, o.registration});
+  for (const auto& o : pending_.loads) out.push_back({o.request, TransferKind::load, o.registration});
   return out;
+}
+
+void Mailbox::push_queued(const std::string& request, std::uint32_t registration,
+                          std::shared_ptr<const hip::Event> event) {
+  std::lock_guard lk(m_);
+  queued_[{request, registration}] = std::move(event);
+}
+
+std::shared_ptr<const hip::Event> Mailbox::queued(const std::string& request, std::uint32_t registration) const {
+  std::lock_guard lk(m_);
+  auto it = queued_.find({request, registration});
+  return it == queued_.end() ? nullptr : it->second;
 }
 
 std::optional<FailStopState> Mailbox::fail_stop() const {

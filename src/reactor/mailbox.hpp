@@ -6,6 +6,8 @@
 // the two threads, like the strand's own queue in the other direction.
 #pragma once
 
+#include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -38,12 +40,17 @@ class Mailbox {
   Finished drain();
   std::optional<FailStopState> fail_stop() const;
   // The transfers whose outcome is here, not yet drained: terminal.
-  std::vector<std::pair<std::string, TransferKind>> terminal() const;
+  std::vector<TransferKey> terminal() const;
+  // A load's copies are queued, `event` recorded after them. Kept until
+  // that load's outcome is drained.
+  void push_queued(const std::string& request, std::uint32_t registration, std::shared_ptr<const hip::Event> event);
+  std::shared_ptr<const hip::Event> queued(const std::string& request, std::uint32_t registration) const;
 
  private:
   mutable std::mutex m_;
   Finished pending_;
   std::optional<FailStopState> fail_;
+  std::map<std::pair<std::string, std::uint32_t>, std::shared_ptr<const hip::Event>> queued_;
 };
 
 }  // namespace kvstrand::reactor

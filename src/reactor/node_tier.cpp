@@ -75,7 +75,7 @@ NodeTier::~NodeTier() {
 }
 
 asio::awaitable<std::error_code> NodeTier::attach(const Registration& reg) {
-  reg_ = &reg;
+  regs_.push_back(&reg);
   if (!save_stream_) {
     auto saves = hip::Stream::create();
     auto loads = hip::Stream::create();
@@ -87,7 +87,17 @@ asio::awaitable<std::error_code> NodeTier::attach(const Registration& reg) {
     save_stream_.emplace(std::move(saves).value());
     load_stream_.emplace(std::move(loads).value());
   }
-  co_return co_await ensure_connected();
+  std::error_code ec;
+  if (connected_) {
+    ec = co_await register_one(regs_.size() - 1, Clock::now() + opt_.request_timeout);
+  } else {
+    ec = co_await ensure_connected();  // the handshake registers every registration
+  }
+  if (ec) {
+    regs_.pop_back();
+    if (server_regs_.size() > regs_.size()) server_regs_.pop_back();
+  }
+  co_return ec;
 }
 
 asio::awaitable<std::error_code> NodeTier::ensure_connected() {
@@ -185,7 +195,7 @@ asio::awaitable<std::error_code> NodeTier::hello(Clock::time_point until) {
 }
 
 asio::awaitable<std::error_code> NodeTier::handshake() {
-  if (reg_ == nullptr) co_return TransferErrc::not_registered;
+  if (regs_.empty()) co_return TransferErrc::not_registered;
   ++generation_;
   sock_.emplace(reactor_.strand());
   auto [cec] = co_await sock_->async_connect(local::endpoint(opt_.socket), kAwait);
@@ -196,27 +206,34 @@ asio::awaitable<std::error_code> NodeTier::handshake() {
   const auto until = Clock::now() + opt_.request_timeout;
   if (std::error_code ec = co_await hello(until)) co_return ec;
   asio::co_spawn(reactor_.strand(), read_loop(generation_), ends_connection("NodeTier reader"));
-  // GCC 12 destroys twice the non-trivial temporaries of a co_await
-  // expression: requests and results are named variables here.
-  Request reg_req = RegisterLayout{reg_->layout};
-  std::pair<std::error_code, Reply> reg = co_await call(std::move(reg_req), until);
-  if (reg.first) co_return reg.first;
-  if (reg.second.status != Status::ok) {
-    spdlog::error("kvstrand: NodeTier: the server refused the registration: {}", reg.second.message);
-    co_return to_error(reg.second.status);
-  }
-  const auto& rr = std::get<RegisterReply>(reg.second.payload);
-  if (rr.object_bytes != reg_->object_bytes()) {
-    spdlog::error("kvstrand: NodeTier: the server's objects are {} B, this layout's {} B", rr.object_bytes,
-                  reg_->object_bytes());
-    co_return TransferErrc::bad_spec;
-  }
-  registration_ = rr.registration;
-  object_bytes_ = rr.object_bytes;
+  server_regs_.clear();
+  for (std::size_t i = 0; i < regs_.size(); ++i)
+    if (std::error_code ec = co_await register_one(i, until)) co_return ec;
   if (generation_ > 1) ++reconnects_;
   connected_ = true;
   // Holds whose release could not be sent: the same server may still have them.
   for (std::uint64_t hold : std::exchange(unsent_releases_, {})) send_only(Release{hold});
+  co_return std::error_code{};
+}
+
+asio::awaitable<std::error_code> NodeTier::register_one(std::size_t i, Clock::time_point until) {
+  // GCC 12 destroys twice the non-trivial temporaries of a co_await
+  // expression: requests and results are named variables here.
+  Request reg_req = RegisterLayout{regs_[i]->layout};
+  std::pair<std::error_code, Reply> reg = co_await call(std::move(reg_req), until);
+  if (reg.first) co_return reg.first;
+  if (reg.second.status != Status::ok) {
+    spdlog::error("kvstrand: NodeTier: the server refused registration {}: {}", i, reg.second.message);
+    co_return to_error(reg.second.status);
+  }
+  const auto& rr = std::get<RegisterReply>(reg.second.payload);
+  if (rr.object_bytes != regs_[i]->object_bytes()) {
+    spdlog::error("kvstrand: NodeTier: the server's objects for registration {} are {} B, its layout's {} B", i,
+                  rr.object_bytes, regs_[i]->object_bytes());
+    co_return TransferErrc::bad_spec;
+  }
+  server_regs_.resize(i + 1);
+  server_regs_[i] = rr.registration;
   co_return std::error_code{};
 }
 
@@ -342,7 +359,7 @@ asio::awaitable<void> NodeTier::read_loop(std::uint64_t generation) {
       it->second->failure = TransferErrc::tier_unavailable;
       spdlog::error("kvstrand: NodeTier: malformed reply: {}", why);
     } else if (reply->status == Status::ok && reply->payload.index() == 0 &&
-               (it->second->type == Type::lookup || it->second->type == Type::reserve ||
+               (it->second->type == Type::lookup || it->second->type == Type::adopt || it->second->type == Type::reserve ||
                 it->second->type == Type::register_layout || it->second->type == Type::hello)) {
       it->second->failure = TransferErrc::tier_unavailable;  // a reply of another request's type
       spdlog::error("kvstrand: NodeTier: a reply that does not answer its {}", to_string(it->second->type));
@@ -437,26 +454,45 @@ void NodeTier::keep_forever(std::shared_ptr<ArenaMapping> m) {
 
 // ---- the Tier operations ----------------------------------------------------------
 
-asio::awaitable<Tier::LookupResult> NodeTier::lookup(std::vector<kv::ChunkKey> keys) {
-  if (co_await ensure_connected()) co_return LookupResult{};  // unreachable: a miss, recompute
-  Request req = Lookup{registration_, keys};
-  std::pair<std::error_code, Reply> res = co_await call(std::move(req), Clock::now() + opt_.request_timeout);
-  if (res.first || res.second.status != Status::ok) co_return LookupResult{};
-  auto& r = std::get<LookupReply>(res.second.payload);
-  const std::size_t n = reg_->layout.chunk_tokens ? r.hit.tokens / reg_->layout.chunk_tokens : 0;
-  if (r.lease == 0 || n == 0) co_return LookupResult{r.hit, 0};
+Tier::LookupResult NodeTier::take_lease(std::uint32_t registration, const std::vector<kv::ChunkKey>& keys,
+                                        LookupReply& r) {
+  const std::uint32_t ct = regs_[registration]->layout.chunk_tokens;
+  const std::size_t n = ct ? r.hit.tokens / ct : 0;
+  if (r.lease == 0 || n == 0) return LookupResult{r.hit, 0};
   if (n > keys.size() || r.offsets.size() != n) {
     spdlog::error("kvstrand: NodeTier: a lookup reply whose hit does not match its keys; treated as a miss");
     release_hold(r.lease);
-    co_return LookupResult{};
+    return LookupResult{};
   }
   Lease l;
+  l.registration = registration;
   l.keys.assign(keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(n));
   l.offsets = r.offsets;
   l.checkpoints = r.hit.checkpoints;
   l.arena = arena_;
   leases_[r.lease] = std::move(l);
-  co_return LookupResult{r.hit, r.lease};
+  return LookupResult{r.hit, r.lease};
+}
+
+asio::awaitable<Tier::LookupResult> NodeTier::lookup(std::uint32_t registration, std::vector<kv::ChunkKey> keys) {
+  if (co_await ensure_connected()) co_return LookupResult{};  // unreachable: a miss, recompute
+  Request req = Lookup{server_regs_.at(registration), keys};
+  std::pair<std::error_code, Reply> res = co_await call(std::move(req), Clock::now() + opt_.request_timeout);
+  if (res.first || res.second.status != Status::ok) co_return LookupResult{};
+  co_return take_lease(registration, keys, std::get<LookupReply>(res.second.payload));
+}
+
+asio::awaitable<Tier::LookupResult> NodeTier::adopt(std::uint32_t registration, std::uint64_t lease,
+                                                   std::vector<kv::ChunkKey> keys) {
+  if (co_await ensure_connected()) co_return LookupResult{};
+  Request req = Adopt{server_regs_.at(registration), lease, keys};
+  std::pair<std::error_code, Reply> res = co_await call(std::move(req), Clock::now() + opt_.request_timeout);
+  if (res.first) co_return LookupResult{};
+  if (res.second.status != Status::ok) {
+    spdlog::debug("kvstrand: NodeTier: lease {} not adopted: {}", lease, res.second.message);
+    co_return LookupResult{};
+  }
+  co_return take_lease(registration, keys, std::get<LookupReply>(res.second.payload));
 }
 
 asio::awaitable<void> NodeTier::release_lookup(std::uint64_t lease) {
@@ -489,11 +525,13 @@ asio::awaitable<std::error_code> NodeTier::exchange(Transfer& t, Request req, Re
 }
 
 asio::awaitable<std::error_code> NodeTier::save(Transfer& t) {
-  if (!kv::writes_to_tier(reg_->layout)) co_return std::error_code{};  // rank 0 stores the one copy
+  const Registration& reg = *regs_.at(t.spec.registration);
+  if (!kv::writes_to_tier(reg.layout)) co_return std::error_code{};  // rank 0 stores the one copy
   if (std::error_code ec = co_await connect_for(t)) co_return ec;
   const kv::TransferSpec& s = t.spec;
+  const std::uint64_t object_bytes = reg.object_bytes();
   Reserve req;
-  req.registration = registration_;
+  req.registration = server_regs_.at(t.spec.registration);
   req.keys = s.keys;
   for (std::size_t i = 0; i < s.keys.size(); ++i) req.images.push_back(s.with_state && s.state_slots[i] >= 0);
   std::vector<std::uint8_t> images = req.images;
@@ -519,14 +557,14 @@ asio::awaitable<std::error_code> NodeTier::save(Transfer& t) {
       case ChunkState::reserved:
         // The server's offsets are checked like any other input: a bad one
         // must not make this process write outside the arena.
-        if (!arena->contains(rr.offsets[i], object_bytes_)) {
+        if (!arena->contains(rr.offsets[i], object_bytes)) {
           release_hold(rr.reservation);
           t.reason = "the server reserved offset " + std::to_string(rr.offsets[i]) + ", outside its arena";
           co_return TransferErrc::tier_unavailable;
         }
         objects[i] = arena->base() + rr.offsets[i];
         with_image[i] = images[i] != 0;
-        end = std::max(end, rr.offsets[i] + object_bytes_);
+        end = std::max(end, rr.offsets[i] + object_bytes);
         break;
     }
   }
@@ -539,7 +577,7 @@ asio::awaitable<std::error_code> NodeTier::save(Transfer& t) {
     }
     bool copied = true;
     ec = co_await copy_and_wait(reactor_, t, *save_stream_, hip::CopyKind::device_to_host,
-                                segments(*reg_, s, objects, true, with_image), &copied);
+                                segments(reg, s, objects, true, with_image), &copied);
     if (!copied) {
       keep_forever(arena);  // the reservation stays held: the copy may still write it
       co_return ec;
@@ -564,16 +602,19 @@ asio::awaitable<std::error_code> NodeTier::save(Transfer& t) {
 asio::awaitable<std::error_code> NodeTier::load(Transfer& t) {
   if (std::error_code ec = co_await connect_for(t)) co_return ec;
   const kv::TransferSpec& s = t.spec;
-  const std::uint32_t ct = reg_->layout.chunk_tokens;
+  const Registration& reg = *regs_.at(s.registration);
+  const std::uint64_t object_bytes = reg.object_bytes();
+  const std::uint32_t ct = reg.layout.chunk_tokens;
   std::uint64_t hold = 0;
   Lease lease;
-  if (auto it = leases_.find(s.tier_lease); s.tier_lease != 0 && it != leases_.end()) {
+  if (auto it = leases_.find(s.tier_lease);
+      s.tier_lease != 0 && it != leases_.end() && it->second.registration == s.registration) {
     hold = it->first;
     lease = std::move(it->second);
     leases_.erase(it);
   } else {
     // No lease of this process's own lookup: lease exactly the spec's chunks.
-    Request req = Lookup{registration_, s.keys};
+    Request req = Lookup{server_regs_.at(s.registration), s.keys};
     Reply reply;
     if (std::error_code ec = co_await exchange(t, std::move(req), &reply)) co_return ec;
     auto& r = std::get<LookupReply>(reply.payload);
@@ -603,13 +644,13 @@ asio::awaitable<std::error_code> NodeTier::load(Transfer& t) {
     }
     last = static_cast<std::size_t>(at - lease.keys.begin());
     const std::uint64_t off = lease.offsets[last];
-    if (!lease.arena || !lease.arena->contains(off, object_bytes_)) {
+    if (!lease.arena || !lease.arena->contains(off, object_bytes)) {
       release_hold(hold);
       t.reason = "the server leased offset " + std::to_string(off) + ", outside its arena";
       co_return TransferErrc::tier_unavailable;
     }
     objects.push_back(lease.arena->base() + off);
-    end = std::max(end, off + object_bytes_);
+    end = std::max(end, off + object_bytes);
   }
   if (s.with_state && std::find(lease.checkpoints.begin(), lease.checkpoints.end(), (last + 1) * ct) ==
                           lease.checkpoints.end()) {
@@ -627,7 +668,7 @@ asio::awaitable<std::error_code> NodeTier::load(Transfer& t) {
   if (s.with_state) images.back() = true;
   bool copied = true;
   std::error_code ec = co_await copy_and_wait(reactor_, t, *load_stream_, hip::CopyKind::host_to_device,
-                                              segments(*reg_, s, objects, false, images), &copied);
+                                              segments(reg, s, objects, false, images), &copied);
   if (!copied) {
     keep_forever(lease.arena);  // the lease stays held: the copy may still read those objects
     co_return ec;

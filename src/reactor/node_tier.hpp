@@ -53,8 +53,11 @@ class NodeTier final : public Tier {
   ~NodeTier() override;
 
   boost::asio::awaitable<std::error_code> attach(const Registration& reg) override;
-  boost::asio::awaitable<LookupResult> lookup(std::vector<kv::ChunkKey> keys) override;
+  boost::asio::awaitable<LookupResult> lookup(std::uint32_t registration, std::vector<kv::ChunkKey> keys) override;
   boost::asio::awaitable<void> release_lookup(std::uint64_t lease) override;
+  boost::asio::awaitable<LookupResult> adopt(std::uint32_t registration, std::uint64_t lease,
+                                             std::vector<kv::ChunkKey> keys) override;
+  void forget_lease(std::uint64_t lease) override { leases_.erase(lease); }
   boost::asio::awaitable<std::error_code> save(Transfer& t) override;
   boost::asio::awaitable<std::error_code> load(Transfer& t) override;
   tier::Index::Stats stats() const override { return {}; }  // the server's own stats say it
@@ -73,6 +76,7 @@ class NodeTier final : public Tier {
  private:
   struct Pending;
   struct Lease {
+    std::uint32_t registration = 0;
     std::vector<kv::ChunkKey> keys;  // the hit's chunks, in order
     std::vector<std::uint64_t> offsets;
     std::vector<std::uint32_t> checkpoints;  // boundaries with an image, from keys[0]
@@ -83,6 +87,11 @@ class NodeTier final : public Tier {
   std::function<void(std::exception_ptr)> ends_connection(const char* what);
   boost::asio::awaitable<std::error_code> ensure_connected();
   boost::asio::awaitable<std::error_code> handshake();
+  // Registers regs_[i] with the server (on a connection that said hello).
+  boost::asio::awaitable<std::error_code> register_one(std::size_t i, Clock::time_point until);
+  // A lookup or adopt reply made a lease of this process's.
+  LookupResult take_lease(std::uint32_t registration, const std::vector<kv::ChunkKey>& keys,
+                          kv::proto::LookupReply& r);
   boost::asio::awaitable<std::error_code> hello(Clock::time_point until);
   // One request, one reply (or an error: the connection failed, or `until` passed).
   boost::asio::awaitable<std::pair<std::error_code, kv::proto::Reply>> call(kv::proto::Request req,
@@ -105,14 +114,14 @@ class NodeTier final : public Tier {
 
   Reactor& reactor_;
   NodeTierOptions opt_;
-  const Registration* reg_ = nullptr;
+  std::vector<const Registration*> regs_;  // by registration id
   std::optional<hip::Stream> save_stream_;
   std::optional<hip::Stream> load_stream_;
   std::optional<boost::asio::local::stream_protocol::socket> sock_;
   std::uint64_t generation_ = 0;  // bumps on every new connection
   bool connected_ = false;
   bool connecting_ = false;
-  std::uint32_t registration_ = 0;
+  std::vector<std::uint32_t> server_regs_;  // the server's id of each, on this connection
   std::uint64_t next_id_ = 1;
   std::uint64_t reconnects_ = 0;
   std::map<std::uint64_t, std::shared_ptr<Pending>> pending_;
@@ -122,7 +131,7 @@ class NodeTier final : public Tier {
   std::map<std::uint64_t, Lease> leases_;  // by lease id, until a load or a release names it
   std::vector<std::uint64_t> unsent_releases_;  // holds to release once connected again
   std::shared_ptr<ArenaMapping> arena_;  // the current server's arena
-  std::uint64_t object_bytes_ = 0;
+
   // Pinning progress of arena_: helper threads (pinning scales with cores:
   // each slab is faulted in and registered on its own) and the signal its
   // waiters share (cancelled after every slab).

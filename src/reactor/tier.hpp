@@ -24,7 +24,8 @@ namespace kvstrand::reactor {
 class Tier {
  public:
   virtual ~Tier() = default;
-  // The registration outlives the tier's use of it.
+  // Adds a registration; the tier numbers them in the order attached (0,
+  // 1, ...), as specs and lookups name them. Each outlives the tier's use.
   virtual boost::asio::awaitable<std::error_code> attach(const Registration& reg) = 0;
   // Longest run of consecutive stored chunks from keys[0], with the image
   // boundaries within it, and the lease that keeps it stored (0: none; the
@@ -34,9 +35,18 @@ class Tier {
     kv::HitSource hit;
     std::uint64_t lease = 0;
   };
-  virtual boost::asio::awaitable<LookupResult> lookup(std::vector<kv::ChunkKey> keys) = 0;
+  virtual boost::asio::awaitable<LookupResult> lookup(std::uint32_t registration, std::vector<kv::ChunkKey> keys) = 0;
   // A lookup's lease that no load will name: free it now (F20).
   virtual boost::asio::awaitable<void> release_lookup(std::uint64_t /*lease*/) { co_return; }
+  // A lease another process exported (Connector::adopt_lease): made this
+  // process's, answered like a lookup of `keys`; a miss when it is gone.
+  virtual boost::asio::awaitable<LookupResult> adopt(std::uint32_t /*registration*/, std::uint64_t /*lease*/,
+                                                     std::vector<kv::ChunkKey> /*keys*/) {
+    co_return LookupResult{};
+  }
+  // A lease this process exported: no longer its to release (the server
+  // still ends it with this process's session, until it is adopted).
+  virtual void forget_lease(std::uint64_t /*lease*/) {}
   virtual boost::asio::awaitable<std::error_code> save(Transfer& t) = 0;
   virtual boost::asio::awaitable<std::error_code> load(Transfer& t) = 0;
   virtual tier::Index::Stats stats() const = 0;

@@ -7,7 +7,9 @@
 
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
+#include <compare>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <system_error>
@@ -20,6 +22,15 @@ namespace kvstrand::reactor {
 
 using kvstrand::TransferKind;
 using kvstrand::to_string;
+// A transfer as the engine names it: at most one of each kind per request
+// and registration is live.
+struct TransferKey {
+  std::string request;
+  TransferKind kind = TransferKind::save;
+  std::uint32_t registration = 0;
+  friend auto operator<=>(const TransferKey&, const TransferKey&) = default;
+};
+
 enum class TransferState { queued, waiting_producer, submitted, pending, done, failed };
 
 const char* to_string(TransferState s) noexcept;
@@ -33,6 +44,10 @@ struct Transfer {
   // The engine's event after the last forward touching these blocks; held
   // until it is seen complete (Connector's producer contract).
   std::shared_ptr<const hip::Event> producer;
+  // A load: recorded after its copies once they are queued, then
+  // on_queued() runs (Connector::order_after_load waits on it).
+  std::shared_ptr<hip::Event> queued_event;
+  std::function<void()> on_queued;
   TransferState state = TransferState::queued;
   Clock::time_point posted{};
   Clock::time_point deadline{};

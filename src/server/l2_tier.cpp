@@ -28,13 +28,14 @@ const auto kAwait = asio::as_tuple(asio::use_awaitable);
 
 struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
   struct Queued {
+    tier::Index* index;  // the size class it is in
     kv::ChunkKey key;
     std::uint32_t slot;
     bool image;
   };
 
-  Impl(reactor::Strand s, L2Options o, std::byte* a, std::uint64_t sb)
-      : strand(s), opt(std::move(o)), arena(a), slab_bytes(sb), wake(s) {
+  Impl(reactor::Strand s, L2Options o, std::byte* a, tier::SizeClasses& c)
+      : strand(s), opt(std::move(o)), arena(a), classes(c), wake(s) {
     l2::RedisOptions r;
     r.seeds = opt.seeds;
     r.timeout = opt.timeout;
@@ -42,8 +43,8 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
     cluster.emplace(strand, std::move(r));
   }
 
-  std::byte* object_at(std::uint32_t slot, std::uint64_t object_bytes) const {
-    return arena + tier::Arena::offset_of(slot, slab_bytes, object_bytes);
+  std::byte* object_at(const tier::Index& idx, std::uint32_t slot) const {
+    return arena + classes.offset_of(idx, slot);
   }
 
   asio::awaitable<void> connect() {
@@ -73,14 +74,14 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
         co_await wake.async_wait(kAwait);
         continue;
       }
-      const std::uint64_t object_bytes = index->object_bytes();
       std::vector<std::pair<std::string, std::string>> items;
       while (!queue.empty() && items.size() < kWriteBatch) {
         const Queued q = queue.front();
         queue.pop_front();
+        const std::uint64_t object_bytes = q.index->object_bytes();
         items.emplace_back(l2::redis_key_of(q.key),
-                           l2::encode_chunk_value(q.key, q.image, {object_at(q.slot, object_bytes), object_bytes}));
-        index->unpin(std::span<const kv::ChunkKey>(&q.key, 1));  // its bytes are taken
+                           l2::encode_chunk_value(q.key, q.image, {object_at(*q.index, q.slot), object_bytes}));
+        q.index->unpin(std::span<const kv::ChunkKey>(&q.key, 1));  // its bytes are taken
       }
       in_flight = items.size();
       std::vector<l2::RedisResult> r = co_await cluster->set(std::move(items), opt.ttl);
@@ -97,7 +98,6 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
   }
 
   void committed(tier::Index& idx, std::span<const std::uint32_t> slots) {
-    index = &idx;
     for (std::uint32_t slot : slots) {
       if (queue.size() >= opt.max_inflight) {
         ++st.write_dropped;
@@ -105,14 +105,13 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
       }
       const kv::ChunkKey& key = idx.key_at(slot);
       if (!idx.pin(std::span<const kv::ChunkKey>(&key, 1))) continue;  // not committed after all
-      queue.push_back(Queued{key, slot, idx.image_at(slot)});
+      queue.push_back(Queued{&idx, key, slot, idx.image_at(slot)});
     }
     wake.cancel();
   }
 
   asio::awaitable<std::size_t> promote(tier::Index& idx, std::vector<kv::ChunkKey> keys) {
     auto keep = shared_from_this();
-    index = &idx;
     if (!ready || stopped || keys.empty()) co_return 0;
     ++st.lookups;
     std::vector<std::string> names;
@@ -145,13 +144,14 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
     const std::size_t n = found.size();
     std::unique_ptr<bool[]> images(new bool[n]);
     for (std::size_t i = 0; i < n; ++i) images[i] = found[i].has_image;
+    classes.make_room(idx, n);
     tier::Index::Reservation res =
         idx.reserve(std::span<const kv::ChunkKey>(keys.data(), n), std::span<const bool>(images.get(), n), kL2Owner);
     std::size_t stored = 0;
     for (std::size_t i = 0; i < n; ++i) {
       if (res.chunks[i] == tier::Index::Chunk::full) break;
       if (res.chunks[i] == tier::Index::Chunk::reserved) {
-        std::memcpy(object_at(res.slots[i], object_bytes), found[i].object.data(), object_bytes);
+        std::memcpy(object_at(idx, res.slots[i]), found[i].object.data(), object_bytes);
         ++st.promoted;
       }
       ++stored;
@@ -163,9 +163,8 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
   reactor::Strand strand;
   L2Options opt;
   std::byte* arena;
-  std::uint64_t slab_bytes;
+  tier::SizeClasses& classes;
   std::optional<l2::RedisCluster> cluster;
-  tier::Index* index = nullptr;  // the server's, once it exists
   std::deque<Queued> queue;
   asio::steady_timer wake;  // the writer's sleep while the queue is empty
   std::size_t in_flight = 0;  // objects of the SET batch awaited now
@@ -174,8 +173,8 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
   L2Stats st;
 };
 
-L2Tier::L2Tier(reactor::Strand strand, L2Options options, std::byte* arena, std::uint64_t slab_bytes)
-    : impl_(std::make_shared<Impl>(std::move(strand), std::move(options), arena, slab_bytes)) {}
+L2Tier::L2Tier(reactor::Strand strand, L2Options options, std::byte* arena, tier::SizeClasses& classes)
+    : impl_(std::make_shared<Impl>(std::move(strand), std::move(options), arena, classes)) {}
 
 L2Tier::~L2Tier() { stop(); }
 

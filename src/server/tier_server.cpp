@@ -27,6 +27,7 @@
 #include <functional>
 #include <future>
 #include <map>
+#include <set>
 #include <stdexcept>
 #include <thread>
 
@@ -37,6 +38,7 @@
 #include "tier/arena.hpp"
 #include "tier/fd_passing.hpp"
 #include "tier/index.hpp"
+#include "tier/size_classes.hpp"
 
 namespace kvstrand::server {
 
@@ -82,7 +84,11 @@ struct Session {
   std::deque<Frame> outbox;
   std::uint64_t queued_bytes = 0;
   asio::steady_timer drained;  // cancelled by the writer as the queue shrinks
-  std::map<std::uint32_t, kv::Layout> regs;
+  struct Reg {
+    kv::Layout layout;
+    tier::Index* index = nullptr;  // the size class of its objects
+  };
+  std::map<std::uint32_t, Reg> regs;
   Clock::time_point started = Clock::now();
   std::uint64_t requests = 0;
 };
@@ -154,7 +160,7 @@ struct TierServer::Impl {
       return;
     }
     ++ready_slabs;
-    if (index) index->add_slots(tier::Arena::slots_per_slab(arena->slab_bytes(), index->object_bytes()));
+    classes->add_slab(slab);
     if (ready_slabs == arena->slab_count())
       spdlog::info("kvstrand-server: the arena's {} slabs are ready ({:.2f} GiB) after {:.2f} s", ready_slabs,
                    static_cast<double>(arena->bytes()) / (1ull << 30),
@@ -241,7 +247,7 @@ struct TierServer::Impl {
 
   void process_exited(const std::shared_ptr<Process>& p, const boost::system::error_code& ec) {
     if (ec || stopping) return;
-    const std::size_t freed = index ? index->release_owner(p->owner) : 0;
+    const std::size_t freed = classes->release_owner(p->owner);
     orphans_freed += freed;
     spdlog::debug("kvstrand-server: pid {} exited; {} leases and reservations freed", p->pid, freed);
     if (auto it = processes.find(p->pid); it != processes.end() && it->second == p) processes.erase(it);
@@ -301,14 +307,15 @@ struct TierServer::Impl {
         send(s, encode_reply(type_of(*req), h.request_id, fail(Status::bad_request, "send hello first")));
         continue;
       }
-      if (auto* lk = std::get_if<Lookup>(&*req); lk && l2 && index && layout_of(s, lk->registration)) {
+      if (auto* lk = std::get_if<Lookup>(&*req); lk && l2 && reg_of(s, lk->registration)) {
         // What the arena misses, L2 may hold: promoted first (bounded by
         // --l2-timeout), then answered as any lookup. Only this session
         // waits; the strand serves the others meanwhile.
-        const std::size_t have = index->present_run(lk->keys);
+        tier::Index& idx = *reg_of(s, lk->registration)->index;
+        const std::size_t have = idx.present_run(lk->keys);
         if (have < lk->keys.size()) {
           std::vector<kv::ChunkKey> rest(lk->keys.begin() + static_cast<std::ptrdiff_t>(have), lk->keys.end());
-          co_await l2->promote(*index, std::move(rest));
+          co_await l2->promote(idx, std::move(rest));
         }
       }
       Reply rep = dispatch(s, *req);
@@ -419,18 +426,21 @@ struct TierServer::Impl {
       return Reply{};
     }
     if (auto* m = std::get_if<Lookup>(&req)) return lookup(s, *m);
+    if (auto* m = std::get_if<Adopt>(&req)) return adopt(s, *m);
     if (auto* m = std::get_if<Release>(&req)) {
-      if (!index || !index->release(m->hold))
+      tier::Index* idx = classes->index_of_hold(m->hold);
+      if (!idx || !idx->release(m->hold))
         return fail(Status::unknown_hold, "no lease or reservation " + std::to_string(m->hold));
       return Reply{};
     }
     if (auto* m = std::get_if<Reserve>(&req)) return reserve(s, *m);
     if (auto* m = std::get_if<Commit>(&req)) {
       // Taken before the commit ends the hold: what L2 writes behind.
-      const std::vector<std::uint32_t> slots = l2 && index && m->ok ? index->hold_slots(m->hold) : std::vector<std::uint32_t>{};
-      if (!index || !index->commit(m->hold, m->ok))
+      tier::Index* idx = classes->index_of_hold(m->hold);
+      const std::vector<std::uint32_t> slots = l2 && idx && m->ok ? idx->hold_slots(m->hold) : std::vector<std::uint32_t>{};
+      if (!idx || !idx->commit(m->hold, m->ok))
         return fail(Status::unknown_hold, "no reservation " + std::to_string(m->hold));
-      if (!slots.empty()) l2->committed(*index, slots);
+      if (!slots.empty()) l2->committed(*idx, slots);
       return Reply{};
     }
     if (std::holds_alternative<Stats>(req)) return stats();
@@ -449,75 +459,120 @@ struct TierServer::Impl {
       return fail(Status::bad_request, "an object of this layout (" + std::to_string(object) +
                                            " B) is larger than the server's --slab-bytes (" +
                                            std::to_string(arena->slab_bytes()) + " B)");
-    if (index && index->object_bytes() != object)
-      return fail(Status::bad_request, "this layout's objects (" + std::to_string(object) +
-                                           " B) differ from the tier's (" + std::to_string(index->object_bytes()) +
-                                           " B): one server serves one object size");
-    if (!index) {
-      index.emplace(object);
-      index->add_slots(ready_slabs * tier::Arena::slots_per_slab(arena->slab_bytes(), object));
-    }
+    tier::Index* idx = classes->index(object);
+    if (!idx)
+      return fail(Status::bad_request, "this layout's objects (" + std::to_string(object) + " B) would be the " +
+                                           std::to_string(tier::SizeClasses::kMaxClasses + 1) +
+                                           "th object size this server serves");
     const std::uint32_t id = next_reg++;
-    s->regs[id] = l;
+    s->regs[id] = Session::Reg{l, idx};
     return Reply{Status::ok, "", RegisterReply{id, object}};
   }
 
-  const kv::Layout* layout_of(const std::shared_ptr<Session>& s, std::uint32_t id) {
+  const Session::Reg* reg_of(const std::shared_ptr<Session>& s, std::uint32_t id) {
     auto it = s->regs.find(id);
     return it == s->regs.end() ? nullptr : &it->second;
   }
 
-  std::uint64_t offset(std::uint32_t slot) const {
-    return tier::Arena::offset_of(slot, arena->slab_bytes(), index->object_bytes());
-  }
-
   Reply lookup(const std::shared_ptr<Session>& s, const Lookup& m) {
-    const kv::Layout* l = layout_of(s, m.registration);
-    if (!l) return fail(Status::unknown_registration, "no such registration");
+    const Session::Reg* reg = reg_of(s, m.registration);
+    if (!reg) return fail(Status::unknown_registration, "no such registration");
+    const kv::Layout* l = &reg->layout;
+    tier::Index& index = *reg->index;
     const tier::Owner owner = s->process->owner;
     // The quota is checked against the longest hit the keys could give, so
     // that nothing is leased and then refused.
-    const auto held = index->held_by(owner);
-    const std::uint64_t most = m.keys.size() * index->object_bytes();
+    const auto held = classes->held_by(owner);
+    const std::uint64_t most = m.keys.size() * index.object_bytes();
     if (held.leased_bytes + most > opt.max_client_leased) {
-      const kv::HitSource peek = index->lookup(m.keys, l->chunk_tokens);
-      if (held.leased_bytes + peek.tokens / l->chunk_tokens * index->object_bytes() > opt.max_client_leased)
+      const kv::HitSource peek = index.lookup(m.keys, l->chunk_tokens);
+      if (held.leased_bytes + peek.tokens / l->chunk_tokens * index.object_bytes() > opt.max_client_leased)
         return fail(Status::over_quota, "this process's leases would pin more than --max-client-leased (" +
                                             std::to_string(opt.max_client_leased) + " B); release some first");
     }
-    tier::Index::Lease lease = index->lease(m.keys, l->chunk_tokens, owner);
+    tier::Index::Lease lease = index.lease(m.keys, l->chunk_tokens, owner);
     LookupReply r;
     r.lease = lease.id;
     r.hit = std::move(lease.hit);
-    for (std::uint32_t slot : lease.slots) r.offsets.push_back(offset(slot));
+    for (std::uint32_t slot : lease.slots) r.offsets.push_back(classes->offset_of(index, slot));
+    return Reply{Status::ok, "", std::move(r)};
+  }
+
+  // Another process's lease made this session's process's: the hand-off of
+  // a scheduler's lookup to the worker that loads it. The lease must still
+  // hold exactly `keys`, and be of this registration's objects.
+  Reply adopt(const std::shared_ptr<Session>& s, const Adopt& m) {
+    const Session::Reg* reg = reg_of(s, m.registration);
+    if (!reg) return fail(Status::unknown_registration, "no such registration");
+    tier::Index* idx = classes->index_of_hold(m.lease);
+    const std::vector<std::uint32_t> slots = idx ? idx->hold_slots(m.lease) : std::vector<std::uint32_t>{};
+    if (idx != reg->index || slots.size() != m.keys.size() || !idx->is_lease(m.lease) || adopted.contains(m.lease))
+      return fail(Status::unknown_hold, "no lease " + std::to_string(m.lease) + " of these " +
+                                            std::to_string(m.keys.size()) + " chunks of this registration's objects");
+    for (std::size_t i = 0; i < slots.size(); ++i)
+      if (!(idx->key_at(slots[i]) == m.keys[i]))
+        return fail(Status::unknown_hold, "lease " + std::to_string(m.lease) + " holds other chunks");
+    const tier::Owner owner = s->process->owner;
+    const auto held = classes->held_by(owner);
+    if (held.leased_bytes + slots.size() * idx->object_bytes() > opt.max_client_leased)
+      return fail(Status::over_quota, "this process's leases would pin more than --max-client-leased (" +
+                                          std::to_string(opt.max_client_leased) + " B); release some first");
+    idx->set_owner(m.lease, owner);
+    // Adopted once: a second adopter of the same bytes gets a miss, never
+    // another process's lease. Ended leases are pruned now and then (hold
+    // ids are never reused, so a stale entry only costs its memory).
+    if (adopted.size() >= 4096)
+      std::erase_if(adopted, [this](tier::HoldId h) {
+        tier::Index* i = classes->index_of_hold(h);
+        return i == nullptr || !i->is_lease(h);
+      });
+    adopted.insert(m.lease);
+    LookupReply r;
+    r.lease = m.lease;
+    const std::uint32_t ct = reg->layout.chunk_tokens;
+    r.hit.tokens = static_cast<std::uint32_t>(slots.size()) * ct;
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+      if (idx->image_at(slots[i])) r.hit.checkpoints.push_back(static_cast<std::uint32_t>(i + 1) * ct);
+      r.offsets.push_back(classes->offset_of(*idx, slots[i]));
+    }
     return Reply{Status::ok, "", std::move(r)};
   }
 
   Reply reserve(const std::shared_ptr<Session>& s, const Reserve& m) {
-    if (!layout_of(s, m.registration)) return fail(Status::unknown_registration, "no such registration");
+    const Session::Reg* reg = reg_of(s, m.registration);
+    if (!reg) return fail(Status::unknown_registration, "no such registration");
+    tier::Index& index = *reg->index;
     if (m.images.size() != m.keys.size())
       return fail(Status::bad_request, std::to_string(m.images.size()) + " image flags for " +
                                            std::to_string(m.keys.size()) + " keys");
     const tier::Owner owner = s->process->owner;
-    const auto held = index->held_by(owner);
-    if (held.reserved_bytes + m.keys.size() * index->object_bytes() > opt.max_client_reserved)
+    const auto held = classes->held_by(owner);
+    if (held.reserved_bytes + m.keys.size() * index.object_bytes() > opt.max_client_reserved)
       return fail(Status::over_quota, "this process's reservations would hold more than --max-client-reserved (" +
                                           std::to_string(opt.max_client_reserved) + " B); commit some first");
     std::unique_ptr<bool[]> images(new bool[m.keys.size()]);
     for (std::size_t i = 0; i < m.keys.size(); ++i) images[i] = m.images[i] != 0;
+    classes->make_room(index, m.keys.size() - index.present_run(m.keys));
     tier::Index::Reservation res =
-        index->reserve(m.keys, std::span<const bool>(images.get(), m.keys.size()), owner);
+        index.reserve(m.keys, std::span<const bool>(images.get(), m.keys.size()), owner);
     ReserveReply r;
     r.reservation = res.id;
     for (std::size_t i = 0; i < m.keys.size(); ++i) {
       r.chunks.push_back(static_cast<ChunkState>(res.chunks[i]));
-      r.offsets.push_back(res.chunks[i] == tier::Index::Chunk::reserved ? offset(res.slots[i]) : 0);
+      r.offsets.push_back(res.chunks[i] == tier::Index::Chunk::reserved ? classes->offset_of(index, res.slots[i]) : 0);
     }
     return Reply{Status::ok, "", std::move(r)};
   }
 
+  boost::json::array size_classes_json() const {
+    boost::json::array a;
+    for (const auto& c : classes->classes())
+      a.push_back(boost::json::object{{"object_bytes", c.object_bytes}, {"slabs", c.slabs}});
+    return a;
+  }
+
   tier::Index::Stats tier_stats() const {
-    tier::Index::Stats st = index ? index->stats() : tier::Index::Stats{};
+    tier::Index::Stats st = classes->stats();
     return st;
   }
 
@@ -549,7 +604,7 @@ struct TierServer::Impl {
       json::array a;
       const auto now = Clock::now();
       for (const auto& [id, s] : sessions) {
-        const auto held = index ? index->held_by(s->process->owner) : tier::Index::Held{};
+        const auto held = classes->held_by(s->process->owner);
         a.push_back(json::object{{"session", id},
                                  {"pid", s->process->pid},
                                  {"hello", s->hello},
@@ -564,8 +619,7 @@ struct TierServer::Impl {
     };
     r["/debug/holds"] = [this] {
       json::array a;
-      if (index)
-        for (const auto& [id, h] : index->holds()) {
+      for (const auto& [id, h] : classes->holds()) {
           pid_t pid = 0;
           for (const auto& [p, proc] : processes)
             if (proc->owner == h.first) pid = p;
@@ -577,7 +631,7 @@ struct TierServer::Impl {
       const auto st = tier_stats();
       json::object o{{"configured_bytes", arena->bytes()},  {"ready_bytes", ready_bytes()},
                      {"slab_bytes", arena->slab_bytes()},   {"huge_pages", arena->huge_pages()},
-                     {"object_bytes", index ? index->object_bytes() : 0},
+                     {"size_classes", size_classes_json()},
                      {"used_bytes", st.used_bytes},         {"objects", st.objects},
                      {"leased_objects", st.pinned},         {"writing", st.writing},
                      {"leases", st.leases},                 {"reservations", st.reservations},
@@ -653,7 +707,8 @@ struct TierServer::Impl {
   std::atomic<bool> stop_filling{false};  // a stop signal to the filler thread, not shared state
   std::uint32_t ready_slabs = 0;
   std::string fill_error;
-  std::optional<tier::Index> index;  // made at the first registration: it fixes the object size
+  std::optional<tier::SizeClasses> classes;  // with the arena: one index per object size
+  std::set<tier::HoldId> adopted;  // leases adopted by another process (at most once each)
   std::byte* arena_map = nullptr;    // the server's own mapping, with --l2 only
   std::unique_ptr<L2Tier> l2;
   std::optional<local::acceptor> acceptor;
@@ -689,6 +744,7 @@ TierServer::~TierServer() {
 void TierServer::start() {
   try {
     impl_->arena.emplace(tier::ArenaOptions{impl_->opt.tier_bytes, impl_->opt.slab_bytes, impl_->opt.huge_pages});
+    impl_->classes.emplace(impl_->arena->slab_bytes());
   } catch (const std::runtime_error& e) {
     throw std::runtime_error(std::string("--tier-bytes: cannot create the arena: ") + e.what());
   }
@@ -699,7 +755,7 @@ void TierServer::start() {
     void* p = ::mmap(nullptr, impl_->arena->bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, impl_->arena->fd(), 0);
     if (p == MAP_FAILED) throw std::runtime_error(std::string("--l2: cannot map the arena: ") + std::strerror(errno));
     impl_->arena_map = static_cast<std::byte*>(p);
-    impl_->l2 = std::make_unique<L2Tier>(impl_->strand, *impl_->opt.l2, impl_->arena_map, impl_->arena->slab_bytes());
+    impl_->l2 = std::make_unique<L2Tier>(impl_->strand, *impl_->opt.l2, impl_->arena_map, *impl_->classes);
   }
   impl_->loop = std::thread([ctx = &impl_->ctx] { ctx->run(); });
   if (impl_->l2) asio::post(impl_->strand, [l2 = impl_->l2.get()] { l2->start(); });

@@ -224,6 +224,15 @@ std::size_t Index::present_run(std::span<const kv::ChunkKey> keys) const {
   return n;
 }
 
+bool Index::is_lease(HoldId id) const {
+  auto it = holds_.find(id);
+  return it != holds_.end() && it->second.lease;
+}
+
+void Index::set_owner(HoldId id, Owner owner) {
+  if (auto it = holds_.find(id); it != holds_.end()) it->second.owner = owner;
+}
+
 std::vector<std::uint32_t> Index::hold_slots(HoldId id) const {
   auto it = holds_.find(id);
   return it == holds_.end() ? std::vector<std::uint32_t>{} : it->second.slots;

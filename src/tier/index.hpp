@@ -72,6 +72,11 @@ class Index {
   // slab of the arena became ready).
   void add_slots(std::uint32_t count);
   std::uint32_t slots() const noexcept { return slots_; }
+  // Hold ids from `first` on (before any hold): several indexes over one
+  // arena give each its own range, so that a hold id names its index.
+  void start_holds_at(HoldId first) noexcept { next_hold_ = first; }
+  // Slots holding no object (a reserve takes these before evicting).
+  std::size_t free_slots() const noexcept { return free_.size(); }
   std::uint64_t object_bytes() const noexcept { return object_bytes_; }
 
   // ---- objects ----------------------------------------------------------------
@@ -120,6 +125,10 @@ class Index {
   // Ends a lease (unpins) or a reservation (frees what it did not commit).
   // False for an unknown id.
   bool release(HoldId id);
+  // Whether `id` is a live lease (not a reservation).
+  bool is_lease(HoldId id) const;
+  // Hands a live hold to another owner (a lease adopted by another process).
+  void set_owner(HoldId id, Owner owner);
   // The slots a live hold names (empty for an unknown id).
   std::vector<std::uint32_t> hold_slots(HoldId id) const;
   // Ends every hold of `owner`; returns how many.

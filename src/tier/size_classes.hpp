@@ -1,0 +1,74 @@
+// An arena's slabs shared by objects of several sizes: one Index per object
+// size (a "class"), each over the slabs given to it.
+//
+// Hybrid models register several KV-cache groups whose chunk objects differ
+// in size (an attention group, a sliding-window group, a draft model's
+// cache). Each size gets its own Index, so eviction, holds and the hash
+// table work as for one size. Rules:
+// - A ready slab starts unassigned. A class takes one only when it has no
+//   free slot for what it is asked to hold (make_room), so with one size
+//   every ready slab ends up in its class, as before there were classes.
+// - A slab, once given to a class, stays there (no rebalancing between
+//   sizes): when every slab is given, a class evicts its own objects only.
+// - Hold ids carry their class (class number in the top 16 bits), so a
+//   release or commit, which names only the hold, finds its index.
+// Pure: no I/O and no memory of its own (the Arena turns offsets into places).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "tier/index.hpp"
+
+namespace kvstrand::tier {
+
+class SizeClasses {
+ public:
+  static constexpr std::size_t kMaxClasses = 64;
+
+  explicit SizeClasses(std::uint64_t slab_bytes) : slab_bytes_(slab_bytes) {}
+
+  // A populated slab that no class uses yet.
+  void add_slab(std::uint32_t slab) { free_slabs_.push_back(slab); }
+  std::size_t free_slabs() const noexcept { return free_slabs_.size(); }
+  std::uint64_t slab_bytes() const noexcept { return slab_bytes_; }
+
+  // The index of objects of `object_bytes` (made on first use). Null when
+  // an object would not fit a slab, or kMaxClasses sizes exist already.
+  Index* index(std::uint64_t object_bytes);
+  // Gives `idx` free slabs until it has `want` free slots, or none are left.
+  void make_room(Index& idx, std::size_t want);
+  // Where slot `slot` of `idx` lies in the arena.
+  std::uint64_t offset_of(const Index& idx, std::uint32_t slot) const;
+  // The index a hold id belongs to; null for an id no class issued.
+  Index* index_of_hold(HoldId id);
+
+  // Over every class.
+  std::size_t release_owner(Owner owner);
+  Index::Held held_by(Owner owner) const;
+  std::map<HoldId, std::pair<Owner, bool>> holds() const;
+  Index::Stats stats() const;
+  // Every class: its object size and slabs (the debug views).
+  struct ClassInfo {
+    std::uint64_t object_bytes = 0;
+    std::size_t slabs = 0;
+  };
+  std::vector<ClassInfo> classes() const;
+
+ private:
+  struct Class {
+    std::unique_ptr<Index> index;
+    std::vector<std::uint32_t> slabs;  // slot s is in slabs[s / per_slab]
+    std::uint32_t per_slab = 0;
+  };
+  const Class* class_of(const Index& idx) const;
+
+  std::uint64_t slab_bytes_;
+  std::deque<std::uint32_t> free_slabs_;  // lowest first: the filler populates in order
+  std::vector<Class> classes_;
+};
+
+}  // namespace kvstrand::tier
