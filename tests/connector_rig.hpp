@@ -155,6 +155,110 @@ struct Rig {
     REQUIRE(snapshot(dst, {7}) == before);
   }
 
+  // A second KV-cache group of the same model: a sliding-window group of
+  // 32-token blocks (two a chunk), one 4 KiB plane, no state; its objects
+  // are a third the size of the first group's. Registered as id 1.
+  struct Group {
+    kv::Layout layout;
+    kv::Digest ns{};
+    hip::DeviceBuffer plane;
+    std::uint32_t id = 0;
+  };
+  std::optional<Group> swa;
+  static constexpr std::uint32_t kSwaBlocks = 32;
+  static constexpr std::uint64_t kSwaBlockBytes = 4096;
+
+  void add_swa_group() {
+    kv::Layout l = layout;
+    l.layout_name = "rig-swa";
+    l.planes = {{"swa", kSwaBlockBytes}};
+    l.block_tokens = 32;
+    l.checkpoint = {};
+    swa.emplace(Group{l, kv::namespace_of(l), must(hip::DeviceBuffer::allocate(kSwaBlocks * kSwaBlockBytes)), 0});
+    write_device(engine_stream, swa->plane.data(), random_bytes(swa->plane.size(), 77));
+    reactor::Registration reg;
+    reg.layout = l;
+    reg.planes = {{swa->plane.data(), kSwaBlocks}};
+    swa->id = conn->register_layout(reg);
+  }
+  std::vector<kv::ChunkKey> swa_keys(std::uint64_t seed, std::uint32_t last) {
+    std::vector<std::uint32_t> toks(last * layout.chunk_tokens);
+    for (std::size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<std::uint32_t>(seed * 7919 + i * 31);
+    return kv::chunk_keys(swa->layout, swa->ns, toks);
+  }
+  std::vector<std::byte> swa_snapshot(const std::vector<kv::BlockId>& blocks) {
+    std::vector<std::byte> out;
+    for (kv::BlockId b : blocks) {
+      auto v = read_device(engine_stream, swa->plane.data() + b * kSwaBlockBytes, kSwaBlockBytes);
+      out.insert(out.end(), v.begin(), v.end());
+    }
+    return out;
+  }
+
+  // One prompt in two groups of different block sizes: the first group
+  // stores 3 chunks, the second only 2; the planner resumes both at the
+  // least (128 tokens), each group loads exactly that into its own pool,
+  // and every byte comes back (0 mismatches). Every tier's suite runs it.
+  void two_group_round_trip() {
+    add_swa_group();
+    REQUIRE(swa->id == 1);
+    const auto src = std::vector<kv::BlockId>{5, 9, 2, 40, 41, 42, 43, 7, 8, 60, 61, 62};  // 3 chunks
+    const auto swa_src = std::vector<kv::BlockId>{3, 17, 30, 4};                           // 2 chunks of 2
+    const auto kv_before = snapshot({5, 9, 2, 40, 41, 42, 43, 7}, {1});  // the first 2 chunks, image at 128
+    const auto swa_before = swa_snapshot(swa_src);
+    kv::TransferSpec s1 = save_spec("p", 1, 0, 3, src);
+    kv::TransferSpec s2;
+    s2.request = "p";
+    s2.registration = swa->id;
+    s2.tokens = {0, 2 * layout.chunk_tokens};
+    s2.keys = swa_keys(1, 2);
+    s2.blocks = swa_src;
+    // One request, one save per group, in one submit: not duplicates.
+    conn->submit({{reactor::TransferKind::save, s1, nullptr}, {reactor::TransferKind::save, s2, nullptr}});
+    auto f = wait_for([](const reactor::Finished& f) { return f.saves.size() == 2 && f.source_safe.size() == 2; });
+    for (const auto& o : f.saves) {
+      INFO(o.reason);
+      REQUIRE(o.ok);
+    }
+    REQUIRE(f.source_safe[0].registration != f.source_safe[1].registration);
+
+    const auto l1 = conn->lookup(keys(1, 0, 4));
+    const auto l2 = conn->lookup(swa_keys(1, 4), swa->id);
+    f = wait_for([](const reactor::Finished& f) { return f.lookups.size() == 2; });
+    const auto& a = f.lookups[0].id == l1 ? f.lookups[0] : f.lookups[1];
+    const auto& b = f.lookups[0].id == l2 ? f.lookups[0] : f.lookups[1];
+    REQUIRE(a.registration == 0);
+    REQUIRE(b.registration == swa->id);
+    REQUIRE(a.hit.tokens == 192);
+    REQUIRE(b.hit.tokens == 128);
+    const kv::GroupsPlan plan = kv::plan_groups({{&layout, {}, a.hit}, {&swa->layout, {}, b.hit}}, 4 * 64 + 1, 0);
+    REQUIRE(plan.frontier == 128);
+    REQUIRE(plan.groups[0].load == kv::TokenRange{0, 128});
+    REQUIRE(plan.groups[1].load == kv::TokenRange{0, 128});
+
+    randomize(2);
+    write_device(engine_stream, swa->plane.data(), random_bytes(swa->plane.size(), 78));
+    const auto dst = Rig::block_range(20, 8);
+    const auto swa_dst = std::vector<kv::BlockId>{10, 11, 12, 13};
+    kv::TransferSpec d1 = load_spec("p", 1, 0, 2, dst, 7);
+    d1.tier_lease = a.lease;
+    kv::TransferSpec d2;
+    d2.request = "p";
+    d2.registration = swa->id;
+    d2.tokens = {0, 128};
+    d2.keys = swa_keys(1, 2);
+    d2.blocks = swa_dst;
+    d2.tier_lease = b.lease;
+    conn->submit({{reactor::TransferKind::load, d1, nullptr}, {reactor::TransferKind::load, d2, nullptr}});
+    f = wait_for([](const reactor::Finished& f) { return f.loads.size() == 2; });
+    for (const auto& o : f.loads) {
+      INFO(o.reason);
+      REQUIRE(o.ok);
+    }
+    REQUIRE(snapshot(dst, {7}) == kv_before);
+    REQUIRE(swa_snapshot(swa_dst) == swa_before);
+  }
+
   static std::vector<kv::BlockId> block_range(kv::BlockId from, std::uint32_t n) {
     std::vector<kv::BlockId> v(n);
     for (std::uint32_t i = 0; i < n; ++i) v[i] = from + i;

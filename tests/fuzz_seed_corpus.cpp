@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
   const std::vector<Request> requests = {Hello{kMajor, 0, "seed"}, reg,          Unregister{1},
                                          Lookup{1, keys},          Release{2},   Reserve{1, keys, {1, 0}},
                                          Commit{2, true},          EndSession{}, Stats{},
-                                         Ping{}};
+                                         Ping{},                   Adopt{1, 2, keys}};
   int n = 0;
   auto write = [&](const std::vector<std::byte>& frame) {
     std::ofstream(std::string(argv[1]) + "/seed-" + std::to_string(n++), std::ios::binary)

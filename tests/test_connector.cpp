@@ -10,6 +10,7 @@
 #include <future>
 
 #include "connector_rig.hpp"
+#include "hip/pinned_buffer.hpp"
 
 using namespace kvstrand;
 using namespace kvstrand::test;
@@ -128,6 +129,92 @@ TEST_CASE("connector: save then evict then load into other blocks restores KV an
   if (!device_present()) return;
   Rig rig;
   rig.round_trip();
+}
+
+TEST_CASE("connector: two groups of different block sizes are planned together and load byte for byte",
+          "[reactor][gpu]") {
+  if (!device_present()) return;
+  Rig rig;
+  rig.two_group_round_trip();
+}
+
+TEST_CASE("connector: each registration is its own pool: same block ids in two groups do not conflict, an unknown "
+          "one is refused",
+          "[reactor]") {
+  if (!device_present() || !sim_hooks_present()) return;
+  Rig rig;
+  rig.add_swa_group();
+  require_ok(hip::sim::hold_stream(rig.tier->save_stream()));
+  rig.conn->save(rig.save_spec("a", 1, 0, 1, {0, 1, 2, 3}));
+  // Block 0 of group 1 is another block than block 0 of group 0.
+  kv::TransferSpec other;
+  other.request = "b";
+  other.registration = rig.swa->id;
+  other.tokens = {0, 64};
+  other.keys = rig.swa_keys(3, 1);
+  other.blocks = {0, 1};
+  rig.conn->load(other);
+  kv::TransferSpec same = other;
+  same.registration = 0;
+  same.request = "c";
+  same.keys = rig.keys(3, 0, 1);
+  same.blocks = {0, 1, 2, 3};
+  same.with_state = false;
+  try {
+    rig.conn->load(same);  // group 0's blocks 0..3 are being saved from
+    FAIL("a load into blocks a live save reads was posted");
+  } catch (const reactor::TransferRefused& e) {
+    REQUIRE(e.code() == TransferErrc::blocks_in_use);
+    REQUIRE(std::string(e.what()).find("registration 0") != std::string::npos);
+  }
+  same.registration = 2;
+  try {
+    rig.conn->load(same);
+    FAIL("a spec naming no registration was posted");
+  } catch (const reactor::TransferRefused& e) {
+    REQUIRE(e.code() == TransferErrc::bad_spec);
+    REQUIRE(std::string(e.what()).find("registration 2 does not exist") != std::string::npos);
+  }
+  REQUIRE_THROWS_AS(rig.conn->lookup(rig.keys(1, 0, 1), 2), reactor::TransferRefused);
+  require_ok(hip::sim::release_stream(rig.tier->save_stream()));
+  auto f = rig.wait_for([](const reactor::Finished& f) { return f.saves.size() == 1 && f.loads.size() == 1; });
+  REQUIRE(f.saves[0].registration == 0);
+  REQUIRE(f.loads[0].registration == rig.swa->id);
+}
+
+TEST_CASE("connector: order_after_load makes the engine's stream wait on the device for the load's copies",
+          "[reactor][sim]") {
+  if (!device_present() || !sim_hooks_present()) return;
+  Rig rig;
+  rig.conn->save(rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8)));
+  auto f = rig.wait_for([](const reactor::Finished& f) { return f.saves.size() == 1; });
+  REQUIRE(f.saves[0].ok);
+  const auto saved = rig.snapshot(Rig::block_range(0, 8), {1});
+  rig.randomize(5);
+  REQUIRE(rig.conn->order_after_load("a", rig.engine_stream) == reactor::LoadOrder::no_live_load);
+  // The tier's load stream is held: the load's copies are queued, not run.
+  require_ok(hip::sim::hold_stream(rig.tier->load_stream()));
+  rig.conn->load(rig.load_spec("a", 1, 0, 2, Rig::block_range(20, 8), 9));
+  reactor::LoadOrder order = reactor::LoadOrder::not_queued_yet;
+  for (int i = 0; i < 10000 && order == reactor::LoadOrder::not_queued_yet; ++i) {
+    order = rig.conn->order_after_load("a", rig.engine_stream);
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  REQUIRE(order == reactor::LoadOrder::ordered);
+  // Work the engine queues now runs after the copies: a read of the
+  // destination (pinned memory, so the read itself is asynchronous).
+  const std::uint64_t n = 8 * Rig::kPlaneBlockBytes;
+  auto host = must(hip::PinnedBuffer::allocate(n));
+  require_ok(hip::copy_d2h(rig.engine_stream, host.data(), rig.planes[0].data() + 20 * Rig::kPlaneBlockBytes, n));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  REQUIRE(rig.engine_stream.query().code() == hip::Errc::not_ready);  // waiting for the held copies
+  require_ok(hip::sim::release_stream(rig.tier->load_stream()));
+  require_ok(rig.engine_stream.synchronize());
+  REQUIRE(std::vector<std::byte>(host.data(), host.data() + n) ==
+          std::vector<std::byte>(saved.begin(), saved.begin() + static_cast<std::ptrdiff_t>(n)));
+  f = rig.wait_for([](const reactor::Finished& f) { return f.loads.size() == 1; });
+  REQUIRE(f.loads[0].ok);
+  REQUIRE(rig.conn->order_after_load("a", rig.engine_stream) == reactor::LoadOrder::no_live_load);
 }
 
 TEST_CASE("connector: a load starting mid-chunk (the HBM frontier) takes the right blocks", "[reactor][gpu]") {

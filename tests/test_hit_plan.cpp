@@ -89,6 +89,81 @@ TEST_CASE("hit plan: table of cases", "[kv][plan]") {
   }
 }
 
+TEST_CASE("hit plan: several groups resume where every group can (table)", "[kv][plan]") {
+  // Two groups of one hybrid model, with different block sizes: a stateless
+  // attention group of 16-token blocks and a stateful group of 64-token
+  // blocks (checkpoints on the 256-token chunk grid).
+  kv::Layout att = test::stateless_layout();
+  kv::Layout swa = test::reference_layout();
+  swa.block_tokens = 64;
+  const kv::Layout swa16 = test::reference_layout();
+  struct Group {
+    const kv::Layout* layout;
+    HitSource hbm;
+    std::optional<HitSource> tier;
+    std::uint32_t hbm_tokens;  // expected
+    std::optional<TokenRange> load;
+  };
+  struct Case {
+    const char* name;
+    std::uint32_t min_load;
+    std::vector<Group> groups;
+    std::uint32_t frontier;
+  };
+  const HitSource none{};
+  const std::vector<Case> cases = {
+      {"both in the tier: the shorter hit is the request's",
+       0,
+       {{&att, none, HitSource{4096, {}}, 0, TokenRange{0, 2048}}, {&swa, none, src(2048), 0, TokenRange{0, 2048}}},
+       2048},
+      {"a stateless group stops at the stateful group's last checkpoint",
+       0,
+       {{&att, none, HitSource{6912, {}}, 0, TokenRange{0, 1024}},
+        {&swa, none, HitSource{6912, {256, 512, 1024}}, 0, TokenRange{0, 1024}}},
+       1024},
+      {"each group's load starts at its own HBM frontier, on its own block grid",
+       0,
+       {{&att, HitSource{1000, {}}, HitSource{2048, {}}, 992, TokenRange{992, 2048}},
+        {&swa, src(512), src(2048), 512, TokenRange{512, 2048}}},
+       2048},
+      {"checkpoints that never line up above 0: the groups agree on 0",
+       0,
+       {{&swa16, none, HitSource{1024, {256, 768}}, 0, std::nullopt},
+        {&swa, none, HitSource{1024, {512, 1024}}, 0, std::nullopt}},
+       0},
+      {"a group without a lookup answer holds the others at its HBM frontier",
+       0,
+       {{&att, HitSource{300, {}}, std::nullopt, 256, std::nullopt}, {&swa, src(256), src(2048), 256, std::nullopt}},
+       256},
+      {"a cap that leaves a group's load under min_load_tokens: that group uses HBM, the others load to it",
+       512,
+       {{&att, HitSource{1792, {}}, HitSource{4096, {}}, 1024, std::nullopt},
+        {&swa, none, src(1024), 0, TokenRange{0, 1024}}},
+       1024},
+  };
+  for (const Case& c : cases) {
+    INFO(c.name);
+    std::vector<kv::GroupHitInputs> in;
+    for (const Group& g : c.groups) in.push_back({g.layout, g.hbm, g.tier});
+    const kv::GroupsPlan p = kv::plan_groups(in, 7097, c.min_load);
+    REQUIRE(p.frontier == c.frontier);
+    REQUIRE(p.groups.size() == c.groups.size());
+    for (std::size_t i = 0; i < c.groups.size(); ++i) {
+      INFO("group " << i);
+      REQUIRE(p.groups[i].frontier == c.frontier);
+      REQUIRE(p.groups[i].hbm_tokens == c.groups[i].hbm_tokens);
+      REQUIRE(p.groups[i].load == c.groups[i].load);
+      if (p.groups[i].load) REQUIRE(p.groups[i].load->end == p.frontier);
+    }
+    // Never more than any group alone would resume at.
+    for (const Group& g : c.groups) {
+      kv::HitInputs alone{7097, g.hbm, g.tier, c.min_load};
+      REQUIRE(p.frontier <= kv::plan_hit(*g.layout, alone).frontier);
+    }
+  }
+  REQUIRE(kv::plan_groups({}, 7097, 0).frontier == 0);
+}
+
 TEST_CASE("prefill chunks end on the 256 grid, except at the prompt's end", "[kv][plan]") {
   const kv::Layout state = test::reference_layout();
   const kv::Layout plain = test::stateless_layout();

@@ -170,6 +170,15 @@ TEST_CASE("node tier: save, lookup, load through the server restore KV and state
   rig.round_trip();  // the same round trip as the embedded tier's test
 }
 
+TEST_CASE("node tier: two groups of different object sizes share the server's arena and load byte for byte",
+          "[server][reactor][gpu]") {
+  if (!device_present()) return;
+  ServerProcess srv(kServerFlags);
+  REQUIRE(ready_and_full(srv));
+  Rig rig(remote(srv));
+  rig.two_group_round_trip();  // the same as the embedded tier's
+}
+
 TEST_CASE("node tier: no server at the socket is refused at registration, naming it", "[server][reactor]") {
   reactor::ConnectorOptions o;
   o.server_socket = "/tmp/kvstrand-no-such-server.sock";

@@ -33,7 +33,7 @@ std::vector<Request> every_request() {
   Lookup lookup{3, spec().keys};
   Reserve reserve{3, spec().keys, {1, 0}};
   return {Hello{kMajor, 0, "engine-rank-0"}, reg, Unregister{3}, lookup, Release{77}, reserve, Commit{77, true},
-          Commit{78, false}, EndSession{}, Stats{}, Ping{}};
+          Commit{78, false}, EndSession{}, Stats{}, Ping{}, Adopt{3, 77, spec().keys}};
 }
 
 std::pair<Header, std::vector<std::byte>> split(const std::vector<std::byte>& frame) {
@@ -117,6 +117,7 @@ TEST_CASE("protocol: replies round-trip, and errors carry their message", "[kv][
       {Type::hello, {Status::ok, "", HelloReply{5, kMajor, 0, 8ull << 30, 1ull << 30, 2ull << 30, true}}},
       {Type::register_layout, {Status::ok, "", RegisterReply{3, 3700000}}},
       {Type::lookup, {Status::ok, "", lr}},
+      {Type::adopt, {Status::ok, "", lr}},
       {Type::reserve, {Status::ok, "", rr}},
       {Type::stats, {Status::ok, "", sr}},
       {Type::ping, {Status::ok, "", Empty{}}},

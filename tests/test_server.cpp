@@ -9,6 +9,8 @@
 #include <sys/stat.h>
 
 #include <catch2/catch.hpp>
+
+#include <filesystem>
 #include <cstring>
 
 #include "protocol_session.hpp"
@@ -395,6 +397,77 @@ TEST_CASE("server: a client SIGKILLed holding a lease loses it at once (F24)", "
   client.wait();
   eventually([&] { return stats(srv.socket_path()).leases == 0; }, "the lease freed when its process exited");
   REQUIRE(stats(srv.socket_path()).pinned == 0);
+}
+
+TEST_CASE("server: a lease looked up in one process is loaded byte for byte in another, then freed",
+          "[server][gpu]") {
+  if (!device_present()) return;
+  ServerProcess srv(kFlags);
+  REQUIRE(srv.ready());
+  const std::string file = srv.socket_path() + ".lease";
+  ChildProcess scheduler({sibling_binary("kvstrand-tier-client"), "--socket", srv.socket_path(), "--export-lease", file});
+  REQUIRE(scheduler.wait_for_output("exported", 20s));
+  auto s = stats(srv.socket_path());
+  REQUIRE(s.leases == 1);
+  REQUIRE(s.pinned == 4);  // pinned while the handoff travels
+  auto worker = run_process({sibling_binary("kvstrand-tier-client"), "--socket", srv.socket_path(), "--adopt-lease", file});
+  INFO(worker.output);
+  REQUIRE(worker.exit_code == 0);
+  REQUIRE(worker.output.find("adopted load: exact") != std::string::npos);
+  s = stats(srv.socket_path());
+  REQUIRE(s.leases == 0);  // the load ended it, though its exporter still runs
+  REQUIRE(s.pinned == 0);
+  // The same bytes again: that lease is gone, a miss (recompute), never another's.
+  auto again = run_process({sibling_binary("kvstrand-tier-client"), "--socket", srv.socket_path(), "--adopt-lease", file});
+  INFO(again.output);
+  REQUIRE(again.exit_code == 3);
+  REQUIRE(again.output.find("adopt: miss") != std::string::npos);
+  std::filesystem::remove(file);
+}
+
+TEST_CASE("server: a handed-off lease is freed when its exporter dies first, or its adopter", "[server][fault][gpu]") {
+  if (!device_present()) return;
+  ServerProcess srv(kFlags);
+  REQUIRE(srv.ready());
+  const std::string file = srv.socket_path() + ".lease";
+  {  // the exporter dies before anyone adopts: freed with it; adopting it later is a miss
+    ChildProcess scheduler(
+        {sibling_binary("kvstrand-tier-client"), "--socket", srv.socket_path(), "--export-lease", file});
+    REQUIRE(scheduler.wait_for_output("exported", 20s));
+    REQUIRE(stats(srv.socket_path()).leases == 1);
+    scheduler.signal(SIGKILL);
+    scheduler.wait();
+    eventually([&] { return stats(srv.socket_path()).leases == 0; }, "the exporter's lease freed at its exit");
+    auto late = run_process({sibling_binary("kvstrand-tier-client"), "--socket", srv.socket_path(), "--adopt-lease", file});
+    INFO(late.output);
+    REQUIRE(late.exit_code == 3);
+    std::filesystem::remove(file);
+  }
+  {  // adopted, then the exporter dies: the adopter keeps it; the adopter dies: freed
+    ChildProcess scheduler(
+        {sibling_binary("kvstrand-tier-client"), "--socket", srv.socket_path(), "--export-lease", file});
+    REQUIRE(scheduler.wait_for_output("exported", 20s));
+    ChildProcess worker(
+        {sibling_binary("kvstrand-tier-client"), "--socket", srv.socket_path(), "--adopt-lease", file, "--then-hold"});
+    REQUIRE(worker.wait_for_output("adopted", 20s));
+    // A second adopter of the same bytes gets a miss, not the worker's lease.
+    auto second = run_process(
+        {sibling_binary("kvstrand-tier-client"), "--socket", srv.socket_path(), "--adopt-lease", file});
+    INFO(second.output);
+    REQUIRE(second.exit_code == 3);
+    const auto sessions = stats(srv.socket_path()).sessions;
+    scheduler.signal(SIGKILL);
+    scheduler.wait();
+    eventually([&] { return stats(srv.socket_path()).sessions < sessions; }, "the exporter's session ended");
+    auto s = stats(srv.socket_path());
+    REQUIRE(s.leases == 1);  // the adopter's now
+    REQUIRE(s.pinned == 4);
+    worker.signal(SIGKILL);
+    worker.wait();
+    eventually([&] { return stats(srv.socket_path()).leases == 0; }, "the adopter's lease freed at its exit");
+    REQUIRE(stats(srv.socket_path()).pinned == 0);
+    std::filesystem::remove(file);
+  }
 }
 
 TEST_CASE("server: a client SIGKILLed between reserve and commit: nothing readable, its space comes back",

@@ -25,6 +25,17 @@
 //     "reserved" once the copy into the reserved objects is queued, and
 //     sleeps until killed: the SIGKILL-between-reserve-and-commit test.
 //
+//   kvstrand-tier-client --socket S --export-lease FILE
+//     Saves prompt 1, looks it up, writes the lease's handoff bytes to FILE
+//     (Connector::export_lease: the scheduler's side), prints "exported" and
+//     sleeps until killed.
+//
+//   kvstrand-tier-client --socket S --adopt-lease FILE [--then-hold]
+//     Adopts the lease in FILE (the worker's side) and loads prompt 1
+//     through it, verifying every byte; prints "adopted load: exact" and
+//     exits 0. With --then-hold it prints "adopted" instead and sleeps until
+//     killed. A lease that is gone: prints "adopt: miss", exits 3.
+//
 //   kvstrand-tier-client --socket S --fill N
 //     Saves prompts 100.. 100+N-1; prints "filled: stored S, refused R".
 #include <unistd.h>
@@ -297,6 +308,52 @@ int run_stall_save(const std::string& socket) {
   for (;;) std::this_thread::sleep_for(1s);  // until SIGKILL
 }
 
+int run_export(const std::string& socket, const std::string& file) {
+  Client c(socket);
+  if (auto o = c.save(1, "save-1"); !o.ok) die("save failed: " + o.reason);
+  if (c.lookup(1) != kChunks) die("lookup of the saved prompt missed");
+  const std::vector<std::byte> bytes = c.conn->export_lease(std::exchange(c.lease, 0));
+  std::FILE* f = std::fopen((file + ".tmp").c_str(), "wb");
+  if (f == nullptr || std::fwrite(bytes.data(), 1, bytes.size(), f) != bytes.size() || std::fclose(f) != 0)
+    die("cannot write " + file);
+  std::rename((file + ".tmp").c_str(), file.c_str());
+  std::printf("exported %zu bytes\n", bytes.size());
+  std::fflush(stdout);
+  for (;;) std::this_thread::sleep_for(1s);  // until SIGKILL
+}
+
+int run_adopt(const std::string& socket, const std::string& file, bool then_hold) {
+  Client c(socket);
+  std::vector<std::byte> bytes;
+  if (std::FILE* f = std::fopen(file.c_str(), "rb")) {
+    std::byte buf[4096];
+    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) bytes.insert(bytes.end(), buf, buf + n);
+    std::fclose(f);
+  } else {
+    die("cannot read " + file);
+  }
+  c.conn->adopt_lease(bytes);
+  c.wait([&] { return !c.pending.lookups.empty(); });
+  const auto got = c.pending.lookups.front();
+  c.pending.lookups.clear();
+  if (got.hit.tokens == 0) {
+    std::printf("adopt: miss\n");
+    c.conn->close();
+    return 3;
+  }
+  if (got.hit.tokens != kChunks * c.layout.chunk_tokens || got.lease == 0) die("adopt: a partial hit");
+  if (then_hold) {
+    std::printf("adopted\n");
+    std::fflush(stdout);
+    for (;;) std::this_thread::sleep_for(1s);  // until SIGKILL
+  }
+  c.lease = got.lease;
+  const bool exact = c.load_and_verify(1, kChunks, "load-adopted");
+  std::printf("adopted load: %s\n", exact ? "exact" : "WRONG");
+  c.conn->close();
+  return exact ? 0 : 1;
+}
+
 int run_fill(const std::string& socket, int n) {
   Client c(socket);
   int stored = 0, refused = 0;
@@ -314,7 +371,8 @@ int run_fill(const std::string& socket, int n) {
 int main(int argc, char** argv) {
   std::string socket;
   int id = 0, peers = 1, rounds = 4, load_after = -1, fill = 0;
-  bool hold = false, stall = false;
+  bool hold = false, stall = false, then_hold = false;
+  std::string export_to, adopt_from;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -331,6 +389,9 @@ int main(int argc, char** argv) {
       load_after = std::stoi(value());
     } else if (a == "--stall-save") stall = true;
     else if (a == "--fill") fill = std::stoi(value());
+    else if (a == "--export-lease") export_to = value();
+    else if (a == "--adopt-lease") adopt_from = value();
+    else if (a == "--then-hold") then_hold = true;
     else die("unknown argument " + a);
   }
   if (socket.empty() || peers < 1 || id < 0 || id >= peers || rounds < 1) die("bad arguments (see the file header)");
@@ -338,6 +399,8 @@ int main(int argc, char** argv) {
   (void)hip::select_device(0);
   try {
     if (stall) return run_stall_save(socket);
+    if (!export_to.empty()) return run_export(socket, export_to);
+    if (!adopt_from.empty()) return run_adopt(socket, adopt_from, then_hold);
     if (fill > 0) return run_fill(socket, fill);
     return hold ? run_hold(socket, load_after) : run_peers(socket, id, peers, rounds);
   } catch (const std::exception& e) {

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <climits>
 #include <optional>
 #include <vector>
 
@@ -39,6 +40,9 @@ struct HitInputs {
   HitSource hbm;
   std::optional<HitSource> tier;  // none: no lookup, or the tier attempt is spent
   std::uint32_t min_load_tokens = 0;
+  // No resume point past this token (several groups: where the others can
+  // resume). No cap by default.
+  std::uint32_t max_frontier = UINT32_MAX;
 };
 
 enum class NoLoad {
@@ -61,6 +65,26 @@ struct HitPlan {
 std::uint32_t resumable_end(const Layout& layout, const HitSource& src, std::uint32_t limit, std::uint32_t grid);
 
 HitPlan plan_hit(const Layout& layout, const HitInputs& in);
+
+// One KV-cache group of a request (hybrid models keep several: attention,
+// sliding-window, state; speculative decoding adds a draft model's cache),
+// with what each source holds of it.
+struct GroupHitInputs {
+  const Layout* layout = nullptr;
+  HitSource hbm;
+  std::optional<HitSource> tier;  // none: no lookup answer for this group
+};
+struct GroupsPlan {
+  std::uint32_t frontier = 0;   // where every group resumes
+  std::vector<HitPlan> groups;  // one per group, each with this frontier
+};
+// A request resumes where every group can: each group is planned by
+// plan_hit's rules, capped at the least frontier the others reach, until
+// they agree (the cap only falls, and 0 always agrees). So the hit is the
+// least of the groups' checkpoint-capped hits, and each group's load ends
+// exactly there.
+GroupsPlan plan_groups(const std::vector<GroupHitInputs>& groups, std::uint32_t prompt_tokens,
+                       std::uint32_t min_load_tokens);
 
 // End of the next prefill chunk from `frontier` under a token budget: on the
 // chunk grid, so every prefill chunk end of a stateful layout has a

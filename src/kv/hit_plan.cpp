@@ -15,7 +15,7 @@ std::uint32_t resumable_end(const Layout& l, const HitSource& src, std::uint32_t
 
 HitPlan plan_hit(const Layout& l, const HitInputs& in) {
   const std::uint32_t tail = l.prefill_tail();
-  const std::uint32_t limit = in.prompt_tokens > tail ? in.prompt_tokens - tail : 0;
+  const std::uint32_t limit = std::min(in.prompt_tokens > tail ? in.prompt_tokens - tail : 0, in.max_frontier);
 
   HitPlan plan;
   // KV the HBM cache holds that may be reused, and where HBM alone resumes.
@@ -46,6 +46,33 @@ HitPlan plan_hit(const Layout& l, const HitInputs& in) {
   plan.frontier = tier_end;
   plan.state_from_tier = l.has_state();
   return plan;
+}
+
+GroupsPlan plan_groups(const std::vector<GroupHitInputs>& groups, std::uint32_t prompt_tokens,
+                       std::uint32_t min_load_tokens) {
+  GroupsPlan out;
+  std::uint32_t cap = UINT32_MAX;
+  for (;;) {
+    out.groups.clear();
+    std::uint32_t least = groups.empty() ? 0 : UINT32_MAX;
+    for (const GroupHitInputs& g : groups) {
+      HitInputs in;
+      in.prompt_tokens = prompt_tokens;
+      in.hbm = g.hbm;
+      in.tier = g.tier;
+      in.min_load_tokens = min_load_tokens;
+      in.max_frontier = cap;
+      out.groups.push_back(plan_hit(*g.layout, in));
+      least = std::min(least, out.groups.back().frontier);
+    }
+    const bool agree = std::all_of(out.groups.begin(), out.groups.end(),
+                                   [least](const HitPlan& p) { return p.frontier == least; });
+    if (agree) {
+      out.frontier = least;
+      return out;
+    }
+    cap = least;  // below the previous cap: some group was above it
+  }
 }
 
 std::uint32_t prefill_chunk_end(const Layout& l, std::uint32_t frontier, std::uint32_t budget,

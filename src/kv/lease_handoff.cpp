@@ -7,7 +7,6 @@ namespace kvstrand::kv {
 namespace {
 constexpr std::uint32_t kMagic = 0x484c564b;  // "KVLH"
 constexpr std::uint8_t kVersion = 1;
-constexpr std::size_t kKeyBytes = 32 + 4 + 32;
 }  // namespace
 
 std::vector<std::byte> encode_lease_handoff(const LeaseHandoff& h) {
@@ -16,11 +15,7 @@ std::vector<std::byte> encode_lease_handoff(const LeaseHandoff& h) {
   w.u8(kVersion);
   w.u64(h.lease);
   w.u32(static_cast<std::uint32_t>(h.keys.size()));
-  for (const ChunkKey& k : h.keys) {
-    w.bytes(k.ns);
-    w.u32(k.kv_rank);
-    w.bytes(k.hash);
-  }
+  for (const ChunkKey& k : h.keys) wire::put_key(w, k);
   return w.take();
 }
 
@@ -36,13 +31,9 @@ std::optional<LeaseHandoff> decode_lease_handoff(std::span<const std::byte> byte
   }
   LeaseHandoff h;
   h.lease = r.u64();
-  const std::uint32_t n = r.count(kKeyBytes);
+  const std::uint32_t n = r.count(wire::kKeyBytes);
   h.keys.resize(n);
-  for (ChunkKey& k : h.keys) {
-    r.bytes(k.ns);
-    k.kv_rank = r.u32();
-    r.bytes(k.hash);
-  }
+  for (ChunkKey& k : h.keys) k = wire::get_key(r);
   if (!r.done()) {
     *why = "a truncated or overlong lease handoff";
     return std::nullopt;

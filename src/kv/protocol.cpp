@@ -6,7 +6,6 @@ namespace kvstrand::kv::proto {
 
 namespace {
 
-constexpr std::size_t kKeyBytes = 32 + 4 + 32;
 constexpr std::size_t kMaxName = 4096;
 
 const char* kTypeNames[] = {"?",       "hello",  "register", "unregister", "lookup", "release",
@@ -14,26 +13,13 @@ const char* kTypeNames[] = {"?",       "hello",  "register", "unregister", "look
 
 // ---- building blocks --------------------------------------------------------
 
-void put(wire::Writer& w, const ChunkKey& k) {
-  w.bytes(k.ns);
-  w.u32(k.kv_rank);
-  w.bytes(k.hash);
-}
-ChunkKey get_key(wire::Reader& r) {
-  ChunkKey k;
-  r.bytes(k.ns);
-  k.kv_rank = r.u32();
-  r.bytes(k.hash);
-  return k;
-}
-
 void put(wire::Writer& w, const std::vector<ChunkKey>& keys) {
   w.u32(static_cast<std::uint32_t>(keys.size()));
-  for (const ChunkKey& k : keys) put(w, k);
+  for (const ChunkKey& k : keys) wire::put_key(w, k);
 }
 std::vector<ChunkKey> get_keys(wire::Reader& r) {
-  std::vector<ChunkKey> keys(r.count(kKeyBytes));
-  for (ChunkKey& k : keys) k = get_key(r);
+  std::vector<ChunkKey> keys(r.count(wire::kKeyBytes));
+  for (ChunkKey& k : keys) k = wire::get_key(r);
   return keys;
 }
 

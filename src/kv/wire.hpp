@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <kvstrand/chunk_keys.hpp>
+
 namespace kvstrand::kv::wire {
 
 class Writer {
@@ -89,5 +91,20 @@ class Reader {
   std::size_t at_ = 0;
   bool ok_ = true;
 };
+
+// A chunk key: namespace, rank, hash (68 bytes).
+inline constexpr std::size_t kKeyBytes = 32 + 4 + 32;
+inline void put_key(Writer& w, const ChunkKey& k) {
+  w.bytes(k.ns);
+  w.u32(k.kv_rank);
+  w.bytes(k.hash);
+}
+inline ChunkKey get_key(Reader& r) {
+  ChunkKey k;
+  r.bytes(k.ns);
+  k.kv_rank = r.u32();
+  r.bytes(k.hash);
+  return k;
+}
 
 }  // namespace kvstrand::kv::wire

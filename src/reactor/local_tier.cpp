@@ -32,7 +32,9 @@ LocalTier::~LocalTier() {
 boost::asio::awaitable<std::error_code> LocalTier::attach(const Registration& reg) {
   const std::uint64_t object_bytes = reg.object_bytes();
   if (!arena_) {
-    const std::uint64_t slab = std::min(capacity_, std::max(kSlabBytes, object_bytes));
+    // At least 16 slabs where objects allow (room for other registrations'
+    // sizes), at most kSlabBytes each, never smaller than this object.
+    const std::uint64_t slab = std::min(capacity_, std::max(object_bytes, std::min(kSlabBytes, capacity_ / 16)));
     const std::uint64_t slabs = slab == 0 ? 0 : capacity_ / slab;
     if (slabs == 0 || object_bytes > slab) {
       spdlog::error("kvstrand: tier_bytes {} cannot hold one object of {} bytes", capacity_, object_bytes);

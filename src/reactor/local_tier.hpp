@@ -33,9 +33,10 @@ class LocalTier final : public Tier {
   const char* kind() const noexcept override { return "local"; }
   boost::asio::awaitable<void> drain() override { co_return; }
 
-  // The slab the arena is cut into: objects of every registration must fit
-  // one. 64 MiB, or the first registration's object if larger, at most the
-  // arena.
+  // The arena is cut into slabs, given to object sizes as they need room:
+  // a sixteenth of the arena, at most this, never smaller than the first
+  // registration's object. Later registrations' objects must fit one
+  // (register the group with the largest objects first).
   static constexpr std::uint64_t kSlabBytes = 64ull << 20;
 
   // The streams the tier copies on (tests hold them with the sim hooks).

@@ -20,6 +20,7 @@
 namespace kvstrand::reactor {
 
 using kvstrand::Finished;
+using kvstrand::LoadOrder;
 using kvstrand::LookupOutcome;
 using kvstrand::SourceSafe;
 using kvstrand::TransferOutcome;

@@ -1,0 +1,104 @@
+// An arena's slabs shared by several object sizes (several registrations of
+// different groups): slabs given on demand, offsets that never overlap, hold
+// ids that name their class, eviction that stays within a class.
+#include <catch2/catch.hpp>
+
+#include <set>
+
+#include "tier/size_classes.hpp"
+
+using namespace kvstrand;
+using tier::Index;
+using tier::SizeClasses;
+
+namespace {
+constexpr std::uint64_t kSlab = 1000;
+
+kv::ChunkKey key(int i, int ns = 0) {
+  kv::ChunkKey k;
+  k.hash[0] = static_cast<std::byte>(i);
+  k.hash[1] = static_cast<std::byte>(i >> 8);
+  k.ns[0] = static_cast<std::byte>(ns);
+  return k;
+}
+// Reserves and commits one object through the classes, as the server does.
+std::optional<std::uint32_t> store(SizeClasses& c, Index& idx, const kv::ChunkKey& k) {
+  c.make_room(idx, 1);
+  std::uint32_t slot = 0;
+  if (idx.reserve(k, false, &slot) != Index::Reserve::reserved) return std::nullopt;
+  idx.commit(k);
+  return slot;
+}
+}  // namespace
+
+TEST_CASE("size classes: one index per object size, slabs given only when a class is out of room", "[tier]") {
+  SizeClasses c(kSlab);
+  for (std::uint32_t s = 0; s < 4; ++s) c.add_slab(s);
+  Index* small = c.index(100);  // 10 a slab
+  Index* big = c.index(300);    // 3 a slab
+  REQUIRE(small != nullptr);
+  REQUIRE(big != nullptr);
+  REQUIRE(small != big);
+  REQUIRE(c.index(100) == small);  // the same size: the same class
+  REQUIRE(small->slots() == 0);    // no slab before it is needed
+  REQUIRE(c.free_slabs() == 4);
+  REQUIRE(store(c, *small, key(1)));
+  REQUIRE(small->slots() == 10);
+  REQUIRE(c.free_slabs() == 3);
+  for (int i = 2; i <= 10; ++i) REQUIRE(store(c, *small, key(i)));
+  REQUIRE(c.free_slabs() == 3);  // ten fit the first slab
+  REQUIRE(store(c, *big, key(1, 1)));
+  REQUIRE(c.free_slabs() == 2);
+  // Every object's bytes lie in its own slab's range and no two overlap.
+  std::set<std::pair<std::uint64_t, std::uint64_t>> ranges;
+  auto place = [&](const Index& idx, std::uint32_t slot) {
+    const std::uint64_t at = c.offset_of(idx, slot);
+    REQUIRE(at / kSlab == (at + idx.object_bytes() - 1) / kSlab);  // never across a slab's end
+    for (const auto& [b, e] : ranges) REQUIRE((at + idx.object_bytes() <= b || at >= e));
+    ranges.insert({at, at + idx.object_bytes()});
+  };
+  for (int i = 1; i <= 10; ++i) place(*small, small->pin(std::vector{key(i)})->front());
+  place(*big, big->pin(std::vector{key(1, 1)})->front());
+  REQUIRE(c.index(kSlab + 1) == nullptr);  // larger than a slab
+  REQUIRE(c.stats().objects == 11);
+}
+
+TEST_CASE("size classes: a hold id names its class, and owners' holds end across classes", "[tier]") {
+  SizeClasses c(kSlab);
+  for (std::uint32_t s = 0; s < 4; ++s) c.add_slab(s);
+  Index* a = c.index(100);
+  Index* b = c.index(200);
+  REQUIRE(store(c, *a, key(1)));
+  REQUIRE(store(c, *b, key(1, 1)));
+  const auto la = a->lease(std::vector{key(1)}, 64, 7);
+  const auto lb = b->lease(std::vector{key(1, 1)}, 64, 7);
+  REQUIRE(la.id != 0);
+  REQUIRE(lb.id != 0);
+  REQUIRE(la.id != lb.id);
+  REQUIRE(c.index_of_hold(la.id) == a);
+  REQUIRE(c.index_of_hold(lb.id) == b);
+  REQUIRE(c.index_of_hold(1) == nullptr);  // an id no class issued
+  REQUIRE(c.held_by(7).leases == 2);
+  REQUIRE(c.holds().size() == 2);
+  REQUIRE(c.release_owner(7) == 2);
+  REQUIRE(c.stats().pinned == 0);
+}
+
+TEST_CASE("size classes: with every slab given, a class evicts only its own objects", "[tier]") {
+  SizeClasses c(kSlab);
+  c.add_slab(0);
+  c.add_slab(1);
+  Index* a = c.index(500);  // 2 a slab
+  Index* b = c.index(250);  // 4 a slab
+  REQUIRE(store(c, *a, key(1)));
+  REQUIRE(store(c, *b, key(1, 1)));
+  REQUIRE(c.free_slabs() == 0);
+  REQUIRE(store(c, *a, key(2)));
+  REQUIRE(store(c, *a, key(3)));  // evicts key(1) of a, not b's
+  REQUIRE(a->stats().evictions == 1);
+  REQUIRE(b->stats().evictions == 0);
+  REQUIRE(b->present_run(std::vector{key(1, 1)}) == 1);
+  for (int i = 2; i <= 4; ++i) REQUIRE(store(c, *b, key(i, 1)));
+  REQUIRE(b->stats().evictions == 0);  // b's slab holds four
+  REQUIRE(a->slots() == 2);
+}
