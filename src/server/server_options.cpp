@@ -4,7 +4,10 @@
 #include <algorithm>
 #include <iostream>
 
+#include <kvstrand/version.hpp>
+
 #include "kv/parse_bytes.hpp"
+#include "kv/protocol.hpp"
 #include "tier/arena.hpp"
 
 namespace kvstrand::server {
@@ -14,6 +17,9 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
   CLI::App app{"kvstrand-server: the node-wide host tier for KV-cache prefixes, shared by every engine rank"};
   std::string tier_bytes = "8G", slab_bytes = "1G", max_frame = "16M", max_leased, max_reserved, max_queue = "4M";
   bool no_huge = false;
+  app.set_version_flag("--version", std::string("kvstrand-server ") + KVSTRAND_VERSION_STRING + " (protocol " +
+                                        std::to_string(kv::proto::kMajor) + "." + std::to_string(kv::proto::kMinor) +
+                                        ")");
   app.add_option("--socket", o.socket, "Unix-domain socket to listen on (created 0600)")->capture_default_str();
   app.add_option("--tier-bytes", tier_bytes, "Shared host memory for stored objects, e.g. 100G, 512M")
       ->capture_default_str();

@@ -1,0 +1,66 @@
+// Device memory and streams for engines (and tests) that have no allocator
+// of their own. An engine that has one (PyTorch, its own pools) registers
+// its own memory by address instead: kvstrand never needs these.
+//
+// Errors are std::runtime_error naming the runtime call that failed.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+
+namespace kvstrand {
+
+// An engine's stream or event, as the integer its handle is
+// (hipStream_t / cudaStream_t, hipEvent_t / cudaEvent_t: what
+// torch.cuda.Stream.cuda_stream or a CUDA graph's stream gives).
+using NativeStream = std::uintptr_t;
+using NativeEvent = std::uintptr_t;
+
+class DeviceStream {
+ public:
+  // A new stream on the current device.
+  static DeviceStream create();
+  ~DeviceStream();
+  DeviceStream(DeviceStream&&) noexcept;
+  DeviceStream& operator=(DeviceStream&&) noexcept;
+
+  NativeStream native() const noexcept;
+  // Blocks until everything queued on the stream has run.
+  void synchronize();
+
+ private:
+  struct Impl;
+  friend class DeviceMemory;
+  explicit DeviceStream(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+class DeviceMemory {
+ public:
+  // `bytes` of device memory on the current device.
+  static DeviceMemory allocate(std::size_t bytes);
+  ~DeviceMemory();
+  DeviceMemory(DeviceMemory&&) noexcept;
+  DeviceMemory& operator=(DeviceMemory&&) noexcept;
+
+  std::uintptr_t address() const noexcept;
+  void* data() const noexcept;
+  std::size_t size() const noexcept;
+
+  // Blocking copies between host memory and [offset, offset + n) of this
+  // memory (set-up and checks, not the step loop). Throw std::out_of_range
+  // past the end.
+  void write(std::size_t offset, std::span<const std::byte> from);
+  void read(std::size_t offset, std::span<std::byte> to) const;
+  // Queued on `stream`; `from` must stay valid until the stream has run it.
+  void write_async(std::size_t offset, std::span<const std::byte> from, DeviceStream& stream);
+
+ private:
+  struct Impl;
+  explicit DeviceMemory(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvstrand

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs a build into a temporary prefix and builds and runs an engine
+# outside kvstrand's tree against it, twice: with find_package(kvstrand) and
+# with pkg-config. Also checks that the installed headers name no Boost and
+# no vendor runtime. Run by CTest ("install: ...").
+#
+#   scripts/check-install.sh BUILD_DIR
+set -euo pipefail
+build=$(cd "$1" && pwd)
+src=$(cd "$(dirname "$0")/.." && pwd)
+work=$(mktemp -d "${TMPDIR:-/tmp}/kvstrand-install.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+prefix="$work/prefix"
+
+cmake --install "$build" --prefix "$prefix" > "$work/install.log"
+for f in lib/libkvstrand.so include/kvstrand/connector.hpp include/kvstrand/version.hpp \
+         lib/cmake/kvstrand/kvstrandConfig.cmake lib/cmake/kvstrand/kvstrandConfigVersion.cmake \
+         lib/pkgconfig/kvstrand.pc bin/kvstrand-server; do
+  [[ -e "$prefix/$f" ]] || { echo "check-install: $f was not installed"; exit 1; }
+done
+if grep -rlE '#include *[<"](boost|hip/hip_runtime|cuda_runtime|cuda\.h|spdlog)' "$prefix/include/kvstrand"; then
+  echo "check-install: an installed header includes Boost, spdlog or a vendor runtime (listed above)"
+  exit 1
+fi
+if grep -q INTERFACE_COMPILE_DEFINITIONS "$prefix"/lib/cmake/kvstrand/kvstrandTargets*.cmake; then
+  echo "check-install: kvstrand::kvstrand passes compile definitions to its users"
+  exit 1
+fi
+"$prefix/bin/kvstrand-server" --version
+
+cmake -S "$src/examples/consumer" -B "$work/consumer" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" > "$work/configure.log" ||
+  { cat "$work/configure.log"; exit 1; }
+cmake --build "$work/consumer" > "$work/build.log" || { cat "$work/build.log"; exit 1; }
+"$work/consumer/kvstrand-consumer"
+
+# pkg-config, as a Makefile-built engine would use it.
+export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
+[[ "$(pkg-config --modversion kvstrand)" == "$(sed -n 's/#define KVSTRAND_VERSION_STRING "\(.*\)"/\1/p' "$prefix/include/kvstrand/version.hpp")" ]] ||
+  { echo "check-install: pkg-config's version differs from the headers'"; exit 1; }
+# shellcheck disable=SC2046
+c++ -O1 "$src/examples/consumer/main.cpp" -o "$work/consumer-pc" $(pkg-config --cflags --libs kvstrand) -pthread
+LD_LIBRARY_PATH="$prefix/lib" "$work/consumer-pc"
+echo "check-install: installed, found by find_package and pkg-config, consumers ran"

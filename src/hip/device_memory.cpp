@@ -1,0 +1,91 @@
+// The public device helpers (include/kvstrand/device_memory.hpp) over the
+// device runtime.
+#include <kvstrand/device_memory.hpp>
+#include <kvstrand/version.hpp>
+
+#include <cstring>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include "hip/backend.hpp"
+#include "hip/copy.hpp"
+#include "hip/device_buffer.hpp"
+#include "hip/pinned_buffer.hpp"
+#include "hip/stream.hpp"
+
+namespace kvstrand {
+
+namespace {
+template <class T>
+T must(hip::Result<T> r) {
+  if (!r.ok()) throw std::runtime_error("kvstrand: " + r.status().describe());
+  return std::move(r).value();
+}
+void must(const hip::Status& s) {
+  if (!s.ok()) throw std::runtime_error("kvstrand: " + s.describe());
+}
+}  // namespace
+
+const char* backend() noexcept { return hip::backend::name(); }
+
+struct DeviceStream::Impl {
+  hip::Stream stream;
+};
+
+DeviceStream::DeviceStream(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+DeviceStream DeviceStream::create() { return DeviceStream(std::make_unique<Impl>(Impl{must(hip::Stream::create())})); }
+DeviceStream::~DeviceStream() = default;
+DeviceStream::DeviceStream(DeviceStream&&) noexcept = default;
+DeviceStream& DeviceStream::operator=(DeviceStream&&) noexcept = default;
+NativeStream DeviceStream::native() const noexcept { return reinterpret_cast<NativeStream>(impl_->stream.native()); }
+void DeviceStream::synchronize() { must(impl_->stream.synchronize()); }
+
+struct DeviceMemory::Impl {
+  hip::DeviceBuffer buffer;
+
+  void check(std::size_t offset, std::size_t n) const {
+    if (offset > buffer.size() || n > buffer.size() - offset)
+      throw std::out_of_range("kvstrand: DeviceMemory: [" + std::to_string(offset) + ", +" + std::to_string(n) +
+                              ") is past its " + std::to_string(buffer.size()) + " bytes");
+  }
+};
+
+DeviceMemory::DeviceMemory(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+DeviceMemory DeviceMemory::allocate(std::size_t bytes) {
+  return DeviceMemory(std::make_unique<Impl>(Impl{must(hip::DeviceBuffer::allocate(bytes))}));
+}
+DeviceMemory::~DeviceMemory() = default;
+DeviceMemory::DeviceMemory(DeviceMemory&&) noexcept = default;
+DeviceMemory& DeviceMemory::operator=(DeviceMemory&&) noexcept = default;
+std::uintptr_t DeviceMemory::address() const noexcept { return reinterpret_cast<std::uintptr_t>(impl_->buffer.data()); }
+void* DeviceMemory::data() const noexcept { return impl_->buffer.data(); }
+std::size_t DeviceMemory::size() const noexcept { return impl_->buffer.size(); }
+
+void DeviceMemory::write(std::size_t offset, std::span<const std::byte> from) {
+  impl_->check(offset, from.size());
+  if (from.empty()) return;
+  auto stream = must(hip::Stream::create());
+  auto staging = must(hip::PinnedBuffer::allocate(from.size()));
+  std::memcpy(staging.data(), from.data(), from.size());
+  must(hip::copy_h2d(stream, impl_->buffer.data() + offset, staging.data(), from.size()));
+  must(stream.synchronize());
+}
+
+void DeviceMemory::read(std::size_t offset, std::span<std::byte> to) const {
+  impl_->check(offset, to.size());
+  if (to.empty()) return;
+  auto stream = must(hip::Stream::create());
+  auto staging = must(hip::PinnedBuffer::allocate(to.size()));
+  must(hip::copy_d2h(stream, staging.data(), impl_->buffer.data() + offset, to.size()));
+  must(stream.synchronize());
+  std::memcpy(to.data(), staging.data(), to.size());
+}
+
+void DeviceMemory::write_async(std::size_t offset, std::span<const std::byte> from, DeviceStream& stream) {
+  impl_->check(offset, from.size());
+  if (from.empty()) return;
+  must(hip::copy_h2d(stream.impl_->stream, impl_->buffer.data() + offset, from.data(), from.size()));
+}
+
+}  // namespace kvstrand

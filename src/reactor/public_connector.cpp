@@ -1,0 +1,123 @@
+// The public Connector (include/kvstrand/connector.hpp): the reactor's
+// Connector behind a boundary that names no Boost and no vendor type.
+// Native handles become borrowed hip::Stream / hip::Event here.
+#include <kvstrand/connector.hpp>
+
+#include <stdexcept>
+
+#include "hip/event.hpp"
+#include "hip/stream.hpp"
+#include "reactor/connector.hpp"
+
+namespace kvstrand {
+
+namespace {
+
+reactor::ConnectorOptions internal(const ConnectorOptions& o) {
+  reactor::ConnectorOptions r;
+  r.transfer_deadline = o.transfer_deadline;
+  r.tier_bytes = o.tier_bytes;
+  r.server_socket = o.server_socket;
+  r.server_request_timeout = o.server_request_timeout;
+  r.reactor.device = o.device;
+  r.max_live_transfers = o.max_live_transfers;
+  r.max_live_lookups = o.max_live_lookups;
+  if (o.debug_port >= 0) {
+    if (o.debug_port > 65535) throw std::invalid_argument("invalid option 'debug_port': must be <= 65535");
+    reactor::HttpOptions h;
+    h.address = o.debug_address;
+    h.port = static_cast<std::uint16_t>(o.debug_port);
+    r.http = h;
+  }
+  return r;
+}
+
+}  // namespace
+
+struct Connector::Impl {
+  explicit Impl(const ConnectorOptions& o) : conn(internal(o)) {}
+
+  // The event a transfer waits for. after_stream: one of this pool's
+  // events, recorded on the engine's stream now; an event is reused once
+  // only the pool holds it (the transfer let go of it when it saw it
+  // complete). Engine thread only.
+  std::shared_ptr<const hip::Event> producer(const Producer& p) {
+    switch (p.kind()) {
+      case Producer::Kind::none: return nullptr;
+      case Producer::Kind::event:
+        if (p.handle() == 0) throw TransferRefused(TransferErrc::bad_spec, "Producer::after_event(0): no event");
+        return std::make_shared<const hip::Event>(hip::Event::borrow(reinterpret_cast<void*>(p.handle())));
+      case Producer::Kind::stream: break;
+    }
+    std::shared_ptr<hip::Event> ev;
+    for (auto& e : events)
+      if (e.use_count() == 1) ev = e;
+    if (!ev) {
+      auto made = hip::Event::create();
+      if (!made.ok()) throw TransferRefused(TransferErrc::device_error, "Producer::after_stream: " + made.status().describe());
+      ev = events.emplace_back(std::make_shared<hip::Event>(std::move(made).value()));
+    }
+    hip::Stream engine = hip::Stream::borrow(reinterpret_cast<void*>(p.handle()));
+    if (hip::Status s = ev->record(engine); !s.ok())
+      throw TransferRefused(TransferErrc::device_error, "Producer::after_stream: " + s.describe());
+    return ev;
+  }
+
+  reactor::Connector conn;
+  std::vector<std::shared_ptr<hip::Event>> events;
+};
+
+Connector::Connector(ConnectorOptions options) : impl_(std::make_unique<Impl>(options)) {}
+Connector::~Connector() = default;
+
+std::uint32_t Connector::register_layout(const Registration& registration) {
+  return impl_->conn.register_layout(registration);
+}
+
+void Connector::save(kv::TransferSpec spec, Producer producer) {
+  impl_->conn.save(std::move(spec), impl_->producer(producer));
+}
+
+void Connector::load(kv::TransferSpec spec, Producer producer) {
+  impl_->conn.load(std::move(spec), impl_->producer(producer));
+}
+
+void Connector::submit(std::vector<Op> ops) {
+  std::vector<reactor::Connector::Op> in;
+  in.reserve(ops.size());
+  for (Op& op : ops) in.push_back({op.kind, std::move(op.spec), impl_->producer(op.producer)});
+  impl_->conn.submit(std::move(in));
+}
+
+std::uint64_t Connector::lookup(std::vector<kv::ChunkKey> keys, std::uint32_t registration) {
+  return impl_->conn.lookup(std::move(keys), registration);
+}
+
+void Connector::release_lookup(std::uint64_t lease) { impl_->conn.release_lookup(lease); }
+
+std::vector<std::byte> Connector::export_lease(std::uint64_t lease) { return impl_->conn.export_lease(lease); }
+
+std::uint64_t Connector::adopt_lease(std::span<const std::byte> handoff) { return impl_->conn.adopt_lease(handoff); }
+
+LoadOrder Connector::order_after_load(const std::string& request, NativeStream stream, std::uint32_t registration) {
+  hip::Stream engine = hip::Stream::borrow(reinterpret_cast<void*>(stream));
+  return impl_->conn.order_after_load(request, engine, registration);
+}
+
+Finished Connector::finished() { return impl_->conn.finished(); }
+
+void Connector::fence(const std::vector<std::string>& requests, std::chrono::milliseconds timeout) {
+  impl_->conn.fence(requests, timeout);
+}
+
+void Connector::fence_async(std::vector<std::string> requests, std::chrono::milliseconds timeout,
+                            std::function<void(std::exception_ptr)> done) {
+  if (!done) throw std::invalid_argument("fence_async: no completion function");
+  impl_->conn.async_fence(std::move(requests), timeout, [done = std::move(done)](std::exception_ptr e) { done(e); });
+}
+
+void Connector::close() { impl_->conn.close(); }
+
+std::uint16_t Connector::debug_port() const noexcept { return impl_->conn.http_port(); }
+
+}  // namespace kvstrand

@@ -1,0 +1,213 @@
+// The library an engine links (libkvstrand.so) through its public headers
+// only: this test links nothing else. The sim hooks it uses to hold a
+// stream are kvstrand symbols the library exports.
+#include <catch2/catch.hpp>
+
+#include <kvstrand/kvstrand.hpp>
+
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "hip/event.hpp"
+#include "hip/sim_hooks.hpp"
+#include "hip/stream.hpp"
+
+using namespace kvstrand;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr std::uint32_t kBlocks = 32;
+constexpr std::uint64_t kBlockBytes = 4096;
+
+bool sim() { return std::string(backend()) == "sim"; }
+
+std::vector<std::byte> pattern(std::size_t n, unsigned seed) {
+  std::vector<std::byte> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::byte>((i * 131 + seed * 7) & 0xff);
+  return v;
+}
+
+// One stateless group of 16-token blocks, 64-token chunks, in DeviceMemory.
+struct Engine {
+  kv::Layout layout;
+  DeviceMemory plane = DeviceMemory::allocate(kBlocks * kBlockBytes);
+  DeviceStream stream = DeviceStream::create();
+  Connector conn;
+  std::uint32_t group = 0;
+
+  explicit Engine(ConnectorOptions o = small()) : conn(o) {
+    layout.model_id = "public-api";
+    layout.layout_name = "public-api";
+    layout.planes = {{"kv", kBlockBytes}};
+    layout.block_tokens = 16;
+    layout.chunk_tokens = 64;
+    layout.dtype = "bf16";
+    Registration reg;
+    reg.layout = layout;
+    reg.planes = {{plane.data(), kBlocks}};
+    group = conn.register_layout(reg);
+  }
+  static ConnectorOptions small() {
+    ConnectorOptions o;
+    o.tier_bytes = 8u << 20;
+    o.transfer_deadline = 20s;
+    return o;
+  }
+  kv::TransferSpec spec(const std::string& req, std::uint32_t first_block) {
+    std::vector<std::uint32_t> toks(128);
+    for (std::size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<std::uint32_t>(i * 3 + 1);
+    kv::TransferSpec s;
+    s.request = req;
+    s.registration = group;
+    s.tokens = {0, 128};
+    s.keys = kv::chunk_keys(layout, kv::namespace_of(layout), toks);
+    for (std::uint32_t b = 0; b < 8; ++b) s.blocks.push_back(first_block + b);
+    return s;
+  }
+  Finished wait(std::size_t saves, std::size_t loads, std::size_t lookups = 0) {
+    Finished all;
+    const auto end = std::chrono::steady_clock::now() + 10s;
+    while (all.saves.size() < saves || all.loads.size() < loads || all.lookups.size() < lookups) {
+      if (std::chrono::steady_clock::now() > end) FAIL("timed out");
+      Finished f = conn.finished();
+      all.saves.insert(all.saves.end(), f.saves.begin(), f.saves.end());
+      all.loads.insert(all.loads.end(), f.loads.begin(), f.loads.end());
+      all.lookups.insert(all.lookups.end(), f.lookups.begin(), f.lookups.end());
+      std::this_thread::sleep_for(200us);
+    }
+    return all;
+  }
+  std::vector<std::byte> blocks(std::uint32_t first, std::uint32_t n) {
+    std::vector<std::byte> v(n * kBlockBytes);
+    plane.read(first * kBlockBytes, v);
+    return v;
+  }
+};
+
+// The smallest coroutine type: starts at once, nothing returned.
+struct Task {
+  struct promise_type {
+    Task get_return_object() { return {}; }
+    std::suspend_never initial_suspend() noexcept { return {}; }
+    std::suspend_never final_suspend() noexcept { return {}; }
+    void return_void() {}
+    void unhandled_exception() { std::terminate(); }
+  };
+};
+
+// An engine's step as a coroutine (a function, not a lambda: GCC 12).
+Task fence_step(Engine& e, Connector::Resume resume, bool& fenced, std::thread::id& resumed_on) {
+  e.conn.save(e.spec("r", 0));
+  std::vector<std::string> requests{"r"};
+  co_await e.conn.fenced(std::move(requests), 10s, std::move(resume));
+  fenced = true;
+  resumed_on = std::this_thread::get_id();
+}
+
+}  // namespace
+
+TEST_CASE("public api: the version and backend the library reports", "[api]") {
+  REQUIRE(std::string(version()) == KVSTRAND_VERSION_STRING);
+  const std::string b = backend();
+  REQUIRE((b == "sim" || b == "hip" || b == "cuda"));
+}
+
+TEST_CASE("public api: a save waits for the engine's own stream (Producer::after_stream), a load restores it",
+          "[api][sim]") {
+  if (!sim()) return;
+  Engine e;
+  e.plane.write(0, pattern(8 * kBlockBytes, 1));  // what the blocks held before this step
+  // The step's forward pass, on the engine's stream: held, so it has not run.
+  hip::Stream engine = hip::Stream::borrow(reinterpret_cast<void*>(e.stream.native()));
+  REQUIRE(hip::sim::hold_stream(engine).ok());
+  const auto step = pattern(8 * kBlockBytes, 2);
+  e.plane.write_async(0, step, e.stream);
+  e.conn.save(e.spec("r", 0), Producer::after_stream(e.stream.native()));
+  std::this_thread::sleep_for(50ms);
+  REQUIRE(e.conn.finished().saves.empty());  // waiting for the forward pass
+  REQUIRE(hip::sim::release_stream(engine).ok());
+  auto f = e.wait(1, 0);
+  INFO(f.saves[0].reason);
+  REQUIRE(f.saves[0].ok);
+  const auto id = e.conn.lookup(e.spec("r", 0).keys, e.group);
+  f = e.wait(0, 0, 1);
+  REQUIRE(f.lookups[0].id == id);
+  REQUIRE(f.lookups[0].hit.tokens == 128);
+  e.conn.load(e.spec("r", 16));
+  f = e.wait(0, 1);
+  REQUIRE(f.loads[0].ok);
+  REQUIRE(e.blocks(16, 8) == step);  // the step's bytes, not the ones before it
+}
+
+TEST_CASE("public api: an engine's own event is waited for (Producer::after_event)", "[api][sim]") {
+  if (!sim()) return;
+  Engine e;
+  hip::Stream engine = hip::Stream::borrow(reinterpret_cast<void*>(e.stream.native()));
+  auto ev = hip::Event::create();
+  REQUIRE(ev.ok());
+  REQUIRE(hip::sim::hold_stream(engine).ok());
+  const auto step = pattern(8 * kBlockBytes, 3);
+  e.plane.write_async(0, step, e.stream);
+  REQUIRE(ev->record(engine).ok());
+  e.conn.save(e.spec("r", 0), Producer::after_event(reinterpret_cast<NativeEvent>(ev->native())));
+  std::this_thread::sleep_for(50ms);
+  REQUIRE(e.conn.finished().saves.empty());
+  REQUIRE(hip::sim::release_stream(engine).ok());
+  REQUIRE(e.wait(1, 0).saves[0].ok);
+  e.conn.load(e.spec("r", 16));
+  REQUIRE(e.wait(0, 1).loads[0].ok);
+  REQUIRE(e.blocks(16, 8) == step);
+  REQUIRE_THROWS_AS(e.conn.save(e.spec("s", 0), Producer::after_event(0)), TransferRefused);
+}
+
+TEST_CASE("public api: refusals and fail-stops are caught by their own types across the library", "[api]") {
+  Engine e;
+  kv::TransferSpec s = e.spec("r", 0);
+  s.registration = 3;
+  try {
+    e.conn.save(s);
+    FAIL("a save naming no registration was posted");
+  } catch (const TransferRefused& x) {
+    REQUIRE(x.code() == TransferErrc::bad_spec);
+  }
+  ConnectorOptions bad;
+  bad.transfer_deadline = 0ms;
+  REQUIRE_THROWS_AS(Connector(bad), std::invalid_argument);
+  REQUIRE(e.conn.debug_port() == 0);
+}
+
+TEST_CASE("public api: co_await fenced() continues on the engine's executor once the transfers are terminal",
+          "[api]") {
+  Engine e;
+  e.plane.write(0, pattern(8 * kBlockBytes, 4));
+  std::deque<std::function<void()>> engine_queue;  // the engine's executor: this thread
+  std::mutex queue_mutex;                          // resume() is called on kvstrand's reactor thread
+  Connector::Resume resume = [&](std::function<void()> f) {
+    std::lock_guard lk(queue_mutex);
+    engine_queue.push_back(std::move(f));
+  };
+  bool fenced = false;
+  std::thread::id resumed_on;
+  fence_step(e, resume, fenced, resumed_on);
+  const auto end = std::chrono::steady_clock::now() + 10s;
+  while (!fenced && std::chrono::steady_clock::now() < end) {
+    std::function<void()> f;
+    {
+      std::lock_guard lk(queue_mutex);
+      if (!engine_queue.empty()) {
+        f = std::move(engine_queue.front());
+        engine_queue.pop_front();
+      }
+    }
+    if (f) f();
+    std::this_thread::sleep_for(100us);
+  }
+  REQUIRE(fenced);
+  REQUIRE(resumed_on == std::this_thread::get_id());
+  REQUIRE(e.conn.finished().saves.size() == 1);  // terminal, as the fence said
+  REQUIRE_THROWS_AS(e.conn.fenced({"r"}, 1s, nullptr), std::invalid_argument);
+}
