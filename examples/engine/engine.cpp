@@ -6,12 +6,14 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <array>
 #include <cstring>
 #include <deque>
 #include <list>
 #include <stdexcept>
 
 #include "hip/copy.hpp"
+#include "hip/event.hpp"
 #include "hip/pinned_buffer.hpp"
 #include "hip/sim_hooks.hpp"
 #include "hip/stream.hpp"
@@ -112,8 +114,21 @@ struct Engine::Impl {
   kv::Digest ns{};
   kv::ChunkHasher hasher;
   hip::Stream stream;
+  // The step's device writes go through pinned staging, in two halves used
+  // by alternate steps: a step's copies may still be queued while the next
+  // step fills the other half. Before a half is reused, the step that last
+  // used it must have run (its event, two steps old: complete in the
+  // steady state). The engine's stream is never synchronized per step.
   std::optional<hip::PinnedBuffer> staging;
-  std::size_t staged = 0;
+  std::size_t half_bytes = 0;
+  std::uint32_t side = 0;   // the half this step writes through
+  std::size_t staged = 0;   // bytes of it used
+  std::array<std::shared_ptr<hip::Event>, 2> half_done;
+  // Recorded on the engine's stream after each step: what a save posted
+  // after it waits for (its blocks were written by then). Loads wait for a
+  // point recorded when they are posted (engine_point()).
+  std::shared_ptr<const hip::Event> step_done;
+  std::vector<std::shared_ptr<hip::Event>> events;  // reused once the Connector let go
   std::optional<hip::PinnedBuffer> readback;
   std::unique_ptr<reactor::Connector> conn;
   std::map<std::uint32_t, ToyModel::Reference> references;
@@ -157,8 +172,9 @@ struct Engine::Impl {
     std::uint64_t per_token = 0;
     for (std::size_t p = 0; p < cfg.layout.planes.size(); ++p) per_token += model.bytes_per_token(p);
     const std::uint64_t tokens = cfg.max_batched_tokens + 2ull * cfg.concurrency;
-    staging.emplace(must(hip::PinnedBuffer::allocate(
-        tokens * per_token + (tokens / cfg.layout.chunk_tokens + 2 * cfg.concurrency + 2) * cfg.layout.checkpoint.image_bytes)));
+    half_bytes =
+        tokens * per_token + (tokens / cfg.layout.chunk_tokens + 2 * cfg.concurrency + 2) * cfg.layout.checkpoint.image_bytes;
+    staging.emplace(must(hip::PinnedBuffer::allocate(2 * half_bytes)));
     if (cfg.sim_stream_delay.count() > 0) must(hip::sim::set_stream_delay(stream, cfg.sim_stream_delay));
     if (cfg.tier) {
       reactor::ConnectorOptions o;
@@ -173,6 +189,10 @@ struct Engine::Impl {
     }
   }
 
+  // Copies out of the staging area may still be queued (no step waits for
+  // its own): they run before the staging area is freed.
+  ~Impl() { (void)stream.synchronize(); }
+
   template <class T>
   static T must(hip::Result<T> r) {
     if (!r.ok()) throw std::runtime_error("engine: " + r.status().describe());
@@ -185,13 +205,35 @@ struct Engine::Impl {
   // ---- device writes through the step's staging area ----------------------
 
   std::byte* stage(std::size_t n) {
-    if (staged + n > staging->size()) {  // full: let the queued copies drain, start over
+    if (staged + n > half_bytes) {  // full: let every queued copy drain, start over
       must(stream.synchronize());
       staged = 0;
     }
-    std::byte* p = staging->data() + staged;
+    std::byte* p = staging->data() + side * half_bytes + staged;
     staged += n;
     return p;
+  }
+
+  // An event recorded on the engine's stream now: everything queued on it
+  // so far. From a pool; an event is reused once only the pool holds it.
+  std::shared_ptr<hip::Event> engine_point() {
+    std::shared_ptr<hip::Event> ev;
+    for (auto& e : events)
+      if (e.use_count() == 1) ev = e;
+    if (!ev) ev = events.emplace_back(std::make_shared<hip::Event>(must(hip::Event::create())));
+    must(ev->record(stream));
+    return ev;
+  }
+
+  // The end of a step's device work: saves wait for it, and its staging
+  // half is free once it has run.
+  void end_step() {
+    auto ev = engine_point();
+    step_done = ev;
+    half_done[side] = ev;
+    side ^= 1;
+    staged = 0;
+    if (half_done[side]) must(half_done[side]->synchronize());  // two steps old
   }
   void write_image(std::int32_t slot, const ToyState& s) {
     const auto img = model.image(s);
@@ -372,7 +414,10 @@ struct Engine::Impl {
       r.rec.load_begin = plan.load->begin;
       r.phase = Request::Phase::loading;
       loads[r.load_name] = LoadInFlight{r.n, id};
-      timed([&] { conn->load(std::move(s)); });
+      // The blocks it writes may have been another request's until now:
+      // the load waits for every write the engine queued to them.
+      auto producer = engine_point();
+      timed([&] { conn->load(std::move(s), std::move(producer)); });
       ++stats.loads;
       if (plan.load->begin == 0) ++stats.loads_from_zero;
       return true;
@@ -570,7 +615,7 @@ struct Engine::Impl {
 
   void post(std::uint64_t n, kv::TransferSpec spec, std::vector<std::int32_t> pinned) {
     saves[spec.request] = SaveInFlight{n, spec.lease, std::move(pinned)};
-    timed([&] { conn->save(std::move(spec)); });
+    timed([&] { conn->save(std::move(spec), step_done); });
   }
 
   // ---- verification -------------------------------------------------------------
@@ -686,8 +731,7 @@ struct Engine::Impl {
       if (auto it = live.find(n); it != live.end() && it->second->phase == Request::Phase::running &&
                                   !it->second->prefilling())
         write_image(it->second->slot, it->second->state);
-    must(stream.synchronize());  // the step's KV is committed before saves read it
-    staged = 0;                  // and the staging area is free: every copy out of it ran
+    end_step();  // saves of this step's KV wait for its event, not for a synchronize
     co_return w;
   }
 
