@@ -219,17 +219,44 @@ TEST_CASE("engine: a failed load reports its own cause and the request is recomp
   c.make_tier = local_tier_into(tier);
   Engine e(c, small_workload(24));
   REQUIRE(tier != nullptr);
-  // The first two loads' copies run and fail on the tier's load stream.
-  require_ok(hip::sim::fail_copies(tier->load_stream(), hip::sim::FailAt::execute, hip::Errc::injected_fault, 2));
+  // The first load's first copy runs and fails on the tier's load stream:
+  // one group's (the target's or the draft cache's); the other group's copy
+  // lands, and the load as a whole fails and is recomputed.
+  REQUIRE(c.draft_cache);
+  require_ok(hip::sim::fail_copies(tier->load_stream(), hip::sim::FailAt::execute, hip::Errc::injected_fault, 1));
   RunStats st = e.run(0, 1e9, 80);
   require_exact(st);
-  REQUIRE(st.loads_failed == 2);
-  REQUIRE(st.load_failures.size() == 2);
+  REQUIRE(st.loads_failed == 1);
+  REQUIRE(st.load_failures.size() == 1);
   for (const auto& f : st.load_failures) {
     INFO(f);
     REQUIRE(f.find("injected") != std::string::npos);  // the real cause, not a later symptom
   }
   REQUIRE(st.loads > st.loads_failed);  // later loads land
+}
+
+TEST_CASE("engine: the draft model's cache is a second registration, stored, loaded and verified with the target's",
+          "[engine][gpu]") {
+  if (!device_present()) return;
+  // HBM too small for the working set: requests resume from the tier.
+  auto run = [](bool draft) {
+    auto c = small_config(true);
+    c.draft_cache = draft;
+    c.pool_blocks = 150;
+    Engine e(c, small_workload(24));
+    RunStats st = e.run(0, 1e9, 80);
+    require_exact(st);  // with the draft cache: its KV of every resumed request too
+    const auto tier = e.connector()->tier_stats();
+    return std::pair{st, tier};
+  };
+  const auto [with, with_tier] = run(true);
+  const auto [without, without_tier] = run(false);
+  REQUIRE(with.loads > 0);
+  REQUIRE(with.loads_failed == 0);
+  REQUIRE(with.verified > 0);
+  // Every stored chunk of the target has its draft twin: twice the objects.
+  REQUIRE(without_tier.objects > 0);
+  REQUIRE(with_tier.objects == 2 * without_tier.objects);
 }
 
 TEST_CASE("engine: a working set that fits HBM pays nothing for the tier (F31)", "[engine][gpu]") {

@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "hip/copy.hpp"
+#include "hip/device_buffer.hpp"
 #include "hip/event.hpp"
 #include "hip/pinned_buffer.hpp"
 #include "hip/sim_hooks.hpp"
@@ -63,6 +64,12 @@ struct Request {
   bool lookup_answered = false;
   std::optional<kv::HitSource> tier_hit;
   std::uint64_t tier_lease = 0;  // keeps tier_hit stored until a load names it or it is released
+  // The draft group's (EngineConfig::draft_cache): its keys, and its lookup's answer.
+  std::vector<kv::ChunkKey> draft_keys;
+  std::optional<std::uint64_t> draft_lookup_id;
+  bool draft_answered = false;
+  std::optional<kv::HitSource> draft_hit;
+  std::uint64_t draft_lease = 0;
   std::vector<kv::BlockId> table;
   std::int32_t slot = -1;
   std::uint32_t computed = 0;  // tokens [0, computed) have KV in the table
@@ -83,7 +90,7 @@ struct Request {
 // A finished request's remaining chunks, waiting for its save in flight
 // (one per request) to settle. Its sources are leased already.
 struct TailSave {
-  kv::TransferSpec spec;
+  std::vector<kv::TransferSpec> specs;  // the target's, then the draft group's
   std::vector<std::int32_t> pinned;
 };
 
@@ -94,15 +101,37 @@ struct LoadInFlight {
   std::uint64_t request = 0;
   std::uint64_t record = 0;
   bool settled = false;
+  int outcomes_left = 1;  // one per group: the load landed when every group's did
+  bool ok = true;
+  std::string reason;
 };
 
 struct SaveInFlight {
   std::uint64_t request = 0;
   kv::BlockLeases::LeaseId lease = 0;
   std::vector<std::int32_t> pinned;
-  bool settled = false;  // its outcome arrived
+  bool settled = false;  // its outcome arrived (every group's)
   bool safe = false;     // its source blocks were released
+  int outcomes_left = 1;  // one per group
+  int unsafe_left = 1;    // groups still reading the source blocks
+  bool ok = true;
 };
+
+constexpr std::uint64_t kDraftSalt = 0xd4af7ull;  // the draft model's KV differs from the target's
+
+// The draft model's layout: the target's geometry and tokens, one plane of
+// half the target's first plane's bytes per token, no recurrent state.
+kv::Layout draft_layout_of(const kv::Layout& target) {
+  kv::Layout l = target;
+  l.model_id = target.model_id + "-draft";
+  l.layout_name = "draft";
+  const std::uint64_t per_token = std::max<std::uint64_t>(1, target.planes.at(0).bytes_per_block / target.block_tokens / 2);
+  l.planes = {{"draft-kv", per_token * target.block_tokens}};
+  l.checkpoint = {};
+  l.sliding_window = 0;
+  l.speculative = {};
+  return l;
+}
 
 }  // namespace
 
@@ -130,6 +159,13 @@ struct Engine::Impl {
   std::shared_ptr<const hip::Event> step_done;
   std::vector<std::shared_ptr<hip::Event>> events;  // reused once the Connector let go
   std::optional<hip::PinnedBuffer> readback;
+  // The draft model's cache (EngineConfig::draft_cache): a second
+  // registration over the same block ids as the target's pool.
+  std::optional<kv::Layout> draft_layout;
+  std::optional<ToyModel> draft_model;
+  std::optional<hip::DeviceBuffer> draft_plane;
+  kv::Digest draft_ns{};
+  std::uint32_t draft_reg = 0;
   std::unique_ptr<reactor::Connector> conn;
   std::map<std::uint32_t, ToyModel::Reference> references;
   std::map<std::uint32_t, std::vector<std::uint32_t>> prompts;
@@ -137,7 +173,7 @@ struct Engine::Impl {
   std::map<std::uint64_t, std::unique_ptr<Request>> live;  // by n
   std::deque<std::uint64_t> waiting;
   std::list<std::uint64_t> running;  // admission order
-  std::map<std::uint64_t, std::uint64_t> lookup_owner;  // lookup id -> request n
+  std::map<std::uint64_t, std::pair<std::uint64_t, bool>> lookup_owner;  // lookup id -> (request n, draft group?)
   std::map<std::string, LoadInFlight> loads;            // load name -> its request and record
   std::map<std::string, SaveInFlight> saves;            // save name -> in flight
   std::map<std::uint64_t, TailSave> tails;              // finished request n -> its tail save
@@ -171,6 +207,14 @@ struct Engine::Impl {
         ns(kv::namespace_of(cfg.layout)), stream(must(hip::Stream::create())) {
     std::uint64_t per_token = 0;
     for (std::size_t p = 0; p < cfg.layout.planes.size(); ++p) per_token += model.bytes_per_token(p);
+    if (cfg.draft_cache) {
+      draft_layout.emplace(draft_layout_of(cfg.layout));
+      draft_model.emplace(*draft_layout);
+      draft_plane.emplace(must(hip::DeviceBuffer::allocate(std::uint64_t{cfg.pool_blocks} *
+                                                           draft_layout->planes[0].bytes_per_block)));
+      draft_ns = kv::namespace_of(*draft_layout);
+      per_token += draft_model->bytes_per_token(0);
+    }
     const std::uint64_t tokens = cfg.max_batched_tokens + 2ull * cfg.concurrency;
     half_bytes =
         tokens * per_token + (tokens / cfg.layout.chunk_tokens + 2 * cfg.concurrency + 2) * cfg.layout.checkpoint.image_bytes;
@@ -186,6 +230,12 @@ struct Engine::Impl {
       o.http = cfg.http;
       conn = std::make_unique<reactor::Connector>(o);
       conn->register_layout(pool.registration());
+      if (draft_layout) {
+        reactor::Registration draft;
+        draft.layout = *draft_layout;
+        draft.planes = {{draft_plane->data(), cfg.pool_blocks}};
+        draft_reg = conn->register_layout(draft);
+      }
     }
   }
 
@@ -265,10 +315,13 @@ struct Engine::Impl {
       const std::uint32_t off = t % l.block_tokens;
       std::vector<std::byte*> dst(l.planes.size());
       for (std::size_t p = 0; p < l.planes.size(); ++p) dst[p] = stage((end - t) * model.bytes_per_token(p));
+      const std::uint64_t dbpt = draft_model ? draft_model->bytes_per_token(0) : 0;
+      std::byte* draft_dst = draft_model ? stage((end - t) * dbpt) : nullptr;
       for (std::uint32_t u = t; u < end; ++u) {
         const std::uint64_t h = ToyModel::advance(r.state, seq[u - a]);
         for (std::size_t p = 0; p < l.planes.size(); ++p)
           model.token_kv(h, p, dst[p] + (u - t) * model.bytes_per_token(p));
+        if (draft_model) draft_model->token_kv(h ^ kDraftSalt, 0, draft_dst + (u - t) * dbpt);
         // A checkpoint at every chunk end of the prompt, taken now: after
         // exactly the committed tokens, before the state moves on (F6, F7).
         if ((u + 1) % l.chunk_tokens == 0 && u + 1 <= r.prompt()) {
@@ -281,6 +334,9 @@ struct Engine::Impl {
       for (std::size_t p = 0; p < l.planes.size(); ++p)
         must(hip::copy_h2d(stream, pool.plane(p) + dev * l.planes[p].bytes_per_block + off * model.bytes_per_token(p),
                            dst[p], (end - t) * model.bytes_per_token(p)));
+      if (draft_model)
+        must(hip::copy_h2d(stream, draft_plane->data() + dev * draft_layout->planes[0].bytes_per_block + off * dbpt,
+                           draft_dst, (end - t) * dbpt));
       if (end % l.block_tokens == 0 && end <= r.prompt()) pool.commit(dev, r.block_hashes[block]);
       t = end;
     }
@@ -298,6 +354,7 @@ struct Engine::Impl {
     r->tokens = toks;
     r->block_hashes = hasher.hashes(ns, r->tokens, cfg.layout.block_tokens);
     r->keys = kv::chunk_keys(cfg.layout, ns, r->tokens);
+    if (draft_layout) r->draft_keys = kv::chunk_keys(*draft_layout, draft_ns, r->tokens);
     r->rec.n = r->n;
     r->rec.prompt = r->prompt_index;
     r->rec.arrival = clock;
@@ -324,6 +381,45 @@ struct Engine::Impl {
     return kv::floor_to(limit, cfg.layout.chunk_tokens);
   }
 
+  // Where a request resumes. With the draft group, both groups are planned
+  // together (kv::plan_groups): the draft's blocks mirror the target's, so
+  // HBM holds the same tokens of both, and a load must bring both groups'
+  // bytes for its blocks: the tier source of each is the least of what the
+  // two groups' lookups found (the target's checkpoints within it).
+  kv::HitPlan plan_request(const Request& r, kv::HitInputs in) const {
+    if (!draft_layout) return kv::plan_hit(cfg.layout, in);
+    std::optional<kv::HitSource> draft_tier;
+    if (in.tier) {
+      const std::uint32_t both = std::min(in.tier->tokens, r.draft_hit ? r.draft_hit->tokens : 0u);
+      std::erase_if(in.tier->checkpoints, [both](std::uint32_t c) { return c > both; });
+      in.tier->tokens = both;
+      draft_tier = kv::HitSource{both, {}};
+    }
+    const std::vector<kv::GroupHitInputs> groups = {{&cfg.layout, in.hbm, in.tier},
+                                                    {&*draft_layout, kv::HitSource{in.hbm.tokens, {}}, draft_tier}};
+    return kv::plan_groups(groups, in.prompt_tokens, in.min_load_tokens).groups[0];
+  }
+
+  // The tier's answers hold leases (kvstrand-server): given back when no
+  // load will name them (F20).
+  void release_leases(Request& r) {
+    if (r.tier_lease != 0) timed([&] { conn->release_lookup(std::exchange(r.tier_lease, 0)); });
+    if (r.draft_lease != 0) timed([&] { conn->release_lookup(std::exchange(r.draft_lease, 0)); });
+  }
+
+  // The draft group's transfer of the target spec's tokens and blocks.
+  kv::TransferSpec draft_spec(const Request& r, const kv::TransferSpec& target) const {
+    const std::uint32_t ct = cfg.layout.chunk_tokens;
+    kv::TransferSpec d;
+    d.request = target.request;
+    d.registration = draft_reg;
+    d.tokens = target.tokens;
+    const std::uint32_t c0 = target.tokens.begin / ct, c1 = (target.tokens.end + ct - 1) / ct;
+    d.keys.assign(r.draft_keys.begin() + c0, r.draft_keys.begin() + c1);
+    d.blocks = target.blocks;
+    return d;
+  }
+
   // One admission attempt. False: stop admitting this step (no memory).
   bool admit(Request& r) {
     const auto& l = cfg.layout;
@@ -340,17 +436,21 @@ struct Engine::Impl {
         if (!r.lookup_id) {
           r.lookup_id = timed([&] { return conn->lookup(r.keys); });
           if (warm) ++stats.lookups_measured;
-          lookup_owner[*r.lookup_id] = r.n;
+          lookup_owner[*r.lookup_id] = {r.n, false};
           ++stats.lookups;
+          if (draft_layout) {
+            r.draft_lookup_id = timed([&] { return conn->lookup(r.draft_keys, draft_reg); });
+            lookup_owner[*r.draft_lookup_id] = {r.n, true};
+          }
         }
-        if (!r.lookup_answered) {
+        if (!r.lookup_answered || (draft_layout && !r.draft_answered)) {
           ++stats.deferred_steps;
           return true;  // deferred, never waited for
         }
         in.tier = r.tier_hit;
       }
     }
-    const kv::HitPlan plan = kv::plan_hit(l, in);
+    const kv::HitPlan plan = plan_request(r, in);
     if (std::exchange(r.preempted_loading, false)) {
       ++stats.readmitted_after_fenced_load;
       if (plan.load) throw std::logic_error("engine: " + r.id + " would load again after its load was fenced (F4)");
@@ -358,7 +458,7 @@ struct Engine::Impl {
     if (in.tier) r.tracker.note_stored(in.tier->tokens);
     // The tier's answer holds a lease (kvstrand-server); a hit the plan does
     // not load gives it back now (F20).
-    if (r.tier_lease != 0 && !plan.load) timed([&] { conn->release_lookup(std::exchange(r.tier_lease, 0)); });
+    if (!plan.load) release_leases(r);
 
     const std::uint32_t reused = plan.hbm_tokens / l.block_tokens;
     const std::uint32_t last = r.prompt() + (cfg.reserve_outputs ? work.output_tokens : 1);
@@ -406,6 +506,12 @@ struct Engine::Impl {
       s.with_state = true;
       s.state_slots = {r.slot};
       s.tier_lease = std::exchange(r.tier_lease, 0);  // the load ends the lease once it has copied
+      std::vector<reactor::Connector::Op> ops;
+      if (draft_layout) {  // the draft group's blocks are the same ids: the same range, its own keys and lease
+        kv::TransferSpec d = draft_spec(r, s);
+        d.tier_lease = std::exchange(r.draft_lease, 0);
+        ops.push_back({reactor::TransferKind::load, std::move(d), nullptr});
+      }
       const std::uint64_t id = load_seq++;
       pool.committed().record_load(id, std::move(dests));
       r.tracker.load_decided(*plan.load);
@@ -413,11 +519,13 @@ struct Engine::Impl {
       r.rec.tier_tokens = plan.load->size();
       r.rec.load_begin = plan.load->begin;
       r.phase = Request::Phase::loading;
-      loads[r.load_name] = LoadInFlight{r.n, id};
+      loads[r.load_name] = LoadInFlight{r.n, id, false, 1 + static_cast<int>(ops.size())};
       // The blocks it writes may have been another request's until now:
       // the load waits for every write the engine queued to them.
-      auto producer = engine_point();
-      timed([&] { conn->load(std::move(s), std::move(producer)); });
+      std::shared_ptr<const hip::Event> producer = engine_point();
+      ops.insert(ops.begin(), reactor::Connector::Op{reactor::TransferKind::load, std::move(s), producer});
+      for (auto& op : ops) op.producer = producer;
+      timed([&] { conn->submit(std::move(ops)); });
       ++stats.loads;
       if (plan.load->begin == 0) ++stats.loads_from_zero;
       return true;
@@ -498,10 +606,11 @@ struct Engine::Impl {
     for (const auto& lk : f.lookups) {
       auto it = lookup_owner.find(lk.id);
       if (it == lookup_owner.end()) continue;
-      if (auto r = live.find(it->second); r != live.end()) {
-        r->second->lookup_answered = true;
-        r->second->tier_hit = lk.hit;
-        r->second->tier_lease = lk.lease;
+      if (auto r = live.find(it->second.first); r != live.end()) {
+        Request& q = *r->second;
+        (it->second.second ? q.draft_answered : q.lookup_answered) = true;
+        (it->second.second ? q.draft_hit : q.tier_hit) = lk.hit;
+        (it->second.second ? q.draft_lease : q.tier_lease) = lk.lease;
       } else {
         conn->release_lookup(lk.lease);
       }
@@ -511,14 +620,14 @@ struct Engine::Impl {
     for (const auto& o : f.saves) {
       auto it = saves.find(o.request);
       if (it == saves.end()) continue;
+      if (!o.ok) spdlog::debug("engine: save {} (registration {}) failed: {}", o.request, o.registration, o.reason);
+      it->second.ok = it->second.ok && o.ok;
+      if (--it->second.outcomes_left > 0) continue;  // the other group's is still to come
       ++stats.saves;
-      if (!o.ok) {
-        ++stats.saves_failed;
-        spdlog::debug("engine: save {} failed: {}", o.request, o.reason);
-      }
-      if (auto r = live.find(it->second.request); r != live.end()) r->second->tracker.save_settled(o.ok);
+      if (!it->second.ok) ++stats.saves_failed;
+      if (auto r = live.find(it->second.request); r != live.end()) r->second->tracker.save_settled(it->second.ok);
       if (auto t = tails.find(it->second.request); t != tails.end()) {  // the finished request's last save
-        post(it->second.request, std::move(t->second.spec), std::move(t->second.pinned));
+        post(it->second.request, std::move(t->second.specs), std::move(t->second.pinned));
         tails.erase(t);
       }
       for (std::int32_t s : it->second.pinned) pool.unpin_slot(s);
@@ -529,17 +638,25 @@ struct Engine::Impl {
     for (const auto& s : f.source_safe) {
       auto it = saves.find(s.request);
       if (it == saves.end()) continue;
+      if (--it->second.unsafe_left > 0) continue;  // the other group's copy may still read the blocks
       pool.returned(pool.leases().release(it->second.lease));
       it->second.safe = true;
       if (it->second.settled) saves.erase(it);
     }
   }
 
-  void on_load(const reactor::TransferOutcome& o) {
-    auto entry = loads.find(o.request);
+  void on_load(const reactor::TransferOutcome& outcome) {
+    auto entry = loads.find(outcome.request);
     if (entry == loads.end()) return;
+    // Every group's outcome first: the load landed only if each group's did.
+    entry->second.ok = entry->second.ok && outcome.ok;
+    if (!outcome.ok && entry->second.reason.empty()) entry->second.reason = outcome.reason;
+    if (--entry->second.outcomes_left > 0) return;
     LoadInFlight load = entry->second;
     loads.erase(entry);
+    reactor::TransferOutcome o = outcome;
+    o.ok = load.ok;
+    o.reason = load.reason;
     const std::uint64_t n = load.request;
     auto it = live.find(n);
     // A stale outcome: the request was preempted (new generation) since,
@@ -584,16 +701,27 @@ struct Engine::Impl {
     const auto range = r.tracker.next_save(std::min(r.computed, r.prompt()));
     if (!range) return;
     std::vector<std::int32_t> pinned;
-    auto spec = build(r, *range, &pinned);
-    if (!spec) {
+    auto specs = build(r, *range, &pinned);
+    if (specs.empty()) {
       r.tracker.save_settled(false);
       return;
     }
-    post(r.n, std::move(*spec), std::move(pinned));
+    post(r.n, std::move(specs), std::move(pinned));
   }
 
-  // The save of `range` of `r`: sources leased, checkpoint slots pinned.
-  std::optional<kv::TransferSpec> build(Request& r, kv::TokenRange range, std::vector<std::int32_t>* pinned) {
+  // The save of `range` of `r`: sources leased, checkpoint slots pinned;
+  // with the draft group, its save of the same blocks second. Empty: no
+  // committed sources.
+  std::vector<kv::TransferSpec> build(Request& r, kv::TokenRange range, std::vector<std::int32_t>* pinned) {
+    auto spec = build_target(r, range, pinned);
+    if (!spec) return {};
+    std::vector<kv::TransferSpec> specs;
+    if (draft_layout) specs.push_back(draft_spec(r, *spec));
+    specs.insert(specs.begin(), std::move(*spec));
+    return specs;
+  }
+
+  std::optional<kv::TransferSpec> build_target(Request& r, kv::TokenRange range, std::vector<std::int32_t>* pinned) {
     const auto& l = cfg.layout;
     const std::uint32_t c0 = range.begin / l.chunk_tokens, c1 = range.end / l.chunk_tokens;
     std::vector<kv::ChunkKey> keys(r.keys.begin() + c0, r.keys.begin() + c1);
@@ -613,9 +741,15 @@ struct Engine::Impl {
     return spec;
   }
 
-  void post(std::uint64_t n, kv::TransferSpec spec, std::vector<std::int32_t> pinned) {
-    saves[spec.request] = SaveInFlight{n, spec.lease, std::move(pinned)};
-    timed([&] { conn->save(std::move(spec), step_done); });
+  // One save per group, in one submit; the source lease (the target's
+  // spec's) is released once every group's copy out of the blocks ended.
+  void post(std::uint64_t n, std::vector<kv::TransferSpec> specs, std::vector<std::int32_t> pinned) {
+    SaveInFlight in_flight{n, specs.front().lease, std::move(pinned)};
+    in_flight.outcomes_left = in_flight.unsafe_left = static_cast<int>(specs.size());
+    saves[specs.front().request] = std::move(in_flight);
+    std::vector<reactor::Connector::Op> ops;
+    for (auto& s : specs) ops.push_back({reactor::TransferKind::save, std::move(s), step_done});
+    timed([&] { conn->submit(std::move(ops)); });
   }
 
   // ---- verification -------------------------------------------------------------
@@ -663,6 +797,19 @@ struct Engine::Impl {
       must(hip::copy_d2h(stream, buf.data(), pool.slot(r.slot), img.size()));
       must(stream.synchronize());
       if (std::memcmp(buf.data(), img.data(), img.size()) != 0) bad = "state image at the prompt's end";
+    }
+    if (bad.empty() && draft_model) {  // the draft group's KV, in the same blocks of its own pool
+      const std::uint64_t dbpb = draft_layout->planes[0].bytes_per_block, dbpt = draft_model->bytes_per_token(0);
+      auto& dbuf = readback_buffer(std::max<std::uint64_t>(blocks * dbpb, blocks * per_block));
+      for (std::uint32_t b = 0; b < blocks; ++b)
+        must(hip::copy_d2h(stream, dbuf.data() + b * dbpb, draft_plane->data() + r.table[b] * dbpb, dbpb));
+      must(stream.synchronize());
+      expect.resize(dbpt);
+      for (std::uint32_t t = 0; t < r.prompt() && bad.empty(); ++t) {
+        draft_model->token_kv(ref.hashes[t] ^ kDraftSalt, 0, expect.data());
+        if (std::memcmp(dbuf.data() + t / l.block_tokens * dbpb + t % l.block_tokens * dbpt, expect.data(), dbpt) != 0)
+          bad = "draft KV of token " + std::to_string(t);
+      }
     }
     ++stats.verified;
     if (!bad.empty()) mismatch(r, bad);
@@ -771,13 +918,13 @@ struct Engine::Impl {
       const kv::TokenRange rest{in_flight->end, kv::floor_to(r.prompt(), cfg.layout.chunk_tokens)};
       std::vector<std::int32_t> pinned;
       if (conn && !rest.empty() && kv::writes_to_tier(cfg.layout))
-        if (auto spec = build(r, rest, &pinned)) tails[r.n] = TailSave{std::move(*spec), std::move(pinned)};
+        if (auto specs = build(r, rest, &pinned); !specs.empty()) tails[r.n] = TailSave{std::move(specs), std::move(pinned)};
     } else {
       post_saves(r);
     }
     r.rec.finish = clock;
     release_request(r);
-    if (r.tier_lease != 0) conn->release_lookup(std::exchange(r.tier_lease, 0));
+    release_leases(r);
     stats.done.push_back(r.rec);
     live.erase(r.n);
   }

@@ -52,6 +52,11 @@ struct EngineConfig {
   // are needed and preempts under pressure.
   bool reserve_outputs = true;
   bool verify = true;       // compare every resumed request with a full recompute
+  // A second registration: a draft model's KV cache (speculative decoding),
+  // its own layout (one plane of half the target's first plane per token,
+  // no state), keys and tier objects, sharing the target's block table as a
+  // draft model does. Every save, lookup and load is posted for both groups.
+  bool draft_cache = true;
   CostModel cost;
   // Tests: the tier to use (e.g. a LocalTier whose streams inject faults),
   // and a preemption of the newest loading request every N steps (0: off).

@@ -49,7 +49,7 @@ kv::Layout seed_layout(std::uint32_t bytes_scale, bool speculative) {
 int main(int argc, char** argv) {
   CLI::App app{"kvstrand-engine-demo: the example engine on the seed's workload, every arm, correctness on"};
   double seconds = 40;
-  bool full = false, no_verify = false;
+  bool full = false, no_verify = false, no_draft = false;
   std::string arms_list = "none,hbm,tier,tier+spec,hbm-fit,tier-fit,tier-restart,tier-l2", server,
               server_binary = DemoServer::default_binary(), out = "demo-results", l2_url,
               redis_binary = "/usr/bin/redis-server",
@@ -86,6 +86,9 @@ int main(int argc, char** argv) {
                  "Real seconds per modeled second in the measured window (1 with --full; 0: as fast as possible)")
       ->capture_default_str();
   app.add_flag("--no-verify", no_verify, "Skip the comparison with a full recompute");
+  app.add_flag("--no-draft-cache", no_draft,
+               "One registration only: no draft model's cache (by default a second registration, saved, looked up "
+               "and loaded beside the target's KV and state)");
   app.add_option("--out", out, "Directory for the JSON and PNG")->capture_default_str();
   app.add_option("--log-level", log_level, "spdlog level")->capture_default_str();
   std::string http_text;
@@ -139,10 +142,10 @@ int main(int argc, char** argv) {
   Workload w;
   std::printf("kvstrand-engine-demo: %s backend; %u prompts (%u prefixes x %u + tails of %u tokens on average), "
               "%u outputs, "
-              "concurrency %u, pool %u blocks of %llu B, %g modeled s measured per arm%s\n",
+              "concurrency %u, pool %u blocks of %llu B%s, %g modeled s measured per arm%s\n",
               hip::backend_name(), prompts, w.prefixes, w.prefix_tokens, w.tail_tokens, w.output_tokens, concurrency,
               pool_blocks, static_cast<unsigned long long>(seed_layout(bytes_scale, false).bytes_per_block()),
-              seconds, server.empty() ? "" : (", tier: kvstrand-server at " + server).c_str());
+              no_draft ? "" : " + a draft model's cache (a second registration)", seconds, server.empty() ? "" : (", tier: kvstrand-server at " + server).c_str());
   std::printf("  tier arms first run one pass over every prompt (warm-up, as fast as the host can), then measure "
               "the next pass in modeled real time\n");
   const bool tty = ::isatty(2);
@@ -167,6 +170,7 @@ int main(int argc, char** argv) {
     const std::uint32_t warmup = via_l2 ? 0 : c.tier ? w.distinct : 2 * concurrency;
     c.time_scale = time_scale;
     c.verify = !no_verify;
+    c.draft_cache = !no_draft;
     if (c.tier) c.http = http;
     try {
       // tier-restart: another engine fills a node tier with one pass (the

@@ -15,7 +15,7 @@ namespace kvstrand::server {
 std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
   ServerOptions o;
   CLI::App app{"kvstrand-server: the node-wide host tier for KV-cache prefixes, shared by every engine rank"};
-  std::string tier_bytes = "8G", slab_bytes = "1G", max_frame = "16M", max_leased, max_reserved, max_queue = "4M";
+  std::string tier_bytes = "8G", slab_bytes = "auto", max_frame = "16M", max_leased, max_reserved, max_queue = "4M";
   bool no_huge = false;
   app.set_version_flag("--version", std::string("kvstrand-server ") + KVSTRAND_VERSION_STRING + " (protocol " +
                                         std::to_string(kv::proto::kMajor) + "." + std::to_string(kv::proto::kMinor) +
@@ -23,7 +23,9 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
   app.add_option("--socket", o.socket, "Unix-domain socket to listen on (created 0600)")->capture_default_str();
   app.add_option("--tier-bytes", tier_bytes, "Shared host memory for stored objects, e.g. 100G, 512M")
       ->capture_default_str();
-  app.add_option("--slab-bytes", slab_bytes, "The arena grows by this much at a time (a multiple of 2M)")
+  app.add_option("--slab-bytes", slab_bytes,
+                 "The arena grows by this much at a time, and each object size gets slabs of it (a multiple of "
+                 "2M; auto: a sixteenth of --tier-bytes, from 2M to 1G)")
       ->capture_default_str();
   app.add_flag("--no-huge-pages", no_huge, "Plain pages even where huge pages are reserved");
   app.add_option("--chunk-tokens", o.chunk_tokens, "Tokens per stored chunk; registrations must match")
@@ -62,8 +64,13 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
   auto bytes = kv::parse_bytes(tier_bytes);
   if (!bytes || *bytes == 0) return refuse("--tier-bytes", "'" + tier_bytes + "' is not a size like 8G or 512M");
   o.tier_bytes = *bytes;
-  auto slab = kv::parse_bytes(slab_bytes);
-  if (!slab || *slab == 0 || *slab % (2u << 20) != 0)
+  // auto: at least 16 slabs where the tier allows, so that several object
+  // sizes (registrations of different groups) each get slabs of their own.
+  constexpr std::uint64_t k2M = 2u << 20;
+  auto slab = slab_bytes == "auto" ? std::optional<std::uint64_t>(std::clamp<std::uint64_t>(
+                                         o.tier_bytes / 16 / k2M * k2M, k2M, 1ull << 30))
+                                   : kv::parse_bytes(slab_bytes);
+  if (!slab || *slab == 0 || *slab % k2M != 0)
     return refuse("--slab-bytes", "'" + slab_bytes + "' is not a multiple of 2M");
   // A tier smaller than a slab is one slab of its own size.
   o.slab_bytes = std::min(*slab, (o.tier_bytes + (2u << 20) - 1) / (2u << 20) * (2u << 20));
