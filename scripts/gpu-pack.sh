@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Packs a cuda build for a GPU machine that has the NVIDIA driver but not
-# Debian's spdlog and fmt: the binaries only (no sources, no object files),
+# Debian's spdlog and fmt: the binaries only (and libkvstrand.so) (no sources, no object files),
 # in the build's own layout (tests/, bench/, examples/, kvstrand-server), and
 # those two shared libraries in lib/, where every binary's RPATH looks first.
 # The CUDA runtime is linked statically.
@@ -21,5 +21,12 @@ mkdir -p "$pack/lib"
     strip --strip-unneeded "$pack/$bin"  # symbols are most of a static binary: the carry limit is 64 MiB
   done
 ldd "$probe" | awk '/libspdlog|libfmt/ {print $3}' | while read -r lib; do cp -L "$lib" "$pack/lib/"; done
+# libkvstrand.so (what test_public_api links), under its SONAME.
+for lib in "$build"/libkvstrand.so.*.*.*; do
+  [[ -e $lib ]] || continue
+  soname=$(objdump -p "$lib" | awk '/SONAME/ {print $2}')
+  cp -L "$lib" "$pack/lib/$soname"
+  strip --strip-unneeded "$pack/lib/$soname"
+done
 cp scripts/gpu-run.sh scripts/gpu-soak.sh "$pack/"
 du -sh "$pack" | awk '{print "gpu-pack: " $2 " is " $1 " (carry it; run ./gpu-run.sh . $OUT there)"}'
