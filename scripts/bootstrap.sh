@@ -15,7 +15,7 @@ pkgs=(make cmake ninja-build g++ libboost1.81-dev libspdlog-dev catch2 libssl-de
 case "${1:-}" in
   --hip) pkgs+=(libamdhip64-dev) ;;
   --fuzz) pkgs+=(clang-14 libclang-rt-14-dev) ;;
-  --test) pkgs+=(curl prometheus chromium) ;;
+  --test) pkgs+=(curl prometheus chromium pkg-config) ;;
 esac
 
 missing=()
