@@ -401,6 +401,14 @@ std::uint32_t Connector::register_layout(Registration registration) {
   });
   if (ec) throw TransferRefused(ec, "register_layout: the tier could not attach registration " + std::to_string(id) +
                                         ": " + ec.message());
+  InUse in_use;
+  std::uint32_t blocks = 0;
+  for (const auto& p : registration.planes) blocks = std::max(blocks, p.num_blocks);
+  in_use.reading.assign(blocks, 0);
+  in_use.writing.assign(blocks, 0);
+  in_use.reading_slots.assign(registration.state.slots, 0);
+  in_use.writing_slots.assign(registration.state.slots, 0);
+  in_use_.push_back(std::move(in_use));
   registrations_.push_back(std::move(registration));
   return id;
 }
@@ -456,25 +464,23 @@ void Connector::submit(std::vector<Op> ops) {
       throw TransferRefused(TransferErrc::duplicate_transfer, std::string("two ") + to_string(op.kind) +
                                                                   "s of request '" + op.spec.request + "' in one batch");
   }
-  // Blocks and image slots: checked against the live transfers and the
-  // batch's own earlier ops. A transfer whose outcome waits in the mailbox
-  // (terminal, e.g. covered by a fence that returned) uses nothing: on a
-  // conflict those are forgotten and the batch checked once more.
-  if (const auto refusal = conflict(ops)) {
-    forget_uses(mailbox_->terminal());
-    if (conflict(ops)) throw TransferRefused(TransferErrc::blocks_in_use, *refusal);
-  }
   if (live_.size() + batch.size() > options_.max_live_transfers)
     throw TransferRefused(TransferErrc::too_many_live,
                           std::to_string(live_.size()) + " transfers live and " + std::to_string(batch.size()) +
                               " more would pass max_live_transfers (" + std::to_string(options_.max_live_transfers) +
                               "): drain finished() first");
+  // Blocks and image slots: checked against the live transfers and the
+  // batch's own earlier ops, and counted. A transfer whose outcome waits in
+  // the mailbox (terminal, e.g. covered by a fence that returned) uses
+  // nothing: on a conflict those are forgotten and the batch tried once more.
+  if (const auto refusal = claim(ops)) {
+    forget_uses(mailbox_->terminal());
+    if (claim(ops)) throw TransferRefused(TransferErrc::blocks_in_use, *refusal);
+  }
   for (const Op& op : ops) {
     const bool load = op.kind == TransferKind::load;
-    Uses u{blocks_of(op), slots_of(op)};
-    for (std::uint64_t b : u.blocks) ++(load ? writing_ : reading_)[b];
-    for (std::uint64_t s : u.slots) ++(load ? writing_slots_ : reading_slots_)[s];
-    live_[TransferKey{op.spec.request, op.kind, op.spec.registration}] = std::move(u);
+    live_[TransferKey{op.spec.request, op.kind, op.spec.registration}] =
+        Uses{op.spec.registration, load, op.spec.blocks, slots_of(op)};
     // A load naming a lease ends it: no other load, export or release may.
     if (load && op.spec.tier_lease != 0) leases_held_.erase(op.spec.tier_lease);
   }
@@ -592,70 +598,73 @@ asio::awaitable<void> Connector::release_on_strand(std::shared_ptr<Core> core, s
   co_await core->tier->release_lookup(lease);
 }
 
-// Why `ops` cannot be posted now (a block or image slot a live transfer, or
-// an earlier op of the batch, writes; or, for a load, reads); none if they
-// can.
-std::optional<std::string> Connector::conflict(const std::vector<Op>& ops) const {
-  std::unordered_map<std::uint64_t, std::uint32_t> batch_read, batch_write;
-  std::unordered_map<std::uint64_t, std::uint32_t> batch_read_slots, batch_write_slots;
-  for (const Op& op : ops) {
-    const bool load = op.kind == TransferKind::load;
-    auto why = [&](const std::string& what, bool written) {
-      return std::string(to_string(op.kind)) + " of request '" + op.spec.request + "': " + what + " of registration " +
-             std::to_string(op.spec.registration) + " is " + (written ? "being loaded into" : "being saved from") +
-             " by a live transfer";
-    };
-    const std::vector<std::uint64_t> blocks = blocks_of(op);
-    for (std::uint64_t b : blocks) {
-      const bool written = writing_.contains(b) || batch_write.contains(b);
-      if (written || (load && (reading_.contains(b) || batch_read.contains(b))))
-        return why("block " + std::to_string(b & 0xffffffffu), written);
+// Why `op` cannot use its blocks and slots now: one a live transfer (or an
+// earlier op of its batch, counted already) writes, or, for a load, reads.
+std::optional<std::string> Connector::conflict(const Op& op) const {
+  const InUse& u = in_use_[op.spec.registration];
+  const bool load = op.kind == TransferKind::load;
+  auto why = [&](const std::string& what, bool written) {
+    return std::string(to_string(op.kind)) + " of request '" + op.spec.request + "': " + what + " of registration " +
+           std::to_string(op.spec.registration) + " is " + (written ? "being loaded into" : "being saved from") +
+           " by a live transfer";
+  };
+  for (kv::BlockId b : op.spec.blocks) {
+    const bool written = u.writing[b] > 0;
+    if (written || (load && u.reading[b] > 0)) return why("block " + std::to_string(b), written);
+  }
+  if (op.spec.with_state)
+    for (std::int32_t s : op.spec.state_slots) {
+      if (s < 0) continue;
+      const bool written = u.writing_slots[s] > 0;
+      if (written || (load && u.reading_slots[s] > 0)) return why("image slot " + std::to_string(s), written);
     }
-    const std::vector<std::uint64_t> slots = slots_of(op);
-    for (std::uint64_t s : slots) {
-      const bool written = writing_slots_.contains(s) || batch_write_slots.contains(s);
-      if (written || (load && (reading_slots_.contains(s) || batch_read_slots.contains(s))))
-        return why("image slot " + std::to_string(s & 0xffffffffu), written);
+  return std::nullopt;
+}
+
+void Connector::count(const Uses& u, int delta) {
+  InUse& in = in_use_[u.registration];
+  for (kv::BlockId b : u.blocks) (u.load ? in.writing : in.reading)[b] += delta;
+  for (std::int32_t s : u.slots) (u.load ? in.writing_slots : in.reading_slots)[s] += delta;
+}
+
+void Connector::count(const Op& op, int delta) {
+  InUse& in = in_use_[op.spec.registration];
+  const bool load = op.kind == TransferKind::load;
+  for (kv::BlockId b : op.spec.blocks) (load ? in.writing : in.reading)[b] += delta;
+  if (op.spec.with_state)
+    for (std::int32_t s : op.spec.state_slots)
+      if (s >= 0) (load ? in.writing_slots : in.reading_slots)[s] += delta;
+}
+
+std::optional<std::string> Connector::claim(const std::vector<Op>& ops) {
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    if (auto refusal = conflict(ops[i])) {
+      for (std::size_t j = 0; j < i; ++j) count(ops[j], -1);
+      return refusal;
     }
-    for (std::uint64_t b : blocks) ++(load ? batch_write : batch_read)[b];
-    for (std::uint64_t s : slots) ++(load ? batch_write_slots : batch_read_slots)[s];
+    count(ops[i], +1);
   }
   return std::nullopt;
 }
 
 void Connector::forget_uses(const std::vector<TransferKey>& terminal) {
-  auto drop = [](auto& counts, const auto& keys) {
-    for (const auto& k : keys)
-      if (auto u = counts.find(k); u != counts.end() && --u->second == 0) counts.erase(u);
-  };
   for (const auto& key : terminal) {
     auto it = live_.find(key);
     if (it == live_.end()) continue;
-    const bool load = key.kind == TransferKind::load;
-    drop(load ? writing_ : reading_, it->second.blocks);
-    drop(load ? writing_slots_ : reading_slots_, it->second.slots);
-    it->second = Uses{};  // terminal: still live for duplicate_transfer until drained
+    count(it->second, -1);
+    // Terminal: still live for duplicate_transfer until drained, using nothing.
+    it->second.blocks.clear();
+    it->second.slots.clear();
   }
 }
 
-// The blocks an op touches, as (registration << 32) | block: each
-// registration has its own pool.
-std::vector<std::uint64_t> Connector::blocks_of(const Op& op) {
-  std::vector<std::uint64_t> out;
-  out.reserve(op.spec.blocks.size());
-  const std::uint64_t reg = std::uint64_t{op.spec.registration} << 32;
-  for (kv::BlockId b : op.spec.blocks) out.push_back(reg | b);
-  return out;
-}
-
 // The image slots an op touches: a save's (>= 0) it reads, a load's
-// destination it writes; keyed like blocks_of.
-std::vector<std::uint64_t> Connector::slots_of(const Op& op) {
-  std::vector<std::uint64_t> out;
+// destination it writes.
+std::vector<std::int32_t> Connector::slots_of(const Op& op) {
+  std::vector<std::int32_t> out;
   if (!op.spec.with_state) return out;
-  const std::uint64_t reg = std::uint64_t{op.spec.registration} << 32;
   for (std::int32_t s : op.spec.state_slots)
-    if (s >= 0) out.push_back(reg | static_cast<std::uint32_t>(s));
+    if (s >= 0) out.push_back(s);
   return out;
 }
 

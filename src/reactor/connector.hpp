@@ -249,11 +249,13 @@ class Connector {
                                                    std::vector<kv::ChunkKey> keys);
   std::uint64_t start_lookup(std::uint32_t registration);
   void forget_drained(const Finished& f);
-  static std::vector<std::uint64_t> slots_of(const Op& op);
-  static std::vector<std::uint64_t> blocks_of(const Op& op);
+  static std::vector<std::int32_t> slots_of(const Op& op);
   const Registration& registration_of(const kv::TransferSpec& spec) const;
   void check_open_and_registered(std::uint32_t registration) const;
-  std::optional<std::string> conflict(const std::vector<Op>& ops) const;
+  // Why `op` cannot use its blocks and slots now; none if it can.
+  std::optional<std::string> conflict(const Op& op) const;
+  // Counts every op's uses, or none of them: the first refusal, if any.
+  std::optional<std::string> claim(const std::vector<Op>& ops);
   void forget_uses(const std::vector<TransferKey>& terminal);
   void start_http();
 
@@ -283,14 +285,22 @@ class Connector {
   // (blocks_in_use). A transfer whose outcome already waits in the mailbox
   // keeps its entry (duplicate_transfer) but uses nothing any more.
   struct Uses {
-    std::vector<std::uint64_t> blocks;
-    std::vector<std::uint64_t> slots;
+    std::uint32_t registration = 0;
+    bool load = false;
+    std::vector<kv::BlockId> blocks;
+    std::vector<std::int32_t> slots;
   };
   std::map<TransferKey, Uses> live_;
-  // Keyed by (registration << 32) | block (or image slot): each group has
-  // its own pool.
-  std::unordered_map<std::uint64_t, std::uint32_t> reading_, writing_;
-  std::unordered_map<std::uint64_t, std::uint32_t> reading_slots_, writing_slots_;
+  // How many live transfers read (a save) or write (a load) each block and
+  // image slot, per registration (each group has its own pool): flat
+  // counts by id, so a post allocates nothing for them.
+  struct InUse {
+    std::vector<std::uint32_t> reading, writing;              // by block id
+    std::vector<std::uint32_t> reading_slots, writing_slots;  // by image slot
+  };
+  std::vector<InUse> in_use_;  // by registration
+  void count(const Uses& u, int delta);
+  void count(const Op& op, int delta);
   // Node tier: what a lookup asked, until its answer is drained; then what
   // a lease holds, until a load names it, it is released or exported.
   struct Asked {
