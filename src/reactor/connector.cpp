@@ -85,8 +85,10 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
     t->producer = std::move(op.producer);
     if (t->kind == TransferKind::load) {
       if ((t->queued_event = queued_event())) {
-        t->on_queued = [self = shared_from_this(), request = t->spec.request, reg = t->spec.registration,
-                        ev = t->queued_event] { self->mailbox->push_queued(request, reg, ev); };
+        // The mailbox, not Core: a stuck transfer is kept (by Core) for good,
+        // and must not keep Core alive in turn.
+        t->on_queued = [mailbox = mailbox, request = t->spec.request, reg = t->spec.registration,
+                        ev = t->queued_event] { mailbox->push_queued(request, reg, ev); };
       }
     }
     t->posted = Clock::now();
