@@ -15,6 +15,7 @@
 #include "hip/copy.hpp"
 #include "hip/device_buffer.hpp"
 #include "hip/event.hpp"
+#include "hip/shared_events.hpp"
 #include "hip/pinned_buffer.hpp"
 #include "hip/sim_hooks.hpp"
 #include "hip/stream.hpp"
@@ -157,7 +158,7 @@ struct Engine::Impl {
   // after it waits for (its blocks were written by then). Loads wait for a
   // point recorded when they are posted (engine_point()).
   std::shared_ptr<const hip::Event> step_done;
-  std::vector<std::shared_ptr<hip::Event>> events;  // reused once the Connector let go
+  hip::SharedEvents events;  // reused once the Connector let go
   std::optional<hip::PinnedBuffer> readback;
   // The draft model's cache (EngineConfig::draft_cache): a second
   // registration over the same block ids as the target's pool.
@@ -265,12 +266,9 @@ struct Engine::Impl {
   }
 
   // An event recorded on the engine's stream now: everything queued on it
-  // so far. From a pool; an event is reused once only the pool holds it.
+  // so far.
   std::shared_ptr<hip::Event> engine_point() {
-    std::shared_ptr<hip::Event> ev;
-    for (auto& e : events)
-      if (e.use_count() == 1) ev = e;
-    if (!ev) ev = events.emplace_back(std::make_shared<hip::Event>(must(hip::Event::create())));
+    std::shared_ptr<hip::Event> ev = must(events.acquire());
     must(ev->record(stream));
     return ev;
   }

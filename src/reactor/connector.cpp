@@ -15,6 +15,7 @@
 #include "reactor/debug_page.hpp"
 #include "reactor/local_tier.hpp"
 #include "reactor/node_tier.hpp"
+#include "hip/shared_events.hpp"
 #include "kv/lease_handoff.hpp"
 #include <kvstrand/namespace_id.hpp>
 
@@ -178,17 +179,12 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
     mailbox->set_fail_stop(code, what);
   }
 
-  // A load's "copies queued" event: one no transfer and no undrained
-  // outcome holds any more (the pool's own reference is the only one), or
-  // a new one. None if the device cannot make one: order_after_load then
-  // answers not_queued_yet and the engine waits for finished().
+  // A load's "copies queued" event, free once no transfer and no undrained
+  // outcome holds it. None if the device cannot make one: order_after_load
+  // then answers not_queued_yet and the engine waits for finished().
   std::shared_ptr<hip::Event> queued_event() {
-    for (auto& e : queued_events)
-      if (e.use_count() == 1) return e;
-    auto ev = hip::Event::create();
-    if (!ev.ok()) return nullptr;
-    queued_events.push_back(std::make_shared<hip::Event>(std::move(ev).value()));
-    return queued_events.back();
+    auto ev = queued_events.acquire();
+    return ev.ok() ? std::move(ev).value() : nullptr;
   }
 
   // Bytes a transfer moves: its blocks, and the images it carries.
@@ -330,7 +326,7 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
   std::shared_ptr<Mailbox> mailbox;
   std::chrono::milliseconds deadline;
   std::deque<Registration> regs;  // by id; a deque: tiers keep pointers to them
-  std::vector<std::shared_ptr<hip::Event>> queued_events;
+  hip::SharedEvents queued_events;
   std::uint64_t next_id = 1;
   std::uint64_t next_fence = 1;
   std::map<std::uint64_t, Live> transfers;                     // live

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "hip/event.hpp"
+#include "hip/shared_events.hpp"
 #include "hip/stream.hpp"
 #include "reactor/connector.hpp"
 
@@ -38,9 +39,8 @@ struct Connector::Impl {
   explicit Impl(const ConnectorOptions& o) : conn(internal(o)) {}
 
   // The event a transfer waits for. after_stream: one of this pool's
-  // events, recorded on the engine's stream now; an event is reused once
-  // only the pool holds it (the transfer let go of it when it saw it
-  // complete). Engine thread only.
+  // events, recorded on the engine's stream now (the transfer lets go of it
+  // when it has seen it complete). Engine thread only.
   std::shared_ptr<const hip::Event> producer(const Producer& p) {
     switch (p.kind()) {
       case Producer::Kind::none: return nullptr;
@@ -49,14 +49,9 @@ struct Connector::Impl {
         return std::make_shared<const hip::Event>(hip::Event::borrow(reinterpret_cast<void*>(p.handle())));
       case Producer::Kind::stream: break;
     }
-    std::shared_ptr<hip::Event> ev;
-    for (auto& e : events)
-      if (e.use_count() == 1) ev = e;
-    if (!ev) {
-      auto made = hip::Event::create();
-      if (!made.ok()) throw TransferRefused(TransferErrc::device_error, "Producer::after_stream: " + made.status().describe());
-      ev = events.emplace_back(std::make_shared<hip::Event>(std::move(made).value()));
-    }
+    auto made = events.acquire();
+    if (!made.ok()) throw TransferRefused(TransferErrc::device_error, "Producer::after_stream: " + made.status().describe());
+    std::shared_ptr<hip::Event> ev = std::move(made).value();
     hip::Stream engine = hip::Stream::borrow(reinterpret_cast<void*>(p.handle()));
     if (hip::Status s = ev->record(engine); !s.ok())
       throw TransferRefused(TransferErrc::device_error, "Producer::after_stream: " + s.describe());
@@ -64,7 +59,7 @@ struct Connector::Impl {
   }
 
   reactor::Connector conn;
-  std::vector<std::shared_ptr<hip::Event>> events;
+  hip::SharedEvents events;
 };
 
 Connector::Connector(ConnectorOptions options) : impl_(std::make_unique<Impl>(options)) {}

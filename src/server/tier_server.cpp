@@ -506,7 +506,7 @@ struct TierServer::Impl {
     if (!reg) return fail(Status::unknown_registration, "no such registration");
     tier::Index* idx = classes->index_of_hold(m.lease);
     const std::vector<std::uint32_t> slots = idx ? idx->hold_slots(m.lease) : std::vector<std::uint32_t>{};
-    if (idx != reg->index || slots.size() != m.keys.size() || !idx->is_lease(m.lease) || adopted.contains(m.lease))
+    if (idx != reg->index || slots.size() != m.keys.size() || !idx->adoptable(m.lease))
       return fail(Status::unknown_hold, "no lease " + std::to_string(m.lease) + " of these " +
                                             std::to_string(m.keys.size()) + " chunks of this registration's objects");
     for (std::size_t i = 0; i < slots.size(); ++i)
@@ -517,16 +517,7 @@ struct TierServer::Impl {
     if (held.leased_bytes + slots.size() * idx->object_bytes() > opt.max_client_leased)
       return fail(Status::over_quota, "this process's leases would pin more than --max-client-leased (" +
                                           std::to_string(opt.max_client_leased) + " B); release some first");
-    idx->set_owner(m.lease, owner);
-    // Adopted once: a second adopter of the same bytes gets a miss, never
-    // another process's lease. Ended leases are pruned now and then (hold
-    // ids are never reused, so a stale entry only costs its memory).
-    if (adopted.size() >= 4096)
-      std::erase_if(adopted, [this](tier::HoldId h) {
-        tier::Index* i = classes->index_of_hold(h);
-        return i == nullptr || !i->is_lease(h);
-      });
-    adopted.insert(m.lease);
+    idx->adopt(m.lease, owner);
     LookupReply r;
     r.lease = m.lease;
     const std::uint32_t ct = reg->layout.chunk_tokens;
@@ -708,7 +699,6 @@ struct TierServer::Impl {
   std::uint32_t ready_slabs = 0;
   std::string fill_error;
   std::optional<tier::SizeClasses> classes;  // with the arena: one index per object size
-  std::set<tier::HoldId> adopted;  // leases adopted by another process (at most once each)
   std::byte* arena_map = nullptr;    // the server's own mapping, with --l2 only
   std::unique_ptr<L2Tier> l2;
   std::optional<local::acceptor> acceptor;

@@ -224,13 +224,16 @@ std::size_t Index::present_run(std::span<const kv::ChunkKey> keys) const {
   return n;
 }
 
-bool Index::is_lease(HoldId id) const {
+bool Index::adoptable(HoldId id) const {
   auto it = holds_.find(id);
-  return it != holds_.end() && it->second.lease;
+  return it != holds_.end() && it->second.lease && !it->second.adopted;
 }
 
-void Index::set_owner(HoldId id, Owner owner) {
-  if (auto it = holds_.find(id); it != holds_.end()) it->second.owner = owner;
+void Index::adopt(HoldId id, Owner owner) {
+  auto it = holds_.find(id);
+  if (it == holds_.end() || !it->second.lease || it->second.adopted) return;
+  it->second.owner = owner;
+  it->second.adopted = true;
 }
 
 std::vector<std::uint32_t> Index::hold_slots(HoldId id) const {

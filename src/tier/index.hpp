@@ -125,10 +125,12 @@ class Index {
   // Ends a lease (unpins) or a reservation (frees what it did not commit).
   // False for an unknown id.
   bool release(HoldId id);
-  // Whether `id` is a live lease (not a reservation).
-  bool is_lease(HoldId id) const;
-  // Hands a live hold to another owner (a lease adopted by another process).
-  void set_owner(HoldId id, Owner owner);
+  // Whether `id` is a live lease (not a reservation) never adopted: a
+  // lease changes owner at most once, so a second adopter of the same
+  // handoff gets a miss, never another process's lease.
+  bool adoptable(HoldId id) const;
+  // Hands an adoptable lease to `owner` (another process), once.
+  void adopt(HoldId id, Owner owner);
   // The slots a live hold names (empty for an unknown id).
   std::vector<std::uint32_t> hold_slots(HoldId id) const;
   // Ends every hold of `owner`; returns how many.
@@ -160,6 +162,7 @@ class Index {
     Owner owner = 0;
     bool lease = false;
     std::vector<std::uint32_t> slots;  // pinned (lease) or reserved by it; held slots never change keys
+    bool adopted = false;  // a lease handed to another owner (adopt)
   };
   static std::uint32_t hash_of(const kv::ChunkKey& k) noexcept {
     return static_cast<std::uint32_t>(ChunkKeyHash{}(k) >> 16);

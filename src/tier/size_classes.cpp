@@ -23,26 +23,27 @@ Index* SizeClasses::index(std::uint64_t object_bytes) {
   return classes_.back().index.get();
 }
 
-const SizeClasses::Class* SizeClasses::class_of(const Index& idx) const {
-  for (const Class& c : classes_)
-    if (c.index.get() == &idx) return &c;
-  return nullptr;
+std::size_t SizeClasses::class_of(const Index& idx) const {
+  std::size_t i = 0;
+  while (i < classes_.size() && classes_[i].index.get() != &idx) ++i;
+  return i;
 }
 
 void SizeClasses::make_room(Index& idx, std::size_t want) {
-  auto* c = const_cast<Class*>(class_of(idx));
-  if (c == nullptr) return;
+  const std::size_t i = class_of(idx);
+  if (i == classes_.size()) return;
+  Class& c = classes_[i];
   while (idx.free_slots() < want && !free_slabs_.empty()) {
-    c->slabs.push_back(free_slabs_.front());
+    c.slabs.push_back(free_slabs_.front());
     free_slabs_.pop_front();
-    idx.add_slots(c->per_slab);
+    idx.add_slots(c.per_slab);
   }
 }
 
 std::uint64_t SizeClasses::offset_of(const Index& idx, std::uint32_t slot) const {
-  const Class* c = class_of(idx);
-  return static_cast<std::uint64_t>(c->slabs.at(slot / c->per_slab)) * slab_bytes_ +
-         static_cast<std::uint64_t>(slot % c->per_slab) * idx.object_bytes();
+  const Class& c = classes_.at(class_of(idx));
+  return static_cast<std::uint64_t>(c.slabs.at(slot / c.per_slab)) * slab_bytes_ +
+         static_cast<std::uint64_t>(slot % c.per_slab) * idx.object_bytes();
 }
 
 Index* SizeClasses::index_of_hold(HoldId id) {

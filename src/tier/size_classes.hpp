@@ -64,7 +64,8 @@ class SizeClasses {
     std::vector<std::uint32_t> slabs;  // slot s is in slabs[s / per_slab]
     std::uint32_t per_slab = 0;
   };
-  const Class* class_of(const Index& idx) const;
+  // The position of idx's class in classes_ (classes_.size(): none).
+  std::size_t class_of(const Index& idx) const;
 
   std::uint64_t slab_bytes_;
   std::deque<std::uint32_t> free_slabs_;  // lowest first: the filler populates in order
