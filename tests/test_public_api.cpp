@@ -164,7 +164,7 @@ TEST_CASE("public api: an engine's own event is waited for (Producer::after_even
   REQUIRE_THROWS_AS(e.conn.save(e.spec("s", 0), Producer::after_event(0)), TransferRefused);
 }
 
-TEST_CASE("public api: refusals and fail-stops are caught by their own types across the library", "[api]") {
+TEST_CASE("public api: refusals are caught by their own types across the library", "[api]") {
   Engine e;
   kv::TransferSpec s = e.spec("r", 0);
   s.registration = 3;

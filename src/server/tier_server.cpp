@@ -27,7 +27,6 @@
 #include <functional>
 #include <future>
 #include <map>
-#include <set>
 #include <stdexcept>
 #include <thread>
 
