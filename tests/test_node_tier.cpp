@@ -418,3 +418,36 @@ TEST_CASE("node tier: an arena offset the server grants past the arena is refuse
     REQUIRE(rig.snapshot(dst, {3}) == before);  // the refused load wrote nothing
   }
 }
+
+TEST_CASE("node tier: a registration with no memory looks up and exports a lease, and refuses to copy",
+          "[server][reactor]") {
+  ServerProcess srv(kServerFlags);
+  REQUIRE(ready_and_full(srv));
+  Rig rig(remote(srv));
+  rig.conn->save(rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8)));
+  REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
+
+  // A scheduler: the same layout, no device memory.
+  reactor::Connector scheduler(remote(srv));
+  Registration plan_only;
+  plan_only.layout = rig.layout;
+  REQUIRE(scheduler.register_layout(plan_only) == 0);
+  const std::uint64_t id = scheduler.lookup(rig.keys(1, 0, 2));
+  reactor::Finished f;
+  const auto end = std::chrono::steady_clock::now() + 10s;
+  while (f.lookups.empty() && std::chrono::steady_clock::now() < end) {
+    f = scheduler.finished();
+    std::this_thread::sleep_for(5ms);
+  }
+  REQUIRE(f.lookups.size() == 1);
+  REQUIRE(f.lookups[0].id == id);
+  REQUIRE(f.lookups[0].hit.tokens == 128);
+  REQUIRE_FALSE(scheduler.export_lease(f.lookups[0].lease).empty());
+  try {
+    scheduler.save(rig.save_spec("b", 2, 0, 1, Rig::block_range(0, 4)));
+    FAIL("a save through a registration without memory was posted");
+  } catch (const TransferRefused& e) {
+    REQUIRE(e.code() == TransferErrc::bad_spec);
+    REQUIRE(std::string(e.what()).find("serves lookups only") != std::string::npos);
+  }
+}

@@ -138,3 +138,27 @@ TEST_CASE("registration: sizes at the edges (0, 1, 2^31, 2^32-1, 2^63) are refus
     }
   }
 }
+
+TEST_CASE("registration: one with no memory at all serves lookups only, and its saves and loads are refused",
+          "[reactor][registration]") {
+  Registration r = small();
+  r.planes.clear();
+  r.state = {};
+  REQUIRE(r.lookup_only());
+  REQUIRE_FALSE(r.check().has_value());
+  const auto s = spec({0, 64}, {0, 1, 2, 3}, 1, {-1});
+  REQUIRE(r.check_save(s).value_or("") == "its registration has no device memory: it serves lookups only");
+  REQUIRE(r.check_load(s).value_or("") == "its registration has no device memory: it serves lookups only");
+  // Some memory but not all is a mistake, not a lookup-only registration.
+  Registration half = small();
+  half.planes.pop_back();
+  REQUIRE_FALSE(half.lookup_only());
+  REQUIRE(half.check().has_value());
+  Registration no_state = small();
+  no_state.state = {};
+  REQUIRE_FALSE(no_state.lookup_only());
+  REQUIRE(no_state.check().value_or("").find("no state memory") != std::string::npos);
+  // A lookup-only registration's layout is still validated.
+  r.layout.block_tokens = 0;
+  REQUIRE(r.check().has_value());
+}

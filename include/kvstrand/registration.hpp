@@ -2,6 +2,10 @@
 // device memory is. Device memory is named by address only (an engine's
 // tensor.data_ptr()); kvstrand never allocates or frees it.
 //
+// A registration with no memory at all (no planes, no state) serves lookups
+// only: a scheduler process that plans loads but never copies registers its
+// layouts so, and saves and loads naming it are refused.
+//
 // A tier object holds, plane after plane, that plane's bytes of the chunk's
 // blocks in block order, then the checkpoint image when it has one.
 #pragma once
@@ -33,6 +37,8 @@ struct Registration {
 
   // Checks the memory against the layout; empty when they fit.
   std::optional<std::string> check() const;
+
+  bool lookup_only() const noexcept { return planes.empty() && state.base == nullptr && state.slots == 0; }
 
   std::uint64_t object_bytes() const { return layout.object_bytes(layout.has_state()); }
   std::uint64_t image_offset() const { return layout.bytes_per_block() * layout.blocks_per_chunk(); }

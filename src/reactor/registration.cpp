@@ -8,6 +8,7 @@ namespace kvstrand {
 
 std::optional<std::string> Registration::check() const {
   if (auto err = kv::validate(layout)) return err->describe();
+  if (lookup_only()) return std::nullopt;
   if (planes.size() != layout.planes.size())
     return "register_layout: " + std::to_string(planes.size()) + " plane memories for " +
            std::to_string(layout.planes.size()) + " planes";
@@ -33,6 +34,7 @@ std::optional<std::string> Registration::check() const {
 namespace {
 std::optional<std::string> check_common(const Registration& r, const kv::TransferSpec& s) {
   const kv::Layout& l = r.layout;
+  if (r.lookup_only()) return "its registration has no device memory: it serves lookups only";
   if (s.tokens.empty()) return "empty token range";
   if (s.tokens.begin % l.block_tokens != 0 || s.tokens.end % l.block_tokens != 0)
     return "token range is not on the block grid";
