@@ -44,6 +44,13 @@ MUTANTS = [
      "    c.slabs.push_back(free_slabs_.front());\n    free_slabs_.pop_front();",
      "    c.slabs.push_back(free_slabs_.front());",
      [("test_size_classes", "*")], "two object sizes are given the same slab"),
+    # A registration without memory (a scheduler's, issue 16).
+    ("lookup-only-copies", "src/reactor/registration.cpp",
+     "  if (r.lookup_only()) return \"its registration has no device memory: it serves lookups only\";\n",
+     "",
+     [("test_registration", "registration: one with no memory*"),
+      ("test_node_tier", "node tier: a registration with no memory*")],
+     "a save through a registration without memory is posted"),
     ("draft-save-skipped", "examples/engine/engine.cpp",
      "    if (draft_layout) specs.push_back(draft_spec(r, *spec));",
      "    if (false) specs.push_back(draft_spec(r, *spec));",
