@@ -6,16 +6,17 @@
 #   scripts/bootstrap.sh --hip    also the HIP headers and runtime, for the
 #                                 hip backend's compile-and-link check
 #   scripts/bootstrap.sh --fuzz   also clang-14 and its libFuzzer runtime
-#   scripts/bootstrap.sh --test   also what the debug-endpoint tests drive:
-#                                 curl, promtool (prometheus), headless chromium
+#   scripts/bootstrap.sh --test   also what the tests drive: curl, promtool
+#                                 (prometheus), headless chromium, pytest
 set -euo pipefail
 
 pkgs=(make cmake ninja-build g++ libboost1.81-dev libspdlog-dev catch2 libssl-dev libcli11-dev gnuplot-nox
-      libhiredis-dev redis-server redis-tools libxxhash-dev)
+      libhiredis-dev redis-server redis-tools libxxhash-dev
+      python3 python3-dev pybind11-dev python3-numpy)
 case "${1:-}" in
   --hip) pkgs+=(libamdhip64-dev) ;;
   --fuzz) pkgs+=(clang-14 libclang-rt-14-dev) ;;
-  --test) pkgs+=(curl prometheus chromium pkg-config) ;;
+  --test) pkgs+=(curl prometheus chromium pkg-config python3-pytest) ;;
 esac
 
 missing=()

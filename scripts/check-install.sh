@@ -40,4 +40,23 @@ export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
 # shellcheck disable=SC2046
 c++ -O1 "$src/examples/consumer/main.cpp" -o "$work/consumer-pc" $(pkg-config --cflags --libs kvstrand) -pthread
 LD_LIBRARY_PATH="$prefix/lib" "$work/consumer-pc"
+
+# The Python package, where a build has it: importable from the prefix's
+# dist-packages, finding the installed libkvstrand.so by itself.
+if [[ -d "$build/python/kvstrand" ]]; then
+  site="$prefix/lib/python3/dist-packages"
+  for f in kvstrand/__init__.py kvstrand/_kvstrand.pyi kvstrand/py.typed kvstrand/vllm/connector.py; do
+    [[ -e "$site/$f" ]] || { echo "check-install: python/$f was not installed"; exit 1; }
+  done
+  (cd "$work" && env -u LD_LIBRARY_PATH PYTHONPATH="$site" /usr/bin/python3 - "$prefix" <<'PY'
+import sys
+import kvstrand, kvstrand.vllm
+assert kvstrand.__file__.startswith(sys.argv[1]), kvstrand.__file__
+with kvstrand.Connector(tier_bytes=4 << 20) as c:
+    layout = kvstrand.Layout(model_id="m", layout_name="l", planes=[kvstrand.Plane("kv", 4096)], dtype="bf16")
+    c.register_layout(kvstrand.Registration(layout))
+print("check-install: python module", kvstrand.__version__, "imported from the prefix")
+PY
+  ) || { echo "check-install: the installed Python module does not import or run"; exit 1; }
+fi
 echo "check-install: installed, found by find_package and pkg-config, consumers ran"

@@ -1,0 +1,132 @@
+"""Shared fixtures of the Python suite: a small engine over sim device memory,
+and a real kvstrand-server process (KVSTRAND_SERVER names the binary; CTest
+sets it)."""
+
+import os
+import queue
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import kvstrand
+
+BLOCKS = 32
+BLOCK_BYTES = 4096
+
+
+def make_layout(**overrides):
+    """One stateless group: 16-token blocks, 64-token chunks, one 4 KiB plane."""
+    fields = dict(model_id="pytest", layout_name="pytest", planes=[kvstrand.Plane("kv", BLOCK_BYTES)],
+                  block_tokens=16, chunk_tokens=64, dtype="bf16")
+    fields.update(overrides)
+    return kvstrand.Layout(**fields)
+
+
+def pattern(nbytes, seed):
+    return np.random.default_rng(seed).integers(0, 256, nbytes, dtype=np.uint8)
+
+
+class Engine:
+    """A Connector over one registration in sim device memory the test can see."""
+
+    def __init__(self, layout=None, **options):
+        options.setdefault("tier_bytes", 8 << 20)
+        options.setdefault("transfer_deadline", 20.0)
+        self.layout = layout or make_layout()
+        self.memory = kvstrand.sim.allocate(BLOCKS * BLOCK_BYTES)
+        self.blocks = np.frombuffer(self.memory, dtype=np.uint8).reshape(BLOCKS, BLOCK_BYTES)
+        self.conn = kvstrand.Connector(**options)
+        self.group = self.conn.register_layout(
+            kvstrand.Registration(self.layout, [kvstrand.PlaneMemory(self.memory.address, BLOCKS)]))
+        self.seen = []  # every Finished drained, for tests that look back
+
+    def keys(self, tokens):
+        return kvstrand.chunk_keys(self.layout, tokens)
+
+    def spec(self, request, tokens, first_block, end, begin=0, tier_lease=0):
+        bt, ct = self.layout.block_tokens, self.layout.chunk_tokens
+        keys = self.keys(tokens)[begin // ct:(end + ct - 1) // ct]
+        return kvstrand.TransferSpec(request=request, registration=self.group,
+                                     tokens=kvstrand.TokenRange(begin, end), keys=keys,
+                                     blocks=list(range(first_block, first_block + (end - begin) // bt)),
+                                     tier_lease=tier_lease)
+
+    def wait(self, saves=0, loads=0, lookups=0, timeout=10.0):
+        """Drains finished() until that many outcomes arrived; returns them."""
+        acc = {"saves": [], "loads": [], "lookups": [], "source_safe": []}
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            f = self.conn.finished()
+            self.seen.append(f)
+            for k in acc:
+                acc[k].extend(getattr(f, k))
+            if len(acc["saves"]) >= saves and len(acc["loads"]) >= loads and len(acc["lookups"]) >= lookups:
+                return acc
+            time.sleep(0.002)
+        raise AssertionError(f"waited {timeout} s for {saves} saves, {loads} loads, {lookups} lookups; got "
+                             f"{len(acc['saves'])}, {len(acc['loads'])}, {len(acc['lookups'])}")
+
+    def close(self):
+        self.conn.close()
+
+
+@pytest.fixture
+def engine():
+    e = Engine()
+    yield e
+    e.close()
+
+
+def server_binary():
+    path = os.environ.get("KVSTRAND_SERVER") or shutil.which("kvstrand-server")
+    if not path:
+        pytest.fail("KVSTRAND_SERVER is not set and kvstrand-server is not on PATH")
+    return path
+
+
+class Server:
+    """kvstrand-server on a socket of its own, ready once its arena is."""
+
+    def __init__(self, tier="32M", slab="8M", chunk_tokens=64):
+        self.dir = tempfile.mkdtemp(prefix="kvs-py-", dir="/tmp")  # socket paths are short
+        self.socket = os.path.join(self.dir, "tier.sock")
+        self.proc = subprocess.Popen(
+            [server_binary(), "--socket", self.socket, "--tier-bytes", tier, "--slab-bytes", slab,
+             "--chunk-tokens", str(chunk_tokens), "--log-level", "info"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        lines = queue.Queue()
+        self.log = []
+
+        def drain():  # keeps the pipe from filling for the server's whole life
+            for line in self.proc.stdout:
+                self.log.append(line)
+                lines.put(line)
+
+        threading.Thread(target=drain, daemon=True).start()
+        end = time.monotonic() + 30
+        while True:
+            try:
+                line = lines.get(timeout=max(0.0, end - time.monotonic()))
+            except queue.Empty:
+                self.stop()
+                raise AssertionError("kvstrand-server not ready after 30 s:\n" + "".join(self.log))
+            if "slabs are ready" in line:
+                return
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture
+def server():
+    s = Server()
+    yield s
+    s.stop()

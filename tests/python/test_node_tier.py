@@ -1,0 +1,92 @@
+"""The node tier through a real kvstrand-server: engines in this process and
+in other Python processes share what is stored, and a lease looked up in one
+process is loaded in another."""
+
+import hashlib
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import kvstrand
+from conftest import BLOCK_BYTES, Engine, pattern
+
+PEER = os.path.join(os.path.dirname(__file__), "peer.py")
+PEER_PROMPT = list(range(7000, 7128))  # peer.py's prompt
+
+
+def peer(server, *args):
+    r = subprocess.run([sys.executable, PEER, server.socket, *args], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, f"peer {args[0]} failed ({r.returncode}):\n{r.stdout}{r.stderr}"
+    return r.stdout.strip().splitlines()[-1]
+
+
+def node_engine(server):
+    return Engine(server_socket=server.socket, server_request_timeout=5.0)
+
+
+def test_two_engines_share_the_servers_arena_byte_for_byte(server):
+    a, b = node_engine(server), node_engine(server)
+    prompt = list(range(100, 228))
+    a.blocks[0:8] = pattern(8 * BLOCK_BYTES, 5).reshape(8, BLOCK_BYTES)
+    a.conn.save(a.spec("r", prompt, 0, 128))
+    assert a.wait(saves=1)["saves"][0].ok
+    b.conn.lookup(b.keys(prompt))
+    answer = b.wait(lookups=1)["lookups"][0]
+    assert answer.hit.tokens == 128 and answer.lease != 0  # the server pins the hit for the load
+    b.conn.load(b.spec("r", prompt, 8, 128, tier_lease=answer.lease))
+    assert b.wait(loads=1)["loads"][0].ok
+    np.testing.assert_array_equal(b.blocks[8:16], a.blocks[0:8])
+    a.close()
+    b.close()
+
+
+def test_what_one_process_stored_another_loads(server):
+    assert peer(server, "save", "11") == "saved"  # and that process has exited
+    e = node_engine(server)
+    e.conn.lookup(e.keys(PEER_PROMPT))
+    answer = e.wait(lookups=1)["lookups"][0]
+    assert answer.hit.tokens == 128
+    e.conn.load(e.spec("r", PEER_PROMPT, 0, 128, tier_lease=answer.lease))
+    assert e.wait(loads=1)["loads"][0].ok
+    np.testing.assert_array_equal(e.blocks[0:8].reshape(-1), pattern(8 * BLOCK_BYTES, 11))
+    e.close()
+
+
+def test_a_lookup_in_one_process_is_loaded_in_another(server):
+    # This process plays the scheduler: it looks up and hands the lease over;
+    # the peer adopts it and loads.
+    e = node_engine(server)
+    e.blocks[0:8] = pattern(8 * BLOCK_BYTES, 12).reshape(8, BLOCK_BYTES)
+    e.conn.save(e.spec("w", PEER_PROMPT, 0, 128))
+    assert e.wait(saves=1)["saves"][0].ok
+    scheduler = kvstrand.Connector(server_socket=server.socket, server_request_timeout=5.0)
+    group = scheduler.register_layout(kvstrand.Registration(e.layout))  # no memory: lookups only
+    scheduler.lookup(e.keys(PEER_PROMPT), group)
+    answer = None
+    for _ in range(5000):
+        f = scheduler.finished()
+        if f.lookups:
+            answer = f.lookups[0]
+            break
+        time.sleep(0.002)
+    assert answer is not None and answer.hit.tokens == 128 and answer.lease != 0
+    handoff = scheduler.export_lease(answer.lease)
+    assert isinstance(handoff, bytes) and handoff
+    digest = peer(server, "adopt", handoff.hex())
+    assert digest == hashlib.sha256(e.blocks[0:8].tobytes()).hexdigest()
+    # Adopted once: the same bytes again are a miss, not a second lease.
+    again = e.conn.adopt_lease(handoff)
+    assert e.wait(lookups=1)["lookups"][0].id == again
+    assert e.seen[-1].lookups[0].lease == 0
+    scheduler.close()
+    e.close()
+
+
+def test_no_server_at_the_socket_is_refused_at_registration(tmp_path):
+    with pytest.raises(kvstrand.TransferRefused) as e:
+        Engine(server_socket=str(tmp_path / "none.sock"), server_request_timeout=1.0)
+    assert e.value.code == kvstrand.TransferErrc.tier_unavailable
