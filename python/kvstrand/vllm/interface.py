@@ -1,0 +1,116 @@
+"""The vLLM KV connector V1 interface kvstrand.vllm implements.
+
+Followed: vLLM v0.18 (``vllm/distributed/kv_transfer/kv_connector/v1/base.py``:
+``KVConnectorBase_V1(vllm_config, role, kv_cache_config)``, where
+``handle_preemptions`` receives the step's connector metadata).
+
+When vLLM is importable its own classes are used, so vLLM sees a subclass of
+its base. Otherwise (these machines cannot install vLLM) a local copy of the
+interface stands in: the same class and method names, arguments and
+defaults, without vLLM's imports (torch and the rest). Tests drive the
+connector through the call order vLLM documents; they do not run vLLM.
+"""
+
+import enum
+from abc import ABC, abstractmethod
+from typing import Any, Optional
+
+VLLM_INTERFACE_VERSION = "0.18"
+
+try:  # pragma: no cover - vLLM is not installable here
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import (  # type: ignore
+        KVConnectorBase_V1,
+        KVConnectorMetadata,
+        KVConnectorRole,
+    )
+
+    VLLM_AVAILABLE = True
+except ImportError:
+    VLLM_AVAILABLE = False
+
+    class KVConnectorRole(enum.Enum):
+        SCHEDULER = 0  # the connector in the scheduler process
+        WORKER = 1     # the connector in each worker process
+
+    class KVConnectorMetadata(ABC):  # noqa: B024 - an abstract marker, as in vLLM
+        """What the scheduler-side connector hands the worker-side one each step."""
+
+    class KVConnectorBase_V1(ABC):
+        """A local copy of vLLM's interface (see the module's docstring)."""
+
+        def __init__(self, vllm_config: Any, role: KVConnectorRole, kv_cache_config: Any = None):
+            self._connector_metadata: Optional[KVConnectorMetadata] = None
+            self._vllm_config = vllm_config
+            if getattr(vllm_config, "kv_transfer_config", None) is None:
+                raise ValueError("kv_transfer_config must be set for KVConnectorBase_V1")
+            self._kv_transfer_config = vllm_config.kv_transfer_config
+            self._kv_cache_config = kv_cache_config
+            self._role = role
+
+        @property
+        def role(self) -> KVConnectorRole:
+            return self._role
+
+        # ---- worker side ----
+        def bind_connector_metadata(self, connector_metadata: KVConnectorMetadata) -> None:
+            self._connector_metadata = connector_metadata
+
+        def clear_connector_metadata(self) -> None:
+            self._connector_metadata = None
+
+        def _get_connector_metadata(self) -> KVConnectorMetadata:
+            assert self._connector_metadata is not None
+            return self._connector_metadata
+
+        def has_connector_metadata(self) -> bool:
+            return self._connector_metadata is not None
+
+        def register_kv_caches(self, kv_caches: dict) -> None:
+            return
+
+        def handle_preemptions(self, kv_connector_metadata: KVConnectorMetadata) -> None:
+            return
+
+        @abstractmethod
+        def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None: ...
+
+        @abstractmethod
+        def wait_for_layer_load(self, layer_name: str) -> None: ...
+
+        @abstractmethod
+        def save_kv_layer(self, layer_name: str, kv_layer: Any, attn_metadata: Any, **kwargs: Any) -> None: ...
+
+        @abstractmethod
+        def wait_for_save(self) -> None: ...
+
+        def get_finished(self, finished_req_ids: set) -> tuple:
+            return None, None
+
+        def get_block_ids_with_load_errors(self) -> set:
+            return set()
+
+        def shutdown(self) -> None:
+            return None
+
+        # ---- scheduler side ----
+        @abstractmethod
+        def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> tuple: ...
+
+        @abstractmethod
+        def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int) -> None: ...
+
+        @abstractmethod
+        def build_connector_meta(self, scheduler_output: Any) -> KVConnectorMetadata: ...
+
+        def update_connector_output(self, connector_output: Any) -> None:
+            return
+
+        def request_finished(self, request: Any, block_ids: list) -> tuple:
+            return False, None
+
+        def take_events(self):
+            return ()
+
+        @classmethod
+        def get_required_kvcache_layout(cls, vllm_config: Any) -> Optional[str]:
+            return None
