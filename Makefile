@@ -2,6 +2,7 @@
 # installs what it is missing first (scripts/bootstrap.sh, idempotent).
 #
 #   make demo            build (sim backend) and run the example engine on the seed's workload
+#   make python-demo     build and run the Python example engine loop (examples/python)
 #   make test            build and run the whole test suite through CTest
 #   make test-asan       the suite under AddressSanitizer + UBSan
 #   make test-tsan       the suite under ThreadSanitizer
@@ -25,7 +26,7 @@ export TSAN_OPTIONS ?= halt_on_error=1:second_deadlock_stack=1
 
 FUZZ_SECONDS ?= 60
 
-.PHONY: all bootstrap build demo test test-asan test-tsan test-sanitize check-backends bench gpu-pack fuzz mutants clean
+.PHONY: all bootstrap build demo python-demo test test-asan test-tsan test-sanitize check-backends bench gpu-pack fuzz mutants clean
 
 all: build
 
@@ -39,6 +40,10 @@ build: bootstrap
 # DEMO_ARGS: e.g. --full (the seed's 180 s per arm), --server /tmp/kvstrand.sock
 demo: build
 	./build/examples/engine/kvstrand-engine-demo --out build/demo-results $(DEMO_ARGS)
+
+# PYTHON_DEMO_ARGS: e.g. --server /tmp/kvstrand.sock --requests 500
+python-demo: build
+	PYTHONPATH=build/python /usr/bin/python3 examples/python/engine_loop.py $(PYTHON_DEMO_ARGS)
 
 test: build
 	@scripts/bootstrap.sh --test
@@ -62,7 +67,7 @@ check-backends:
 	@scripts/bootstrap.sh --hip
 	$(CONFIGURE) -B build-hip -DKVSTRAND_GPU=hip -DCMAKE_BUILD_TYPE=Release
 	cmake --build build-hip -j $(JOBS)
-	$(CONFIGURE) -B build-cuda -DKVSTRAND_GPU=cuda -DCMAKE_BUILD_TYPE=Release
+	$(CONFIGURE) -B build-cuda -DKVSTRAND_GPU=cuda -DCMAKE_BUILD_TYPE=Release -DKVSTRAND_PYTHON=OFF
 	cmake --build build-cuda -j $(JOBS)
 	@echo "check-backends: hip and cuda backends compiled and linked"
 
@@ -74,6 +79,7 @@ bench: build
 	./build/bench/bench_index
 	./build/bench/bench_node --start-tier 4G --scaling-tier 2G
 	./build/bench/bench_l2
+	PYTHONPATH=build/python /usr/bin/python3 bench/bench_python.py
 
 # Not in CI (about a minute a mutant on 2 cores). MUTANTS="F14-timer F4-no-fence" runs some.
 mutants: bootstrap
