@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -41,6 +42,7 @@ py::object seconds_of(std::chrono::microseconds d);
 
 // A prompt's tokens: a contiguous 4-byte unsigned buffer (numpy uint32,
 // array('I')) is read in place; any other sequence of ints is converted.
+// Destroy it with the GIL held.
 class Tokens {
  public:
   explicit Tokens(const py::handle& obj);
@@ -48,7 +50,9 @@ class Tokens {
 
  private:
   std::vector<std::uint32_t> copy_;
-  py::object keep_;  // the buffer's owner, while span_ points into it
+  // The buffer stays exported while span_ points into it, so no other
+  // thread can resize it while the GIL is released (array.array refuses).
+  std::optional<py::buffer_info> view_;
   std::span<const std::uint32_t> span_;
 };
 

@@ -49,8 +49,8 @@ Tokens::Tokens(const py::handle& obj) {
     const bool u32 = info.itemsize == 4 && (info.format == "I" || info.format == "=I" || info.format == "<I" ||
                                             (info.format == "L" && sizeof(unsigned long) == 4));
     if (u32 && info.ndim == 1 && (info.shape[0] <= 1 || info.strides[0] == 4)) {
-      keep_ = py::reinterpret_borrow<py::object>(obj);
       span_ = {static_cast<const std::uint32_t*>(info.ptr), static_cast<std::size_t>(info.shape[0])};
+      view_.emplace(std::move(info));
       return;
     }
   }
