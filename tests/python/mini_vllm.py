@@ -9,7 +9,7 @@ finished_req_ids and preempted_req_ids, the metadata pickled on its way to
 the workers, and finished_sending/finished_recving counted over every worker
 (vLLM's KVOutputAggregator). Each TP rank's KV cache is one tensor per layer
 of FlashAttention's shape (2, num_blocks, block_size, heads, head_size) in
-sim device memory, written by a toy model whose KV is a pure function of the
+device memory (sim memory seen through numpy; DeviceMemory on a GPU), written by a toy model whose KV is a pure function of the
 prompt prefix, layer, K/V and rank, so every block can be checked.
 """
 
@@ -29,12 +29,31 @@ ELEM = 2  # bf16
 
 
 class FakeTensor:
-    """What kvstrand.vllm reads of a torch.Tensor: data_ptr, shape, element_size, is_contiguous."""
+    """What kvstrand.vllm reads of a torch.Tensor: data_ptr, shape, element_size,
+    is_contiguous. Sim device memory seen through numpy, or on a GPU backend
+    DeviceMemory read and written by copies."""
 
     def __init__(self, shape):
         self.shape = shape
-        self.memory = kvstrand.sim.allocate(int(np.prod(shape)) * ELEM)
-        self.view = np.frombuffer(self.memory, dtype=np.uint8).reshape(shape[0], shape[1], -1)
+        self.block_bytes = int(np.prod(shape[2:])) * ELEM
+        if kvstrand.sim.available():
+            self.memory = kvstrand.sim.allocate(int(np.prod(shape)) * ELEM)
+            self.view = np.frombuffer(self.memory, dtype=np.uint8).reshape(shape[0], shape[1], -1)
+        else:
+            self.memory = kvstrand.DeviceMemory(int(np.prod(shape)) * ELEM)
+            self.view = None
+
+    def write(self, half, block, data):
+        if self.view is not None:
+            self.view[half, block] = data
+        else:
+            self.memory.write((half * self.shape[1] + block) * self.block_bytes, data)
+
+    def read(self, half, block):
+        if self.view is not None:
+            return self.view[half, block]
+        return np.frombuffer(self.memory.read((half * self.shape[1] + block) * self.block_bytes, self.block_bytes),
+                             dtype=np.uint8)
 
     def data_ptr(self):
         return self.memory.address
@@ -125,7 +144,7 @@ class MiniVllm:
             block = req.blocks[block_end // BLOCK - 1]
             for layer, t in enumerate(self.caches[rank]):
                 for half in (0, 1):
-                    t.view[half, block] = model_kv(req.prompt, block_end, layer, half, rank)
+                    t.write(half, block, model_kv(req.prompt, block_end, layer, half, rank))
 
     def check(self, req, begin, end):
         """Counts blocks of [begin, end) that differ from the model's KV on any rank."""
@@ -135,7 +154,7 @@ class MiniVllm:
             for rank in range(self.tp):
                 for layer, t in enumerate(self.caches[rank]):
                     for half in (0, 1):
-                        bad += not np.array_equal(t.view[half, block],
+                        bad += not np.array_equal(t.read(half, block),
                                                   model_kv(req.prompt, block_end, layer, half, rank))
         return bad
 

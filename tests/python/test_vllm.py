@@ -13,6 +13,7 @@ import kvstrand.vllm as kv_vllm
 from mini_vllm import MiniVllm, configs
 
 PREFIX = list(range(1000, 1256))  # four 64-token chunks
+needs_sim_hooks = pytest.mark.skipif(not kvstrand.sim.available(), reason="needs the sim backend's stream hooks")
 
 
 def test_the_interface_is_vllms_or_the_local_copy_of_the_version_cited():
@@ -134,6 +135,7 @@ def test_a_lease_adopted_elsewhere_first_is_a_load_error_not_a_hang(server):
     vllm.shutdown()
 
 
+@needs_sim_hooks
 def test_a_finished_requests_blocks_are_freed_only_after_its_saves(server):
     stream = kvstrand.DeviceStream()
     vllm = MiniVllm(server.socket, stream_provider=lambda: stream.native)
@@ -151,6 +153,7 @@ def test_a_finished_requests_blocks_are_freed_only_after_its_saves(server):
     vllm.shutdown()
 
 
+@needs_sim_hooks
 def test_preemption_fences_the_requests_transfers_before_its_blocks_are_reused(server):
     stream = kvstrand.DeviceStream()
     vllm = MiniVllm(server.socket, stream_provider=lambda: stream.native)
