@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Packs a cuda build for a GPU machine that has the NVIDIA driver but not
-# Debian's spdlog and fmt: the binaries only (and libkvstrand.so) (no sources, no object files),
+# Debian's spdlog and fmt: the binaries only (and libkvstrand.so) (no sources, no object files;
+# pybind11's headers for gpu-python.sh, which builds the Python module there),
 # in the build's own layout (tests/, bench/, examples/, kvstrand-server), and
 # those two shared libraries in lib/, where every binary's RPATH looks first.
 # The CUDA runtime is linked statically.
@@ -28,5 +29,10 @@ for lib in "$build"/libkvstrand.so.*.*.*; do
   cp -L "$lib" "$pack/lib/$soname"
   strip --strip-unneeded "$pack/lib/$soname"
 done
-cp scripts/gpu-run.sh scripts/gpu-soak.sh "$pack/"
+cp scripts/gpu-run.sh scripts/gpu-soak.sh scripts/gpu-python.sh "$pack/"
+# What gpu-python.sh builds the Python module with there (its sources come
+# from the carried tree): pybind11's headers and the generated version.hpp.
+mkdir -p "$pack/pybind11" "$pack/include/kvstrand"
+cp -r /usr/include/pybind11 "$pack/pybind11/"
+cp "$build/include/kvstrand/version.hpp" "$pack/include/kvstrand/"
 du -sh "$pack" | awk '{print "gpu-pack: " $2 " is " $1 " (carry it; run ./gpu-run.sh . $OUT there)"}'
