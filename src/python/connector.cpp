@@ -313,6 +313,8 @@ void bind_connector(py::module_& m) {
           "fence",
           [](PyConnector& c, std::vector<std::string> requests, const py::object& timeout) {
             const auto t = millis(timeout, "timeout");
+            // A negative timeout is a mistake (not "forever"): it would be fail-stop at once.
+            if (t.count() < 0) throw py::value_error("fence: timeout must be >= 0 seconds");
             c.call([&](Connector& x) { x.fence(requests, t); });
           },
           "requests"_a, "timeout"_a,

@@ -53,6 +53,9 @@ def test_fence_returns_once_the_requests_are_terminal(engine):
     f = engine.conn.finished()
     assert [s.request for s in f.saves] == ["r"] and f.saves[0].ok
     engine.conn.fence(["nothing-live"], 0.001)  # nothing to wait for
+    with pytest.raises(ValueError, match="timeout must be >= 0"):
+        engine.conn.fence(["r"], -1)  # refused, not an immediate fail-stop
+    engine.conn.finished()
 
 
 def test_fence_releases_the_gil_while_it_waits():
