@@ -107,8 +107,9 @@ class SchedulerSide:
             return None, False
         if r.lookups:
             return None, False  # not known yet: vLLM asks again at a later step
-        # Every rank must hold the prefix: the hit is the least of theirs.
-        hit = min(a.hit.tokens for a in r.answers.values())
+        # Every rank must hold the prefix: the hit is the least of theirs. A
+        # hit the server did not lease (its per-client bound) cannot be handed over.
+        hit = min(a.hit.tokens if a.lease else 0 for a in r.answers.values())
         plan = kvstrand.plan_hit(self.layouts[0], prompt_tokens=len(r.prompt),
                                  hbm=kvstrand.HitSource(num_computed_tokens), tier=kvstrand.HitSource(hit),
                                  min_load_tokens=self.cfg.min_load_tokens)
