@@ -131,6 +131,7 @@ class MiniVllm:
         self.sending, self.recving = defaultdict(int), defaultdict(int)
         self.stats = defaultdict(int)
         self.meta_hook = None       # a test may alter the metadata in flight
+        self.announce_preemptions = True  # False: preempted_req_ids stays empty, as in some vLLM versions
         self.done = []
 
     def add(self, req_id, prompt, max_tokens=2):
@@ -207,7 +208,7 @@ class MiniVllm:
                 new_block_ids=[(list(r.blocks),) if r.resumed else None for r in cached],
                 num_computed_tokens=[r.computed for r in cached]),
             num_scheduled_tokens=num_scheduled, total_num_scheduled_tokens=sum(num_scheduled.values()),
-            finished_req_ids=self.finished_ids, preempted_req_ids=preempted)
+            finished_req_ids=self.finished_ids, preempted_req_ids=preempted if self.announce_preemptions else set())
         for r in new_reqs + cached:
             r.new = r.resumed = False
         self.finished_ids = set()

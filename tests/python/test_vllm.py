@@ -160,16 +160,43 @@ def test_preemption_fences_the_requests_transfers_before_its_blocks_are_reused(s
     vllm.add("a", PREFIX + list(range(200)), max_tokens=1)
     kvstrand.sim.set_stream_delay(stream.native, 0.3)  # each save waits 0.3 s for its forward pass
     worker = vllm.workers[0]._worker
-    vllm.run(until=lambda: worker.saves_live)
-    assert worker.saves_live.get("a") == 1
+    vllm.run(until=lambda: worker.saving)
+    assert "a" in worker.saving
     vllm.preempt_next = {"a"}
     t0 = time.monotonic()
     vllm.step()  # handle_preemptions fences "a" before this step's forward
     assert time.monotonic() - t0 >= 0.1
-    assert "a" not in worker.saves_live and "a" not in worker.saves_queued
+    assert "a" not in worker.saving and "a" not in worker.saves_queued
     kvstrand.sim.set_stream_delay(stream.native, 0)
     vllm.run()
     assert vllm.done == ["a"] and vllm.stats["mismatches"] == 0
+    vllm.shutdown()
+
+
+@needs_sim_hooks
+def test_a_preemption_vllm_does_not_announce_is_fenced_when_its_blocks_are_given_out(server):
+    # preempted_req_ids left empty: the worker learns of it only when the
+    # scheduler gives a's blocks out again (to a itself, re-admitted). Its
+    # save, 0.3 s behind its forward pass, must end before they are written,
+    # or the tier would keep another position's KV under a's key.
+    stream = kvstrand.DeviceStream()
+    vllm = MiniVllm(server.socket, stream_provider=lambda: stream.native)
+    vllm.announce_preemptions = False
+    prompt = PREFIX + list(range(200))
+    vllm.add("a", prompt, max_tokens=1)
+    kvstrand.sim.set_stream_delay(stream.native, 0.3)
+    worker = vllm.workers[0]._worker
+    vllm.run(until=lambda: worker.saving)
+    vllm.preempt_next = {"a"}
+    vllm.step()
+    assert "a" in worker.saving  # nobody told the worker
+    vllm.run(until=lambda: "a" in vllm.running)
+    assert "a" not in worker.saving  # fenced before its blocks' new owner's forward pass
+    kvstrand.sim.set_stream_delay(stream.native, 0)
+    vllm.run()
+    vllm.add("c", prompt, max_tokens=1)  # loads what a stored
+    vllm.run()
+    assert vllm.stats["resumed"] >= 1 and vllm.stats["mismatches"] == 0
     vllm.shutdown()
 
 

@@ -36,3 +36,4 @@ class KvstrandConnectorMetadata(KVConnectorMetadata):
     saves: list = field(default_factory=list)       # SaveJob
     preempted: set = field(default_factory=set)     # request ids whose blocks were taken back this step
     delayed_free: set = field(default_factory=set)  # finished requests whose blocks wait for get_finished
+    allocated: set = field(default_factory=set)     # blocks vLLM gave to requests this step (saves reading them end first)

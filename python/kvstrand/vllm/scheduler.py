@@ -148,8 +148,16 @@ class SchedulerSide:
         meta = KvstrandConnectorMetadata(namespace=self.namespace, loads=self.loads, delayed_free=self.delayed_free,
                                          preempted=set(getattr(scheduler_output, "preempted_req_ids", None) or ()))
         self.loads, self.delayed_free = [], set()
+        # Blocks given out this step to be written (not those a prefix-cache
+        # hit only reads). vLLM may not say which requests it preempted
+        # (preempted_req_ids is empty in some versions); a worker whose save
+        # still reads one of these fences it before the forward pass.
+        bs = self.cfg.block_size
+        for job in meta.loads:
+            meta.allocated.update(job.block_ids)
         computed = {}
         for new in scheduler_output.scheduled_new_reqs:
+            meta.allocated.update(new.block_ids[0][new.num_computed_tokens // bs:])
             r = self.requests.get(new.req_id)
             if r is not None:
                 r.block_ids = list(new.block_ids[0])
@@ -157,10 +165,13 @@ class SchedulerSide:
         cached = scheduler_output.scheduled_cached_reqs
         resumed = set(getattr(cached, "resumed_req_ids", None) or ())
         for i, req_id in enumerate(cached.req_ids):
+            new_ids = cached.new_block_ids[i]
+            if new_ids:  # a resumed request's list is whole: its prefix-cache part is only read
+                first = cached.num_computed_tokens[i] // bs if req_id in resumed else 0
+                meta.allocated.update(new_ids[0][first:])
             r = self.requests.get(req_id)
             if r is None:
                 continue
-            new_ids = cached.new_block_ids[i]
             if req_id in resumed:
                 r.block_ids = list(new_ids[0]) if new_ids else []
             elif new_ids:
@@ -173,7 +184,7 @@ class SchedulerSide:
             save = r.tracker.next_save(done)
             if save is None:
                 continue
-            bs, ct = self.cfg.block_size, self.cfg.chunk_tokens
+            ct = self.cfg.chunk_tokens
             if save.end // bs > len(r.block_ids):
                 r.tracker.save_settled(False)
                 continue

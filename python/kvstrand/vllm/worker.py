@@ -46,8 +46,8 @@ class WorkerSide:
         self.group = None
         self.adopting = {}                 # lookup id -> LoadJob
         self.loading = {}                  # request id -> LoadJob, posted
-        self.saves_live = defaultdict(int)  # request id -> saves posted and not terminal
-        self.saves_queued = defaultdict(deque)  # request id -> SaveJobs behind a live save of it
+        self.saving = {}                   # request id -> its SaveJob posted and not terminal (one at a time)
+        self.saves_queued = defaultdict(deque)  # request id -> SaveJobs behind its live save
         self.recved = set()                # loads ended since the last get_finished
         self.load_errors = set()           # blocks failed loads would have written
         self.awaiting_free = set()         # finished requests whose blocks vLLM waits for
@@ -101,6 +101,19 @@ class WorkerSide:
         self.conn.fence(sorted(preempted), self.cfg.transfer_deadline_s)
         self._drain()
 
+    def _fence_reallocated(self, allocated):
+        """Requests whose saves (posted or queued) read blocks vLLM gave to
+        a request this step are preempted, told or not: fenced as such before
+        the forward pass writes those blocks."""
+        if not allocated:
+            return
+        hit = {r for r, job in self.saving.items() if allocated.intersection(job.block_ids)}
+        hit |= {r for r, queue in self.saves_queued.items()
+                if any(allocated.intersection(job.block_ids) for job in queue)}
+        if hit:
+            log.info("kvstrand.vllm: blocks of %s were given to other requests: fencing their saves", sorted(hit))
+            self.handle_preemptions(hit)
+
     def start_load(self, meta):
         if self.group is None:
             raise RuntimeError("kvstrand.vllm: start_load_kv before register_kv_caches")
@@ -110,6 +123,7 @@ class WorkerSide:
                                 f"{self.rank}'s ({self.namespace.hex()[:16]}): both must see the same model, dtype, "
                                 "block size and kv_connector_extra_config")
         self.awaiting_free.update(meta.delayed_free)
+        self._fence_reallocated(meta.allocated)
         for job in meta.loads:
             handoff = job.handoff.get(self.rank)
             if handoff is None:
@@ -129,10 +143,11 @@ class WorkerSide:
         self._post_saves()
 
     def _post_saves(self):
-        ops = []
+        ops, jobs = [], []
         for req_id, queue in self.saves_queued.items():
-            if queue and req_id not in self.saves_live:
-                ops.append(kvstrand.Op(kvstrand.TransferKind.save, self._spec(queue.popleft()), self._producer()))
+            if queue and req_id not in self.saving:
+                jobs.append(queue.popleft())
+                ops.append(kvstrand.Op(kvstrand.TransferKind.save, self._spec(jobs[-1]), self._producer()))
         for req_id in [r for r, q in self.saves_queued.items() if not q]:
             del self.saves_queued[req_id]
         if not ops:
@@ -142,8 +157,8 @@ class WorkerSide:
         except kvstrand.TransferRefused as e:  # a cache may drop a save; it is a later miss
             log.warning("kvstrand.vllm: %d save(s) refused: %s", len(ops), e)
             return
-        for op in ops:
-            self.saves_live[op.spec.request] += 1
+        for job in jobs:
+            self.saving[job.req_id] = job
 
     def _drain(self):
         f = self.conn.finished()
@@ -166,16 +181,14 @@ class WorkerSide:
                 self._load_failed(job, out.reason)
             self.recved.add(out.request)
         for out in f.saves:
-            self.saves_live[out.request] -= 1
-            if self.saves_live[out.request] == 0:
-                del self.saves_live[out.request]
+            self.saving.pop(out.request, None)
             if not out.ok:
                 log.info("kvstrand.vllm: save of %s failed: %s", out.request, out.reason)
         self._post_saves()
 
     def get_finished(self, finished_req_ids):
         self._drain()
-        sending = {r for r in self.awaiting_free if r not in self.saves_live and r not in self.saves_queued}
+        sending = {r for r in self.awaiting_free if r not in self.saving and r not in self.saves_queued}
         self.awaiting_free -= sending
         recving, self.recved = self.recved, set()
         return (sending or None), (recving or None)
