@@ -247,7 +247,9 @@ class MiniVllm:
                 self.finish(req)
         for req_id in [r for r, c in self.recving.items() if c == self.tp]:  # every worker: done loading
             del self.recving[req_id]
-            req = self.remote.pop(req_id)
+            req = self.remote.pop(req_id, None)
+            if req is None:  # aborted while it loaded: vLLM only notes the id
+                continue
             failed = sorted(i for i, b in enumerate(req.blocks) if b in self.errors)
             if failed:  # vLLM recomputes from the first block that failed to load
                 self.stats["load_errors"] += len(failed)
@@ -273,6 +275,16 @@ class MiniVllm:
         else:
             self.free.extend(req.blocks)
         self.done.append(req.id)
+
+    def abort(self, req_id):
+        """vLLM aborting a request waiting for its remote KV: request_finished, blocks freed or held."""
+        req = self.remote.pop(req_id)
+        self.finished_ids.add(req_id)
+        delay, _ = self.scheduler.request_finished(req.vllm, list(req.blocks))
+        if delay:
+            self.held[req_id] = req
+        else:
+            self.free.extend(req.blocks)
 
     def run(self, until=None, timeout=30.0, **kw):
         """Steps until `until()` (default: every request done and freed), at most `timeout` seconds."""

@@ -174,6 +174,25 @@ def test_preemption_fences_the_requests_transfers_before_its_blocks_are_reused(s
 
 
 @needs_sim_hooks
+def test_a_request_aborted_while_it_loads_keeps_its_blocks_until_the_load_ends(server):
+    stream = kvstrand.DeviceStream()
+    vllm = MiniVllm(server.socket, stream_provider=lambda: stream.native)
+    vllm.add("a", PREFIX + [7], max_tokens=1)
+    vllm.run()
+    kvstrand.sim.hold_stream(stream.native)  # the load waits for the engine's stream
+    vllm.add("b", PREFIX + [8], max_tokens=1)
+    vllm.run(until=lambda: "b" in vllm.workers[0]._worker.loading)
+    vllm.abort("b")
+    for _ in range(20):
+        vllm.step()
+    assert "b" in vllm.held  # its load would still write the blocks
+    kvstrand.sim.release_stream(stream.native)
+    vllm.run()
+    assert not vllm.held and len(vllm.free) == 64
+    vllm.shutdown()
+
+
+@needs_sim_hooks
 def test_a_preemption_vllm_does_not_announce_is_fenced_when_its_blocks_are_given_out(server):
     # preempted_req_ids left empty: the worker learns of it only when the
     # scheduler gives a's blocks out again (to a itself, re-admitted). Its

@@ -28,7 +28,7 @@ class _Request:
         self.load_decided = False
         self.block_ids = []
         self.tracker = kvstrand.SaveTracker(chunk_tokens)
-        self.saved = False                 # a save of it went to the workers
+        self.transfers = False             # a save or a load of it went to the workers
 
 
 class SchedulerSide:
@@ -134,6 +134,7 @@ class SchedulerSide:
             self.loads.append(LoadJob(r.id, begin, end, r.block_ids[begin // bs:end // bs],
                                       r.hashes[begin // ct:-(-end // ct)], handoff))
             r.load_decided = True
+            r.transfers = True
             r.tracker.load_decided(kvstrand.TokenRange(begin, end))
             # What it loads is stored already, whether or not the copy lands.
             r.tracker.load_settled(kvstrand.LoadOutcome.landed)
@@ -193,7 +194,7 @@ class SchedulerSide:
             # Best effort, as a cache is: a save that fails is a later miss,
             # so the next chunks are planned without waiting for its outcome.
             r.tracker.save_settled(True)
-            r.saved = True
+            r.transfers = True
         return meta
 
     def request_finished(self, request, block_ids):
@@ -203,7 +204,7 @@ class SchedulerSide:
         # A lookup still posted gives its lease back when its answer arrives
         # (_drain finds no request for it).
         self._release(r)
-        if r.saved:
+        if r.transfers:  # a save may still read its blocks, a load (of a request aborted while loading) write them
             self.delayed_free.add(r.id)  # the workers free it through get_finished
             return True, None
         return False, None

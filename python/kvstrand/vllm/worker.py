@@ -102,12 +102,13 @@ class WorkerSide:
         self._drain()
 
     def _fence_reallocated(self, allocated):
-        """Requests whose saves (posted or queued) read blocks vLLM gave to
-        a request this step are preempted, told or not: fenced as such before
-        the forward pass writes those blocks."""
+        """Requests whose saves (posted or queued) read, or whose loads
+        write, blocks vLLM gave to a request this step are preempted, told or
+        not: fenced as such before the forward pass writes those blocks."""
         if not allocated:
             return
-        hit = {r for r, job in self.saving.items() if allocated.intersection(job.block_ids)}
+        hit = {r for r, job in list(self.saving.items()) + list(self.loading.items())
+               if allocated.intersection(job.block_ids)}
         hit |= {r for r, queue in self.saves_queued.items()
                 if any(allocated.intersection(job.block_ids) for job in queue)}
         if hit:
@@ -188,7 +189,9 @@ class WorkerSide:
 
     def get_finished(self, finished_req_ids):
         self._drain()
-        sending = {r for r in self.awaiting_free if r not in self.saving and r not in self.saves_queued}
+        adopting = {job.req_id for job in self.adopting.values()}
+        sending = {r for r in self.awaiting_free
+                   if r not in self.saving and r not in self.saves_queued and r not in self.loading and r not in adopting}
         self.awaiting_free -= sending
         recving, self.recved = self.recved, set()
         return (sending or None), (recving or None)
