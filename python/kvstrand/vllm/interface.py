@@ -2,7 +2,11 @@
 
 Followed: vLLM v0.18 (``vllm/distributed/kv_transfer/kv_connector/v1/base.py``:
 ``KVConnectorBase_V1(vllm_config, role, kv_cache_config)``, where
-``handle_preemptions`` receives the step's connector metadata).
+``handle_preemptions`` receives the step's connector metadata, as v0.18.2's
+model runner calls it: bind_connector_metadata, handle_preemptions,
+start_load_kv, the forward pass, wait_for_save, get_finished,
+get_block_ids_with_load_errors, clear_connector_metadata). v0.15 passed
+handle_preemptions a set of request ids instead; KvstrandConnector takes both.
 
 When vLLM is importable its own classes are used, so vLLM sees a subclass of
 its base. Otherwise (these machines cannot install vLLM) a local copy of the
