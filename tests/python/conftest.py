@@ -92,9 +92,12 @@ def server_binary():
 class Server:
     """kvstrand-server on a socket of its own, ready once its arena is."""
 
-    def __init__(self, tier="32M", slab="8M", chunk_tokens=64):
+    def __init__(self, tier="32M", slab="8M", chunk_tokens=64, socket=None):
+        """`socket`: a path a killed server left (a restart on it); a fresh one otherwise."""
         self.dir = tempfile.mkdtemp(prefix="kvs-py-", dir="/tmp")  # socket paths are short
-        self.socket = os.path.join(self.dir, "tier.sock")
+        self.socket = socket or os.path.join(self.dir, "tier.sock")
+        if socket and os.path.exists(socket):
+            os.unlink(socket)
         self.proc = subprocess.Popen(
             [server_binary(), "--socket", self.socket, "--tier-bytes", tier, "--slab-bytes", slab,
              "--chunk-tokens", str(chunk_tokens), "--log-level", "info"],
@@ -118,10 +121,14 @@ class Server:
             if "slabs are ready" in line:
                 return
 
-    def stop(self):
+    def kill(self):
+        """SIGKILL, reaped; the socket file stays, as a crash leaves it."""
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+    def stop(self):
+        self.kill()
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

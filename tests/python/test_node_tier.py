@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import kvstrand
-from conftest import BLOCK_BYTES, Engine, pattern
+from conftest import BLOCK_BYTES, Engine, Server, pattern
 
 PEER = os.path.join(os.path.dirname(__file__), "peer.py")
 PEER_PROMPT = list(range(7000, 7128))  # peer.py's prompt
@@ -84,6 +84,35 @@ def test_a_lookup_in_one_process_is_loaded_in_another(server):
     assert e.seen[-1].lookups[0].lease == 0
     scheduler.close()
     e.close()
+
+
+def test_a_server_sigkilled_under_a_save_fails_it_cleanly_and_a_restarted_one_serves(server):
+    e = node_engine(server)
+    prompt = list(range(300, 428))
+    e.blocks[0:8] = pattern(8 * BLOCK_BYTES, 13).reshape(8, BLOCK_BYTES)
+    stream = kvstrand.DeviceStream()
+    kvstrand.sim.hold_stream(stream.native)  # the save waits for the step's forward pass
+    e.conn.save(e.spec("r", prompt, 0, 128), kvstrand.Producer.after_stream(stream.native))
+    server.kill()
+    kvstrand.sim.release_stream(stream.native)
+    out = e.wait(saves=1)["saves"][0]
+    assert not out.ok and out.error == kvstrand.TransferErrc.tier_unavailable, out.reason  # no fail-stop
+    restarted = Server(socket=server.socket)
+    try:
+        for attempt in range(5):  # the Connector reconnects on its next request
+            e.conn.save(e.spec(f"r{attempt}", prompt, 0, 128))
+            if e.wait(saves=1)["saves"][0].ok:
+                break
+        else:
+            raise AssertionError("no save succeeded on the restarted server")
+        e.conn.lookup(e.keys(prompt))
+        answer = e.wait(lookups=1)["lookups"][0]
+        e.conn.load(e.spec("l", prompt, 16, 128, tier_lease=answer.lease))
+        assert e.wait(loads=1)["loads"][0].ok
+        np.testing.assert_array_equal(e.blocks[16:24], e.blocks[0:8])
+    finally:
+        e.close()
+        restarted.stop()
 
 
 def test_no_server_at_the_socket_is_refused_at_registration(tmp_path):

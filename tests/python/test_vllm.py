@@ -219,6 +219,22 @@ def test_a_preemption_vllm_does_not_announce_is_fenced_when_its_blocks_are_given
     vllm.shutdown()
 
 
+def test_a_server_sigkilled_mid_run_costs_only_misses(server):
+    # Lookups, saves and loads against a dead server fail; vLLM computes
+    # instead, and every block is still exact.
+    vllm = MiniVllm(server.socket, tp=2, request_timeout_s=1.0)
+    vllm.add("a", PREFIX + [7], max_tokens=1)
+    vllm.run()
+    for i in range(4):
+        vllm.add(f"r{i}", PREFIX + list(range(i * 10, i * 10 + 30)), max_tokens=2)
+    vllm.step()
+    vllm.step()  # lookups answered, leases handed to the workers: their adoptions and loads now fail
+    server.kill()
+    vllm.run()
+    assert len(vllm.done) == 5 and vllm.stats["mismatches"] == 0
+    vllm.shutdown()
+
+
 def test_wrong_side_calls_are_refused(server):
     vllm = MiniVllm(server.socket)
     with pytest.raises(RuntimeError, match="not a scheduler-side call"):
