@@ -7,6 +7,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <deque>
+#include <future>
 #include <list>
 #include <map>
 #include <stdexcept>
@@ -715,7 +716,14 @@ void Connector::start_fence(std::vector<std::string> requests, std::chrono::mill
 void Connector::fence(const std::vector<std::string>& requests, std::chrono::milliseconds timeout) {
   CallTimer timed(step_calls_.get());
   raise_fail_stop();
-  async_fence(requests, timeout, asio::use_future).get();  // throws what the fence completed with
+  // The strand hands back an error_code and the exception is made here, on
+  // the caller's thread: an exception_ptr made on the reactor thread and
+  // released last by either thread is shared through libstdc++'s own
+  // reference count, which ThreadSanitizer cannot see (it reported a race).
+  std::promise<std::error_code> done;
+  std::future<std::error_code> result = done.get_future();
+  start_fence(requests, timeout, Handler([p = std::move(done)](std::error_code ec) mutable { p.set_value(ec); }));
+  if (std::exception_ptr e = fence_exception(*mailbox_, result.get())) std::rethrow_exception(e);
 }
 
 namespace {
