@@ -32,7 +32,7 @@ void bind_connector(py::module_& m);  // options, registrations, specs, outcomes
 // The option an "invalid option 'NAME': ..." message names; empty if none.
 std::string option_named_in(const std::string& message);
 
-// Digests cross as 32-byte `bytes`.
+// conversions.cpp. Digests cross as 32-byte `bytes`.
 py::bytes to_bytes(const kv::Digest& d);
 kv::Digest to_digest(const py::handle& b, const char* what);
 
