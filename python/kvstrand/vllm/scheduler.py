@@ -146,6 +146,7 @@ class SchedulerSide:
         r.load_decided = True
 
     def build_connector_meta(self, scheduler_output):
+        self._drain()  # every step: an answer for a request finished meanwhile gives its lease back now
         meta = KvstrandConnectorMetadata(namespace=self.namespace, loads=self.loads, delayed_free=self.delayed_free,
                                          preempted=set(getattr(scheduler_output, "preempted_req_ids", None) or ()))
         self.loads, self.delayed_free = [], set()
