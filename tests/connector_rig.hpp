@@ -59,6 +59,22 @@ struct Rig {
     conn->register_layout(registration());
   }
 
+  // The rule a fail-stop puts on an engine, kept here too: memory that a copy
+  // never seen to end may still touch is never freed. A test that releases a
+  // held stream just before it ends races that copy; freeing the planes under
+  // it crashed the sim stream's worker (test_debug_http, once in CI).
+  ~Rig() {
+    if (!conn) return;
+    conn->close();
+    if (conn->never_ended() == 0) return;
+    static auto* forever = new std::vector<hip::DeviceBuffer>;
+    for (auto& p : planes) forever->push_back(std::move(p));
+    if (state) forever->push_back(std::move(*state));
+    if (swa) forever->push_back(std::move(swa->plane));
+  }
+  Rig(const Rig&) = delete;
+  Rig& operator=(const Rig&) = delete;
+
   reactor::Registration registration() {
     reactor::Registration reg;
     reg.layout = layout;

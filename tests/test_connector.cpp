@@ -412,6 +412,30 @@ TEST_CASE("F23 and F13: a retrieve that never completes ends at its deadline, fa
   require_ok(hip::sim::release_stream(rig.tier->load_stream()));
 }
 
+TEST_CASE("F13: close() counts the copies it never saw end, and the memory they read stays mapped",
+          "[reactor][sim][fault]") {
+  if (!sim_hooks_present()) return;
+  {
+    Rig rig(with_deadline(150ms));
+    require_ok(hip::sim::hold_stream(rig.tier->save_stream()));
+    rig.conn->save(rig.save_spec("late", 1, 0, 1, Rig::block_range(0, 4)));
+    REQUIRE(wait_for_fail_stop(*rig.conn).code() == TransferErrc::deadline_exceeded);
+    // Its copy runs, but only after close() has returned and the rig is gone:
+    // the race an engine that freed its blocks at exit would lose.
+    require_ok(hip::sim::set_stream_delay(rig.tier->save_stream(), 200ms));
+    require_ok(hip::sim::release_stream(rig.tier->save_stream()));
+    REQUIRE(rig.conn->never_ended() == 0);  // not closed yet
+    rig.conn->close();
+    REQUIRE(rig.conn->never_ended() == 1);
+  }
+  // The copy reads the rig's planes now: had they been freed, this segfaults.
+  std::this_thread::sleep_for(400ms);
+  Rig clean;
+  clean.round_trip();
+  clean.conn->close();
+  REQUIRE(clean.conn->never_ended() == 0);
+}
+
 TEST_CASE("connector: a device the reactor cannot select is refused at construction, naming it", "[reactor]") {
   if (!device_present()) return;
   reactor::ConnectorOptions o;

@@ -149,6 +149,11 @@ class Connector {
   // Lets in-flight transfers settle (bounded by their deadlines), then stops
   // the reactor and releases the tier. Idempotent.
   void close();
+  // After close(): how many transfers' copies were never seen to end (a
+  // deadline fail-stop, or close's own bound). While it is not 0, keep the
+  // memory you registered allocated until the process exits: such a copy
+  // may still read or write it. 0 before close() returns.
+  std::size_t never_ended() const noexcept;
 
   // The debug endpoint's port; 0 when it is off.
   std::uint16_t debug_port() const noexcept;

@@ -768,7 +768,8 @@ void Connector::close() {
   // a copy never seen to end. Then the tier (its streams, its arena or
   // mappings) is left allocated on purpose: freeing it could hand memory
   // that copy still writes to someone else, and waiting could be forever.
-  if (!core_->stuck.empty()) {
+  never_ended_ = core_->stuck.size();
+  if (never_ended_ != 0) {
     spdlog::warn("kvstrand: close: {} transfer(s) never seen to end; the tier's memory is left allocated on purpose",
                  core_->stuck.size());
     static auto* forever = new std::vector<std::unique_ptr<Tier>>;

@@ -113,6 +113,8 @@ void Connector::fence_async(std::vector<std::string> requests, std::chrono::mill
 
 void Connector::close() { impl_->conn.close(); }
 
+std::size_t Connector::never_ended() const noexcept { return impl_->conn.never_ended(); }
+
 std::uint16_t Connector::debug_port() const noexcept { return impl_->conn.http_port(); }
 
 }  // namespace kvstrand
