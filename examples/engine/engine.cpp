@@ -1009,7 +1009,14 @@ Engine::Engine(EngineConfig config, Workload workload) {
 }
 
 Engine::~Engine() {
-  if (impl_ && impl_->conn) impl_->conn->close();
+  if (!impl_ || !impl_->conn) return;
+  impl_->conn->close();
+  // A copy never seen to end (F13) may still read or write the pool: it is
+  // never freed, the rule a fail-stop puts on every engine.
+  if (impl_->conn->never_ended() != 0) {
+    static auto* forever = new std::vector<std::unique_ptr<Impl>>;
+    forever->push_back(std::move(impl_));
+  }
 }
 
 reactor::Connector* Engine::connector() { return impl_->conn.get(); }

@@ -322,6 +322,10 @@ void bind_connector(py::module_& m) {
       .def(
           "close", [](PyConnector& c) { c.call([](Connector& x) { x.close(); }); },
           "Lets in-flight transfers settle (bounded by their deadlines), then stops. Idempotent.")
+      .def_property_readonly(
+          "never_ended", [](PyConnector& c) { return c.call([](Connector& x) { return x.never_ended(); }); },
+          "After close(): how many transfers' copies were never seen to end. While it is not 0, keep the memory "
+          "you registered (the KV tensors) alive until the process exits: such a copy may still touch it.")
       .def_property_readonly("debug_port",
                              [](PyConnector& c) { return c.call([](Connector& x) { return x.debug_port(); }); })
       .def("__enter__", [](py::object self) { return self; })
