@@ -768,8 +768,7 @@ void Connector::close() {
   // a copy never seen to end. Then the tier (its streams, its arena or
   // mappings) is left allocated on purpose: freeing it could hand memory
   // that copy still writes to someone else, and waiting could be forever.
-  never_ended_ = core_->stuck.size();
-  if (never_ended_ != 0) {
+  if (!core_->stuck.empty()) {
     spdlog::warn("kvstrand: close: {} transfer(s) never seen to end; the tier's memory is left allocated on purpose",
                  core_->stuck.size());
     static auto* forever = new std::vector<std::unique_ptr<Tier>>;
@@ -778,6 +777,9 @@ void Connector::close() {
   }
   core_->tier.reset();
 }
+
+// Read only once the reactor thread has ended: nothing changes stuck then.
+std::size_t Connector::never_ended() const noexcept { return stopped_ ? core_->stuck.size() : 0; }
 
 std::vector<TransferInfo> Connector::transfers() {
   if (stopped_) return {};

@@ -215,7 +215,7 @@ class Connector {
   // keep the memory they name (its blocks and state slots) allocated for the
   // life of the process: such a copy may still read or write it. 0 before
   // close() returns.
-  std::size_t never_ended() const noexcept { return never_ended_; }
+  std::size_t never_ended() const noexcept;
 
   // The coroutine form: refuses new work at once and completes when every
   // transfer has settled. Stopping the reactor thread is left to close() or
@@ -320,7 +320,6 @@ class Connector {
   std::size_t lookups_live_ = 0;  // asked, answer not yet drained
   bool closed_ = false;   // no new work is accepted
   bool stopped_ = false;  // the reactor thread has ended and the tier is released
-  std::size_t never_ended_ = 0;  // set by close(), after the reactor thread ended
 };
 
 }  // namespace kvstrand::reactor
