@@ -263,6 +263,36 @@ MUTANTS = [
      "    if (object > arena->slab_bytes())",
      "    if (object > arena->slab_bytes() + 1)",
      [("test_server", "server: an object one byte past a slab*")], "an object one byte past a slab is registered"),
+    # kvstrand.vllm under vLLM's bookkeeping (issue 27): ("pytest:FILE", "-k" expression).
+    ("vllm-abort-double-free", "python/kvstrand/vllm/scheduler.py",
+     "        if r.load_blocks is not None:\n",
+     "        if False:\n",
+     [("pytest:test_vllm.py", "reloads_its_own")], "a request aborted while it loads is reported sent after vLLM freed it"),
+    ("vllm-keys-tokens-only", "python/kvstrand/vllm/keys.py",
+     "    if seed is None and not items:\n        return base",
+     "    if True:\n        return base",
+     [("pytest:test_vllm.py", "images_adapters")], "two images, adapters or salts share a chunk key"),
+    ("vllm-model-dtype", "python/kvstrand/vllm/config.py",
+     "dtype=str(model.dtype) if cache_dtype == \"auto\" else cache_dtype",
+     "dtype=str(model.dtype)",
+     [("pytest:test_vllm.py", "cache_dtype")], "fp8 caches of one model share a namespace"),
+    ("vllm-unbounded-reloads", "python/kvstrand/vllm/scheduler.py",
+     "        if r.load_failures >= self.cfg.max_load_failures:",
+     "        if False:",
+     [("pytest:test_vllm.py", "keep_failing")], "a request whose loads fail is offered hits without end"),
+    ("vllm-window-blocks-saved", "python/kvstrand/vllm/scheduler.py",
+     "            if len(ids) != (end - begin) // bs or NULL_BLOCK in ids:\n                continue\n"
+     "            if group.sliding_window",
+     "            if len(ids) != (end - begin) // bs:\n                continue\n            if False and group.sliding_window",
+     [("pytest:test_vllm.py", "null_block")], "a sliding window's null or freed blocks are saved"),
+    ("vllm-no-realloc-fence", "python/kvstrand/vllm/worker.py",
+     "        if allocated:\n            hit |=",
+     "        if False:\n            hit |=",
+     [("pytest:test_vllm.py", "does_not_announce")], "a save still reads blocks vLLM gave to another request"),
+    ("vllm-window-loads-null", "python/kvstrand/vllm/scheduler.py",
+     "            first = next((i for i, b in enumerate(ids) if b != NULL_BLOCK), len(ids))",
+     "            first = 0",
+     [("pytest:test_vllm.py", "hybrid_model_resumes")], "a sliding window's load writes the null block"),
     ("bounds-registration", "src/server/tier_server.cpp",
      "    return it == s->regs.end() ? nullptr : &it->second;",
      "    return it == s->regs.end() ? (s->regs.empty() ? nullptr : &s->regs.begin()->second) : &it->second;",
@@ -275,6 +305,21 @@ TIMEOUT_S = 120
 def run(cmd, cwd, timeout=None):
     return subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           timeout=timeout)
+
+
+def test_command(build, scratch, binary, filt):
+    """A Catch binary with a filter, or "pytest:FILE" with a -k expression
+    (Debian's interpreter, the scratch build's module and server)."""
+    if not binary.startswith("pytest:"):
+        return [os.path.join(build, "tests", binary), filt]
+    return ["env", f"PYTHONPATH={build}/python", f"KVSTRAND_SERVER={build}/kvstrand-server",
+            "PYTHONDONTWRITEBYTECODE=1", "/usr/bin/python3", "-m", "pytest", "-q", "-p", "no:cacheprovider",
+            os.path.join(scratch, "tests", "python", binary[len("pytest:"):]), "-k", filt]
+
+
+def build_target(test):
+    """What a test needs built: its binary, or the Python module (which copies the package)."""
+    return "kvstrand_python" if test.startswith("pytest:") else test
 
 
 def main(argv):
@@ -300,7 +345,7 @@ def main(argv):
     if cfg.returncode != 0:
         print(cfg.stdout)
         return 2
-    targets = sorted({t for m in chosen for t, _ in m[4]} | {"kvstrand-server", "kvstrand-tier-client"})
+    targets = sorted({build_target(t) for m in chosen for t, _ in m[4]} | {"kvstrand-server", "kvstrand-tier-client"})
     t0 = time.time()
     base = run(["cmake", "--build", "build", "--target", *targets], scratch)
     if base.returncode != 0:
@@ -318,14 +363,14 @@ def main(argv):
         open(file, "w").write(text.replace(old, new))
         try:
             t0 = time.time()
-            b = run(["cmake", "--build", "build", "--target", *sorted({t for t, _ in tests})], scratch)
+            b = run(["cmake", "--build", "build", "--target", *sorted({build_target(t) for t, _ in tests})], scratch)
             if b.returncode != 0:
                 verdict, why = "NOT BUILT", b.stdout[-600:]
             else:
                 verdict, why = "NOT caught", "every named case passed"
                 for binary, filt in tests:
                     try:
-                        r = run([os.path.join(build, "tests", binary), filt], scratch, timeout=TIMEOUT_S)
+                        r = run(test_command(build, scratch, binary, filt), scratch, timeout=TIMEOUT_S)
                     except subprocess.TimeoutExpired:
                         verdict, why = "NOT caught", f"{binary} '{filt}' hung past {TIMEOUT_S} s"
                         break

@@ -1,22 +1,54 @@
-"""A miniature of vLLM's engine loop, for driving kvstrand.vllm through the
-call order vLLM documents (vLLM cannot be installed here).
+"""A miniature of vLLM's engine core, for driving kvstrand.vllm through vLLM's
+own request and block bookkeeping (vLLM cannot be installed here).
 
-It has vLLM's shapes, not its code: requests with the fields vLLM's Request
-has (request_id, prompt_token_ids, num_tokens), KVCacheBlocks with
-get_block_ids(), a SchedulerOutput with scheduled_new_reqs,
-scheduled_cached_reqs (resumed_req_ids), num_scheduled_tokens,
-finished_req_ids and preempted_req_ids, the metadata pickled on its way to
-the workers, and finished_sending/finished_recving counted over every worker
-(vLLM's KVOutputAggregator). Each TP rank's KV cache is one tensor per layer
-of FlashAttention's shape (2, num_blocks, block_size, heads, head_size) in
-device memory (sim memory seen through numpy; DeviceMemory on a GPU), written by a toy model whose KV is a pure function of the
-prompt prefix, layer, K/V and rank, so every block can be checked.
+Written for kvstrand from reading vLLM's source, not copied from it: the
+scheduler of vllm/v1/core/sched/scheduler.py at commit 00024d3, the
+connector interface of .../kv_connector/v1/base.py at 003df29, and the worker
+call order of vllm/v1/worker/kv_connector_model_runner_mixin.py. What it
+keeps of vLLM, each a place where a connector's bugs hide:
+
+- Requests with vLLM's statuses (WAITING, WAITING_FOR_REMOTE_KVS, RUNNING,
+  PREEMPTED, FINISHED_*), num_computed_tokens, and the content keys vLLM
+  hashes besides tokens: multimodal items (mm_features), a LoRA adapter, a
+  cache salt.
+- One block pool with the null block (id 0) for every KV-cache group, blocks
+  allocated per step (allocate_slots), a local prefix cache of full blocks
+  hashed with those extra keys, freed blocks kept cached until reused, and
+  sliding-window groups whose passed blocks become the null block.
+- The running loop first, preempting the last running request when blocks
+  run out (its blocks freed and reused in the same step); then the waiting
+  loop: remote-KV waiters, the local hit, the connector's answer (None: try
+  again next step), allocation, update_state_after_alloc, async loads that
+  hold their blocks in WAITING_FOR_REMOTE_KVS.
+- update_from_output: failed loads (invalid blocks) under both load-failure
+  policies, "recompute" freeing a request whose load failed from its first
+  block so that it is looked up again; finished_recving and finished_sending
+  with vLLM's assertions; finish_requests (aborts) with vLLM's own delay of
+  a request waiting for remote KV.
+- The worker: bind_connector_metadata, handle_preemptions, start_load_kv
+  before the forward pass (older vLLM) or after it (newer), wait_for_save
+  (after a draft model's forward under speculative decoding), get_finished,
+  get_block_ids_with_load_errors, get_kv_connector_stats,
+  clear_connector_metadata; an id counts as finished once every worker said
+  so (vLLM's KVOutputAggregator).
+
+Where vLLM at 00024d3 itself cannot run a connector, the miniature does as
+vLLM does: with several KV-cache groups its load-failure path reads one
+group and raises (hybrid_invalid_blocks=False), as vLLM's does.
+
+Each TP rank's KV cache is one tensor per layer, of FlashAttention's shape
+(2, num_blocks, block_size, heads, head_size) or MLA's single region per
+block, in device memory (sim memory seen through numpy, DeviceMemory on a
+GPU, or torch CUDA tensors: test_vllm_torch.py), written by a toy model
+whose KV is a pure function of the token prefix, its extra keys, the layer,
+K/V and the rank, so every block can be checked.
 """
 
+import enum
 import hashlib
 import pickle
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from types import SimpleNamespace
 
 import numpy as np
@@ -26,34 +58,82 @@ from kvstrand.vllm import KvstrandConnector, KVConnectorRole
 
 BLOCK, HEADS, HEAD = 16, 2, 32
 ELEM = 2  # bf16
+NULL = 0
+
+
+class Status(enum.Enum):
+    WAITING = 1
+    WAITING_FOR_REMOTE_KVS = 2
+    RUNNING = 3
+    PREEMPTED = 4
+    FINISHED_STOPPED = 5
+    FINISHED_ABORTED = 6
+    FINISHED_ERROR = 7
+
+
+FINISHED = {Status.FINISHED_STOPPED, Status.FINISHED_ABORTED, Status.FINISHED_ERROR}
+
+
+# vLLM's KV-cache spec classes, by name (kvstrand.vllm reads the class name).
+class AttentionSpec(SimpleNamespace):
+    pass
+
+
+class FullAttentionSpec(AttentionSpec):
+    pass
+
+
+class SlidingWindowSpec(AttentionSpec):
+    pass
+
+
+class MambaSpec(SimpleNamespace):
+    pass
+
+
+def kv_shape(planes, num_blocks):
+    """A layer's KV cache tensor: FlashAttention's (2, num_blocks, block_size,
+    heads, head_size), or one region per block (MLA's latent cache) for a
+    single plane."""
+    return (2, num_blocks, BLOCK, HEADS, HEAD) if planes == 2 else (num_blocks, BLOCK, 1, 2 * HEADS * HEAD)
+
+
+def kv_offset(planes, num_blocks, half, block):
+    """Where a block's K (half 0) or V (half 1) bytes start in a layer's tensor."""
+    half_bytes = BLOCK * HEADS * HEAD * ELEM
+    return ((half * num_blocks + block) if planes == 2 else (2 * block + half)) * half_bytes
 
 
 class FakeTensor:
     """What kvstrand.vllm reads of a torch.Tensor: data_ptr, shape, element_size,
     is_contiguous. Sim device memory seen through numpy, or on a GPU backend
-    DeviceMemory read and written by copies."""
+    DeviceMemory read and written by copies. `write`/`read` take a block's K
+    (half 0) or V (half 1) bytes."""
 
-    def __init__(self, shape):
-        self.shape = shape
-        self.block_bytes = int(np.prod(shape[2:])) * ELEM
+    def __init__(self, planes, num_blocks):
+        self.shape = kv_shape(planes, num_blocks)
+        self.planes, self.num_blocks = planes, num_blocks
+        self.half_bytes = BLOCK * HEADS * HEAD * ELEM
+        size = int(np.prod(self.shape)) * ELEM
         if kvstrand.sim.available():
-            self.memory = kvstrand.sim.allocate(int(np.prod(shape)) * ELEM)
-            self.view = np.frombuffer(self.memory, dtype=np.uint8).reshape(shape[0], shape[1], -1)
+            self.memory = kvstrand.sim.allocate(size)
+            self.view = np.frombuffer(self.memory, dtype=np.uint8)
         else:
-            self.memory = kvstrand.DeviceMemory(int(np.prod(shape)) * ELEM)
+            self.memory = kvstrand.DeviceMemory(size)
             self.view = None
 
     def write(self, half, block, data):
+        at = kv_offset(self.planes, self.num_blocks, half, block)
         if self.view is not None:
-            self.view[half, block] = data
+            self.view[at:at + self.half_bytes] = data
         else:
-            self.memory.write((half * self.shape[1] + block) * self.block_bytes, data)
+            self.memory.write(at, data)
 
     def read(self, half, block):
+        at = kv_offset(self.planes, self.num_blocks, half, block)
         if self.view is not None:
-            return self.view[half, block]
-        return np.frombuffer(self.memory.read((half * self.shape[1] + block) * self.block_bytes, self.block_bytes),
-                             dtype=np.uint8)
+            return self.view[at:at + self.half_bytes]
+        return np.frombuffer(self.memory.read(at, self.half_bytes), dtype=np.uint8)
 
     def data_ptr(self):
         return self.memory.address
@@ -65,236 +145,613 @@ class FakeTensor:
         return True
 
 
-class Blocks:
-    def __init__(self, ids):
-        self.ids = list(ids)
+class KVCacheBlocks:
+    def __init__(self, per_group):
+        self.per_group = [list(ids) for ids in per_group]
 
-    def get_block_ids(self):
-        return (list(self.ids),)
+    def get_block_ids(self, allow_none=False):
+        if allow_none and not any(self.per_group):
+            return None
+        return tuple(list(ids) for ids in self.per_group)
 
 
-def model_kv(prompt, end, layer, half, rank):
-    seed = hashlib.blake2b(np.asarray(prompt[:end], dtype=np.uint32).tobytes() + bytes([layer, half, rank]),
-                           digest_size=8).digest()
+class Request:
+    def __init__(self, req_id, prompt, max_tokens, mm=(), lora=None, salt=None):
+        self.request_id = req_id
+        self.prompt_token_ids = list(prompt)
+        self.num_prompt_tokens = len(prompt)
+        self.output_token_ids = []
+        self.max_tokens = max_tokens
+        self.status = Status.WAITING
+        self.num_computed_tokens = 0
+        self.num_external_computed_tokens = 0
+        self.num_cached_tokens = -1
+        self.num_preemptions = 0
+        # (offset, length, hash): an image's placeholder tokens at [offset, offset+length)
+        self.mm_features = [SimpleNamespace(identifier=h, mm_position=SimpleNamespace(offset=o, length=n))
+                            for o, n, h in mm]
+        self.lora_request = SimpleNamespace(lora_name=lora, lora_int_id=hash(lora) % 1000 + 1) if lora else None
+        self.cache_salt = salt
+        self.prompt_embeds = None
+        self.loaded = None  # (begin, end) of its tier load, for the test's checks
+
+    @property
+    def all_token_ids(self):
+        return self.prompt_token_ids + self.output_token_ids
+
+    @property
+    def num_tokens(self):
+        return self.num_prompt_tokens + len(self.output_token_ids)
+
+    def is_finished(self):
+        return self.status in FINISHED
+
+    def extra_key(self, end):
+        """What besides tokens decides the KV of the prefix [0, end): vLLM's
+        block-hash extra keys."""
+        mm = tuple((f.mm_position.offset, f.identifier) for f in self.mm_features if f.mm_position.offset < end)
+        return repr((self.lora_request.lora_name if self.lora_request else None, self.cache_salt, mm)).encode()
+
+
+def model_kv(req, end, group, layer, half, rank):
+    seed = hashlib.blake2b(np.asarray(req.all_token_ids[:end], dtype=np.uint32).tobytes() + req.extra_key(end) +
+                           bytes([group, layer, half, rank]), digest_size=8).digest()
     return np.random.default_rng(int.from_bytes(seed, "little")).integers(0, 256, BLOCK * HEADS * HEAD * ELEM,
                                                                           dtype=np.uint8)
 
 
-def configs(socket, tp, num_blocks, layers, chunk_tokens, **extra):
+def token_for(req):
+    """The toy model's next token: a function of the sequence."""
+    return int(hashlib.blake2b(np.asarray(req.all_token_ids, dtype=np.uint32).tobytes(), digest_size=4)
+               .hexdigest(), 16) % 30000
+
+
+def configs(socket, tp, num_blocks, layers, chunk_tokens, groups=None, policy="recompute", spec_tokens=0,
+            cache_dtype="auto", **extra):
+    """vLLM's config objects as kvstrand.vllm reads them. `groups`: a list of
+    (kind, layers, window) per KV-cache group; default one full-attention
+    group of `layers` layers."""
     page = 2 * BLOCK * HEADS * HEAD * ELEM
+    groups = groups or [("full", layers, 0)]
     vllm_config = SimpleNamespace(
         kv_transfer_config=SimpleNamespace(kv_connector="KvstrandConnector", kv_role="kv_both", is_kv_producer=True,
-                                           kv_connector_extra_config=dict(server_socket=socket,
-                                                                          chunk_tokens=chunk_tokens, **extra)),
-        cache_config=SimpleNamespace(block_size=BLOCK),
+                                           kv_load_failure_policy=policy,
+                                           kv_connector_extra_config={"server_socket": socket,
+                                                                      "chunk_tokens": chunk_tokens, **extra}),
+        cache_config=SimpleNamespace(block_size=BLOCK, cache_dtype=cache_dtype),
         model_config=SimpleNamespace(model="toy/llama-mini", dtype="torch.bfloat16"),
         parallel_config=SimpleNamespace(tensor_parallel_size=tp),
-        speculative_config=None)
-    kv_cache_config = SimpleNamespace(
-        num_blocks=num_blocks,
-        kv_cache_groups=[SimpleNamespace(layer_names=[f"model.layers.{i}.self_attn.attn" for i in range(layers)],
-                                         kv_cache_spec=SimpleNamespace(block_size=BLOCK, page_size_bytes=page))])
+        speculative_config=SimpleNamespace(num_speculative_tokens=spec_tokens, method="eagle") if spec_tokens
+        else None)
+    kv_groups, n = [], 0
+    for kind, count, window in groups:
+        names = [f"model.layers.{n + i}.self_attn.attn" for i in range(count)]
+        n += count
+        spec = {"full": FullAttentionSpec, "sliding": SlidingWindowSpec, "mamba": MambaSpec}[kind](
+            block_size=BLOCK, page_size_bytes=page, sliding_window=window or None)
+        kv_groups.append(SimpleNamespace(layer_names=names, kv_cache_spec=spec))
+    kv_cache_config = SimpleNamespace(num_blocks=num_blocks, kv_cache_groups=kv_groups)
     return vllm_config, kv_cache_config
 
 
-class Req:
-    def __init__(self, req_id, prompt, max_tokens):
-        self.vllm = SimpleNamespace(request_id=req_id, prompt_token_ids=list(prompt), num_tokens=len(prompt))
-        self.id, self.prompt, self.max_tokens = req_id, list(prompt), max_tokens
-        self.blocks = []
-        self.computed = 0
-        self.generated = 0
-        self.new = True
-        self.resumed = False
-        self.loaded = None  # (begin, end) once a load was decided
+class BlockPool:
+    """vLLM's block pool, small: reference counts, a free queue whose head is
+    reused first (freed blocks keep their hash until then), the null block."""
+
+    def __init__(self, num_blocks):
+        self.ref = [0] * num_blocks
+        self.free_queue = deque(range(1, num_blocks))  # block 0 is the null block
+        self.cached = {}     # (group, block hash) -> block
+        self.hash_of = {}    # block -> (group, block hash)
+
+    def num_free(self):
+        return len(self.free_queue)
+
+    def take(self):
+        b = self.free_queue.popleft()
+        if b in self.hash_of:  # evicted from the prefix cache on reuse
+            del self.cached[self.hash_of.pop(b)]
+        self.ref[b] = 1
+        return b
+
+    def touch(self, b):
+        if b == NULL:
+            return
+        if self.ref[b] == 0:
+            self.free_queue.remove(b)
+        self.ref[b] += 1
+
+    def release(self, b):
+        if b == NULL:
+            return
+        assert self.ref[b] > 0, f"block {b} freed twice"
+        self.ref[b] -= 1
+        if self.ref[b] == 0:
+            self.free_queue.append(b)
+
+
+class KVCacheManager:
+    def __init__(self, num_blocks, windows, caching=True):
+        self.pool = BlockPool(num_blocks)
+        self.windows = windows      # per group: 0 for full attention, else the sliding window
+        self.caching = caching
+        self.blocks = {}            # request id -> per group list of block ids
+        self.cached_upto = {}       # request id -> per group blocks already in the prefix cache
+
+    def block_hashes(self, req, n):
+        out, prev = [], b""
+        tokens = req.all_token_ids
+        for i in range(n):
+            end = (i + 1) * BLOCK
+            prev = hashlib.blake2b(prev + np.asarray(tokens[i * BLOCK:end], dtype=np.uint32).tobytes() +
+                                   req.extra_key(end), digest_size=16).digest()
+            out.append(prev)
+        return out
+
+    def skipped_blocks(self, g, computed):
+        window = self.windows[g]
+        return max(0, computed - window + 1) // BLOCK if window else 0
+
+    def get_computed_blocks(self, req):
+        """The longest prefix of full blocks every group holds (a sliding
+        window only its last window), at most num_tokens - 1 tokens."""
+        if not self.caching:
+            return [[] for _ in self.windows], 0
+        hashes = self.block_hashes(req, (req.num_tokens - 1) // BLOCK)
+        for n in range(len(hashes), 0, -1):
+            hit = []
+            for g in range(len(self.windows)):
+                first = self.skipped_blocks(g, n * BLOCK)
+                ids = [self.pool.cached.get((g, h)) for h in hashes[first:n]]
+                if None in ids:
+                    break
+                hit.append([NULL] * first + ids)
+            else:
+                return hit, n * BLOCK
+        return [[] for _ in self.windows], 0
+
+    def remove_skipped_blocks(self, req_id, computed):
+        for g, ids in enumerate(self.blocks.get(req_id, [])):
+            for i in range(min(self.skipped_blocks(g, computed), len(ids))):
+                if ids[i] != NULL:
+                    self.pool.release(ids[i])
+                    ids[i] = NULL
+
+    def allocate_slots(self, req, num_new_tokens, num_new_computed_tokens=0, new_computed_blocks=None,
+                       num_lookahead_tokens=0, num_external_computed_tokens=0, delay_cache_blocks=False):
+        computed = req.num_computed_tokens + num_new_computed_tokens + num_external_computed_tokens
+        self.remove_skipped_blocks(req.request_id, computed)
+        have = self.blocks.get(req.request_id) or [[] for _ in self.windows]
+        hit = new_computed_blocks or [[] for _ in self.windows]
+        need = -(-(computed + num_new_tokens + num_lookahead_tokens) // BLOCK)
+        plan = []
+        for g in range(len(self.windows)):
+            start = len(have[g]) + len(hit[g])
+            skipped = self.skipped_blocks(g, computed)
+            plan.append([NULL if i < skipped else None for i in range(start, need)])
+        touched_free = sum(1 for ids in hit for b in ids if b != NULL and self.pool.ref[b] == 0)
+        if sum(p.count(None) for p in plan) > self.pool.num_free() - touched_free:
+            return None
+        blocks = self.blocks.setdefault(req.request_id, have)
+        self.cached_upto.setdefault(req.request_id, [0] * len(self.windows))
+        new = []
+        for g in range(len(self.windows)):
+            for b in hit[g]:
+                self.pool.touch(b)
+            blocks[g].extend(hit[g])
+            self.cached_upto[req.request_id][g] = max(self.cached_upto[req.request_id][g], len(hit[g]))
+            fresh = [NULL if b == NULL else self.pool.take() for b in plan[g]]
+            blocks[g].extend(fresh)
+            new.append([b for b in fresh if b != NULL])
+        if not delay_cache_blocks:
+            self.cache_blocks(req, min(computed + num_new_tokens, req.num_tokens))
+        return KVCacheBlocks(new)
+
+    def cache_blocks(self, req, num_tokens):
+        if not self.caching or req.request_id not in self.blocks:
+            return
+        n = num_tokens // BLOCK
+        hashes = self.block_hashes(req, n)
+        upto = self.cached_upto[req.request_id]
+        for g, ids in enumerate(self.blocks[req.request_id]):
+            for i in range(upto[g], min(n, len(ids))):
+                key = (g, hashes[i])
+                if ids[i] != NULL and key not in self.pool.cached and ids[i] not in self.pool.hash_of:
+                    self.pool.cached[key] = ids[i]
+                    self.pool.hash_of[ids[i]] = key
+            upto[g] = max(upto[g], min(n, len(ids)))
+
+    def get_blocks(self, req_id):
+        return KVCacheBlocks(self.blocks.get(req_id) or [[] for _ in self.windows])
+
+    def get_block_ids(self, req_id):
+        return tuple(list(ids) for ids in (self.blocks.get(req_id) or [[] for _ in self.windows]))
+
+    def free(self, req):
+        for ids in self.blocks.pop(req.request_id, []):
+            for b in reversed(ids):  # the tail first: evicted before the prefix others may share
+                self.pool.release(b)
+        self.cached_upto.pop(req.request_id, None)
 
 
 class MiniVllm:
-    def __init__(self, socket, tp=1, num_blocks=64, layers=2, chunk_tokens=64, stream_provider=None, **extra):
-        vllm_config, kv_cache_config = configs(socket, tp, num_blocks, layers, chunk_tokens, **extra)
+    def __init__(self, socket, tp=1, num_blocks=64, layers=2, chunk_tokens=64, stream_provider=None, groups=None,
+                 order="new", policy="recompute", hybrid_invalid_blocks=False, spec_tokens=0, budget=64,
+                 caching=True, max_running=16, planes=2, tensor=FakeTensor, **extra):
+        """`tensor(planes, num_blocks)` makes a layer's KV cache: an object with
+        write/read (above) whose `tensor` attribute, or itself, is what
+        register_kv_caches is given."""
+        if planes != 2:
+            extra["planes_per_layer"] = planes
+        vllm_config, kv_cache_config = configs(socket, tp, num_blocks, layers, chunk_tokens, groups=groups,
+                                               policy=policy, spec_tokens=spec_tokens, **extra)
+        self.vllm_config, self.kv_cache_config = vllm_config, kv_cache_config
         self.scheduler = KvstrandConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
+        self.hma = len(kv_cache_config.kv_cache_groups) > 1
         self.workers, self.caches = [], []
         for rank in range(tp):
             w = KvstrandConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config, tp_rank=rank,
                                   stream_provider=stream_provider)
-            caches = {name: FakeTensor((2, num_blocks, BLOCK, HEADS, HEAD))
-                      for name in kv_cache_config.kv_cache_groups[0].layer_names}
-            w.register_kv_caches(caches)
+            caches = [[tensor(planes, num_blocks) for _ in g.layer_names] for g in kv_cache_config.kv_cache_groups]
+            w.register_kv_caches({name: getattr(t, "tensor", t) for g, ts in zip(kv_cache_config.kv_cache_groups, caches)
+                                  for name, t in zip(g.layer_names, ts)})
             self.workers.append(w)
-            self.caches.append(list(caches.values()))
-        self.layers, self.tp = layers, tp
-        self.free = list(range(num_blocks))
-        self.waiting, self.remote, self.running = [], {}, {}
-        self.held = {}              # finished requests whose blocks wait for finished_sending
-        self.finished_ids = set()   # since the last step
-        self.preempt_next = set()
-        self.sending, self.recving = defaultdict(int), defaultdict(int)
+            self.caches.append(caches)
+        windows = [int(getattr(g.kv_cache_spec, "sliding_window", 0) or 0) for g in kv_cache_config.kv_cache_groups]
+        self.kv = KVCacheManager(num_blocks, windows, caching)
+        self.num_blocks, self.tp, self.order, self.budget = num_blocks, tp, order, budget
+        self.recompute = policy == "recompute"
+        self.hybrid_invalid_blocks = hybrid_invalid_blocks
+        self.spec_tokens, self.max_running = spec_tokens, max_running
+        self.requests, self.waiting, self.running = {}, [], []
+        self.finished_req_ids = set()             # since the last step
+        self.finished_recving_kv_req_ids, self.failed_recving_kv_req_ids = set(), set()
+        self.preempt_next = set()                 # a test's wish: preempt these at the next step
+        self.announce_preemptions = True          # False: preempted_req_ids stays empty, as in some versions
+        self.meta_hook = None                     # a test may alter the metadata in flight
+        self.counts = defaultdict(lambda: [0, 0])  # aggregator: id -> [sending, recving] reports
         self.stats = defaultdict(int)
-        self.meta_hook = None       # a test may alter the metadata in flight
-        self.announce_preemptions = True  # False: preempted_req_ids stays empty, as in some vLLM versions
-        self.done = []
+        self.connector_stats = []                 # what vLLM would log
+        self.done, self.errored = [], []
 
-    def add(self, req_id, prompt, max_tokens=2):
-        self.waiting.append(Req(req_id, prompt, max_tokens))
+    # ---- the API server's calls ----
+    def add(self, req_id, prompt, max_tokens=2, **keys):
+        req = Request(req_id, prompt, max_tokens, **keys)
+        self.requests[req_id] = req
+        self.waiting.append(req)
+        return req
 
-    # ---- the model ----
-    def forward(self, rank, req, begin, end):
-        for block_end in range(begin - begin % BLOCK + BLOCK, min(end, len(req.prompt)) + 1, BLOCK):
-            if block_end <= begin:
+    def abort(self, req_id):
+        self.finish_requests([req_id], Status.FINISHED_ABORTED)
+
+    # ---- vLLM's scheduler ----
+    def finish_requests(self, ids, status):
+        for req_id in ids:
+            req = self.requests.get(req_id)
+            if req is None or req.is_finished():
                 continue
-            block = req.blocks[block_end // BLOCK - 1]
-            for layer, t in enumerate(self.caches[rank]):
-                for half in (0, 1):
-                    t.write(half, block, model_kv(req.prompt, block_end, layer, half, rank))
+            if req in self.running:
+                self.running.remove(req)
+            elif req in self.waiting:
+                self.waiting.remove(req)
+            delay = False
+            if req.status == Status.WAITING_FOR_REMOTE_KVS:  # vLLM keeps it until its load ends
+                delay = req_id not in self.finished_recving_kv_req_ids
+                self.finished_recving_kv_req_ids.discard(req_id)
+                self.failed_recving_kv_req_ids.discard(req_id)
+            req.status = status
+            self._free_request(req, delay)
+
+    def _free_request(self, req, delay=False):
+        assert req.is_finished()
+        self.kv.remove_skipped_blocks(req.request_id, req.num_tokens)
+        block_ids = self.kv.get_block_ids(req.request_id)
+        if self.hma:
+            connector_delay, _ = self.scheduler.request_finished_all_groups(req, block_ids)
+        else:
+            connector_delay, _ = self.scheduler.request_finished(req, block_ids[0])
+        self.finished_req_ids.add(req.request_id)
+        if not (delay or connector_delay):
+            self._free_blocks(req)
+
+    def _free_blocks(self, req):
+        assert req.is_finished()
+        self.kv.free(req)
+        del self.requests[req.request_id]
+
+    def _preempt(self, req):
+        assert req.status == Status.RUNNING
+        self.kv.free(req)
+        req.status = Status.PREEMPTED
+        req.num_computed_tokens = 0
+        req.num_preemptions += 1
+        self.waiting.insert(0, req)
+
+    def _update_waiting_for_remote_kv(self, req):
+        if req.request_id not in self.finished_recving_kv_req_ids:
+            return False
+        if req.request_id in self.failed_recving_kv_req_ids:
+            if req.num_computed_tokens:
+                self.kv.cache_blocks(req, req.num_computed_tokens)
+            else:
+                self.kv.free(req)  # asked again: a local hit or the connector
+            self.failed_recving_kv_req_ids.remove(req.request_id)
+        else:
+            full = self.kv.get_block_ids(req.request_id)[0]  # the full-attention group covers the whole prefix
+            n = min(len(full) * BLOCK, req.num_tokens)
+            if n == req.num_tokens:
+                n -= 1
+            self.kv.cache_blocks(req, n)
+            req.num_computed_tokens = n
+            self.stats["resumed"] += 1
+            self.stats["loaded_tokens"] += req.loaded[1] - req.loaded[0]
+            self.stats["mismatches"] += self.check(req, *req.loaded)
+        self.finished_recving_kv_req_ids.remove(req.request_id)
+        return True
+
+    def schedule(self):
+        budget = self.budget
+        new_reqs, resumed, running, preempted = [], [], [], []
+        new_blocks, num_scheduled = {}, {}
+        for req_id in self.preempt_next:  # a test forcing what running out of blocks would do
+            req = self.requests[req_id]
+            self.running.remove(req)
+            self._preempt(req)
+            preempted.append(req)
+        self.preempt_next = set()
+        lookahead = self.spec_tokens
+        i = 0
+        while i < len(self.running) and budget > 0:
+            req = self.running[i]
+            n = min(req.num_tokens - req.num_computed_tokens, budget)
+            if n <= 0:
+                i += 1
+                continue
+            while True:
+                blocks = self.kv.allocate_slots(req, n, num_lookahead_tokens=lookahead)
+                if blocks is not None:
+                    break
+                victim = self.running.pop()  # the last running request
+                self._preempt(victim)
+                preempted.append(victim)
+                self.stats["preempted"] += 1
+                if victim is req:
+                    break
+            if blocks is None:
+                break
+            running.append(req)
+            new_blocks[req.request_id] = blocks
+            num_scheduled[req.request_id] = n
+            budget -= n
+            i += 1
+        if not preempted:
+            skipped = []
+            while self.waiting and budget > 0 and len(self.running) < self.max_running:
+                req = self.waiting[0]
+                if req.status == Status.WAITING_FOR_REMOTE_KVS:
+                    if self._update_waiting_for_remote_kv(req):
+                        req.status = Status.PREEMPTED if req.num_preemptions else Status.WAITING
+                    else:
+                        skipped.append(self.waiting.pop(0))
+                        continue
+                ext, load_async = 0, False
+                if req.num_computed_tokens == 0:
+                    hit_blocks, local = self.kv.get_computed_blocks(req)
+                    ext, load_async = self.scheduler.get_num_new_matched_tokens(req, local)
+                    if ext is None:
+                        self.stats["not_known_yet"] += 1
+                        skipped.append(self.waiting.pop(0))
+                        continue
+                    assert load_async or ext == 0, "kvstrand.vllm loads asynchronously"
+                    req.num_external_computed_tokens = ext
+                    computed = local + ext
+                else:
+                    hit_blocks, local, computed = None, 0, req.num_computed_tokens
+                n = 0 if load_async else min(req.num_tokens - computed, budget)
+                assert load_async or n > 0
+                blocks = self.kv.allocate_slots(req, n, local, hit_blocks,
+                                                0 if req.num_computed_tokens == 0 else lookahead, ext,
+                                                delay_cache_blocks=load_async)
+                if blocks is None:
+                    break
+                self.scheduler.update_state_after_alloc(req, self.kv.get_blocks(req.request_id), ext)
+                self.waiting.pop(0)
+                if load_async:
+                    req.loaded = (local, local + ext)
+                    req.status = Status.WAITING_FOR_REMOTE_KVS
+                    skipped.append(req)
+                    continue
+                self.running.append(req)
+                (new_reqs if req.status == Status.WAITING else resumed).append(req)
+                new_blocks[req.request_id] = self.kv.get_blocks(req.request_id)
+                num_scheduled[req.request_id] = n
+                budget -= n
+                req.status = Status.RUNNING
+                req.num_computed_tokens = computed
+                if req.num_cached_tokens < 0:
+                    req.num_cached_tokens = computed
+            self.waiting[0:0] = skipped
+        cached = running + resumed
+        output = SimpleNamespace(
+            scheduled_new_reqs=[SimpleNamespace(req_id=r.request_id, prompt_token_ids=r.prompt_token_ids,
+                                                block_ids=new_blocks[r.request_id].get_block_ids(),
+                                                num_computed_tokens=r.num_computed_tokens) for r in new_reqs],
+            scheduled_cached_reqs=SimpleNamespace(
+                req_ids=[r.request_id for r in cached], resumed_req_ids={r.request_id for r in resumed},
+                new_block_ids=[new_blocks[r.request_id].get_block_ids(allow_none=True) for r in cached],
+                num_computed_tokens=[r.num_computed_tokens for r in cached]),
+            num_scheduled_tokens=num_scheduled, total_num_scheduled_tokens=sum(num_scheduled.values()),
+            finished_req_ids=self.finished_req_ids,
+            preempted_req_ids={r.request_id for r in preempted} if self.announce_preemptions else set())
+        output.kv_connector_metadata = self.scheduler.build_connector_meta(output)
+        for req_id, n in num_scheduled.items():  # _update_after_schedule
+            self.requests[req_id].num_computed_tokens += n
+        self.finished_req_ids = set()
+        return output
+
+    # ---- the workers ----
+    def _block_kv(self, ranks, req, begin, end):
+        """(tensor, half, block, the model's bytes) for every K and V of every
+        full block of [begin, end) on `ranks`, the null block left out."""
+        for block_end in range((begin // BLOCK + 1) * BLOCK, end + 1, BLOCK):
+            i = block_end // BLOCK - 1
+            for rank in ranks:
+                for g, layers in enumerate(self.caches[rank]):
+                    block = self.kv.blocks[req.request_id][g][i]
+                    if block == NULL:
+                        continue
+                    for layer, t in enumerate(layers):
+                        for half in (0, 1):
+                            yield t, half, block, model_kv(req, block_end, g, layer, half, rank)
+
+    def forward(self, rank, req, begin, end):
+        """Writes the KV of every block that [begin, end) completes."""
+        for t, half, block, data in self._block_kv([rank], req, begin, end):
+            t.write(half, block, data)
 
     def check(self, req, begin, end):
-        """Counts blocks of [begin, end) that differ from the model's KV on any rank."""
-        bad = 0
-        for block_end in range(begin + BLOCK, end + 1, BLOCK):
-            block = req.blocks[block_end // BLOCK - 1]
-            for rank in range(self.tp):
-                for layer, t in enumerate(self.caches[rank]):
-                    for half in (0, 1):
-                        bad += not np.array_equal(t.read(half, block),
-                                                  model_kv(req.prompt, block_end, layer, half, rank))
-        return bad
+        """Blocks of [begin, end) (full ones, not null) that differ from the model's KV on any rank."""
+        return sum(not np.array_equal(t.read(half, block), data)
+                   for t, half, block, data in self._block_kv(range(self.tp), req, begin, end))
 
-    # ---- one engine step ----
-    def step(self, budget=64):
-        sched = self.scheduler
-        new_reqs, cached, num_scheduled = [], [], {}
-        for req in list(self.running.values()):
-            if req.id in self.preempt_next:
-                continue
-            n = min(budget, len(req.prompt) - req.computed) if req.computed < len(req.prompt) else 1
-            num_scheduled[req.id] = n
-            cached.append(req)
-        preempted = set()
-        for req_id in self.preempt_next:  # vLLM frees a preempted request's blocks and requeues it
-            req = self.running.pop(req_id)
-            self.free.extend(req.blocks)
-            req.blocks, req.computed, req.new, req.resumed = [], 0, False, True
-            self.waiting.insert(0, req)
-            preempted.add(req_id)
-        self.preempt_next = set()
-        for req in list(self.waiting):
-            if req.blocks:  # its remote KV arrived: vLLM keeps the blocks and asks the connector nothing new
-                sched.update_state_after_alloc(req.vllm, Blocks(req.blocks), 0)
-            else:
-                n, load_async = sched.get_num_new_matched_tokens(req.vllm, req.computed)
-                if n is None:
-                    self.stats["not_known_yet"] += 1
-                    continue
-                need = -(-(len(req.prompt) + req.max_tokens) // BLOCK)
-                if len(self.free) < need:
-                    break
-                req.blocks = [self.free.pop() for _ in range(need)]
-                sched.update_state_after_alloc(req.vllm, Blocks(req.blocks), n if load_async else 0)
-                if load_async and n:
-                    self.waiting.remove(req)
-                    req.loaded = (req.computed, req.computed + n)
-                    req.computed += n
-                    self.remote[req.id] = req
-                    continue
-            self.waiting.remove(req)
-            num_scheduled[req.id] = min(budget, len(req.prompt) - req.computed)
-            self.running[req.id] = req
-            (cached if req.resumed else new_reqs).append(req)
-        output = SimpleNamespace(
-            scheduled_new_reqs=[SimpleNamespace(req_id=r.id, prompt_token_ids=r.prompt, block_ids=(list(r.blocks),),
-                                                num_computed_tokens=r.computed) for r in new_reqs],
-            scheduled_cached_reqs=SimpleNamespace(
-                req_ids=[r.id for r in cached], resumed_req_ids={r.id for r in cached if r.resumed},
-                new_block_ids=[(list(r.blocks),) if r.resumed else None for r in cached],
-                num_computed_tokens=[r.computed for r in cached]),
-            num_scheduled_tokens=num_scheduled, total_num_scheduled_tokens=sum(num_scheduled.values()),
-            finished_req_ids=self.finished_ids, preempted_req_ids=preempted if self.announce_preemptions else set())
-        for r in new_reqs + cached:
-            r.new = r.resumed = False
-        self.finished_ids = set()
-        meta = pickle.loads(pickle.dumps(sched.build_connector_meta(output)))  # to the worker processes
+    def execute(self, output):
+        meta = pickle.loads(pickle.dumps(output.kv_connector_metadata))  # to the worker processes
         if self.meta_hook:
             meta = self.meta_hook(meta) or meta
+        sending, recving, invalid = set(), set(), set()
         for rank, w in enumerate(self.workers):
             w.bind_connector_metadata(meta)
             w.handle_preemptions(meta)
-            w.start_load_kv(None)
-            for req_id, n in num_scheduled.items():
-                req = self.running[req_id]
-                self.forward(rank, req, req.computed, req.computed + n)
-            for name in range(self.layers):
-                w.wait_for_layer_load(str(name))
-                w.save_kv_layer(str(name), None, None)
-            w.wait_for_save()
-            sending, recving = w.get_finished(output.finished_req_ids)
-            for req_id in sending or ():
-                self.sending[req_id] += 1
-            for req_id in recving or ():
-                self.recving[req_id] += 1
-            self.errors = getattr(self, "errors", set()) | w.get_block_ids_with_load_errors()
+            if self.order == "old":
+                w.start_load_kv(None)
+            for req_id, n in output.num_scheduled_tokens.items():
+                req = self.requests[req_id]
+                self.forward(rank, req, req.num_computed_tokens - n, req.num_computed_tokens)
+            for layer in self.kv_cache_config.kv_cache_groups[0].layer_names:
+                w.wait_for_layer_load(layer)
+                w.save_kv_layer(layer, None, None)
+            if self.order == "new":
+                w.start_load_kv(None)
+            # Under speculative decoding the newer order defers wait_for_save
+            # (and clearing the metadata) past the draft model's forward pass,
+            # after this step's get_finished.
+            deferred = self.order == "new" and self.spec_tokens > 0
+            if not deferred:
+                w.wait_for_save()
+            s, r = w.get_finished(output.finished_req_ids)
+            for req_id in s or ():
+                self.counts[req_id][0] += 1
+            for req_id in r or ():
+                self.counts[req_id][1] += 1
+            invalid |= w.get_block_ids_with_load_errors()
+            stats = w.get_kv_connector_stats()
+            if stats is not None:
+                self.connector_stats.append(stats)
+            if deferred:  # the draft model's forward pass ran here
+                w.wait_for_save()
             w.clear_connector_metadata()
-        self.after_step(num_scheduled)
+        for req_id, (s, r) in list(self.counts.items()):  # KVOutputAggregator: every worker said so
+            if s == self.tp:
+                sending.add(req_id)
+                self.counts[req_id][0] = 0
+            if r == self.tp:
+                recving.add(req_id)
+                self.counts[req_id][1] = 0
+        return SimpleNamespace(finished_sending=sending, finished_recving=recving, invalid_block_ids=invalid)
+
+    def _invalid_blocks(self, invalid):
+        """vLLM's _handle_invalid_blocks for async loads."""
+        failed = set()
+        for req in [r for r in self.waiting if r.status == Status.WAITING_FOR_REMOTE_KVS]:
+            groups = self.kv.get_block_ids(req.request_id)
+            if not self.hybrid_invalid_blocks:
+                (ids,) = groups  # vLLM at 00024d3 reads one group: several raise here, as there
+                groups = (ids,)
+            computed = (req.num_computed_tokens if req.request_id in self.failed_recving_kv_req_ids
+                        else len(groups[0]) * BLOCK)
+            first = None
+            for ids in groups:
+                for i, b in enumerate(ids[:-(-computed // BLOCK)]):
+                    if b in invalid and b != NULL:
+                        first = i if first is None else min(first, i)
+                        break
+            if first is not None:
+                self.stats["load_errors"] += 1
+                req.num_computed_tokens = first * BLOCK
+                failed.add(req.request_id)
+        if failed and not self.recompute:
+            return failed
+        self.failed_recving_kv_req_ids |= failed
+        return set()
+
+    def update_from_output(self, output, kv_out):
+        failed = self._invalid_blocks(kv_out.invalid_block_ids) if kv_out.invalid_block_ids else set()
+        for req_id in output.num_scheduled_tokens:
+            req = self.requests.get(req_id)
+            if req is None or req.is_finished():
+                continue
+            if req.num_computed_tokens >= req.num_tokens:  # a token is sampled
+                req.output_token_ids.append(token_for(req))
+                if len(req.output_token_ids) >= req.max_tokens:
+                    self.stats["mismatches"] += self.check(req, 0, req.num_computed_tokens // BLOCK * BLOCK)
+                    self.running.remove(req)
+                    req.status = Status.FINISHED_STOPPED
+                    self.done.append(req_id)
+                    self._free_request(req)
+        if failed:  # policy "fail": the user's request ends in an error
+            self.errored.extend(sorted(failed))
+            self.finish_requests(failed, Status.FINISHED_ERROR)
+        # _update_from_kv_xfer_finished, with vLLM's assertions
+        self.scheduler.update_connector_output(kv_out)
+        for req_id in kv_out.finished_recving:
+            assert req_id in self.requests, f"finished_recving for unknown request {req_id}"
+            req = self.requests[req_id]
+            if req.status == Status.WAITING_FOR_REMOTE_KVS:
+                self.finished_recving_kv_req_ids.add(req_id)
+            else:
+                assert req.is_finished()
+                self._free_blocks(req)
+        for req_id in kv_out.finished_sending:
+            assert req_id in self.requests, f"finished_sending for unknown request {req_id}"
+            self._free_blocks(self.requests[req_id])
+        stats = self.scheduler.get_kv_connector_stats()
+        if stats is not None:
+            self.connector_stats.append(stats)
+
+    def step(self):
+        output = self.schedule()
+        self.update_from_output(output, self.execute(output))
         time.sleep(0.001)  # the rest of a real step; lookups and copies proceed meanwhile
 
-    def after_step(self, num_scheduled):
-        for req_id, n in num_scheduled.items():
-            req = self.running[req_id]
-            if req.computed < len(req.prompt):
-                req.computed += n
-            else:
-                req.generated += 1
-            if req.computed >= len(req.prompt) and req.generated >= req.max_tokens:
-                self.finish(req)
-        for req_id in [r for r, c in self.recving.items() if c == self.tp]:  # every worker: done loading
-            del self.recving[req_id]
-            req = self.remote.pop(req_id, None)
-            if req is None:  # aborted while it loaded: vLLM only notes the id
-                continue
-            failed = sorted(i for i, b in enumerate(req.blocks) if b in self.errors)
-            if failed:  # vLLM recomputes from the first block that failed to load
-                self.stats["load_errors"] += len(failed)
-                req.computed = min(req.computed, failed[0] * BLOCK)
-            else:
-                self.stats["resumed"] += 1
-                self.stats["loaded_tokens"] += req.loaded[1] - req.loaded[0]
-                self.stats["mismatches"] += self.check(req, *req.loaded)
-            self.errors -= set(req.blocks)
-            self.waiting.insert(0, req)
-        for req_id in [r for r, c in self.sending.items() if c == self.tp]:
-            del self.sending[req_id]
-            self.free.extend(self.held.pop(req_id).blocks)
+    def idle(self):
+        return not self.requests
 
-    def finish(self, req):
-        full = len(req.prompt) // BLOCK * BLOCK
-        self.stats["mismatches"] += self.check(req, 0, full)
-        del self.running[req.id]
-        self.finished_ids.add(req.id)
-        delay, _ = self.scheduler.request_finished(req.vllm, list(req.blocks))
-        if delay:
-            self.held[req.id] = req
-        else:
-            self.free.extend(req.blocks)
-        self.done.append(req.id)
-
-    def abort(self, req_id):
-        """vLLM aborting a request waiting for its remote KV: request_finished, blocks freed or held."""
-        req = self.remote.pop(req_id)
-        self.finished_ids.add(req_id)
-        delay, _ = self.scheduler.request_finished(req.vllm, list(req.blocks))
-        if delay:
-            self.held[req_id] = req
-        else:
-            self.free.extend(req.blocks)
-
-    def run(self, until=None, timeout=30.0, **kw):
-        """Steps until `until()` (default: every request done and freed), at most `timeout` seconds."""
-        until = until or (lambda: not (self.waiting or self.remote or self.running or self.held))
+    def run(self, until=None, timeout=30.0):
+        """Steps until `until()` (default: every request ended and its blocks
+        freed), at most `timeout` seconds."""
+        until = until or self.idle
         end = time.monotonic() + timeout
         while not until():
             if time.monotonic() > end:
-                raise AssertionError(f"not done after {timeout} s: waiting {len(self.waiting)}, remote "
-                                     f"{len(self.remote)}, running {len(self.running)}, held {len(self.held)}")
-            self.step(**kw)
+                raise AssertionError(f"not done after {timeout} s: {len(self.waiting)} waiting "
+                                     f"{[(r.request_id, r.status.name) for r in self.waiting]}, running "
+                                     f"{[r.request_id for r in self.running]}, "
+                                     f"held {[k for k, r in self.requests.items() if r.is_finished()]}")
+            self.step()
+
+    def held(self):
+        """Finished requests whose blocks vLLM still holds (the connector's)."""
+        return {k for k, r in self.requests.items() if r.is_finished()}
+
+    def all_blocks_free(self):
+        """Every block back in the pool exactly once (BlockPool asserts on a double free)."""
+        return self.kv.pool.num_free() == self.num_blocks - 1 and not any(self.kv.pool.ref)
+
+    def summed_stats(self):
+        total = None
+        for s in self.connector_stats:
+            total = s if total is None else total.aggregate(s)
+        return total.reduce() if total is not None else {}
 
     def shutdown(self):
         for c in [self.scheduler, *self.workers]:

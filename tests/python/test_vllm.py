@@ -1,27 +1,36 @@
-"""kvstrand.vllm driven through vLLM's documented call order (mini_vllm.py),
+"""kvstrand.vllm driven by a miniature of vLLM's engine core (mini_vllm.py:
+vLLM's request statuses, per-step block allocation, local prefix cache,
+preemption, aborts and load-failure handling, with vLLM's assertions),
 against a real kvstrand-server: scheduler and workers are separate
 Connectors, the metadata is pickled between them, and every block a request
-holds when it finishes is checked against the toy model's KV."""
+holds when it finishes (or loads) is checked against the toy model's KV."""
 
+import sys
 import time
+import types
 from types import SimpleNamespace
 
 import pytest
 
 import kvstrand
 import kvstrand.vllm as kv_vllm
-from mini_vllm import MiniVllm, configs
+from kvstrand.vllm.config import ConnectorConfig
+from mini_vllm import NULL, MiniVllm, Request, configs
 
 PREFIX = list(range(1000, 1256))  # four 64-token chunks
 needs_sim_hooks = pytest.mark.skipif(not kvstrand.sim.available(), reason="needs the sim backend's stream hooks")
+HYBRID = [("full", 2, 0), ("sliding", 1, 32)]
 
 
 def test_the_interface_is_vllms_or_the_local_copy_of_the_version_cited():
     assert kv_vllm.VLLM_INTERFACE_VERSION == "0.18"
     assert issubclass(kv_vllm.KvstrandConnector, kv_vllm.KVConnectorBase_V1)
+    assert issubclass(kv_vllm.KvstrandConnector, kv_vllm.SupportsHMA)
     for name in ("get_num_new_matched_tokens", "update_state_after_alloc", "build_connector_meta",
-                 "request_finished", "register_kv_caches", "start_load_kv", "wait_for_save", "get_finished",
-                 "get_block_ids_with_load_errors", "handle_preemptions", "wait_for_layer_load", "save_kv_layer"):
+                 "request_finished", "request_finished_all_groups", "update_connector_output", "reset_cache",
+                 "register_kv_caches", "bind_connector_metadata", "start_load_kv", "wait_for_save", "get_finished",
+                 "get_block_ids_with_load_errors", "handle_preemptions", "wait_for_layer_load", "save_kv_layer",
+                 "get_kv_connector_stats", "build_kv_connector_stats", "requires_kv_delivery"):
         assert name in vars(kv_vllm.KvstrandConnector), name
 
 
@@ -31,27 +40,74 @@ def test_the_interface_is_vllms_or_the_local_copy_of_the_version_cited():
     (dict(planes_per_layer=3), "kv_connector_extra_config.planes_per_layer"),
     (dict(chunk_size=64), "kv_connector_extra_config.chunk_size"),
     (dict(min_load_tokens="many"), "kv_connector_extra_config.min_load_tokens"),
+    (dict(max_load_failures=-1), "kv_connector_extra_config.max_load_failures"),
+    (dict(policy="fail"), "kv_transfer_config.kv_load_failure_policy"),
+    (dict(groups=[("full", 1, 0), ("mamba", 1, 0)]), "kv_cache_config.kv_cache_groups[1].kv_cache_spec"),
 ])
 def test_a_configuration_it_cannot_serve_is_refused_at_start_naming_the_option(extra, option):
-    vllm_config, kv_cache_config = configs("/nonexistent.sock", 1, 16, 2, 64)
-    vllm_config.kv_transfer_config.kv_connector_extra_config.update(extra)
+    extra = dict(extra)
+    vllm_config, kv_cache_config = configs("/nonexistent.sock", 1, 16, 2, extra.pop("chunk_tokens", 64), **extra)
     with pytest.raises(kvstrand.ConfigError) as e:
         kv_vllm.KvstrandConnector(vllm_config, kv_vllm.KVConnectorRole.SCHEDULER, kv_cache_config)
     assert e.value.option == option and option in str(e.value)
 
 
-def test_two_kv_cache_groups_are_refused_naming_them():
-    vllm_config, kv_cache_config = configs("/nonexistent.sock", 1, 16, 2, 64)
-    kv_cache_config.kv_cache_groups.append(kv_cache_config.kv_cache_groups[0])
-    with pytest.raises(kvstrand.ConfigError) as e:
+def test_a_mamba_group_is_refused_saying_why():
+    vllm_config, kv_cache_config = configs("/nonexistent.sock", 1, 16, 2, 64, groups=[("full", 1, 0), ("mamba", 1, 0)])
+    with pytest.raises(kvstrand.ConfigError, match="External KV connector is not verified yet"):
         kv_vllm.KvstrandConnector(vllm_config, kv_vllm.KVConnectorRole.WORKER, kv_cache_config, tp_rank=0)
-    assert e.value.option == "kv_cache_config.kv_cache_groups"
+
+
+class _SchedulerOf00024d3:
+    """The shape of vLLM's load-failure path at 00024d3, for the source check."""
+
+    def _update_requests_with_invalid_blocks(self, requests, invalid_block_ids, evict_blocks=True):
+        for request in requests:
+            (req_block_ids,) = self.kv_cache_manager.get_block_ids(request.request_id)
+            del req_block_ids
+
+
+class _SchedulerOfAnotherVersion:
+    def _update_requests_with_invalid_blocks(self, requests, invalid_block_ids, evict_blocks=True):
+        for request in requests:
+            for group_block_ids in self.kv_cache_manager.get_block_ids(request.request_id):
+                del group_block_ids
+
+
+@pytest.mark.parametrize("scheduler, refused", [(_SchedulerOf00024d3, True), (_SchedulerOfAnotherVersion, False)])
+def test_several_groups_are_refused_where_vllms_failure_path_reads_one(monkeypatch, scheduler, refused):
+    for name in ("vllm", "vllm.v1", "vllm.v1.core", "vllm.v1.core.sched"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    module = types.ModuleType("vllm.v1.core.sched.scheduler")
+    module.Scheduler = scheduler
+    monkeypatch.setitem(sys.modules, "vllm.v1.core.sched.scheduler", module)
+    vllm_config, kv_cache_config = configs("/nonexistent.sock", 1, 16, 2, 64, groups=HYBRID)
+    if refused:
+        with pytest.raises(kvstrand.ConfigError) as e:
+            ConnectorConfig.from_vllm(vllm_config, kv_cache_config)
+        assert e.value.option == "kv_cache_config.kv_cache_groups" and "--disable-hybrid-kv-cache-manager" in str(e.value)
+    else:
+        assert len(ConnectorConfig.from_vllm(vllm_config, kv_cache_config).groups) == 2
+
+
+def test_the_cache_dtype_not_the_models_decides_the_namespace():
+    spaces = set()
+    for dtype in ("auto", "fp8_e4m3", "fp8_e5m2"):
+        vllm_config, kv_cache_config = configs("/s.sock", 1, 16, 2, 64, cache_dtype=dtype)
+        spaces.add(kvstrand.namespace_of(ConnectorConfig.from_vllm(vllm_config, kv_cache_config).layout(0)))
+    assert len(spaces) == 3
+
+
+def test_a_best_effort_cache_needs_no_kv_delivery(server):
+    vllm = MiniVllm(server.socket)
+    assert vllm.scheduler.requires_kv_delivery is False and vllm.workers[0].requires_kv_delivery is False
+    vllm.shutdown()
 
 
 def test_the_scheduler_says_not_known_yet_while_its_lookup_is_pending(server):
     vllm = MiniVllm(server.socket)
     req = vllm.scheduler
-    r = SimpleNamespace(request_id="a", prompt_token_ids=PREFIX + [1, 2, 3], num_tokens=259)
+    r = Request("a", PREFIX + [1, 2, 3], 2)
     assert req.get_num_new_matched_tokens(r, 0) == (None, False)  # posted, never waited for
     end = time.monotonic() + 10
     while (answer := req.get_num_new_matched_tokens(r, 0))[0] is None:
@@ -63,9 +119,10 @@ def test_the_scheduler_says_not_known_yet_while_its_lookup_is_pending(server):
     vllm.shutdown()
 
 
-@pytest.mark.parametrize("tp", [1, 2])
-def test_a_shared_prefix_resumes_from_the_tier_on_every_rank_byte_for_byte(server, tp):
-    vllm = MiniVllm(server.socket, tp=tp)
+@pytest.mark.parametrize("tp, order, planes", [(1, "new", 2), (2, "new", 2), (1, "old", 2), (2, "old", 2),
+                                               (2, "new", 1)])
+def test_a_shared_prefix_resumes_from_the_tier_on_every_rank_byte_for_byte(server, tp, order, planes):
+    vllm = MiniVllm(server.socket, tp=tp, order=order, caching=False, planes=planes)
     vllm.add("a", PREFIX + list(range(40)))
     vllm.run()
     assert vllm.stats["resumed"] == 0 and vllm.stats["mismatches"] == 0
@@ -73,10 +130,13 @@ def test_a_shared_prefix_resumes_from_the_tier_on_every_rank_byte_for_byte(serve
     vllm.run()
     assert vllm.stats["not_known_yet"] >= 2  # each new request waited for its lookups
     assert vllm.stats["resumed"] == 1 and vllm.stats["loaded_tokens"] == 256
-    assert vllm.stats["mismatches"] == 0
+    assert vllm.stats["mismatches"] == 0 and vllm.all_blocks_free()
+    stats = vllm.summed_stats()
+    assert stats["hit_tokens"] == 256 and stats["loads"] == tp and stats["loaded_tokens"] == 256 * tp
+    assert stats["saves"] >= 4 * tp and stats["saves_failed"] == 0
     vllm.shutdown()
     # A new vLLM (new scheduler and workers) on the same node resumes from it too.
-    again = MiniVllm(server.socket, tp=tp)
+    again = MiniVllm(server.socket, tp=tp, order=order, planes=planes)
     again.add("c", PREFIX + list(range(40)))
     again.run()
     assert again.stats["resumed"] == 1 and again.stats["loaded_tokens"] == 256
@@ -85,7 +145,7 @@ def test_a_shared_prefix_resumes_from_the_tier_on_every_rank_byte_for_byte(serve
 
 
 def test_a_whole_prompt_hit_still_leaves_a_token_to_compute(server):
-    vllm = MiniVllm(server.socket)
+    vllm = MiniVllm(server.socket, caching=False)
     vllm.add("a", PREFIX)
     vllm.run()
     vllm.add("b", PREFIX)
@@ -95,44 +155,138 @@ def test_a_whole_prompt_hit_still_leaves_a_token_to_compute(server):
     vllm.shutdown()
 
 
+def test_speculative_decoding_keeps_a_tail_of_two_and_defers_the_save(server):
+    vllm = MiniVllm(server.socket, caching=False, spec_tokens=2)
+    vllm.add("a", PREFIX + [5])  # 257 tokens: a tail of 1 would allow all four chunks
+    vllm.run()
+    vllm.add("b", PREFIX + [5])
+    vllm.run()
+    assert vllm.stats["loaded_tokens"] == 192 and vllm.stats["mismatches"] == 0 and vllm.all_blocks_free()
+    vllm.shutdown()
+
+
+def test_a_local_prefix_cache_hit_is_followed_by_a_tier_load_mid_chunk(server):
+    vllm = MiniVllm(server.socket)
+    vllm.add("a", PREFIX + list(range(30)))  # 18 blocks, freed tail first
+    vllm.run()
+    vllm.add("filler", list(range(5000, 5798)))  # 50 blocks: takes a's last five
+    vllm.run()
+    vllm.add("b", PREFIX + list(range(600, 630)))
+    vllm.run()
+    # 13 blocks (208 tokens) from vLLM's own cache, the rest of the fourth chunk from the tier.
+    assert vllm.stats["resumed"] == 1 and vllm.stats["loaded_tokens"] == 48
+    assert vllm.stats["mismatches"] == 0 and vllm.all_blocks_free()
+    vllm.shutdown()
+
+
+def run_pair(server, first, second, **kw):
+    """Runs `first` then `second` ((prompt, keys) each) and returns the miniature."""
+    vllm = MiniVllm(server.socket, caching=False, **kw)
+    vllm.add("first", first[0], **first[1])
+    vllm.run()
+    vllm.add("second", second[0], **second[1])
+    vllm.run()
+    return vllm
+
+
+IMAGE = list(range(1000, 1064)) + [9] * 128 + list(range(1192, 1256))  # an image's 128 placeholder tokens
+
+
+@pytest.mark.parametrize("first, second, shared", [
+    (dict(mm=[(64, 128, "image-A")]), dict(mm=[(64, 128, "image-B")]), 64),  # only the chunk before the image
+    (dict(mm=[(64, 128, "image-A")]), dict(mm=[(64, 128, "image-A")]), 256),
+    (dict(lora="adapter-1"), dict(lora="adapter-2"), 0),
+    (dict(lora="adapter-1"), dict(lora="adapter-1"), 256),
+    (dict(salt="tenant-1"), dict(salt="tenant-2"), 0),
+    (dict(salt="tenant-1"), dict(), 0),
+    (dict(), dict(), 256),
+])
+def test_images_adapters_and_salts_never_share_a_chunk_they_do_not_have_in_common(server, first, second, shared):
+    vllm = run_pair(server, (IMAGE + [1, 2], first), (IMAGE + [3, 4], second))
+    assert vllm.stats["loaded_tokens"] == shared and vllm.stats["mismatches"] == 0
+    vllm.shutdown()
+
+
+def test_a_prompt_of_embeddings_is_neither_looked_up_nor_stored(server):
+    vllm = MiniVllm(server.socket)
+    r = Request("e", PREFIX, 2)
+    r.prompt_embeds = object()
+    assert vllm.scheduler.get_num_new_matched_tokens(r, 0) == (0, False)
+    vllm.shutdown()
+
+
+def spoil_leases(rank, spoiled, groups=None):
+    """A metadata hook truncating `rank`'s lease of every load (of `groups`
+    only, if given), noting each request spoiled."""
+    def spoil(meta):
+        for job in meta.loads:
+            for part in job.parts:
+                if groups is None or part.group in groups:
+                    part.handoff[rank] = part.handoff[rank][:-1]
+            spoiled.append(job.req_id)
+    return spoil
+
+
 def test_a_lease_a_worker_cannot_adopt_is_reported_as_load_errors_and_recomputed(server):
-    vllm = MiniVllm(server.socket, tp=2)
+    vllm = MiniVllm(server.socket, tp=2, caching=False)
     vllm.add("a", PREFIX + [7])
     vllm.run()
     spoiled = []
-
-    def spoil(meta):
-        for job in meta.loads:
-            job.handoff[1] = job.handoff[1][:-1]  # rank 1's lease, truncated
-            spoiled.append(job.req_id)
-
-    vllm.meta_hook = spoil
+    vllm.meta_hook = spoil_leases(1, spoiled)
     vllm.add("b", PREFIX + [8])
     vllm.run()
-    assert spoiled == ["b"]
-    assert vllm.stats["load_errors"] == 16  # every block of the load, reported by rank 1
+    assert spoiled and set(spoiled) == {"b"}
+    assert vllm.stats["load_errors"] >= 1
     assert vllm.stats["resumed"] == 0 and vllm.stats["mismatches"] == 0  # recomputed, exactly
+    assert vllm.all_blocks_free()
+    vllm.shutdown()
+
+
+def test_a_request_whose_loads_keep_failing_is_offered_no_more_hits(server):
+    # A load failing from its first block makes vLLM free the blocks and ask
+    # again; without a bound that repeats for as long as the tier answers.
+    vllm = MiniVllm(server.socket, caching=False, max_load_failures=2)
+    vllm.add("a", PREFIX + [7])
+    vllm.run()
+    spoiled = []
+    vllm.meta_hook = spoil_leases(0, spoiled)
+    vllm.add("b", PREFIX + [8])
+    vllm.run(timeout=20)
+    assert spoiled == ["b", "b"] and vllm.stats["load_errors"] == 2
+    assert vllm.done == ["a", "b"] and vllm.stats["mismatches"] == 0 and vllm.all_blocks_free()
+    assert vllm.summed_stats()["loads_failed"] == 2
     vllm.shutdown()
 
 
 def test_a_lease_adopted_elsewhere_first_is_a_load_error_not_a_hang(server):
-    vllm = MiniVllm(server.socket)
+    vllm = MiniVllm(server.socket, caching=False)
     vllm.add("a", PREFIX + [7])
     vllm.run()
     thief = kvstrand.Connector(server_socket=server.socket)
-    thief.register_layout(kvstrand.Registration(vllm.scheduler._scheduler.layouts[0]))
+    thief.register_layout(kvstrand.Registration(vllm.scheduler._scheduler.layouts[0][0]))
 
     def steal(meta):
         for job in meta.loads:
-            thief.adopt_lease(job.handoff[0])  # another process takes it first
+            thief.adopt_lease(job.parts[0].handoff[0])  # another process takes it first
             time.sleep(0.2)
 
     vllm.meta_hook = steal
     vllm.add("b", PREFIX + [8])
     vllm.run()
-    assert vllm.stats["load_errors"] == 16 and vllm.stats["mismatches"] == 0
+    assert vllm.stats["load_errors"] >= 1 and vllm.stats["mismatches"] == 0
     thief.close()
     vllm.shutdown()
+
+
+def held_until_the_stream_runs(vllm, stream, req_id):
+    """With `stream` held, `req_id`'s blocks stay vLLM's to keep however many
+    steps pass; once it runs, every block goes back to the pool once."""
+    for _ in range(20):
+        vllm.step()
+    assert req_id in vllm.held()
+    kvstrand.sim.release_stream(stream.native)
+    vllm.run()
+    assert vllm.all_blocks_free()
 
 
 @needs_sim_hooks
@@ -143,13 +297,8 @@ def test_a_finished_requests_blocks_are_freed_only_after_its_saves(server):
     vllm.add("a", PREFIX + [7], max_tokens=1)
     vllm.run(until=lambda: vllm.done)
     assert vllm.done == ["a"]
-    assert "a" in vllm.held  # request_finished said: wait for get_finished
-    for _ in range(20):
-        vllm.step()
-    assert "a" in vllm.held  # its saves cannot have read the blocks yet
-    kvstrand.sim.release_stream(stream.native)
-    vllm.run()
-    assert not vllm.held and len(vllm.free) == 64
+    assert "a" in vllm.held()  # request_finished said: wait for get_finished
+    held_until_the_stream_runs(vllm, stream, "a")  # its saves cannot have read the blocks yet
     vllm.shutdown()
 
 
@@ -164,65 +313,176 @@ def test_preemption_fences_the_requests_transfers_before_its_blocks_are_reused(s
     assert "a" in worker.saving
     vllm.preempt_next = {"a"}
     t0 = time.monotonic()
-    vllm.step()  # handle_preemptions fences "a" before this step's forward
+    vllm.step()  # the fence runs before this step's forward
     assert time.monotonic() - t0 >= 0.1
     assert "a" not in worker.saving and "a" not in worker.saves_queued
     kvstrand.sim.set_stream_delay(stream.native, 0)
     vllm.run()
-    assert vllm.done == ["a"] and vllm.stats["mismatches"] == 0
+    assert vllm.done == ["a"] and vllm.stats["mismatches"] == 0 and vllm.all_blocks_free()
     vllm.shutdown()
 
 
 @needs_sim_hooks
-def test_a_request_aborted_while_it_loads_keeps_its_blocks_until_the_load_ends(server):
+def test_a_request_aborted_while_it_loads_ends_with_every_block_freed_once(server):
+    # vLLM keeps an aborted request that waits for remote KV until
+    # finished_recving, then frees and deletes it; a connector that also
+    # asked to delay (request_finished -> True) would report it as sent
+    # afterwards and trip vLLM's assertion on an unknown request.
     stream = kvstrand.DeviceStream()
-    vllm = MiniVllm(server.socket, stream_provider=lambda: stream.native)
+    vllm = MiniVllm(server.socket, stream_provider=lambda: stream.native, caching=False)
     vllm.add("a", PREFIX + [7], max_tokens=1)
     vllm.run()
     kvstrand.sim.hold_stream(stream.native)  # the load waits for the engine's stream
     vllm.add("b", PREFIX + [8], max_tokens=1)
     vllm.run(until=lambda: "b" in vllm.workers[0]._worker.loading)
     vllm.abort("b")
-    for _ in range(20):
-        vllm.step()
-    assert "b" in vllm.held  # its load would still write the blocks
-    kvstrand.sim.release_stream(stream.native)
+    held_until_the_stream_runs(vllm, stream, "b")  # its load would still write the blocks
+    vllm.shutdown()
+
+
+@needs_sim_hooks
+def test_a_preempted_request_aborted_while_it_reloads_its_own_chunks_is_freed_once(server):
+    # a saved chunks, was preempted, and is re-admitted with a load of what
+    # it saved: saves were posted for it, and still request_finished must
+    # leave the free to vLLM while the load is in flight.
+    stream = kvstrand.DeviceStream()
+    vllm = MiniVllm(server.socket, stream_provider=lambda: stream.native, caching=False)
+    vllm.add("a", PREFIX + list(range(100)), max_tokens=1)
+    vllm.run(until=lambda: vllm.requests["a"].num_computed_tokens >= 256)
+    vllm.step()
+    vllm.preempt_next = {"a"}
+    vllm.step()  # its saves fenced: stored
+    kvstrand.sim.hold_stream(stream.native)
+    vllm.run(until=lambda: "a" in vllm.workers[0]._worker.loading)
+    vllm.abort("a")
+    held_until_the_stream_runs(vllm, stream, "a")
+    vllm.shutdown()
+
+
+def test_requests_aborted_while_looked_up_and_while_saving_free_their_blocks(server):
+    vllm = MiniVllm(server.socket, caching=False)
+    vllm.add("a", PREFIX + list(range(100)), max_tokens=4)
+    vllm.step()
+    vllm.step()  # its lookup answered; now computing
+    vllm.add("b", PREFIX + [1])
+    vllm.step()  # b's lookups posted: not known yet
+    vllm.abort("b")
+    vllm.abort("a")
     vllm.run()
-    assert not vllm.held and len(vllm.free) == 64
+    assert vllm.all_blocks_free() and vllm.stats["mismatches"] == 0
     vllm.shutdown()
 
 
 @needs_sim_hooks
 def test_a_preemption_vllm_does_not_announce_is_fenced_when_its_blocks_are_given_out(server):
     # preempted_req_ids left empty: the worker learns of it only when the
-    # scheduler gives a's blocks out again (to a itself, re-admitted). Its
-    # save, 0.3 s behind its forward pass, must end before they are written,
-    # or the tier would keep another position's KV under a's key.
+    # scheduler gives a's old blocks out again (here to a itself, re-admitted
+    # and growing through the 13-block pool). Its first save, 0.5 s behind its
+    # forward pass, must end before they are written, or the tier would keep
+    # another position's KV under a's key.
     stream = kvstrand.DeviceStream()
-    vllm = MiniVllm(server.socket, stream_provider=lambda: stream.native)
+    vllm = MiniVllm(server.socket, stream_provider=lambda: stream.native, caching=False, num_blocks=14)
     vllm.announce_preemptions = False
-    prompt = PREFIX + list(range(200))
+    prompt = PREFIX[:128] + list(range(32))
     vllm.add("a", prompt, max_tokens=1)
-    kvstrand.sim.set_stream_delay(stream.native, 0.3)
+    kvstrand.sim.set_stream_delay(stream.native, 0.5)
     worker = vllm.workers[0]._worker
     vllm.run(until=lambda: worker.saving)
     vllm.preempt_next = {"a"}
     vllm.step()
     assert "a" in worker.saving  # nobody told the worker
-    vllm.run(until=lambda: "a" in vllm.running)
-    assert "a" not in worker.saving  # fenced before its blocks' new owner's forward pass
+    vllm.run(until=lambda: vllm.done)
     kvstrand.sim.set_stream_delay(stream.native, 0)
     vllm.run()
-    vllm.add("c", prompt, max_tokens=1)  # loads what a stored
+    vllm.add("c", prompt, max_tokens=1)  # loads what a stored: at least the chunk its old blocks held
     vllm.run()
-    assert vllm.stats["resumed"] >= 1 and vllm.stats["mismatches"] == 0
+    assert vllm.stats["resumed"] == 1 and vllm.stats["loaded_tokens"] >= 64
+    assert vllm.stats["mismatches"] == 0 and vllm.all_blocks_free()
+    vllm.shutdown()
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_preemptions_inside_allocation_reuse_blocks_in_the_same_step_and_stay_exact(server, tp):
+    vllm = MiniVllm(server.socket, tp=tp, num_blocks=40, budget=96)
+    for i in range(4):
+        vllm.add(f"r{i}", PREFIX[:128] + list(range(i * 300, i * 300 + 100)), max_tokens=60)
+    vllm.run(timeout=60)
+    assert vllm.stats["preempted"] >= 1  # blocks ran out: vLLM took some back
+    assert len(vllm.done) == 4 and vllm.stats["mismatches"] == 0 and vllm.all_blocks_free()
+    vllm.shutdown()
+
+
+def test_the_null_block_is_never_saved_or_loaded_into(server):
+    # After reset_cache the tier holds nothing of b's prompt but vLLM's own
+    # cache does: b starts from a local hit whose sliding-window blocks
+    # before the window are the null block, and saves its chunks from 0.
+    named = []
+
+    def record(meta):
+        for job in meta.saves + meta.loads:
+            named.extend(job.block_ids)
+
+    vllm = MiniVllm(server.socket, groups=[("full", 1, 0), ("sliding", 1, 16)], hybrid_invalid_blocks=True)
+    vllm.meta_hook = record
+    vllm.add("a", PREFIX + [1])
+    vllm.run()
+    vllm.scheduler.reset_cache()
+    vllm.add("b", PREFIX + [2])
+    vllm.run()
+    assert vllm.requests.get("b") is None and vllm.stats["mismatches"] == 0 and vllm.all_blocks_free()
+    assert named and NULL not in named
+    vllm.shutdown()
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_a_hybrid_model_resumes_each_group_byte_exact(server, tp):
+    # Full attention plus a 32-token sliding window (vLLM's hybrid allocator):
+    # the window's group loads only the blocks inside the window.
+    vllm = MiniVllm(server.socket, tp=tp, caching=False, groups=HYBRID, hybrid_invalid_blocks=True)
+    loads = []
+    vllm.meta_hook = lambda meta: loads.extend(meta.loads)
+    vllm.add("a", PREFIX + list(range(40)))
+    vllm.run()
+    vllm.add("b", PREFIX + list(range(500, 530)))
+    vllm.run()
+    assert vllm.stats["resumed"] == 1 and vllm.stats["loaded_tokens"] == 256
+    assert vllm.stats["mismatches"] == 0 and vllm.all_blocks_free()
+    (job,) = loads
+    assert [(p.group, p.begin, p.end) for p in job.parts] == [(0, 0, 256), (1, 224, 256)]
+    assert NULL not in job.block_ids
+    vllm.shutdown()
+
+
+def test_a_hybrid_models_failed_load_is_recomputed_where_vllm_can(server):
+    vllm = MiniVllm(server.socket, caching=False, groups=HYBRID, hybrid_invalid_blocks=True)
+    vllm.add("a", PREFIX + [7])
+    vllm.run()
+    vllm.meta_hook = spoil_leases(0, [], groups={1})  # the window group's lease
+    vllm.add("b", PREFIX + [8])
+    vllm.run()
+    assert vllm.stats["load_errors"] >= 1 and vllm.stats["resumed"] == 0
+    assert vllm.stats["mismatches"] == 0 and vllm.all_blocks_free()
+    vllm.shutdown()
+
+
+def test_reset_cache_stops_reading_what_was_stored_before(server):
+    vllm = MiniVllm(server.socket, caching=False)
+    vllm.add("a", PREFIX + [1])
+    vllm.run()
+    assert vllm.scheduler.reset_cache() is True
+    vllm.add("b", PREFIX + [2])
+    vllm.run()
+    assert vllm.stats["resumed"] == 0  # a's chunks are of the old epoch
+    vllm.add("c", PREFIX + [3])
+    vllm.run()
+    assert vllm.stats["resumed"] == 1 and vllm.stats["mismatches"] == 0  # b's are of the new one
     vllm.shutdown()
 
 
 def test_a_server_sigkilled_mid_run_costs_only_misses(server):
     # Lookups, saves and loads against a dead server fail; vLLM computes
     # instead, and every block is still exact.
-    vllm = MiniVllm(server.socket, tp=2, request_timeout_s=1.0)
+    vllm = MiniVllm(server.socket, tp=2, request_timeout_s=1.0, caching=False)
     vllm.add("a", PREFIX + [7], max_tokens=1)
     vllm.run()
     for i in range(4):
@@ -231,7 +491,7 @@ def test_a_server_sigkilled_mid_run_costs_only_misses(server):
     vllm.step()  # lookups answered, leases handed to the workers: their adoptions and loads now fail
     server.kill()
     vllm.run()
-    assert len(vllm.done) == 5 and vllm.stats["mismatches"] == 0
+    assert len(vllm.done) == 5 and vllm.stats["mismatches"] == 0 and vllm.all_blocks_free()
     vllm.shutdown()
 
 
@@ -240,5 +500,5 @@ def test_wrong_side_calls_are_refused(server):
     with pytest.raises(RuntimeError, match="not a scheduler-side call"):
         vllm.scheduler.register_kv_caches({})
     with pytest.raises(RuntimeError, match="not a worker-side call"):
-        vllm.workers[0].build_connector_meta(None)
+        vllm.workers[0].build_connector_meta(SimpleNamespace())
     vllm.shutdown()

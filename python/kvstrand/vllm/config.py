@@ -12,23 +12,80 @@ Extra config keys (a demanding default for each but the socket):
                        region per block (MLA, FlashInfer's (num_blocks, 2, ...))
   min_load_tokens      a tier hit shorter than this past the local hit is not
                        loaded (default 0)
+  max_load_failures    loads of one request that may fail before it is offered
+                       no more tier hits (default 2)
   transfer_deadline_s  every transfer's deadline; passing it is fail-stop (60)
   request_timeout_s    bound on each request to the server (10)
   tenant_salt          isolates tenants' keys (default "")
   replicated_across_tp every TP rank holds the same KV (MLA): one copy stored
+
+KV-cache groups: one kvstrand registration per group vLLM's (hybrid)
+allocator presents, full attention and sliding window. A group kvstrand
+cannot serve correctly (Mamba state, chunked local attention, cross
+attention) is refused here, naming the group and the reason.
 """
 
+import re
 from dataclasses import dataclass, field
 
 import kvstrand
 
 OPTION_PREFIX = "kv_connector_extra_config."
+GROUPS_OPTION = "kv_cache_config.kv_cache_groups"
 
 
 def config_error(option, message):
     e = kvstrand.ConfigError(f"invalid option '{option}': {message}")
     e.option = option
     return e
+
+
+def spec_kind(spec):
+    """'full' or 'sliding' for the attention specs kvstrand serves; otherwise
+    the spec's class name. By class name along the MRO, so vLLM's classes and
+    look-alikes (tests) are read the same way."""
+    names = [c.__name__ for c in type(spec).__mro__]
+    for refused in ("MambaSpec", "ChunkedLocalAttentionSpec", "CrossAttentionSpec", "EncoderOnlyAttentionSpec"):
+        if refused in names:
+            return refused
+    if "SlidingWindowSpec" in names:
+        return "sliding"
+    if "FullAttentionSpec" in names or "AttentionSpec" in names:
+        return "full"
+    return names[0]
+
+
+_REFUSAL = {
+    "MambaSpec": "Mamba/linear-attention state: vLLM's scheduler asserts that no external KV is loaded for it "
+                 "(Scheduler._mamba_block_aligned_split, 'External KV connector is not verified yet') and, outside "
+                 "mamba_cache_mode 'align', keeps no state per block boundary to store",
+    "ChunkedLocalAttentionSpec": "chunked local attention hands out the null block inside the prompt; a chunk's KV "
+                                 "is not a function of its prefix kvstrand could key",
+    "CrossAttentionSpec": "encoder-decoder cross attention (vLLM refuses KV connectors for it too)",
+    "EncoderOnlyAttentionSpec": "encoder-only attention keeps no KV cache",
+}
+
+
+def vllm_recovers_hybrid_load_errors():
+    """Whether the installed vLLM's scheduler can take load errors when it
+    runs several KV-cache groups: True, False, or None where vLLM is not
+    importable (nothing to ask; a driver other than vLLM decides)."""
+    try:
+        import inspect  # noqa: PLC0415
+
+        from vllm.v1.core.sched.scheduler import Scheduler  # type: ignore # noqa: PLC0415
+    except ImportError:
+        return None
+    method = getattr(Scheduler, "_update_requests_with_invalid_blocks", None)
+    if method is None:
+        return None
+    try:
+        source = inspect.getsource(method)
+    except (OSError, TypeError):
+        return None
+    # vLLM at 00024d3: "(req_block_ids,) = self.kv_cache_manager.get_block_ids(req_id)"
+    # unpacks exactly one group and raises on more.
+    return re.search(r"\(\s*req_block_ids\s*,\s*\)\s*=", source) is None
 
 
 @dataclass
@@ -38,12 +95,20 @@ class LayerSpec:
 
 
 @dataclass
+class GroupSpec:
+    kind: str              # "full" or "sliding"
+    sliding_window: int    # tokens; 0 for full attention
+    layers: list
+
+
+@dataclass
 class ConnectorConfig:
     server_socket: str
     block_size: int
     chunk_tokens: int
     planes_per_layer: int
     min_load_tokens: int
+    max_load_failures: int
     transfer_deadline_s: float
     request_timeout_s: float
     model_id: str
@@ -52,13 +117,18 @@ class ConnectorConfig:
     tp_size: int
     replicated_across_tp: bool
     num_blocks: int
-    layers: list = field(default_factory=list)
+    groups: list = field(default_factory=list)
     speculative_tokens: int = 0
     speculative_method: str = ""
 
+    @property
+    def layers(self):
+        return [layer for g in self.groups for layer in g.layers]
+
     @classmethod
     def from_vllm(cls, vllm_config, kv_cache_config):
-        extra = dict(getattr(vllm_config.kv_transfer_config, "kv_connector_extra_config", None) or {})
+        transfer = vllm_config.kv_transfer_config
+        extra = dict(getattr(transfer, "kv_connector_extra_config", None) or {})
 
         def get(key, default, kind):
             value = extra.pop(key, default)
@@ -72,6 +142,13 @@ class ConnectorConfig:
             raise config_error(OPTION_PREFIX + "server_socket",
                                 "kvstrand.vllm needs kvstrand-server's socket: vLLM's scheduler and workers are "
                                 "separate processes and share the node tier")
+        # A failed load must be recomputed: a cache loses entries (a server
+        # restart, a device error), and vLLM's "fail" ends the user's request.
+        policy = str(getattr(transfer, "kv_load_failure_policy", "recompute") or "recompute")
+        if policy != "recompute":
+            raise config_error("kv_transfer_config.kv_load_failure_policy",
+                                f"{policy!r}: kvstrand is a cache, a load can fail (an entry lost with a restarted "
+                                "server) and must then be recomputed; set it to \"recompute\"")
         block_size = int(vllm_config.cache_config.block_size)
         chunk = get("chunk_tokens", 256, int)
         if chunk <= 0 or chunk % block_size:
@@ -80,19 +157,35 @@ class ConnectorConfig:
         planes = get("planes_per_layer", 2, int)
         if planes not in (1, 2):
             raise config_error(OPTION_PREFIX + "planes_per_layer", f"{planes} is not 1 or 2")
-        groups = list(getattr(kv_cache_config, "kv_cache_groups", []) or [])
-        if len(groups) != 1:
-            raise config_error("kv_cache_config.kv_cache_groups",
-                                f"kvstrand.vllm serves models with one KV-cache group; this one has {len(groups)} "
-                                "(the C++ API registers several: register_layout per group, plan_groups)")
-        spec = groups[0].kv_cache_spec
-        if int(spec.block_size) != block_size:
-            raise config_error("kv_cache_config.kv_cache_groups[0].kv_cache_spec.block_size",
-                                f"{spec.block_size} differs from cache_config.block_size {block_size}")
-        page = int(spec.page_size_bytes)
-        if page % planes:
-            raise config_error(OPTION_PREFIX + "planes_per_layer", f"a block of {page} bytes does not split in {planes}")
+        groups = []
+        for i, group in enumerate(list(getattr(kv_cache_config, "kv_cache_groups", []) or [])):
+            option = f"{GROUPS_OPTION}[{i}].kv_cache_spec"
+            spec = group.kv_cache_spec
+            kind = spec_kind(spec)
+            if kind not in ("full", "sliding"):
+                raise config_error(option, f"kvstrand.vllm cannot serve a {kind} group: "
+                                           f"{_REFUSAL.get(kind, 'not an attention KV cache it knows')}")
+            if int(spec.block_size) != block_size:
+                raise config_error(option + ".block_size",
+                                    f"{spec.block_size} differs from cache_config.block_size {block_size}")
+            page = int(spec.page_size_bytes)
+            if page % planes:
+                raise config_error(OPTION_PREFIX + "planes_per_layer",
+                                    f"a block of {page} bytes does not split in {planes}")
+            window = int(getattr(spec, "sliding_window", 0) or 0) if kind == "sliding" else 0
+            groups.append(GroupSpec(kind, window, [LayerSpec(n, page) for n in group.layer_names]))
+        if not groups:
+            raise config_error(GROUPS_OPTION, "no KV-cache group to serve")
+        if len(groups) > 1 and vllm_recovers_hybrid_load_errors() is False:
+            raise config_error(GROUPS_OPTION,
+                                f"{len(groups)} groups, and this vLLM cannot recover a failed KV load under its hybrid "
+                                "allocator (Scheduler._update_requests_with_invalid_blocks reads one group's blocks): a "
+                                "load lost with a restarted kvstrand-server would stop the engine. Serve one group "
+                                "(--disable-hybrid-kv-cache-manager) or use a vLLM whose scheduler handles every group")
         model = vllm_config.model_config
+        # The cache's dtype, not the model's: fp8_e4m3 and fp8_e5m2 caches of one
+        # bf16 model hold different bytes.
+        cache_dtype = str(getattr(vllm_config.cache_config, "cache_dtype", "auto") or "auto")
         spec_cfg = getattr(vllm_config, "speculative_config", None)
         cfg = cls(
             server_socket=socket,
@@ -100,34 +193,39 @@ class ConnectorConfig:
             chunk_tokens=chunk,
             planes_per_layer=planes,
             min_load_tokens=get("min_load_tokens", 0, int),
+            max_load_failures=get("max_load_failures", 2, int),
             transfer_deadline_s=get("transfer_deadline_s", 60.0, float),
             request_timeout_s=get("request_timeout_s", 10.0, float),
             model_id=str(model.model),
-            dtype=str(model.dtype),
+            dtype=str(model.dtype) if cache_dtype == "auto" else cache_dtype,
             tenant_salt=get("tenant_salt", "", str),
             tp_size=int(vllm_config.parallel_config.tensor_parallel_size),
             replicated_across_tp=get("replicated_across_tp", False, bool),
             num_blocks=int(getattr(kv_cache_config, "num_blocks", 0)),
-            layers=[LayerSpec(n, page) for n in groups[0].layer_names],
+            groups=groups,
             speculative_tokens=int(getattr(spec_cfg, "num_speculative_tokens", 0) or 0) if spec_cfg else 0,
             speculative_method=str(getattr(spec_cfg, "method", "") or "") if spec_cfg else "",
         )
+        if cfg.max_load_failures < 0:
+            raise config_error(OPTION_PREFIX + "max_load_failures", f"{cfg.max_load_failures} is negative")
         if extra:
             key = sorted(extra)[0]
             raise config_error(OPTION_PREFIX + key, "kvstrand.vllm has no such option")
         return cfg
 
-    def layout(self, tp_rank):
-        """This model's layout on `tp_rank`: one plane per layer and K/V half,
-        in the layers' order, so the scheduler (which has no tensors) and each
-        worker compute the same namespace."""
+    def layout(self, tp_rank, group=0):
+        """Group `group`'s layout on `tp_rank`: one plane per layer and K/V
+        half, in the layers' order, so the scheduler (which has no tensors)
+        and each worker compute the same namespace. A sliding-window group's
+        window is part of its namespace."""
+        g = self.groups[group]
         suffixes = ("k", "v") if self.planes_per_layer == 2 else ("kv",)
         planes = [kvstrand.Plane(f"{layer.name}.{s}", layer.page_size_bytes // self.planes_per_layer)
-                  for layer in self.layers for s in suffixes]
+                  for layer in g.layers for s in suffixes]
         return kvstrand.Layout(
             model_id=self.model_id, layout_name=f"vllm-paged-{self.planes_per_layer}", planes=planes,
-            block_tokens=self.block_size, chunk_tokens=self.chunk_tokens, dtype=self.dtype,
-            tenant_salt=self.tenant_salt, tp_size=self.tp_size, tp_rank=tp_rank,
+            block_tokens=self.block_size, chunk_tokens=self.chunk_tokens, sliding_window=g.sliding_window,
+            dtype=self.dtype, tenant_salt=self.tenant_salt, tp_size=self.tp_size, tp_rank=tp_rank,
             replicated_across_tp=self.replicated_across_tp,
             speculative=kvstrand.SpeculativeConfig(self.speculative_method, self.speculative_tokens))
 

@@ -4,6 +4,7 @@ Configure vLLM with
     --kv-transfer-config '{"kv_connector": "KvstrandConnector",
                            "kv_connector_module_path": "kvstrand.vllm",
                            "kv_role": "kv_both",
+                           "kv_load_failure_policy": "recompute",
                            "kv_connector_extra_config": {"server_socket": "/tmp/kvstrand.sock"}}'
 and run kvstrand-server on that socket (--chunk-tokens equal to
 chunk_tokens). Options: kvstrand/vllm/config.py.
@@ -12,13 +13,15 @@ vLLM builds one connector in the scheduler process (role SCHEDULER) and one
 in each worker (role WORKER); this class hands each call to that side. Loads
 are asynchronous (between scheduler steps); saves are whole chunks of the
 prompt, posted after the step's forward pass and never waited for; layer-wise
-calls are no-ops.
+calls are no-ops. It serves vLLM's hybrid allocator (SupportsHMA): one
+kvstrand registration per KV-cache group.
 """
 
 from .config import ConnectorConfig
-from .interface import KVConnectorBase_V1, KVConnectorRole
+from .interface import KVConnectorBase_V1, KVConnectorRole, SupportsHMA
 from .metadata import KvstrandConnectorMetadata
 from .scheduler import SchedulerSide
+from .stats import KvstrandStats
 from .worker import WorkerSide
 
 
@@ -30,36 +33,55 @@ def _tp_rank():
     return get_tensor_model_parallel_rank()
 
 
-class KvstrandConnector(KVConnectorBase_V1):
+class KvstrandConnector(KVConnectorBase_V1, SupportsHMA):
     def __init__(self, vllm_config, role, kv_cache_config=None, *, tp_rank=None, stream_provider=None):
         """`tp_rank` and `stream_provider` (the current stream's handle) are
         for drivers other than vLLM, which passes neither: then vLLM's TP rank
         and torch's current stream are used."""
         super().__init__(vllm_config, role, kv_cache_config)
         cfg = ConnectorConfig.from_vllm(vllm_config, kv_cache_config)
+        self._stats = KvstrandStats()
         self._scheduler = self._worker = None
         if role == KVConnectorRole.SCHEDULER:
-            self._scheduler = SchedulerSide(cfg)
+            self._scheduler = SchedulerSide(cfg, self._stats)
         else:
-            self._worker = WorkerSide(cfg, _tp_rank() if tp_rank is None else tp_rank, stream_provider)
+            self._worker = WorkerSide(cfg, _tp_rank() if tp_rank is None else tp_rank, stream_provider, self._stats)
 
     def _side(self, side, name):
         if side is None:
             raise RuntimeError(f"KvstrandConnector.{name} is not a {self.role.name.lower()}-side call")
         return side
 
+    @property
+    def requires_kv_delivery(self):
+        """False: a best-effort cache. A save dropped by a preemption is a
+        later miss; vLLM need not recompute a request to deliver it."""
+        return False
+
     # ---- worker side ----
     def register_kv_caches(self, kv_caches):
         self._side(self._worker, "register_kv_caches").register_kv_caches(kv_caches)
 
+    def bind_connector_metadata(self, connector_metadata):
+        """The first call of every step, before the forward pass: transfers
+        that would touch blocks vLLM took back or gave out end here."""
+        super().bind_connector_metadata(connector_metadata)
+        if self._worker is not None and isinstance(connector_metadata, KvstrandConnectorMetadata):
+            self._worker.before_forward(connector_metadata)
+
     def handle_preemptions(self, kv_connector_metadata):
-        """Called before the step's forward pass: the transfers of requests
-        whose blocks vLLM took back end first. Accepts the step's metadata
-        (vLLM 0.18) or a set of request ids (earlier versions)."""
-        ids = getattr(kv_connector_metadata, "preempted", kv_connector_metadata)
-        self._side(self._worker, "handle_preemptions").handle_preemptions(set(ids or ()))
+        """Before the step's forward pass. Accepts the step's metadata
+        (vLLM 0.18: the fences ran in bind_connector_metadata already) or a
+        set of request ids (earlier versions)."""
+        worker = self._side(self._worker, "handle_preemptions")
+        if isinstance(kv_connector_metadata, KvstrandConnectorMetadata):
+            worker.before_forward(kv_connector_metadata)
+        else:
+            worker.handle_preemptions(set(kv_connector_metadata or ()))
 
     def start_load_kv(self, forward_context, **kwargs):
+        """Before or after the forward pass is launched (vLLM moved it after):
+        the loads write blocks of requests not in this step's batch."""
         self._side(self._worker, "start_load_kv").start_load(self._get_connector_metadata())
 
     def wait_for_layer_load(self, layer_name):
@@ -70,7 +92,8 @@ class KvstrandConnector(KVConnectorBase_V1):
 
     def wait_for_save(self):
         """Posts this step's saves, ordered after the forward pass on the
-        device; returns at once. The blocks stay vLLM's to keep until
+        device (and, when vLLM defers this call past a draft model's forward,
+        after that too); returns at once. The blocks stay vLLM's to keep until
         get_finished reports the request (request_finished returned True)."""
         self._side(self._worker, "wait_for_save").save(self._get_connector_metadata())
 
@@ -79,6 +102,14 @@ class KvstrandConnector(KVConnectorBase_V1):
 
     def get_block_ids_with_load_errors(self):
         return self._side(self._worker, "get_block_ids_with_load_errors").get_block_ids_with_load_errors()
+
+    # ---- both sides ----
+    def get_kv_connector_stats(self):
+        return self._stats.take()
+
+    @classmethod
+    def build_kv_connector_stats(cls, data=None):
+        return KvstrandStats(dict(data)) if data is not None else KvstrandStats()
 
     # ---- scheduler side ----
     def get_num_new_matched_tokens(self, request, num_computed_tokens):
@@ -92,8 +123,17 @@ class KvstrandConnector(KVConnectorBase_V1):
     def build_connector_meta(self, scheduler_output) -> KvstrandConnectorMetadata:
         return self._side(self._scheduler, "build_connector_meta").build_connector_meta(scheduler_output)
 
+    def update_connector_output(self, connector_output):
+        self._side(self._scheduler, "update_connector_output").update_connector_output(connector_output)
+
     def request_finished(self, request, block_ids):
         return self._side(self._scheduler, "request_finished").request_finished(request, block_ids)
+
+    def request_finished_all_groups(self, request, block_ids):
+        return self._side(self._scheduler, "request_finished_all_groups").request_finished(request, block_ids)
+
+    def reset_cache(self):
+        return self._side(self._scheduler, "reset_cache").reset_cache()
 
     def shutdown(self):
         (self._scheduler or self._worker).shutdown()

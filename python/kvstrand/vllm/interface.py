@@ -1,6 +1,9 @@
 """The vLLM KV connector V1 interface kvstrand.vllm implements.
 
-Followed: vLLM v0.18 (``vllm/distributed/kv_transfer/kv_connector/v1/base.py``:
+Checked against vLLM's source at commit 003df29 of ``base.py`` and 00024d3
+of ``vllm/v1/core/sched/scheduler.py`` (the scheduler's bookkeeping
+tests/python/mini_vllm.py follows), which keep the interface of v0.18
+(``vllm/distributed/kv_transfer/kv_connector/v1/base.py``:
 ``KVConnectorBase_V1(vllm_config, role, kv_cache_config)``, where
 ``handle_preemptions`` receives the step's connector metadata, as v0.18.2's
 model runner calls it: bind_connector_metadata, handle_preemptions,
@@ -17,6 +20,7 @@ connector through the call order vLLM documents; they do not run vLLM.
 
 import enum
 from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 VLLM_INTERFACE_VERSION = "0.18"
@@ -26,7 +30,9 @@ try:  # pragma: no cover - vLLM is not installable here
         KVConnectorBase_V1,
         KVConnectorMetadata,
         KVConnectorRole,
+        SupportsHMA,
     )
+    from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats  # type: ignore
 
     VLLM_AVAILABLE = True
 except ImportError:
@@ -38,6 +44,32 @@ except ImportError:
 
     class KVConnectorMetadata(ABC):  # noqa: B024 - an abstract marker, as in vLLM
         """What the scheduler-side connector hands the worker-side one each step."""
+
+    class SupportsHMA(ABC):
+        """Marks a connector that serves vLLM's hybrid allocator (several
+        KV-cache groups); vLLM then calls request_finished_all_groups."""
+
+        @abstractmethod
+        def request_finished_all_groups(self, request: Any, block_ids: tuple) -> tuple: ...
+
+    @dataclass
+    class KVConnectorStats:
+        """A connector's telemetry for one interval, sent from the workers to
+        the scheduler's logger (vLLM's metrics.KVConnectorStats)."""
+
+        data: dict = field(default_factory=dict)
+
+        def reset(self):
+            raise NotImplementedError
+
+        def aggregate(self, other):
+            raise NotImplementedError
+
+        def reduce(self):
+            raise NotImplementedError
+
+        def is_empty(self):
+            raise NotImplementedError
 
     class KVConnectorBase_V1(ABC):
         """A local copy of vLLM's interface (see the module's docstring)."""
@@ -106,14 +138,28 @@ except ImportError:
         @abstractmethod
         def build_connector_meta(self, scheduler_output: Any) -> KVConnectorMetadata: ...
 
-        def update_connector_output(self, connector_output: Any) -> None:
-            return
-
         def request_finished(self, request: Any, block_ids: list) -> tuple:
             return False, None
 
+        def update_connector_output(self, connector_output: Any) -> None:
+            return
+
         def take_events(self):
             return ()
+
+        @property
+        def requires_kv_delivery(self) -> bool:
+            return self._kv_transfer_config.is_kv_producer
+
+        def get_kv_connector_stats(self):
+            return None
+
+        @classmethod
+        def build_kv_connector_stats(cls, data: Optional[dict] = None):
+            return None
+
+        def reset_cache(self) -> Optional[bool]:
+            return None
 
         @classmethod
         def get_required_kvcache_layout(cls, vllm_config: Any) -> Optional[str]:

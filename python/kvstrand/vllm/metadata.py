@@ -2,7 +2,8 @@
 
 Plain Python values only: vLLM pickles it into the scheduler output it sends
 to every worker process. Chunks travel as their 32-byte hashes (the same on
-every rank); each worker makes its own rank's keys from them.
+every rank); each worker makes its own rank's keys from them. A job has one
+part per KV-cache group it moves (groups are kvstrand registrations).
 """
 
 from dataclasses import dataclass, field
@@ -11,13 +12,25 @@ from .interface import KVConnectorMetadata
 
 
 @dataclass
+class GroupPart:
+    group: int
+    begin: int                   # tokens [begin, end) of this group, block-aligned
+    end: int
+    block_ids: list              # one per block of [begin, end), none of them the null block
+    chunk_hashes: list           # one per chunk the range touches
+    handoff: dict = field(default_factory=dict)  # loads: TP rank -> the lease exported for it (bytes)
+
+
+@dataclass
 class LoadJob:
     req_id: str
-    begin: int                   # tokens [begin, end) into block_ids
+    begin: int                   # the request resumes at `end`; [begin, end) comes from the tier
     end: int
-    block_ids: list              # one per block of [begin, end)
-    chunk_hashes: list           # one per chunk the range touches
-    handoff: dict                # TP rank -> the lease the scheduler exported for it (bytes)
+    parts: list                  # GroupPart, one per group with blocks to write
+
+    @property
+    def block_ids(self):
+        return [b for p in self.parts for b in p.block_ids]
 
 
 @dataclass
@@ -25,13 +38,16 @@ class SaveJob:
     req_id: str
     begin: int                   # whole chunks [begin, end), computed by the end of this step
     end: int
-    block_ids: list
-    chunk_hashes: list
+    parts: list                  # GroupPart, one per group whose blocks of the range are all still held
+
+    @property
+    def block_ids(self):
+        return [b for p in self.parts for b in p.block_ids]
 
 
 @dataclass
 class KvstrandConnectorMetadata(KVConnectorMetadata):
-    namespace: bytes = b""                          # the scheduler's; every worker's must match
+    namespace: bytes = b""                          # the scheduler's (group 0); every worker's must match
     loads: list = field(default_factory=list)       # LoadJob
     saves: list = field(default_factory=list)       # SaveJob
     preempted: set = field(default_factory=set)     # request ids whose blocks were taken back this step

@@ -1,77 +1,114 @@
 """The scheduler side of kvstrand.vllm: looks prompts up in the node tier,
-plans what to load (plan_hit) and what to save (SaveTracker), and hands each
-TP rank's lease to the workers through the step's metadata.
+plans what to load (plan_groups) and what to save (SaveTracker), and hands
+each TP rank's leases to the workers through the step's metadata.
 
 The scheduler has no device memory: its Connector registers one lookup-only
-registration per TP rank (each rank's keys carry its rank). Lookups are
-posted, never waited for: get_num_new_matched_tokens answers None ("not
-known yet") until every rank's answer has arrived.
+registration per TP rank and KV-cache group (each rank's keys carry its
+rank, each group's its namespace). Lookups are posted, never waited for:
+get_num_new_matched_tokens answers None ("not known yet") until every
+answer has arrived.
+
+Block rules vLLM's bookkeeping imposes (vllm/v1/core/sched/scheduler.py):
+- A request aborted while its load is in flight is kept by vLLM itself until
+  finished_recving; request_finished must then answer False, or the same id
+  would come back as sent after vLLM deleted the request (its assertion).
+- The null block (id 0) stands for a sliding-window group's slots outside
+  the window: it is never saved or loaded into.
 """
 
 import logging
 
 import kvstrand
 
-from .metadata import KvstrandConnectorMetadata, LoadJob, SaveJob
+from . import keys
+from .metadata import GroupPart, KvstrandConnectorMetadata, LoadJob, SaveJob
 
 log = logging.getLogger("kvstrand.vllm")
+
+NULL_BLOCK = 0
 
 
 class _Request:
     def __init__(self, req_id, prompt, hashes, chunk_tokens):
         self.id = req_id
         self.prompt = prompt
-        self.hashes = hashes               # one per full chunk of the prompt
-        self.lookups = {}                  # TP rank -> lookup id, while posted
-        self.answers = {}                  # TP rank -> LookupOutcome (its lease held until handed off or released)
+        self.hashes = hashes               # group -> one hash per full chunk of the prompt ([] if not keyable)
+        self.lookups = {}                  # (TP rank, group) -> lookup id, while posted
+        self.answers = {}                  # (TP rank, group) -> LookupOutcome (its lease held until handed off or released)
         self.matched = None                # (num_computed_tokens, tokens to load) last answered
         self.load_decided = False
-        self.block_ids = []
+        self.block_ids = []                # group -> vLLM's block ids, as last seen
         self.tracker = kvstrand.SaveTracker(chunk_tokens)
-        self.transfers = False             # a save or a load of it went to the workers
+        self.saves_posted = False          # a save of it went to the workers
+        self.load_blocks = None            # blocks of its load in flight (until finished_recving)
+        self.load_failures = 0
+        self.epoch = 0                     # the key epoch its hashes are of
 
 
 class SchedulerSide:
-    def __init__(self, cfg):
+    def __init__(self, cfg, stats=None):
         self.cfg = cfg
+        self.stats = stats
         self.conn = kvstrand.Connector(cfg.connector_options())
-        self.layouts = [cfg.layout(rank) for rank in range(cfg.tp_size)]
-        for layout in self.layouts:
-            kvstrand.validate(layout)
-        # One lookup-only registration per rank: id == rank.
-        self.groups = [self.conn.register_layout(kvstrand.Registration(layout)) for layout in self.layouts]
-        self.namespace = kvstrand.namespace_of(self.layouts[0])
-        self.ranks_of_key = [kvstrand.kv_rank_of(layout) for layout in self.layouts]
+        self.ngroups = len(cfg.groups)
+        # layouts[rank][group]; registration id = rank * ngroups + group.
+        self.layouts = [[cfg.layout(rank, g) for g in range(self.ngroups)] for rank in range(cfg.tp_size)]
+        for per_rank in self.layouts:
+            for layout in per_rank:
+                kvstrand.validate(layout)
+        self.registrations = {(rank, g): self.conn.register_layout(kvstrand.Registration(layout))
+                              for rank, per_rank in enumerate(self.layouts) for g, layout in enumerate(per_rank)}
+        self.namespaces = [kvstrand.namespace_of(layout) for layout in self.layouts[0]]
+        self.namespace = self.namespaces[0]
+        self.ranks_of_key = [kvstrand.kv_rank_of(per_rank[0]) for per_rank in self.layouts]
+        self.epoch = 0                     # reset_cache: a new key epoch
         self.requests = {}
-        self.by_lookup = {}                # lookup id -> (request id, rank)
+        self.by_lookup = {}                # lookup id -> (request id, rank, group)
         self.loads = []                    # LoadJobs for the next metadata
         self.delayed_free = set()
 
     # ---- helpers ----
+    def _hashes(self, request):
+        hashes = [keys.chunk_hashes(ns, request, self.cfg.chunk_tokens, self.epoch) for ns in self.namespaces]
+        if hashes[0] is None:
+            return [[] for _ in self.namespaces]  # not keyable: never looked up nor stored
+        return hashes
+
     def _request(self, request):
         r = self.requests.get(request.request_id)
         if r is None:
             prompt = list(request.prompt_token_ids or [])
-            hashes = kvstrand.chunk_hashes(self.namespace, prompt, self.cfg.chunk_tokens)
-            r = self.requests[request.request_id] = _Request(request.request_id, prompt, hashes, self.cfg.chunk_tokens)
+            r = self.requests[request.request_id] = _Request(request.request_id, prompt, self._hashes(request),
+                                                             self.cfg.chunk_tokens)
+            r.epoch = self.epoch
+        elif r.epoch != self.epoch and not r.load_decided:
+            self._rekey(r, request)
         return r
+
+    def _rekey(self, r, request):
+        """A request first seen before reset_cache: looked up again under
+        the new epoch's keys (answers in flight are released on arrival)."""
+        self._release(r)
+        r.lookups = {}
+        r.hashes, r.epoch = self._hashes(request), self.epoch
+        r.tracker = kvstrand.SaveTracker(self.cfg.chunk_tokens)
 
     def _drain(self):
         for answer in self.conn.finished().lookups:
-            req_id, rank = self.by_lookup.pop(answer.id)
+            req_id, rank, g = self.by_lookup.pop(answer.id)
             r = self.requests.get(req_id)
-            if r is None or r.lookups.get(rank) != answer.id:  # finished meanwhile
+            if r is None or r.lookups.get((rank, g)) != answer.id:  # finished meanwhile
                 if answer.lease:
                     self.conn.release_lookup(answer.lease)
                 continue
-            del r.lookups[rank]
-            r.answers[rank] = answer
+            del r.lookups[(rank, g)]
+            r.answers[(rank, g)] = answer
 
-    def _release(self, r):
-        for answer in r.answers.values():
+    def _release(self, r, which=None):
+        for key in list(r.answers if which is None else which):
+            answer = r.answers.pop(key)
             if answer.lease:
                 self.conn.release_lookup(answer.lease)
-        r.answers = {}
 
     def _readmit(self, r):
         stored = r.tracker.frontier
@@ -80,70 +117,115 @@ class SchedulerSide:
         r.load_decided, r.matched = False, None
 
     def _post_lookups(self, r):
-        for rank, group in enumerate(self.groups):
-            keys = [kvstrand.ChunkKey(self.namespace, self.ranks_of_key[rank], h) for h in r.hashes]
+        for (rank, g), registration in self.registrations.items():
+            if (rank, g) in r.lookups or (rank, g) in r.answers:
+                continue
+            chunk_keys = [kvstrand.ChunkKey(self.namespaces[g], self.ranks_of_key[rank], h) for h in r.hashes[g]]
             try:
-                lookup = self.conn.lookup(keys, group)
+                lookup = self.conn.lookup(chunk_keys, registration)
             except kvstrand.TransferRefused as e:
                 if e.code != kvstrand.TransferErrc.too_many_live:
                     raise
-                return False  # asked again at the next call
-            r.lookups[rank] = lookup
-            self.by_lookup[lookup] = (r.id, rank)
-        return True
+                return  # the rest are posted at the next call
+            r.lookups[(rank, g)] = lookup
+            self.by_lookup[lookup] = (r.id, rank, g)
+
+    def _group_hits(self, r):
+        """Per group, what every rank holds from token 0. A hit the server did
+        not lease (its per-client bound) cannot be handed over: none."""
+        hits = [None] * self.ngroups
+        for (rank, g), a in r.answers.items():
+            tokens = a.hit.tokens if a.lease else 0
+            hits[g] = tokens if hits[g] is None else min(hits[g], tokens)
+        return [h or 0 for h in hits]
 
     # ---- vLLM's calls ----
     def get_num_new_matched_tokens(self, request, num_computed_tokens):
         r = self._request(request)
         if r.load_decided:
-            # vLLM asks again only for a request it preempted and now admits
-            # afresh: the tier still holds what was saved of it, so look it
-            # up again (the workers fenced its transfers at the preemption).
+            # vLLM asks again for a request it preempted and admits afresh, or
+            # whose load failed from its first block (it freed the blocks):
+            # the tier may hold what was saved of it, so look it up again.
             self._readmit(r)
-        if len(r.hashes) == 0:
+            if r.epoch != self.epoch:
+                self._rekey(r, request)
+        if len(r.hashes[0]) == 0:
             return 0, False
+        if r.load_failures >= self.cfg.max_load_failures:
+            return 0, False  # its loads keep failing: computed from here on
         self._drain()
-        if not r.answers and not r.lookups and not self._post_lookups(r):
-            return None, False
-        if r.lookups:
+        if len(r.answers) < len(self.registrations):
+            self._post_lookups(r)  # those not posted yet (too many live before)
             return None, False  # not known yet: vLLM asks again at a later step
-        # Every rank must hold the prefix: the hit is the least of theirs. A
-        # hit the server did not lease (its per-client bound) cannot be handed over.
-        hit = min(a.hit.tokens if a.lease else 0 for a in r.answers.values())
-        plan = kvstrand.plan_hit(self.layouts[0], prompt_tokens=len(r.prompt),
-                                 hbm=kvstrand.HitSource(num_computed_tokens), tier=kvstrand.HitSource(hit),
-                                 min_load_tokens=self.cfg.min_load_tokens)
+        hits = self._group_hits(r)
+        plan = kvstrand.plan_groups(
+            [kvstrand.GroupHitInputs(self.layouts[0][g], hbm=kvstrand.HitSource(num_computed_tokens),
+                                     tier=kvstrand.HitSource(hits[g])) for g in range(self.ngroups)],
+            len(r.prompt), self.cfg.min_load_tokens)
         n = 0
-        if plan.load is not None and plan.load.begin == num_computed_tokens:
+        if plan.frontier > num_computed_tokens and all(
+                p.load is not None and p.load.begin == num_computed_tokens for p in plan.groups):
             n = plan.frontier - num_computed_tokens
         r.matched = (num_computed_tokens, n)
         return n, n > 0
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens):
         r = self._request(request)
-        r.block_ids = list(blocks.get_block_ids()[0])
+        r.block_ids = [list(ids) for ids in blocks.get_block_ids()]
         if r.load_decided:
             return  # the second call, after the load: blocks only
+        if self.stats is not None and r.matched:  # once per admission (vLLM may ask get_num_new_matched_tokens again)
+            self.stats.lookup(len(r.prompt) - r.matched[0], num_external_tokens)
         if num_external_tokens > 0 and r.matched and r.matched[1] == num_external_tokens and \
-                len(r.answers) == len(self.groups):
-            begin = r.matched[0]
-            end = begin + num_external_tokens
-            bs, ct = self.cfg.block_size, self.cfg.chunk_tokens
-            handoff = {rank: self.conn.export_lease(a.lease) for rank, a in r.answers.items()}
-            r.answers = {}  # the leases are the workers' now
-            self.loads.append(LoadJob(r.id, begin, end, r.block_ids[begin // bs:end // bs],
-                                      r.hashes[begin // ct:-(-end // ct)], handoff))
+                len(r.answers) == len(self.registrations):
+            job = self._load_job(r, r.matched[0], r.matched[0] + num_external_tokens)
             r.load_decided = True
-            r.transfers = True
-            r.tracker.load_decided(kvstrand.TokenRange(begin, end))
+            r.tracker.load_decided(kvstrand.TokenRange(job.begin, job.end))
             # What it loads is stored already, whether or not the copy lands.
             r.tracker.load_settled(kvstrand.LoadOutcome.landed)
+            if job.parts:
+                self.loads.append(job)
+                r.load_blocks = set(job.block_ids)
             return
         if r.answers:
-            r.tracker.note_stored(min(a.hit.tokens for a in r.answers.values()))
+            r.tracker.note_stored(min(self._group_hits(r)))
         self._release(r)
         r.tracker.spend_tier_attempt()
         r.load_decided = True
+
+    def _load_job(self, r, begin, end):
+        """Each group's part of the load: the blocks vLLM allocated for
+        [begin, end), less a sliding window's null blocks (a prefix of the
+        range: the slots the window has passed)."""
+        bs, ct = self.cfg.block_size, self.cfg.chunk_tokens
+        parts = []
+        for g in range(self.ngroups):
+            ids = r.block_ids[g][begin // bs:end // bs]
+            first = next((i for i, b in enumerate(ids) if b != NULL_BLOCK), len(ids))
+            group_keys = [(rank, g) for rank in range(self.cfg.tp_size)]
+            if first == len(ids) or NULL_BLOCK in ids[first:]:
+                self._release(r, group_keys)  # nothing of this group to write
+                continue
+            b = begin + first * bs
+            handoff = {rank: self.conn.export_lease(r.answers.pop((rank, g)).lease) for rank, _ in group_keys}
+            parts.append(GroupPart(g, b, end, ids[first:], r.hashes[g][b // ct:-(-end // ct)], handoff))
+        return LoadJob(r.id, begin, end, parts)
+
+    def _save_parts(self, r, begin, end, computed_before):
+        """Each group's part of saving [begin, end). A sliding-window group's
+        blocks the window had passed when this step was scheduled may be
+        freed (vLLM nulls them): such a group saves nothing of the range, and
+        its hits end before it."""
+        bs, ct = self.cfg.block_size, self.cfg.chunk_tokens
+        parts = []
+        for g, group in enumerate(self.cfg.groups):
+            ids = r.block_ids[g][begin // bs:end // bs] if g < len(r.block_ids) else []
+            if len(ids) != (end - begin) // bs or NULL_BLOCK in ids:
+                continue
+            if group.sliding_window and begin // bs < max(0, computed_before - group.sliding_window + 1) // bs:
+                continue
+            parts.append(GroupPart(g, begin, end, ids, r.hashes[g][begin // ct:end // ct]))
+        return parts
 
     def build_connector_meta(self, scheduler_output):
         self._drain()  # every step: an answer for a request finished meanwhile gives its lease back now
@@ -152,51 +234,68 @@ class SchedulerSide:
         self.loads, self.delayed_free = [], set()
         # Blocks given out this step to be written (not those a prefix-cache
         # hit only reads). vLLM may not say which requests it preempted
-        # (preempted_req_ids is empty in some versions); a worker whose save
-        # still reads one of these fences it before the forward pass.
+        # (preempted_req_ids is empty in some versions), and frees a sliding
+        # window's passed blocks without a word; a worker whose save still
+        # reads one of these fences it before the forward pass.
         bs = self.cfg.block_size
         for job in meta.loads:
             meta.allocated.update(job.block_ids)
         computed = {}
         for new in scheduler_output.scheduled_new_reqs:
-            meta.allocated.update(new.block_ids[0][new.num_computed_tokens // bs:])
+            for ids in new.block_ids:
+                meta.allocated.update(ids[new.num_computed_tokens // bs:])
             r = self.requests.get(new.req_id)
             if r is not None:
-                r.block_ids = list(new.block_ids[0])
+                r.block_ids = [list(ids) for ids in new.block_ids]
                 computed[r.id] = new.num_computed_tokens
         cached = scheduler_output.scheduled_cached_reqs
         resumed = set(getattr(cached, "resumed_req_ids", None) or ())
         for i, req_id in enumerate(cached.req_ids):
             new_ids = cached.new_block_ids[i]
-            if new_ids:  # a resumed request's list is whole: its prefix-cache part is only read
+            if new_ids:  # a resumed request's lists are whole: their prefix-cache part is only read
                 first = cached.num_computed_tokens[i] // bs if req_id in resumed else 0
-                meta.allocated.update(new_ids[0][first:])
+                for ids in new_ids:
+                    meta.allocated.update(ids[first:])
             r = self.requests.get(req_id)
             if r is None:
                 continue
             if req_id in resumed:
-                r.block_ids = list(new_ids[0]) if new_ids else []
+                r.block_ids = [list(ids) for ids in new_ids] if new_ids else [[] for _ in range(self.ngroups)]
             elif new_ids:
-                r.block_ids.extend(new_ids[0])
+                for g, ids in enumerate(new_ids):
+                    r.block_ids[g].extend(ids)
             computed[req_id] = cached.num_computed_tokens[i]
+        meta.allocated.discard(NULL_BLOCK)
         for req_id, before in computed.items():
             r = self.requests[req_id]
+            if not r.hashes[0]:
+                continue
             # Computed by the end of this step; only the prompt's full chunks are stored.
             done = min(before + scheduler_output.num_scheduled_tokens.get(req_id, 0), len(r.prompt))
             save = r.tracker.next_save(done)
             if save is None:
                 continue
-            ct = self.cfg.chunk_tokens
-            if save.end // bs > len(r.block_ids):
-                r.tracker.save_settled(False)
-                continue
-            meta.saves.append(SaveJob(req_id, save.begin, save.end, r.block_ids[save.begin // bs:save.end // bs],
-                                      r.hashes[save.begin // ct:save.end // ct]))
+            parts = self._save_parts(r, save.begin, save.end, before)
             # Best effort, as a cache is: a save that fails is a later miss,
             # so the next chunks are planned without waiting for its outcome.
-            r.tracker.save_settled(True)
-            r.transfers = True
+            r.tracker.save_settled(bool(parts))
+            if parts:
+                meta.saves.append(SaveJob(req_id, save.begin, save.end, parts))
+                r.saves_posted = True
         return meta
+
+    def update_connector_output(self, connector_output):
+        """The workers' step outputs, summed: a load whose blocks came back
+        invalid counts against its request; finished_recving ends it."""
+        invalid = set(getattr(connector_output, "invalid_block_ids", None) or ())
+        for r in self.requests.values():
+            if r.load_blocks and invalid & r.load_blocks:
+                r.load_failures += 1
+                r.load_blocks = set()  # counted once
+        for req_id in getattr(connector_output, "finished_recving", None) or ():
+            r = self.requests.get(req_id)
+            if r is not None:
+                r.load_blocks = None
 
     def request_finished(self, request, block_ids):
         r = self.requests.pop(request.request_id, None)
@@ -205,10 +304,21 @@ class SchedulerSide:
         # A lookup still posted gives its lease back when its answer arrives
         # (_drain finds no request for it).
         self._release(r)
-        if r.transfers:  # a save may still read its blocks, a load (of a request aborted while loading) write them
+        if r.load_blocks is not None:
+            # Aborted while its load is in flight: vLLM keeps the blocks until
+            # finished_recving on its own; True would report it twice.
+            return False, None
+        if r.saves_posted:  # a save may still read its blocks
             self.delayed_free.add(r.id)  # the workers free it through get_finished
             return True, None
         return False, None
+
+    def reset_cache(self):
+        """Stops reading and writing what this engine stored: later requests'
+        keys start a new epoch. The node tier's entries stay for other engines
+        and leave by eviction (kvstrand-server has no per-engine flush)."""
+        self.epoch += 1
+        return True
 
     def shutdown(self):
         self.conn.close()

@@ -1,13 +1,14 @@
 """The worker side of kvstrand.vllm: each TP rank's process registers its KV
-cache tensors, adopts the leases the scheduler handed it, loads into the
-blocks vLLM allocated, and saves whole chunks once a step's forward pass has
-written them.
+cache tensors (one kvstrand registration per KV-cache group), adopts the
+leases the scheduler handed it, loads into the blocks vLLM allocated, and
+saves whole chunks once a step's forward pass has written them.
 
-No call here waits for a copy except handle_preemptions (a fence, so that no
-transfer touches blocks vLLM has taken back). A save waits for the forward
-pass on the device (Producer.after_stream on the current stream); blocks of
-a finished request are handed back through get_finished only once every
-save reading them is terminal.
+No call here waits for a copy except the fences before a forward pass (so
+that no transfer touches blocks vLLM has taken back or given to another
+request). A save waits for the forward pass on the device
+(Producer.after_stream on the current stream); blocks of a finished request
+are handed back through get_finished only once every save reading them is
+terminal.
 """
 
 import logging
@@ -32,21 +33,34 @@ def current_stream():
     return torch.cuda.current_stream().cuda_stream
 
 
+class _Live:
+    """A job posted to the Connector: one transfer per group part."""
+
+    def __init__(self, job):
+        self.job = job
+        self.open = {p.group for p in job.parts}
+        self.failed = []  # reasons
+
+
 class WorkerSide:
-    def __init__(self, cfg, tp_rank, stream_provider=None):
+    def __init__(self, cfg, tp_rank, stream_provider=None, stats=None):
         self.cfg = cfg
         self.rank = tp_rank
-        self.layout = cfg.layout(tp_rank)
-        kvstrand.validate(self.layout)
-        self.namespace = kvstrand.namespace_of(self.layout)
-        self.kv_rank = kvstrand.kv_rank_of(self.layout)
-        self.writes = kvstrand.writes_to_tier(self.layout)
+        self.layouts = [cfg.layout(tp_rank, g) for g in range(len(cfg.groups))]
+        for layout in self.layouts:
+            kvstrand.validate(layout)
+        self.namespaces = [kvstrand.namespace_of(layout) for layout in self.layouts]
+        self.namespace = self.namespaces[0]
+        self.kv_rank = kvstrand.kv_rank_of(self.layouts[0])
+        self.writes = kvstrand.writes_to_tier(self.layouts[0])
         self.stream_of = stream_provider or current_stream
+        self.stats = stats
         self.conn = kvstrand.Connector(cfg.connector_options())
-        self.group = None
-        self.adopting = {}                 # lookup id -> LoadJob
-        self.loading = {}                  # request id -> LoadJob, posted
-        self.saving = {}                   # request id -> its SaveJob posted and not terminal (one at a time)
+        self.registrations = None          # group -> registration id
+        self.prepared = None               # the metadata whose fences ran
+        self.adopting = {}                 # lookup id -> (live load, part)
+        self.loading = {}                  # request id -> _Live load, until every part is terminal
+        self.saving = {}                   # request id -> _Live save, posted and not terminal (one at a time)
         self.saves_queued = defaultdict(deque)  # request id -> SaveJobs behind its live save
         self.recved = set()                # loads ended since the last get_finished
         self.load_errors = set()           # blocks failed loads would have written
@@ -54,42 +68,60 @@ class WorkerSide:
 
     # ---- registration ----
     def register_kv_caches(self, kv_caches):
-        """One plane per layer and K/V half (planes_per_layer), in the
-        scheduler's order, each `num_blocks` blocks of page/planes bytes."""
-        cfg, planes = self.cfg, []
-        per_plane = cfg.layers[0].page_size_bytes // cfg.planes_per_layer
-        for layer in cfg.layers:
-            if layer.name not in kv_caches:
-                raise config_error("kv_caches", f"no KV cache tensor for layer '{layer.name}'")
-            t = kv_caches[layer.name]
-            shape, elem = tuple(t.shape), t.element_size()
-            if not t.is_contiguous():
-                raise config_error("kv_caches", f"layer '{layer.name}': the KV cache tensor is not contiguous")
-            # The block dimension: planes_per_layer regions before it, one block's plane bytes after it.
-            found = [d for d in range(len(shape)) if shape[d] == cfg.num_blocks and
-                     math.prod(shape[:d]) == cfg.planes_per_layer and math.prod(shape[d + 1:]) * elem == per_plane]
-            if not found:
-                raise config_error("kv_connector_extra_config.planes_per_layer",
-                                    f"layer '{layer.name}': a tensor of shape {shape} is not {cfg.planes_per_layer} "
-                                    f"region(s) of {cfg.num_blocks} blocks of {per_plane} bytes")
-            for p in range(cfg.planes_per_layer):
-                planes.append(kvstrand.PlaneMemory(t.data_ptr() + p * cfg.num_blocks * per_plane, cfg.num_blocks))
-        self.group = self.conn.register_layout(kvstrand.Registration(self.layout, planes))
+        """Per group, one plane per layer and K/V half (planes_per_layer), in
+        the scheduler's order, each `num_blocks` blocks of page/planes bytes."""
+        cfg = self.cfg
+        self.registrations = []
+        for g, group in enumerate(cfg.groups):
+            planes = []
+            for layer in group.layers:
+                per_plane = layer.page_size_bytes // cfg.planes_per_layer
+                if layer.name not in kv_caches:
+                    raise config_error("kv_caches", f"no KV cache tensor for layer '{layer.name}'")
+                t = kv_caches[layer.name]
+                shape, elem = tuple(t.shape), t.element_size()
+                if not t.is_contiguous():
+                    raise config_error("kv_caches", f"layer '{layer.name}': the KV cache tensor is not contiguous")
+                # The block dimension: planes_per_layer regions before it, one block's plane bytes after it.
+                found = [d for d in range(len(shape)) if shape[d] == cfg.num_blocks and
+                         math.prod(shape[:d]) == cfg.planes_per_layer and math.prod(shape[d + 1:]) * elem == per_plane]
+                if not found:
+                    raise config_error("kv_connector_extra_config.planes_per_layer",
+                                        f"layer '{layer.name}': a tensor of shape {shape} is not {cfg.planes_per_layer} "
+                                        f"region(s) of {cfg.num_blocks} blocks of {per_plane} bytes")
+                for p in range(cfg.planes_per_layer):
+                    planes.append(kvstrand.PlaneMemory(t.data_ptr() + p * cfg.num_blocks * per_plane, cfg.num_blocks))
+            self.registrations.append(self.conn.register_layout(kvstrand.Registration(self.layouts[g], planes)))
 
     # ---- per step ----
     def _producer(self):
         stream = self.stream_of()
         return kvstrand.Producer.after_stream(stream) if stream else kvstrand.Producer()
 
-    def _spec(self, job, tier_lease=0):
+    def _spec(self, req_id, part, tier_lease=0):
         return kvstrand.TransferSpec(
-            request=job.req_id, registration=self.group, tokens=kvstrand.TokenRange(job.begin, job.end),
-            keys=[kvstrand.ChunkKey(self.namespace, self.kv_rank, h) for h in job.chunk_hashes],
-            blocks=list(job.block_ids), tier_lease=tier_lease)
+            request=req_id, registration=self.registrations[part.group], tokens=kvstrand.TokenRange(part.begin, part.end),
+            keys=[kvstrand.ChunkKey(self.namespaces[part.group], self.kv_rank, h) for h in part.chunk_hashes],
+            blocks=list(part.block_ids), tier_lease=tier_lease)
 
-    def _load_failed(self, job, why):
-        log.warning("kvstrand.vllm: load of %s [%d, %d) failed: %s", job.req_id, job.begin, job.end, why)
-        self.load_errors.update(job.block_ids)
+    def _part_ended(self, live, group, why=None):
+        """One group's load ended (landed, or failed with `why`); the load
+        ends when every group's has."""
+        job = live.job
+        live.open.discard(group)
+        if why is not None:
+            live.failed.append(why)
+        if live.open:
+            return
+        del self.loading[job.req_id]
+        if live.failed:
+            log.warning("kvstrand.vllm: load of %s [%d, %d) failed: %s", job.req_id, job.begin, job.end,
+                        "; ".join(live.failed))
+            # Every block of a load vLLM is told failed: it recomputes from the
+            # first, and a part that landed is no use without the others.
+            self.load_errors.update(job.block_ids)
+        if self.stats is not None:
+            self.stats.load_ended(job.end - job.begin, not live.failed)
         self.recved.add(job.req_id)
 
     def handle_preemptions(self, preempted):
@@ -101,39 +133,47 @@ class WorkerSide:
         self.conn.fence(sorted(preempted), self.cfg.transfer_deadline_s)
         self._drain()
 
-    def _fence_reallocated(self, allocated):
-        """Requests whose saves (posted or queued) read, or whose loads
-        write, blocks vLLM gave to a request this step are preempted, told or
-        not: fenced as such before the forward pass writes those blocks."""
-        if not allocated:
+    def before_forward(self, meta):
+        """Once per step, before the forward pass writes anything: the
+        transfers of requests vLLM preempted, and of any whose saves read or
+        loads write a block vLLM gave out this step (told or not: a sliding
+        window's passed blocks are freed silently), end first."""
+        if self.prepared is meta:
             return
-        hit = {r for r, job in list(self.saving.items()) + list(self.loading.items())
-               if allocated.intersection(job.block_ids)}
-        hit |= {r for r, queue in self.saves_queued.items()
-                if any(allocated.intersection(job.block_ids) for job in queue)}
-        if hit:
-            log.info("kvstrand.vllm: blocks of %s were given to other requests: fencing their saves", sorted(hit))
-            self.handle_preemptions(hit)
-
-    def start_load(self, meta):
-        if self.group is None:
-            raise RuntimeError("kvstrand.vllm: start_load_kv before register_kv_caches")
+        self.prepared = meta
         if meta.namespace != self.namespace:
             raise config_error("kv_transfer_config",
                                 f"the scheduler's layout (namespace {meta.namespace.hex()[:16]}) differs from TP rank "
                                 f"{self.rank}'s ({self.namespace.hex()[:16]}): both must see the same model, dtype, "
                                 "block size and kv_connector_extra_config")
         self.awaiting_free.update(meta.delayed_free)
-        self._fence_reallocated(meta.allocated)
+        hit = set(meta.preempted)
+        allocated = meta.allocated
+        if allocated:
+            hit |= {r for r, live in list(self.saving.items()) + list(self.loading.items())
+                    if allocated.intersection(live.job.block_ids)}
+            hit |= {r for r, queue in self.saves_queued.items()
+                    if any(allocated.intersection(job.block_ids) for job in queue)}
+        if hit - set(meta.preempted):
+            log.info("kvstrand.vllm: blocks of %s were given to other requests: fencing their transfers",
+                     sorted(hit - set(meta.preempted)))
+        self.handle_preemptions(hit)
+
+    def start_load(self, meta):
+        if self.registrations is None:
+            raise RuntimeError("kvstrand.vllm: start_load_kv before register_kv_caches")
+        self.before_forward(meta)
         for job in meta.loads:
-            handoff = job.handoff.get(self.rank)
-            if handoff is None:
-                self._load_failed(job, f"no lease for TP rank {self.rank}")
-                continue
-            try:
-                self.adopting[self.conn.adopt_lease(handoff)] = job
-            except kvstrand.TransferRefused as e:
-                self._load_failed(job, str(e))
+            live = self.loading[job.req_id] = _Live(job)
+            for part in job.parts:
+                handoff = part.handoff.get(self.rank)
+                if handoff is None:
+                    self._part_ended(live, part.group, f"no lease for TP rank {self.rank}")
+                    continue
+                try:
+                    self.adopting[self.conn.adopt_lease(handoff)] = (live, part)
+                except kvstrand.TransferRefused as e:
+                    self._part_ended(live, part.group, str(e))
         self._drain()
 
     def save(self, meta):
@@ -148,7 +188,8 @@ class WorkerSide:
         for req_id, queue in self.saves_queued.items():
             if queue and req_id not in self.saving:
                 jobs.append(queue.popleft())
-                ops.append(kvstrand.Op(kvstrand.TransferKind.save, self._spec(jobs[-1]), self._producer()))
+                ops.extend(kvstrand.Op(kvstrand.TransferKind.save, self._spec(req_id, part), self._producer())
+                           for part in jobs[-1].parts)
         for req_id in [r for r, q in self.saves_queued.items() if not q]:
             del self.saves_queued[req_id]
         if not ops:
@@ -159,39 +200,47 @@ class WorkerSide:
             log.warning("kvstrand.vllm: %d save(s) refused: %s", len(ops), e)
             return
         for job in jobs:
-            self.saving[job.req_id] = job
+            self.saving[job.req_id] = _Live(job)
+
+    def _group_of(self, registration):
+        return self.registrations.index(registration)
 
     def _drain(self):
         f = self.conn.finished()
         for answer in f.lookups:
-            job = self.adopting.pop(answer.id)
-            if answer.lease == 0 or answer.hit.tokens < job.end:
+            live, part = self.adopting.pop(answer.id)
+            if answer.lease == 0 or answer.hit.tokens < part.end:
                 if answer.lease:
                     self.conn.release_lookup(answer.lease)
-                self._load_failed(job, f"the tier holds {answer.hit.tokens} of its tokens now")
+                self._part_ended(live, part.group, f"the tier holds {answer.hit.tokens} of its tokens now")
                 continue
             try:
-                self.conn.load(self._spec(job, answer.lease), self._producer())
-                self.loading[job.req_id] = job
+                self.conn.load(self._spec(live.job.req_id, part, answer.lease), self._producer())
             except kvstrand.TransferRefused as e:
                 self.conn.release_lookup(answer.lease)
-                self._load_failed(job, str(e))
+                self._part_ended(live, part.group, str(e))
         for out in f.loads:
-            job = self.loading.pop(out.request, None)
-            if not out.ok and job is not None:
-                self._load_failed(job, out.reason)
-            self.recved.add(out.request)
+            live = self.loading.get(out.request)
+            if live is not None:
+                self._part_ended(live, self._group_of(out.registration), None if out.ok else out.reason)
         for out in f.saves:
-            self.saving.pop(out.request, None)
+            live = self.saving.get(out.request)
+            if live is None:
+                continue
+            live.open.discard(self._group_of(out.registration))
             if not out.ok:
+                live.failed.append(out.reason)
                 log.info("kvstrand.vllm: save of %s failed: %s", out.request, out.reason)
+            if not live.open:
+                del self.saving[out.request]
+                if self.stats is not None:
+                    self.stats.save_ended(live.job.end - live.job.begin, not live.failed)
         self._post_saves()
 
     def get_finished(self, finished_req_ids):
         self._drain()
-        adopting = {job.req_id for job in self.adopting.values()}
         sending = {r for r in self.awaiting_free
-                   if r not in self.saving and r not in self.saves_queued and r not in self.loading and r not in adopting}
+                   if r not in self.saving and r not in self.saves_queued and r not in self.loading}
         self.awaiting_free -= sending
         recving, self.recved = self.recved, set()
         return (sending or None), (recving or None)
