@@ -2,7 +2,8 @@
 # On the GPU machine: builds the Python module there, against that
 # machine's python3 (its headers; pybind11's come in the pack) and the
 # pack's libkvstrand.so, then runs the device-neutral Python tests
-# (test_module, test_stubs, test_vllm: the sim-hook cases skip), the
+# (test_module, test_stubs, test_vllm: the sim-hook cases skip; test_vllm_torch
+# on torch CUDA tensors, where that machine's torch has a GPU), the
 # example engine loop (embedded tier, then twice on a kvstrand-server of its
 # own) and bench_python. The repository is the pack's parent directory.
 #
@@ -34,7 +35,7 @@ g++ -shared -o "$site/kvstrand/_kvstrand$ext" "${objs[@]}" "$lib" -Wl,-rpath,"$p
 export PYTHONPATH="$site" KVSTRAND_SERVER="$pack/kvstrand-server" KVSTRAND_SOURCE_DIR="$src" PYTHONDONTWRITEBYTECODE=1
 $py -c "import kvstrand, sys; print('kvstrand', kvstrand.__version__, kvstrand.backend(), 'on Python', sys.version.split()[0])"
 status=0
-(cd "$src/tests/python" && $py -m pytest -q -p no:cacheprovider test_module.py test_stubs.py test_vllm.py) \
+(cd "$src/tests/python" && $py -m pytest -q -p no:cacheprovider test_module.py test_stubs.py test_vllm.py test_vllm_torch.py) \
   2>&1 | tee "$out/pytest.txt" || status=1
 $py "$src/examples/python/engine_loop.py" --requests 200 | tee "$out/engine_loop.txt" || status=1
 sock=$(mktemp -u /tmp/kvs-gpu-py.XXXXXX)
