@@ -413,6 +413,7 @@ class MiniVllm:
         self.stats = defaultdict(int)
         self.connector_stats = []                 # what vLLM would log
         self.done, self.errored = [], []
+        self.mismatched = []                      # where check() found the wrong KV
 
     # ---- the API server's calls ----
     def add(self, req_id, prompt, max_tokens=2, **keys):
@@ -591,8 +592,8 @@ class MiniVllm:
 
     # ---- the workers ----
     def _block_kv(self, ranks, req, begin, end):
-        """(tensor, half, block, the model's bytes) for every K and V of every
-        full block of [begin, end) on `ranks`, the null block left out."""
+        """(tensor, half, block, the model's bytes, where) for every K and V of
+        every full block of [begin, end) on `ranks`, the null block left out."""
         for block_end in range((begin // BLOCK + 1) * BLOCK, end + 1, BLOCK):
             i = block_end // BLOCK - 1
             for rank in ranks:
@@ -602,17 +603,22 @@ class MiniVllm:
                         continue
                     for layer, t in enumerate(layers):
                         for half in (0, 1):
-                            yield t, half, block, model_kv(req, block_end, g, layer, half, rank)
+                            yield (t, half, block, model_kv(req, block_end, g, layer, half, rank),
+                                   (req.request_id, i, block, rank, g, layer, half))
 
     def forward(self, rank, req, begin, end):
         """Writes the KV of every block that [begin, end) completes."""
-        for t, half, block, data in self._block_kv([rank], req, begin, end):
+        for t, half, block, data, _ in self._block_kv([rank], req, begin, end):
             t.write(half, block, data)
 
     def check(self, req, begin, end):
-        """Blocks of [begin, end) (full ones, not null) that differ from the model's KV on any rank."""
-        return sum(not np.array_equal(t.read(half, block), data)
-                   for t, half, block, data in self._block_kv(range(self.tp), req, begin, end))
+        """Blocks of [begin, end) (full ones, not null) that differ from the
+        model's KV on any rank; each noted in self.mismatched (request,
+        position, block, rank, group, layer, half)."""
+        bad = [where for t, half, block, data, where in self._block_kv(range(self.tp), req, begin, end)
+               if not np.array_equal(t.read(half, block), data)]
+        self.mismatched.extend(bad)
+        return len(bad)
 
     def execute(self, output):
         meta = pickle.loads(pickle.dumps(output.kv_connector_metadata))  # to the worker processes

@@ -104,6 +104,15 @@ def test_a_best_effort_cache_needs_no_kv_delivery(server):
     vllm.shutdown()
 
 
+def test_saves_wait_for_the_default_stream_whose_handle_is_0(server):
+    # torch's default stream has the handle 0; a save that took 0 for "no
+    # stream" copied blocks before the forward pass wrote them (seen on the
+    # H200 with torch tensors: test_vllm_torch.py).
+    vllm = MiniVllm(server.socket, stream_provider=lambda: 0)
+    assert repr(vllm.workers[0]._worker._producer()) == "Producer.after_stream(0)"
+    vllm.shutdown()
+
+
 def test_the_scheduler_says_not_known_yet_while_its_lookup_is_pending(server):
     vllm = MiniVllm(server.socket)
     req = vllm.scheduler

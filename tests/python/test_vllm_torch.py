@@ -61,5 +61,5 @@ def test_torch_cuda_kv_caches_save_after_and_load_before_the_current_streams_wor
     vllm.add("b", PREFIX + list(range(500, 530)))
     vllm.run(timeout=60)
     assert vllm.stats["resumed"] == 1 and vllm.stats["loaded_tokens"] == 256
-    assert vllm.stats["mismatches"] == 0 and vllm.all_blocks_free()
+    assert vllm.stats["mismatches"] == 0 and vllm.all_blocks_free(), vllm.mismatched
     vllm.shutdown()

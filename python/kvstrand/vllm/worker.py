@@ -23,13 +23,15 @@ log = logging.getLogger("kvstrand.vllm")
 
 
 def current_stream():
-    """The current CUDA/HIP stream's handle (torch), or 0 without torch."""
+    """The current CUDA/HIP stream's handle (torch), or None without torch or
+    a GPU. 0 is a handle like any other: torch's default stream, the legacy
+    one, where a forward pass runs unless a stream is set."""
     try:
         import torch  # noqa: PLC0415 - optional
     except ImportError:
-        return 0
+        return None
     if not torch.cuda.is_available():
-        return 0
+        return None
     return torch.cuda.current_stream().cuda_stream
 
 
@@ -95,8 +97,10 @@ class WorkerSide:
 
     # ---- per step ----
     def _producer(self):
+        # Not `if stream`: handle 0 is torch's default stream, and a save that
+        # did not wait for it would copy blocks the forward pass has not written.
         stream = self.stream_of()
-        return kvstrand.Producer.after_stream(stream) if stream else kvstrand.Producer()
+        return kvstrand.Producer.after_stream(stream) if stream is not None else kvstrand.Producer()
 
     def _spec(self, req_id, part, tier_lease=0):
         return kvstrand.TransferSpec(
