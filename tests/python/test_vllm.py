@@ -153,6 +153,58 @@ def test_a_shared_prefix_resumes_from_the_tier_on_every_rank_byte_for_byte(serve
     again.shutdown()
 
 
+class Counter:
+    """prometheus_client's Counter as vLLM's metric_types hands it over: made
+    with a name and label names, one child per label values."""
+
+    made = {}
+
+    def __init__(self, name, documentation, labelnames):
+        self.children = {}
+        Counter.made[name] = self
+
+    def labels(self, *values):
+        return self.children.setdefault(values, CounterChild())
+
+
+class CounterChild:
+    def __init__(self):
+        self.value = 0
+
+    def inc(self, n=1):
+        self.value += n
+
+
+class Gauge(Counter):
+    pass
+
+
+class Histogram(Counter):
+    pass
+
+
+def test_stats_reach_vllms_log_and_prometheus(server):
+    vllm = MiniVllm(server.socket, tp=2, caching=False)
+    vllm.add("a", PREFIX + [1])
+    vllm.run()
+    vllm.add("b", PREFIX + [2])
+    vllm.run()
+    summed = vllm.summed_stats()
+    assert summed["hit_tokens"] == 256 and summed["lookup_tokens"] == 2 * 257 and summed["hit_rate"] == 0.4981
+    assert summed["loads"] == 2 and summed["saves"] == 2 * 4 and summed["loads_failed"] == 0
+    again = kv_vllm.KvstrandConnector.build_kv_connector_stats(dict(summed))
+    assert again.reduce()["hit_tokens"] == 256  # rebuilt from the dict vLLM ships to its logger
+    prom = kv_vllm.KvstrandConnector.build_prom_metrics(
+        vllm.vllm_config, {Gauge: Gauge, Counter: Counter, Histogram: Histogram}, ["model_name", "engine"],
+        {0: ["toy", "0"], 1: ["toy", "1"]})
+    prom.observe(summed, engine_idx=1)
+    prom.observe(summed, engine_idx=1)
+    assert Counter.made["vllm:kvstrand_hit_tokens"].children[("toy", "1")].value == 512
+    assert Counter.made["vllm:kvstrand_hit_tokens"].children[("toy", "0")].value == 0
+    assert Counter.made["vllm:kvstrand_saves"].children[("toy", "1")].value == 16
+    vllm.shutdown()
+
+
 def test_a_whole_prompt_hit_still_leaves_a_token_to_compute(server):
     vllm = MiniVllm(server.socket, caching=False)
     vllm.add("a", PREFIX)

@@ -12,8 +12,8 @@ from .connector import KvstrandConnector
 from .interface import (VLLM_AVAILABLE, VLLM_INTERFACE_VERSION, KVConnectorBase_V1, KVConnectorRole,
                         KVConnectorStats, SupportsHMA)
 from .metadata import GroupPart, KvstrandConnectorMetadata, LoadJob, SaveJob
-from .stats import KvstrandStats
+from .stats import KvstrandPromMetrics, KvstrandStats
 
 __all__ = ["KvstrandConnector", "KvstrandConnectorMetadata", "LoadJob", "SaveJob", "GroupPart", "ConnectorConfig",
-           "KvstrandStats", "KVConnectorBase_V1", "KVConnectorRole", "KVConnectorStats", "SupportsHMA",
+           "KvstrandStats", "KvstrandPromMetrics", "KVConnectorBase_V1", "KVConnectorRole", "KVConnectorStats", "SupportsHMA",
            "VLLM_AVAILABLE", "VLLM_INTERFACE_VERSION"]

@@ -21,7 +21,7 @@ from .config import ConnectorConfig
 from .interface import KVConnectorBase_V1, KVConnectorRole, SupportsHMA
 from .metadata import KvstrandConnectorMetadata
 from .scheduler import SchedulerSide
-from .stats import KvstrandStats
+from .stats import KvstrandPromMetrics, KvstrandStats
 from .worker import WorkerSide
 
 
@@ -110,6 +110,10 @@ class KvstrandConnector(KVConnectorBase_V1, SupportsHMA):
     @classmethod
     def build_kv_connector_stats(cls, data=None):
         return KvstrandStats(dict(data)) if data is not None else KvstrandStats()
+
+    @classmethod
+    def build_prom_metrics(cls, vllm_config, metric_types, labelnames, per_engine_labelvalues):
+        return KvstrandPromMetrics(vllm_config, metric_types, labelnames, per_engine_labelvalues)
 
     # ---- scheduler side ----
     def get_num_new_matched_tokens(self, request, num_computed_tokens):

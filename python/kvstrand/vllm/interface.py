@@ -32,7 +32,10 @@ try:  # pragma: no cover - vLLM is not installable here
         KVConnectorRole,
         SupportsHMA,
     )
-    from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats  # type: ignore
+    from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (  # type: ignore
+        KVConnectorPromMetrics,
+        KVConnectorStats,
+    )
 
     VLLM_AVAILABLE = True
 except ImportError:
@@ -69,6 +72,27 @@ except ImportError:
             raise NotImplementedError
 
         def is_empty(self):
+            raise NotImplementedError
+
+    class KVConnectorPromMetrics:
+        """Registers a connector's Prometheus metrics and records its stats
+        (vLLM's metrics.KVConnectorPromMetrics): metric_types maps
+        prometheus_client's Gauge, Counter and Histogram to the classes to
+        make; one labelled child per engine."""
+
+        def __init__(self, vllm_config: Any, metric_types: dict, labelnames: list, per_engine_labelvalues: dict):
+            self._kv_transfer_config = vllm_config.kv_transfer_config
+            by_name = {k.__name__: v for k, v in metric_types.items()}
+            self._gauge_cls = by_name["Gauge"]
+            self._counter_cls = by_name["Counter"]
+            self._histogram_cls = by_name["Histogram"]
+            self._labelnames = labelnames
+            self.per_engine_labelvalues = per_engine_labelvalues
+
+        def make_per_engine(self, metric: Any) -> dict:
+            return {idx: metric.labels(*values) for idx, values in self.per_engine_labelvalues.items()}
+
+        def observe(self, transfer_stats_data: dict, engine_idx: int = 0):
             raise NotImplementedError
 
     class KVConnectorBase_V1(ABC):
@@ -156,6 +180,11 @@ except ImportError:
 
         @classmethod
         def build_kv_connector_stats(cls, data: Optional[dict] = None):
+            return None
+
+        @classmethod
+        def build_prom_metrics(cls, vllm_config: Any, metric_types: dict, labelnames: list,
+                               per_engine_labelvalues: dict):
             return None
 
         def reset_cache(self) -> Optional[bool]:

@@ -2,6 +2,9 @@
 side keeps for one logging interval. vLLM sums the workers' (aggregate),
 adds the scheduler's, and logs reduce()'s figures.
 
+Prometheus (vLLM's build_prom_metrics hook): one counter per figure,
+vllm:kvstrand_<counter>, labelled per engine as vLLM labels its own.
+
 Counters:
   lookup_tokens     prompt tokens past the local hit the tier was asked about
   hit_tokens        of those, tokens the tier held and vLLM was told to load
@@ -11,7 +14,7 @@ Counters:
 
 from dataclasses import dataclass
 
-from .interface import KVConnectorStats
+from .interface import KVConnectorPromMetrics, KVConnectorStats
 
 COUNTERS = ("lookup_tokens", "hit_tokens", "loads", "loads_failed", "loaded_tokens",
             "saves", "saves_failed", "saved_tokens")
@@ -63,3 +66,19 @@ class KvstrandStats(KVConnectorStats):
         out = KvstrandStats(dict(self.data))
         self.reset()
         return out
+
+
+class KvstrandPromMetrics(KVConnectorPromMetrics):
+    def __init__(self, vllm_config, metric_types, labelnames, per_engine_labelvalues):
+        super().__init__(vllm_config, metric_types, labelnames, per_engine_labelvalues)
+        self.counters = {
+            name: self.make_per_engine(self._counter_cls(
+                name=f"vllm:kvstrand_{name}", documentation=f"kvstrand.vllm: {name.replace('_', ' ')}",
+                labelnames=labelnames))
+            for name in COUNTERS}
+
+    def observe(self, transfer_stats_data, engine_idx=0):
+        for name, counters in self.counters.items():
+            value = int((transfer_stats_data or {}).get(name, 0))
+            if value:
+                counters[engine_idx].inc(value)
