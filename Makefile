@@ -37,12 +37,18 @@ build: bootstrap
 	$(CONFIGURE) -B build -DKVSTRAND_GPU=$(GPU)
 	cmake --build build -j $(JOBS)
 
-# DEMO_ARGS: e.g. --full (the seed's 180 s per arm), --server /tmp/kvstrand.sock
-demo: build
-	./build/examples/engine/kvstrand-engine-demo --out build/demo-results $(DEMO_ARGS)
+# Builds what it runs: the demo and the server it starts (no test, no benchmark).
+# DEMO_ARGS: e.g. --full (the seed's 180 s per arm), --server /tmp/kvstrand.sock; DEMO_OUT: where the results go
+DEMO_OUT ?= build/demo-results
+demo: bootstrap
+	$(CONFIGURE) -B build -DKVSTRAND_GPU=$(GPU)
+	cmake --build build -j $(JOBS) --target kvstrand-engine-demo kvstrand-server
+	./build/examples/engine/kvstrand-engine-demo --out $(DEMO_OUT) $(DEMO_ARGS)
 
 # PYTHON_DEMO_ARGS: e.g. --server /tmp/kvstrand.sock --requests 500
-python-demo: build
+python-demo: bootstrap
+	$(CONFIGURE) -B build -DKVSTRAND_GPU=$(GPU)
+	cmake --build build -j $(JOBS) --target kvstrand_python
 	PYTHONPATH=build/python /usr/bin/python3 examples/python/engine_loop.py $(PYTHON_DEMO_ARGS)
 
 test: build
@@ -65,9 +71,11 @@ test-sanitize: test-asan test-tsan
 
 # Only src/hip/backend_gpu.cpp (and the cuda kernel) differ between
 # backends: every other file compiles the same for sim, hip and cuda. So the
-# check compiles the backend into the library and links it into the
-# programs that reach every backend call (the C++ API, the probe, the demo).
-BACKEND_TARGETS = kvstrand test_device_runtime test_public_api kvstrand-engine-demo
+# check compiles the backend, links it into the installable library and
+# links two programs against them: the device-runtime probe (every backend
+# call, statically) and the public-API test (the shared library, so none of
+# its symbols is left undefined).
+BACKEND_TARGETS = kvstrand test_device_runtime test_public_api
 check-backends:
 	@scripts/bootstrap.sh --hip
 	$(CONFIGURE) -B build-hip -DKVSTRAND_GPU=hip -DCMAKE_BUILD_TYPE=Release -DKVSTRAND_PYTHON=OFF

@@ -10,7 +10,8 @@ its transfers are terminal. Requests share a few long prefixes, so later
 ones resume from what earlier ones saved.
 
     PYTHONPATH=build/python /usr/bin/python3 examples/python/engine_loop.py
-    ... --server /tmp/kvstrand.sock      the node tier (kvstrand-server) instead of an embedded one
+    ... --server /tmp/kvstrand.sock      the node tier (kvstrand-server) instead of an embedded one;
+                                         start it with --chunk-tokens 64, this loop's chunk size
 
 Exit status 3 when a resumed block differs from its recompute.
 """
@@ -180,7 +181,9 @@ def workload(n, seed):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "),
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="\n\n".join(__doc__.split("\n\n")[1:]))
     p.add_argument("--requests", type=int, default=64)
     p.add_argument("--server", help="kvstrand-server's socket (default: an embedded tier)")
     p.add_argument("--budget", type=int, default=128, help="prefill tokens per request per step")
