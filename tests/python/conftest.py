@@ -2,6 +2,7 @@
 and a real kvstrand-server process (KVSTRAND_SERVER names the binary; CTest
 sets it)."""
 
+import json
 import os
 import queue
 import shutil
@@ -9,6 +10,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import urllib.request
 
 import numpy as np
 import pytest
@@ -93,14 +95,15 @@ class Server:
     """kvstrand-server on a socket of its own, ready once its arena is."""
 
     def __init__(self, tier="32M", slab="8M", chunk_tokens=64, socket=None):
-        """`socket`: a path a killed server left (a restart on it); a fresh one otherwise."""
+        """`socket`: a path a killed server left (a restart on it); a fresh one otherwise.
+        Its debug endpoint listens on a loopback port of its own (tier())."""
         self.dir = tempfile.mkdtemp(prefix="kvs-py-", dir="/tmp")  # socket paths are short
         self.socket = socket or os.path.join(self.dir, "tier.sock")
         if socket and os.path.exists(socket):
             os.unlink(socket)
         self.proc = subprocess.Popen(
             [server_binary(), "--socket", self.socket, "--tier-bytes", tier, "--slab-bytes", slab,
-             "--chunk-tokens", str(chunk_tokens), "--log-level", "info"],
+             "--chunk-tokens", str(chunk_tokens), "--log-level", "info", "--http", "127.0.0.1:0"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         lines = queue.Queue()
         self.log = []
@@ -118,8 +121,15 @@ class Server:
             except queue.Empty:
                 self.stop()
                 raise AssertionError("kvstrand-server not ready after 30 s:\n" + "".join(self.log))
+            if "debug endpoint on http://" in line:
+                self.http = line.split("http://", 1)[1].split("/", 1)[0]
             if "slabs are ready" in line:
                 return
+
+    def tier(self):
+        """The server's /debug/tier: objects, leases, reservations, ..."""
+        with urllib.request.urlopen(f"http://{self.http}/debug/tier", timeout=5) as r:
+            return json.loads(r.read())
 
     def kill(self):
         """SIGKILL, reaped; the socket file stays, as a crash leaves it."""

@@ -370,11 +370,11 @@ def test_preemption_fences_the_requests_transfers_before_its_blocks_are_reused(s
     vllm.add("a", PREFIX + list(range(200)), max_tokens=1)
     kvstrand.sim.set_stream_delay(stream.native, 0.3)  # each save waits 0.3 s for its forward pass
     worker = vllm.workers[0]._worker
-    vllm.run(until=lambda: worker.saving)
+    vllm.run(until=lambda: worker.saves_queued.get("a"))  # one save live, the next queued behind it
     assert "a" in worker.saving
     vllm.preempt_next = {"a"}
     t0 = time.monotonic()
-    vllm.step()  # the fence runs before this step's forward
+    vllm.step()  # the fence runs before this step's forward; the queued save is dropped, never posted
     assert time.monotonic() - t0 >= 0.1
     assert "a" not in worker.saving and "a" not in worker.saves_queued
     kvstrand.sim.set_stream_delay(stream.native, 0)
@@ -417,6 +417,33 @@ def test_a_preempted_request_aborted_while_it_reloads_its_own_chunks_is_freed_on
     vllm.run(until=lambda: "a" in vllm.workers[0]._worker.loading)
     vllm.abort("a")
     held_until_the_stream_runs(vllm, stream, "a")
+    vllm.shutdown()
+
+
+def wait_for(condition, timeout=10.0):
+    end = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < end, "not reached in time"
+        time.sleep(0.01)
+
+
+def test_a_lookup_answered_after_its_request_ended_gives_its_lease_back(server):
+    vllm = MiniVllm(server.socket, tp=2, caching=False)
+    vllm.add("a", PREFIX + [1])
+    vllm.run()
+    scheduler = vllm.scheduler
+    r = Request("b", PREFIX + [2], 2)
+    assert scheduler.get_num_new_matched_tokens(r, 0) == (None, False)  # a lookup per rank posted
+    assert scheduler.request_finished(r, []) == (False, None)  # aborted before any answer
+    idle = SimpleNamespace(scheduled_new_reqs=[], num_scheduled_tokens={}, scheduled_cached_reqs=SimpleNamespace(
+        req_ids=[], new_block_ids=[], num_computed_tokens=[]))
+    wait_for(lambda: scheduler.build_connector_meta(idle) and server.tier()["leases"] == 0)  # drained each step
+    # Asked about again, then finished with its first answers unused.
+    r = Request("c", PREFIX + [3], 2)
+    wait_for(lambda: scheduler.get_num_new_matched_tokens(r, 0)[0] is not None)
+    assert server.tier()["leases"] == 2  # one per rank, held for the load vLLM may decide
+    assert scheduler.request_finished(r, []) == (False, None)
+    assert server.tier()["leases"] == 0
     vllm.shutdown()
 
 
