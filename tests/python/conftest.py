@@ -115,6 +115,7 @@ class Server:
 
         threading.Thread(target=drain, daemon=True).start()
         end = time.monotonic() + 30
+        ready, self.http = False, None
         while True:
             try:
                 line = lines.get(timeout=max(0.0, end - time.monotonic()))
@@ -123,7 +124,8 @@ class Server:
                 raise AssertionError("kvstrand-server not ready after 30 s:\n" + "".join(self.log))
             if "debug endpoint on http://" in line:
                 self.http = line.split("http://", 1)[1].split("/", 1)[0]
-            if "slabs are ready" in line:
+            ready = ready or "slabs are ready" in line
+            if ready and self.http:  # either line may come first
                 return
 
     def tier(self):
