@@ -15,6 +15,7 @@
 #include <fstream>
 
 #include "connector_rig.hpp"
+#include "reactor/metrics.hpp"
 #include "curl.hpp"
 #include "process.hpp"
 #include "server_process.hpp"
@@ -64,6 +65,17 @@ void eventually(Pred p, std::chrono::seconds within = 10s) {
 }
 
 }  // namespace
+
+TEST_CASE("debug http: a gauge of bytes is printed whole, a fraction in full", "[http]") {
+  reactor::PromText p;
+  p.gauge("kvstrand_test_bytes", "Bytes", 8589934592.0);  // 8 GiB
+  p.gauge("kvstrand_test_big", "Bytes", 107374182401.0);  // 100 GiB and a byte
+  p.gauge("kvstrand_test_ratio", "A ratio", 0.1);
+  const std::string& text = p.str();
+  CHECK(text.find("kvstrand_test_bytes 8589934592\n") != std::string::npos);
+  CHECK(text.find("kvstrand_test_big 107374182401\n") != std::string::npos);
+  CHECK(text.find("kvstrand_test_ratio 0.1\n") != std::string::npos);
+}
 
 TEST_CASE("debug http: a connector's endpoints answer curl, promtool accepts /metrics", "[http][reactor][gpu]") {
   if (!device_present() || !curl_present()) return;

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <cstring>
 
+#include "kv/parse_bytes.hpp"
 #include "protocol_session.hpp"
 #include "support.hpp"
 
@@ -27,6 +28,9 @@ TEST_CASE("server: bad flags are refused naming the flag", "[server]") {
   auto r = run_process({bin, "--tier-bytes", "12Q"});
   REQUIRE(r.exit_code == 2);
   REQUIRE(r.output.find("--tier-bytes") != std::string::npos);
+  r = run_process({bin, "--tier-bytes", "0"});
+  REQUIRE(r.exit_code == 2);
+  REQUIRE(r.output.find("--tier-bytes: must be more than 0") != std::string::npos);
   r = run_process({bin, "--tier-bytes", "100000G"});  // more than this machine holds
   REQUIRE(r.exit_code == 2);
   REQUIRE(r.output.find("--tier-bytes") != std::string::npos);
@@ -42,6 +46,30 @@ TEST_CASE("server: bad flags are refused naming the flag", "[server]") {
   for (const char* flag : {"--socket", "--tier-bytes", "--slab-bytes", "--chunk-tokens", "--max-client-leased",
                            "--max-client-reserved", "--log-level"})
     REQUIRE(r.output.find(flag) != std::string::npos);
+}
+
+TEST_CASE("server: sizes are read as operators write them and said in the unit that fits", "[server]") {
+  CHECK(kv::parse_bytes("8G") == 8ull << 30);
+  CHECK(kv::parse_bytes("100") == 100u);
+  CHECK_FALSE(kv::parse_bytes("12Q"));
+  CHECK(kv::format_bytes(100) == "100 B");
+  CHECK(kv::format_bytes(2u << 20) == "2 MiB");
+  CHECK(kv::format_bytes(3ull << 30) == "3 GiB");
+  CHECK(kv::format_bytes(192u << 20) == "192 MiB");
+  CHECK(kv::format_bytes((3ull << 30) / 2) == "1.50 GiB");
+  CHECK(kv::format_bytes((100ull << 30) + 1) == "100 GiB");  // three digits, not "0.10 TiB"
+  CHECK(kv::format_bytes(1023) == "1023 B");
+  CHECK(kv::format_bytes(1536) == "1.50 KiB");
+}
+
+TEST_CASE("server: a tier rounded up to whole slabs says so, in the unit that fits", "[server]") {
+  const std::string socket = ServerProcess::fresh_socket_path();
+  ChildProcess srv({sibling_binary("../kvstrand-server"), "--socket", socket, "--tier-bytes", "100",
+               "--chunk-tokens", "64"});
+  REQUIRE(srv.wait_for_output("slabs are ready (2 MiB)", 30s));
+  CHECK(srv.output().find("tier 2 MiB in slabs of 2 MiB") != std::string::npos);
+  CHECK(srv.output().find("--tier-bytes 100 was rounded up to 2 MiB") != std::string::npos);
+  ::unlink(socket.c_str());
 }
 
 TEST_CASE("server: the socket is 0600 and a second server on it is refused", "[server]") {

@@ -517,7 +517,10 @@ struct Engine::Impl {
       r.rec.tier_tokens = plan.load->size();
       r.rec.load_begin = plan.load->begin;
       r.phase = Request::Phase::loading;
-      loads[r.load_name] = LoadInFlight{r.n, id, false, 1 + static_cast<int>(ops.size())};
+      LoadInFlight& in_flight = loads[r.load_name] = LoadInFlight{};
+      in_flight.request = r.n;
+      in_flight.record = id;
+      in_flight.outcomes_left = 1 + static_cast<int>(ops.size());
       // The blocks it writes may have been another request's until now:
       // the load waits for every write the engine queued to them.
       std::shared_ptr<const hip::Event> producer = engine_point();

@@ -1,6 +1,7 @@
 #include "kv/parse_bytes.hpp"
 
 #include <cctype>
+#include <cstdio>
 
 namespace kvstrand::kv {
 
@@ -20,6 +21,20 @@ std::optional<std::uint64_t> parse_bytes(std::string_view text) {
   }
   if (shift > 0 && v > (~0ull >> shift)) return std::nullopt;
   return v << shift;
+}
+
+std::string format_bytes(std::uint64_t bytes) {
+  static constexpr const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int u = 0;
+  while (u < 6 && bytes >= (1ull << (10 * (u + 1)))) ++u;
+  char buf[32];
+  if (u == 0 || bytes % (1ull << (10 * u)) == 0) {
+    std::snprintf(buf, sizeof buf, "%llu %s", static_cast<unsigned long long>(bytes >> (10 * u)), units[u]);
+  } else {
+    const double v = static_cast<double>(bytes) / static_cast<double>(1ull << (10 * u));
+    std::snprintf(buf, sizeof buf, v < 10 ? "%.2f %s" : v < 100 ? "%.1f %s" : "%.0f %s", v, units[u]);
+  }
+  return buf;
 }
 
 }  // namespace kvstrand::kv

@@ -1,6 +1,8 @@
 // kvstrand-server: the node-wide host tier shared by every engine rank.
 #include <spdlog/spdlog.h>
 
+#include "kv/parse_bytes.hpp"
+
 #include <cstdio>
 #include <exception>
 
@@ -16,10 +18,13 @@ int main(int argc, char** argv) {
   try {
     server::TierServer srv(opt);
     srv.start();
-    spdlog::info("kvstrand-server listening on {}, tier {:.2f} GiB in slabs of {:.2f} GiB, chunks of {} tokens",
-                 opt.socket, static_cast<double>(opt.tier_bytes) / (1ull << 30),
-                 static_cast<double>(opt.slab_bytes) / (1ull << 30), opt.chunk_tokens);
-    if (opt.http)
+    spdlog::info("kvstrand-server listening on {}, tier {} in slabs of {}, chunks of {} tokens", opt.socket,
+                 kv::format_bytes(opt.tier_bytes), kv::format_bytes(opt.slab_bytes), opt.chunk_tokens);
+    if (!opt.tier_bytes_rounded_from.empty())  // so that a size in the log is never a surprise
+      spdlog::info("kvstrand-server: --tier-bytes {} was rounded up to {}, a whole number of slabs",
+                   opt.tier_bytes_rounded_from, kv::format_bytes(opt.tier_bytes));
+    // The endpoint logs its own address at info; said here (once) when the log is quieter.
+    if (opt.http && !spdlog::should_log(spdlog::level::info))
       std::printf("kvstrand-server: debug endpoint on http://%s:%u/debug\n", opt.http->address.c_str(), srv.http_port());
     std::fflush(stdout);
     if (!srv.wait()) return 1;

@@ -62,7 +62,8 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
     return 2;
   };
   auto bytes = kv::parse_bytes(tier_bytes);
-  if (!bytes || *bytes == 0) return refuse("--tier-bytes", "'" + tier_bytes + "' is not a size like 8G or 512M");
+  if (!bytes) return refuse("--tier-bytes", "'" + tier_bytes + "' is not a size like 8G or 512M");
+  if (*bytes == 0) return refuse("--tier-bytes", "must be more than 0, e.g. 8G or 512M");
   o.tier_bytes = *bytes;
   // auto: at least 16 slabs where the tier allows, so that several object
   // sizes (registrations of different groups) each get slabs of their own.
@@ -74,7 +75,9 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
     return refuse("--slab-bytes", "'" + slab_bytes + "' is not a multiple of 2M");
   // A tier smaller than a slab is one slab of its own size.
   o.slab_bytes = std::min(*slab, (o.tier_bytes + (2u << 20) - 1) / (2u << 20) * (2u << 20));
+  const std::uint64_t asked = o.tier_bytes;
   o.tier_bytes = (o.tier_bytes + o.slab_bytes - 1) / o.slab_bytes * o.slab_bytes;
+  if (o.tier_bytes != asked) o.tier_bytes_rounded_from = tier_bytes;
   if (const std::uint64_t avail = tier::available_memory_bytes(); avail != 0 && o.tier_bytes > avail)
     return refuse("--tier-bytes", tier_bytes + " is more than this machine can hold now (" +
                                       std::to_string(avail >> 20) + " MiB available)");

@@ -16,6 +16,7 @@ namespace kvstrand::server {
 struct ServerOptions {
   std::string socket = "/tmp/kvstrand.sock";
   std::uint64_t tier_bytes = 8ull << 30;
+  std::string tier_bytes_rounded_from;  // --tier-bytes as given, when it was rounded up to whole slabs
   std::uint64_t slab_bytes = 1ull << 30;  // the arena grows by this much at a time
   bool huge_pages = true;                 // where the system has them reserved
   std::uint32_t chunk_tokens = 256;

@@ -30,6 +30,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "kv/parse_bytes.hpp"
 #include "kv/protocol.hpp"
 #include "reactor/debug_http.hpp"
 #include "reactor/debug_page.hpp"
@@ -161,9 +162,8 @@ struct TierServer::Impl {
     ++ready_slabs;
     classes->add_slab(slab);
     if (ready_slabs == arena->slab_count())
-      spdlog::info("kvstrand-server: the arena's {} slabs are ready ({:.2f} GiB) after {:.2f} s", ready_slabs,
-                   static_cast<double>(arena->bytes()) / (1ull << 30),
-                   std::chrono::duration<double>(Clock::now() - started).count());
+      spdlog::info("kvstrand-server: the arena's {} slabs are ready ({}) after {:.2f} s", ready_slabs,
+                   kv::format_bytes(arena->bytes()), std::chrono::duration<double>(Clock::now() - started).count());
   }
 
   std::uint64_t ready_bytes() const { return static_cast<std::uint64_t>(ready_slabs) * arena->slab_bytes(); }
