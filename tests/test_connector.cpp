@@ -63,7 +63,7 @@ FailStop wait_for_fail_stop(reactor::Connector& c) {
 class StuckTier final : public reactor::Tier {
  public:
   StuckTier(reactor::Reactor& r, std::uint64_t bytes) : reactor_(r), inner_(r, bytes) {}
-  asio::awaitable<std::error_code> attach(const reactor::Registration& reg) override { return inner_.attach(reg); }
+  asio::awaitable<reactor::Refusal> attach(const reactor::Registration& reg) override { return inner_.attach(reg); }
   asio::awaitable<LookupResult> lookup(std::uint32_t reg, std::vector<kv::ChunkKey> keys) override {
     return inner_.lookup(reg, std::move(keys));
   }
@@ -90,7 +90,7 @@ class StuckTier final : public reactor::Tier {
 class ThrowingTier final : public reactor::Tier {
  public:
   ThrowingTier(reactor::Reactor& r, std::uint64_t bytes) : inner_(r, bytes) {}
-  asio::awaitable<std::error_code> attach(const reactor::Registration& reg) override { return inner_.attach(reg); }
+  asio::awaitable<reactor::Refusal> attach(const reactor::Registration& reg) override { return inner_.attach(reg); }
   asio::awaitable<LookupResult> lookup(std::uint32_t reg, std::vector<kv::ChunkKey> keys) override {
     return inner_.lookup(reg, std::move(keys));
   }

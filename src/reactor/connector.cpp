@@ -392,14 +392,14 @@ std::uint32_t Connector::register_layout(Registration registration) {
   if (closed_) throw TransferRefused(TransferErrc::closed, "register_layout after close()");
   if (auto err = registration.check()) throw TransferRefused(TransferErrc::bad_spec, *err);
   const auto id = static_cast<std::uint32_t>(registrations_.size());
-  std::error_code ec = reactor_->call([core = core_, reg = registration]() mutable -> asio::awaitable<std::error_code> {
+  Refusal refused = reactor_->call([core = core_, reg = registration]() mutable -> asio::awaitable<Refusal> {
     core->regs.push_back(std::move(reg));
-    std::error_code ec = co_await core->tier->attach(core->regs.back());
-    if (ec) core->regs.pop_back();  // a tier keeps only what it attached
-    co_return ec;
+    Refusal r = co_await core->tier->attach(core->regs.back());
+    if (r) core->regs.pop_back();  // a tier keeps only what it attached
+    co_return r;
   });
-  if (ec) throw TransferRefused(ec, "register_layout: the tier could not attach registration " + std::to_string(id) +
-                                        ": " + ec.message());
+  // The tier's words, once; TransferRefused appends the code's own text.
+  if (refused) throw TransferRefused(refused.ec, "register_layout: registration " + std::to_string(id) + ": " + refused.why);
   InUse in_use;
   std::uint32_t blocks = 0;
   for (const auto& p : registration.planes) blocks = std::max(blocks, p.num_blocks);

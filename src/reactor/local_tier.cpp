@@ -29,25 +29,22 @@ LocalTier::~LocalTier() {
   }
 }
 
-boost::asio::awaitable<std::error_code> LocalTier::attach(const Registration& reg) {
+boost::asio::awaitable<Refusal> LocalTier::attach(const Registration& reg) {
   const std::uint64_t object_bytes = reg.object_bytes();
   if (!arena_) {
     // At least 16 slabs where objects allow (room for other registrations'
     // sizes), at most kSlabBytes each, never smaller than this object.
     const std::uint64_t slab = std::min(capacity_, std::max(object_bytes, std::min(kSlabBytes, capacity_ / 16)));
     const std::uint64_t slabs = slab == 0 ? 0 : capacity_ / slab;
-    if (slabs == 0 || object_bytes > slab) {
-      spdlog::error("kvstrand: tier_bytes {} cannot hold one object of {} bytes", capacity_, object_bytes);
-      co_return TransferErrc::tier_full;
-    }
+    if (slabs == 0 || object_bytes > slab)
+      co_return Refusal{TransferErrc::tier_full, "tier_bytes " + std::to_string(capacity_) +
+                                                     " cannot hold one object of " + std::to_string(object_bytes) +
+                                                     " bytes"};
     auto saves = hip::Stream::create();
     auto loads = hip::Stream::create();
     auto arena = hip::PinnedBuffer::allocate(slabs * slab);
-    for (const hip::Status& s : {saves.status(), loads.status(), arena.status()}) {
-      if (s.ok()) continue;
-      spdlog::error("kvstrand: LocalTier: {}", s.describe());
-      co_return TransferErrc::device_error;
-    }
+    for (const hip::Status& s : {saves.status(), loads.status(), arena.status()})
+      if (!s.ok()) co_return Refusal{TransferErrc::device_error, "the embedded tier's streams or arena: " + s.describe()};
     save_stream_.emplace(std::move(saves).value());
     load_stream_.emplace(std::move(loads).value());
     arena_.emplace(std::move(arena).value());
@@ -55,15 +52,14 @@ boost::asio::awaitable<std::error_code> LocalTier::attach(const Registration& re
     for (std::uint64_t i = 0; i < slabs; ++i) classes_->add_slab(static_cast<std::uint32_t>(i));
   }
   tier::Index* index = classes_->index(object_bytes);
-  if (index == nullptr) {
-    spdlog::error("kvstrand: LocalTier: registration {}'s objects ({} B) do not fit the arena's {} B slabs (sized "
-                  "by the first registration: register the group with the largest objects first), or too many "
-                  "object sizes",
-                  regs_.size(), object_bytes, classes_->slab_bytes());
-    co_return TransferErrc::tier_full;
-  }
+  if (index == nullptr)
+    co_return Refusal{TransferErrc::tier_full,
+                      "registration " + std::to_string(regs_.size()) + "'s objects (" + std::to_string(object_bytes) +
+                          " B) do not fit the arena's " + std::to_string(classes_->slab_bytes()) +
+                          " B slabs (sized by the first registration: register the group with the largest objects "
+                          "first), or too many object sizes"};
   regs_.push_back(Attached{&reg, index});
-  co_return std::error_code{};
+  co_return Refusal{};
 }
 
 boost::asio::awaitable<Tier::LookupResult> LocalTier::lookup(std::uint32_t registration,

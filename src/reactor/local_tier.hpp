@@ -25,7 +25,7 @@ class LocalTier final : public Tier {
   LocalTier(Reactor& reactor, std::uint64_t capacity_bytes);
   ~LocalTier() override;
 
-  boost::asio::awaitable<std::error_code> attach(const Registration& reg) override;
+  boost::asio::awaitable<Refusal> attach(const Registration& reg) override;
   boost::asio::awaitable<LookupResult> lookup(std::uint32_t registration, std::vector<kv::ChunkKey> keys) override;
   boost::asio::awaitable<std::error_code> save(Transfer& t) override;
   boost::asio::awaitable<std::error_code> load(Transfer& t) override;

@@ -74,48 +74,52 @@ NodeTier::~NodeTier() {
   }
 }
 
-asio::awaitable<std::error_code> NodeTier::attach(const Registration& reg) {
+asio::awaitable<Refusal> NodeTier::attach(const Registration& reg) {
   regs_.push_back(&reg);
   if (!save_stream_) {
     auto saves = hip::Stream::create();
     auto loads = hip::Stream::create();
     for (const hip::Status& s : {saves.status(), loads.status()}) {
       if (s.ok()) continue;
-      spdlog::error("kvstrand: NodeTier: {}", s.describe());
-      co_return TransferErrc::device_error;
+      regs_.pop_back();
+      co_return Refusal{TransferErrc::device_error, "the node tier's copy streams: " + s.describe()};
     }
     save_stream_.emplace(std::move(saves).value());
     load_stream_.emplace(std::move(loads).value());
   }
-  std::error_code ec;
+  // The handshake registers every registration; connected, only this one.
+  // (One co_await a statement: GCC 12 destroys a conditional's awaited
+  // temporaries twice.)
+  Refusal r;
   if (connected_) {
-    ec = co_await register_one(regs_.size() - 1, Clock::now() + opt_.request_timeout);
+    const Clock::time_point until = Clock::now() + opt_.request_timeout;
+    r = co_await register_one(regs_.size() - 1, until);
   } else {
-    ec = co_await ensure_connected();  // the handshake registers every registration
+    r = co_await ensure_connected();
   }
-  if (ec) {
+  if (r) {
     regs_.pop_back();
     if (server_regs_.size() > regs_.size()) server_regs_.pop_back();
   }
-  co_return ec;
+  co_return r;
 }
 
-asio::awaitable<std::error_code> NodeTier::ensure_connected() {
+asio::awaitable<Refusal> NodeTier::ensure_connected() {
   while (connecting_) {  // another coroutine is connecting: wait for its outcome
     asio::steady_timer t(reactor_.strand(), std::chrono::milliseconds(1));
     co_await t.async_wait(kAwait);
   }
-  if (connected_) co_return std::error_code{};
+  if (connected_) co_return Refusal{};
   connecting_ = true;
-  std::error_code ec = co_await handshake();
+  Refusal r = co_await handshake();
   connecting_ = false;
-  if (ec) drop_connection("connect: " + ec.message());
-  co_return ec;
+  if (r) drop_connection("connect: " + r.why);
+  co_return r;
 }
 
 // Hello, read by hand (before the reader starts) so that the arena's file
 // descriptor that comes with the reply's first byte is received.
-asio::awaitable<std::error_code> NodeTier::hello(Clock::time_point until) {
+asio::awaitable<Refusal> NodeTier::hello(Clock::time_point until) {
   // A timer bounds the exchange by closing the socket.
   asio::steady_timer guard(reactor_.strand(), until);
   guard.async_wait([this, gen = generation_](const boost::system::error_code& e) {
@@ -127,20 +131,20 @@ asio::awaitable<std::error_code> NodeTier::hello(Clock::time_point until) {
   Request req = Hello{kMajor, kMinor, "kvstrand NodeTier"};
   std::vector<std::byte> frame = encode_request(req, next_id_++);
   auto [wec, wn] = co_await asio::async_write(*sock_, asio::buffer(frame), kAwait);
-  if (wec) co_return TransferErrc::tier_unavailable;
+  if (wec) co_return unreachable("the hello could not be sent: " + wec.message());
   std::array<std::byte, kHeaderBytes> head{};
   std::size_t got = 0;
   int fd = -1;
   while (got < head.size()) {
     auto [ec] = co_await sock_->async_wait(local::socket::wait_read, kAwait);
-    if (ec) co_return TransferErrc::tier_unavailable;
+    if (ec) co_return unreachable("no hello reply: " + ec.message());
     int came = -1;
     const ssize_t n = tier::recv_with_fd(sock_->native_handle(), head.data() + got, head.size() - got, &came,
                                          MSG_DONTWAIT);
-    if (n == 0) co_return TransferErrc::tier_unavailable;
+    if (n == 0) co_return unreachable("the server closed the connection before its hello reply");
     if (n < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) continue;
-      co_return TransferErrc::tier_unavailable;
+      co_return unreachable(std::string("reading the hello reply: ") + std::strerror(errno));
     }
     if (came >= 0 && fd < 0) {
       fd = came;
@@ -157,29 +161,25 @@ asio::awaitable<std::error_code> NodeTier::hello(Clock::time_point until) {
   } closer{&fd};
   Header h;
   if (decode_header(head, kDefaultMaxBody, &h) != HeaderError::none) {
-    spdlog::error("kvstrand: NodeTier: {} does not speak kvstrand protocol {}", opt_.socket, kMajor);
-    co_return TransferErrc::tier_unavailable;
+    co_return unreachable("it does not speak kvstrand protocol " + std::to_string(kMajor));
   }
   std::vector<std::byte> body(h.body_bytes);
   auto [rec, rn] = co_await asio::async_read(*sock_, asio::buffer(body), kAwait);
-  if (rec) co_return TransferErrc::tier_unavailable;
+  if (rec) co_return unreachable("reading the hello reply: " + rec.message());
   guard.cancel();
   std::string why;
   auto reply = decode_reply(h.type, body, &why);
   if (!reply || reply->status != Status::ok || !std::holds_alternative<HelloReply>(reply->payload)) {
-    spdlog::error("kvstrand: NodeTier: the server refused hello: {}", reply ? reply->message : why);
-    co_return TransferErrc::tier_unavailable;
+    co_return unreachable("it refused the hello: " + (reply ? reply->message : why));
   }
   const auto& hr = std::get<HelloReply>(reply->payload);
   if (fd < 0) {
-    spdlog::error("kvstrand: NodeTier: the server's hello came without its arena");
-    co_return TransferErrc::tier_unavailable;
+    co_return unreachable("its hello reply came without its arena");
   }
   const int arena_fd = std::exchange(fd, -1);
   auto mapping = ArenaMapping::map(arena_fd, hr.arena_bytes, hr.slab_bytes, &why);
   if (!mapping) {
-    spdlog::error("kvstrand: NodeTier: cannot map the server's arena: {}", why);
-    co_return TransferErrc::tier_unavailable;
+    co_return unreachable("its arena cannot be mapped: " + why);
   }
   arena_ = std::move(mapping);
   pin_want_ = 0;
@@ -191,50 +191,50 @@ asio::awaitable<std::error_code> NodeTier::hello(Clock::time_point until) {
   // populated yet are allocated by the first toucher, this process or the
   // server); a copy waits only for its own slab's prefix.
   asio::co_spawn(reactor_.strand(), pinned_up_to(arena_, arena_->bytes()), LogEscaped{"NodeTier pinning"});
-  co_return std::error_code{};
+  co_return Refusal{};
 }
 
-asio::awaitable<std::error_code> NodeTier::handshake() {
-  if (regs_.empty()) co_return TransferErrc::not_registered;
+asio::awaitable<Refusal> NodeTier::handshake() {
+  if (regs_.empty()) co_return Refusal{TransferErrc::not_registered, "no layout registered"};
   ++generation_;
   sock_.emplace(reactor_.strand());
   auto [cec] = co_await sock_->async_connect(local::endpoint(opt_.socket), kAwait);
-  if (cec) {
-    spdlog::debug("kvstrand: NodeTier: connect {}: {}", opt_.socket, cec.message());
-    co_return TransferErrc::tier_unavailable;
-  }
+  if (cec) co_return unreachable("connect: " + cec.message());
   const auto until = Clock::now() + opt_.request_timeout;
-  if (std::error_code ec = co_await hello(until)) co_return ec;
+  if (Refusal r = co_await hello(until); r) co_return r;
   asio::co_spawn(reactor_.strand(), read_loop(generation_), ends_connection("NodeTier reader"));
   server_regs_.clear();
   for (std::size_t i = 0; i < regs_.size(); ++i)
-    if (std::error_code ec = co_await register_one(i, until)) co_return ec;
+    if (Refusal r = co_await register_one(i, until); r) co_return r;
   if (generation_ > 1) ++reconnects_;
   connected_ = true;
   // Holds whose release could not be sent: the same server may still have them.
   for (std::uint64_t hold : std::exchange(unsent_releases_, {})) send_only(Release{hold});
-  co_return std::error_code{};
+  co_return Refusal{};
 }
 
-asio::awaitable<std::error_code> NodeTier::register_one(std::size_t i, Clock::time_point until) {
+Refusal NodeTier::unreachable(const std::string& why) const {
+  return Refusal{TransferErrc::tier_unavailable, "kvstrand-server at " + opt_.socket + ": " + why};
+}
+
+asio::awaitable<Refusal> NodeTier::register_one(std::size_t i, Clock::time_point until) {
   // GCC 12 destroys twice the non-trivial temporaries of a co_await
   // expression: requests and results are named variables here.
   Request reg_req = RegisterLayout{regs_[i]->layout};
   std::pair<std::error_code, Reply> reg = co_await call(std::move(reg_req), until);
-  if (reg.first) co_return reg.first;
-  if (reg.second.status != Status::ok) {
-    spdlog::error("kvstrand: NodeTier: the server refused registration {}: {}", i, reg.second.message);
-    co_return to_error(reg.second.status);
-  }
+  if (reg.first) co_return unreachable("no answer to registration " + std::to_string(i) + ": " + reg.first.message());
+  if (reg.second.status != Status::ok)  // the server's own words: which option differs
+    co_return Refusal{to_error(reg.second.status), "kvstrand-server at " + opt_.socket + " refused registration " +
+                                                       std::to_string(i) + ": " + reg.second.message};
   const auto& rr = std::get<RegisterReply>(reg.second.payload);
-  if (rr.object_bytes != regs_[i]->object_bytes()) {
-    spdlog::error("kvstrand: NodeTier: the server's objects for registration {} are {} B, its layout's {} B", i,
-                  rr.object_bytes, regs_[i]->object_bytes());
-    co_return TransferErrc::bad_spec;
-  }
+  if (rr.object_bytes != regs_[i]->object_bytes())
+    co_return Refusal{TransferErrc::bad_spec, "kvstrand-server at " + opt_.socket + " stores registration " +
+                                                  std::to_string(i) + "'s objects in " +
+                                                  std::to_string(rr.object_bytes) + " B, its layout in " +
+                                                  std::to_string(regs_[i]->object_bytes()) + " B"};
   server_regs_.resize(i + 1);
   server_regs_[i] = rr.registration;
-  co_return std::error_code{};
+  co_return Refusal{};
 }
 
 // A reader or writer ended by an exception: its connection can no longer
@@ -475,7 +475,7 @@ Tier::LookupResult NodeTier::take_lease(std::uint32_t registration, const std::v
 }
 
 asio::awaitable<Tier::LookupResult> NodeTier::lookup(std::uint32_t registration, std::vector<kv::ChunkKey> keys) {
-  if (co_await ensure_connected()) co_return LookupResult{};  // unreachable: a miss, recompute
+  if (Refusal r = co_await ensure_connected(); r) co_return LookupResult{};  // unreachable: a miss, recompute
   Request req = Lookup{server_regs_.at(registration), keys};
   std::pair<std::error_code, Reply> res = co_await call(std::move(req), Clock::now() + opt_.request_timeout);
   if (res.first || res.second.status != Status::ok) co_return LookupResult{};
@@ -484,7 +484,7 @@ asio::awaitable<Tier::LookupResult> NodeTier::lookup(std::uint32_t registration,
 
 asio::awaitable<Tier::LookupResult> NodeTier::adopt(std::uint32_t registration, std::uint64_t lease,
                                                    std::vector<kv::ChunkKey> keys) {
-  if (co_await ensure_connected()) co_return LookupResult{};
+  if (Refusal r = co_await ensure_connected(); r) co_return LookupResult{};
   Request req = Adopt{server_regs_.at(registration), lease, keys};
   std::pair<std::error_code, Reply> res = co_await call(std::move(req), Clock::now() + opt_.request_timeout);
   if (res.first) co_return LookupResult{};
@@ -502,9 +502,9 @@ asio::awaitable<void> NodeTier::release_lookup(std::uint64_t lease) {
 
 asio::awaitable<std::error_code> NodeTier::connect_for(Transfer& t) {
   if (connected_) co_return std::error_code{};
-  std::error_code ec = co_await ensure_connected();
-  if (ec) t.reason = "kvstrand-server at " + opt_.socket + " is unreachable";
-  co_return ec;
+  Refusal r = co_await ensure_connected();
+  if (r) t.reason = r.why;
+  co_return r.ec;
 }
 
 asio::awaitable<std::error_code> NodeTier::exchange(Transfer& t, Request req, Reply* out) {

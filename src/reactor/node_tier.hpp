@@ -52,7 +52,7 @@ class NodeTier final : public Tier {
   NodeTier(Reactor& reactor, NodeTierOptions options);
   ~NodeTier() override;
 
-  boost::asio::awaitable<std::error_code> attach(const Registration& reg) override;
+  boost::asio::awaitable<Refusal> attach(const Registration& reg) override;
   boost::asio::awaitable<LookupResult> lookup(std::uint32_t registration, std::vector<kv::ChunkKey> keys) override;
   boost::asio::awaitable<void> release_lookup(std::uint64_t lease) override;
   boost::asio::awaitable<LookupResult> adopt(std::uint32_t registration, std::uint64_t lease,
@@ -85,14 +85,16 @@ class NodeTier final : public Tier {
   using Clock = std::chrono::steady_clock;
 
   std::function<void(std::exception_ptr)> ends_connection(const char* what);
-  boost::asio::awaitable<std::error_code> ensure_connected();
-  boost::asio::awaitable<std::error_code> handshake();
+  boost::asio::awaitable<Refusal> ensure_connected();
+  boost::asio::awaitable<Refusal> handshake();
   // Registers regs_[i] with the server (on a connection that said hello).
-  boost::asio::awaitable<std::error_code> register_one(std::size_t i, Clock::time_point until);
+  boost::asio::awaitable<Refusal> register_one(std::size_t i, Clock::time_point until);
   // A lookup or adopt reply made a lease of this process's.
   LookupResult take_lease(std::uint32_t registration, const std::vector<kv::ChunkKey>& keys,
                           kv::proto::LookupReply& r);
-  boost::asio::awaitable<std::error_code> hello(Clock::time_point until);
+  boost::asio::awaitable<Refusal> hello(Clock::time_point until);
+  // tier_unavailable, saying the socket path and `why` (the OS error, or what the server did).
+  Refusal unreachable(const std::string& why) const;
   // One request, one reply (or an error: the connection failed, or `until` passed).
   boost::asio::awaitable<std::pair<std::error_code, kv::proto::Reply>> call(kv::proto::Request req,
                                                                             Clock::time_point until);

@@ -11,6 +11,7 @@
 #include <boost/asio/awaitable.hpp>
 #include <span>
 #include <vector>
+#include <string>
 #include <system_error>
 
 #include <kvstrand/chunk_keys.hpp>
@@ -21,12 +22,21 @@
 
 namespace kvstrand::reactor {
 
+// A tier's refusal: the code, and the words that say why (the server's own,
+// the socket path, the OS error), which the Connector passes on to the
+// engine once. An empty code is no refusal.
+struct Refusal {
+  std::error_code ec;
+  std::string why;
+  explicit operator bool() const noexcept { return static_cast<bool>(ec); }
+};
+
 class Tier {
  public:
   virtual ~Tier() = default;
   // Adds a registration; the tier numbers them in the order attached (0,
   // 1, ...), as specs and lookups name them. Each outlives the tier's use.
-  virtual boost::asio::awaitable<std::error_code> attach(const Registration& reg) = 0;
+  virtual boost::asio::awaitable<Refusal> attach(const Registration& reg) = 0;
   // Longest run of consecutive stored chunks from keys[0], with the image
   // boundaries within it, and the lease that keeps it stored (0: none; the
   // embedded tier leases nothing at lookup, its loads pin what they read).

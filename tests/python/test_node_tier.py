@@ -115,7 +115,25 @@ def test_a_server_sigkilled_under_a_save_fails_it_cleanly_and_a_restarted_one_se
         restarted.stop()
 
 
-def test_no_server_at_the_socket_is_refused_at_registration(tmp_path):
+def test_no_server_at_the_socket_is_refused_at_registration_saying_the_path_and_the_os_error(tmp_path):
+    path = str(tmp_path / "none.sock")
     with pytest.raises(kvstrand.TransferRefused) as e:
-        Engine(server_socket=str(tmp_path / "none.sock"), server_request_timeout=1.0)
+        Engine(server_socket=path, server_request_timeout=1.0)
     assert e.value.code == kvstrand.TransferErrc.tier_unavailable
+    text = str(e.value)
+    assert path in text and "No such file or directory" in text, text
+    assert text.count("unreachable") <= 1 and text.count(path) == 1, text  # said once
+
+
+def test_a_layout_the_server_refuses_carries_the_servers_words():
+    # The README's first Python mistake: a 64-token loop on a 256-token server.
+    wide = Server(chunk_tokens=256)
+    try:
+        with pytest.raises(kvstrand.TransferRefused) as e:
+            Engine(server_socket=wide.socket, server_request_timeout=5.0)  # chunk_tokens 64
+        text = str(e.value)
+        assert "chunk_tokens 64 differs from the server's --chunk-tokens 256" in text, text
+        assert wide.socket in text, text
+        assert text.count("does not fit") <= 1, text  # the code's own text once, not repeated
+    finally:
+        wide.stop()
