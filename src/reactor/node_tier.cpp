@@ -113,7 +113,11 @@ asio::awaitable<Refusal> NodeTier::ensure_connected() {
   connecting_ = true;
   Refusal r = co_await handshake();
   connecting_ = false;
-  if (r) drop_connection("connect: " + r.why);
+  if (r) {
+    // Quiet: the words reach the engine in the refusal or the transfer's reason.
+    spdlog::debug("kvstrand: NodeTier: {}", r.why);
+    drop_connection("connect: " + r.why);
+  }
   co_return r;
 }
 
