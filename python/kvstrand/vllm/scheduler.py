@@ -29,7 +29,7 @@ NULL_BLOCK = 0
 
 
 class _Request:
-    def __init__(self, req_id, prompt, hashes, chunk_tokens):
+    def __init__(self, req_id, prompt, hashes, chunk_tokens, epoch):
         self.id = req_id
         self.prompt = prompt
         self.hashes = hashes               # group -> one hash per full chunk of the prompt ([] if not keyable)
@@ -42,7 +42,7 @@ class _Request:
         self.saves_posted = False          # a save of it went to the workers
         self.load_blocks = None            # blocks of its load in flight (until finished_recving)
         self.load_failures = 0
-        self.epoch = 0                     # the key epoch its hashes are of
+        self.epoch = epoch                 # the key epoch its hashes are of
 
 
 class SchedulerSide:
@@ -79,8 +79,7 @@ class SchedulerSide:
         if r is None:
             prompt = list(request.prompt_token_ids or [])
             r = self.requests[request.request_id] = _Request(request.request_id, prompt, self._hashes(request),
-                                                             self.cfg.chunk_tokens)
-            r.epoch = self.epoch
+                                                             self.cfg.chunk_tokens, self.epoch)
         elif r.epoch != self.epoch and not r.load_decided:
             self._rekey(r, request)
         return r
