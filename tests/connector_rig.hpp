@@ -300,4 +300,19 @@ struct Rig {
   }
 };
 
+// Raises the connector's fail-stop within 10 s, or fails the test.
+inline reactor::FailStop wait_for_fail_stop(reactor::Connector& c) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < end) {
+    try {
+      c.finished();
+    } catch (const reactor::FailStop& e) {
+      return e;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  FAIL("no fail-stop");
+  throw std::logic_error("unreachable");
+}
+
 }  // namespace kvstrand::test

@@ -43,40 +43,29 @@ void wait_for_state(reactor::Connector& c, TransferState s) {
   }
 }
 
-// Raises the fail-stop within 10 s, or fails the test.
-FailStop wait_for_fail_stop(reactor::Connector& c) {
-  const auto end = std::chrono::steady_clock::now() + 10s;
-  while (std::chrono::steady_clock::now() < end) {
-    try {
-      c.finished();
-    } catch (const FailStop& e) {
-      return e;
-    }
-    std::this_thread::sleep_for(1ms);
-  }
-  FAIL("no fail-stop");
-  throw std::logic_error("unreachable");
-}
-
 // A tier whose save of request "stuck" never returns (a submit that hangs:
 // a server that stopped reading); everything else goes to LocalTier.
 class StuckTier final : public reactor::Tier {
  public:
   StuckTier(reactor::Reactor& r, std::uint64_t bytes) : reactor_(r), inner_(r, bytes) {}
-  asio::awaitable<reactor::Refusal> attach(const reactor::Registration& reg) override { return inner_.attach(reg); }
+  asio::awaitable<reactor::Failure> attach(const reactor::Registration& reg) override { return inner_.attach(reg); }
   asio::awaitable<LookupResult> lookup(std::uint32_t reg, std::vector<kv::ChunkKey> keys) override {
     return inner_.lookup(reg, std::move(keys));
   }
-  asio::awaitable<std::error_code> save(reactor::Transfer& t) override {
-    if (t.spec.request.starts_with("stuck")) {
+  asio::awaitable<reactor::TierOutcome> save(reactor::TierJob job) override {
+    if (job.spec.request.starts_with("stuck")) {
       asio::steady_timer forever(reactor_.strand(), std::chrono::hours(1));
       boost::system::error_code ec;
       co_await forever.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-      co_return std::make_error_code(std::errc::operation_canceled);
+      reactor::TierOutcome cut;
+      cut.error = std::make_error_code(std::errc::operation_canceled);
+      co_return cut;
     }
-    co_return co_await inner_.save(t);
+    co_return co_await inner_.save(std::move(job));
   }
-  asio::awaitable<std::error_code> load(reactor::Transfer& t) override { co_return co_await inner_.load(t); }
+  asio::awaitable<reactor::TierOutcome> load(reactor::TierJob job) override {
+    co_return co_await inner_.load(std::move(job));
+  }
   tier::Index::Stats stats() const override { return inner_.stats(); }
   asio::awaitable<void> drain() override { co_return; }
 
@@ -90,15 +79,17 @@ class StuckTier final : public reactor::Tier {
 class ThrowingTier final : public reactor::Tier {
  public:
   ThrowingTier(reactor::Reactor& r, std::uint64_t bytes) : inner_(r, bytes) {}
-  asio::awaitable<reactor::Refusal> attach(const reactor::Registration& reg) override { return inner_.attach(reg); }
+  asio::awaitable<reactor::Failure> attach(const reactor::Registration& reg) override { return inner_.attach(reg); }
   asio::awaitable<LookupResult> lookup(std::uint32_t reg, std::vector<kv::ChunkKey> keys) override {
     return inner_.lookup(reg, std::move(keys));
   }
-  asio::awaitable<std::error_code> save(reactor::Transfer& t) override {
-    if (t.spec.request == "throws") throw std::runtime_error("injected: a tier bug");
-    co_return co_await inner_.save(t);
+  asio::awaitable<reactor::TierOutcome> save(reactor::TierJob job) override {
+    if (job.spec.request == "throws") throw std::runtime_error("injected: a tier bug");
+    co_return co_await inner_.save(std::move(job));
   }
-  asio::awaitable<std::error_code> load(reactor::Transfer& t) override { co_return co_await inner_.load(t); }
+  asio::awaitable<reactor::TierOutcome> load(reactor::TierJob job) override {
+    co_return co_await inner_.load(std::move(job));
+  }
   tier::Index::Stats stats() const override { return inner_.stats(); }
   asio::awaitable<void> drain() override { co_return; }
 

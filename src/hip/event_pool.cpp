@@ -1,5 +1,7 @@
 #include "hip/event_pool.hpp"
 
+#include "hip/keep_for_process_life.hpp"
+
 #include <spdlog/spdlog.h>
 
 #include <cstdlib>
@@ -48,10 +50,9 @@ EventPool::~EventPool() {
   // that never finished, after a deadline fail-stop) is left alive on
   // purpose rather than destroyed under a copy or waited for.
   std::size_t left = 0;
-  static auto* forever = new std::vector<std::unique_ptr<Slot>>;  // reachable: not a leak to a checker
   for (auto& slot : retiring_) {
     if (slot->event.query().code() == Errc::not_ready) {
-      forever->push_back(std::move(slot));
+      keep_for_process_life(std::move(slot));
       ++left;
       continue;
     }

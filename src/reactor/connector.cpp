@@ -16,6 +16,7 @@
 #include "reactor/debug_page.hpp"
 #include "reactor/local_tier.hpp"
 #include "reactor/node_tier.hpp"
+#include "hip/keep_for_process_life.hpp"
 #include "hip/shared_events.hpp"
 #include "kv/lease_handoff.hpp"
 #include <kvstrand/namespace_id.hpp>
@@ -138,9 +139,27 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
       co_return;
     }
     t->state = TransferState::submitted;
-    std::error_code ec =
-        t->kind == TransferKind::save ? co_await self->tier->save(*t) : co_await self->tier->load(*t);
-    self->finish(*t, ec);
+    // The tier says when the copies are queued; only this strand writes the transfer.
+    auto queued = [t](hip::Stream& stream) {
+      if (t->terminal()) return;  // failed by its deadline meanwhile
+      t->state = TransferState::pending;
+      // A load's copies are queued: the engine may now order its own stream
+      // after them (Connector::order_after_load).
+      if (t->queued_event && t->queued_event->record(stream).ok() && t->on_queued) t->on_queued();
+    };
+    TierJob job{t->spec, t->deadline, std::move(queued), [t] { return !t->terminal(); }};
+    // (One co_await a statement: GCC 12 destroys a conditional's awaited
+    // temporaries twice.)
+    TierOutcome o;
+    if (t->kind == TransferKind::save) {
+      o = co_await self->tier->save(std::move(job));
+    } else {
+      o = co_await self->tier->load(std::move(job));
+    }
+    t->chunks_existed = o.chunks_existed;
+    t->chunks_refused = o.chunks_refused;
+    if (o.error && !t->terminal()) t->reason = std::move(o.reason);
+    self->finish(*t, o.error);
   }
 
   void finish(Transfer& t, std::error_code ec) {
@@ -392,9 +411,9 @@ std::uint32_t Connector::register_layout(Registration registration) {
   if (closed_) throw TransferRefused(TransferErrc::closed, "register_layout after close()");
   if (auto err = registration.check()) throw TransferRefused(TransferErrc::bad_spec, *err);
   const auto id = static_cast<std::uint32_t>(registrations_.size());
-  Refusal refused = reactor_->call([core = core_, reg = registration]() mutable -> asio::awaitable<Refusal> {
+  Failure refused = reactor_->call([core = core_, reg = registration]() mutable -> asio::awaitable<Failure> {
     core->regs.push_back(std::move(reg));
-    Refusal r = co_await core->tier->attach(core->regs.back());
+    Failure r = co_await core->tier->attach(core->regs.back());
     if (r) core->regs.pop_back();  // a tier keeps only what it attached
     co_return r;
   });
@@ -771,8 +790,7 @@ void Connector::close() {
   if (!core_->stuck.empty()) {
     spdlog::warn("kvstrand: close: {} transfer(s) never seen to end; the tier's memory is left allocated on purpose",
                  core_->stuck.size());
-    static auto* forever = new std::vector<std::unique_ptr<Tier>>;
-    forever->push_back(std::move(core_->tier));
+    hip::keep_for_process_life(std::move(core_->tier));
     return;
   }
   core_->tier.reset();

@@ -10,21 +10,18 @@ namespace kvstrand::reactor {
 
 namespace asio = boost::asio;
 
-boost::asio::awaitable<std::error_code> copy_and_wait(Reactor& reactor, Transfer& t, hip::Stream& stream,
-                                                      hip::CopyKind kind, std::vector<hip::Segment> segs,
-                                                      bool* copied) {
-  *copied = true;
-  if (hip::Status s = hip::copy_batch(stream, kind, segs); !s.ok()) {
-    t.reason = s.describe();
-    co_return TransferErrc::device_error;
-  }
+boost::asio::awaitable<CopyEnd> copy_and_wait(Reactor& reactor, hip::Stream& stream, hip::CopyKind kind,
+                                              std::vector<hip::Segment> segs,
+                                              const std::function<void(hip::Stream&)>& queued) {
+  if (hip::Status s = hip::copy_batch(stream, kind, segs); !s.ok())
+    co_return CopyEnd{Failure{TransferErrc::device_error, s.describe()}};
   auto lease = reactor.events().acquire();
   if (!lease.ok() || !lease->record(stream).ok()) {
     // The copy is queued but has no event to await (only a broken runtime
     // gets here). The strand never waits on the device: poll the stream
     // until it has drained instead, with the strand free in between; the
     // transfer's deadline still bounds what the engine waits.
-    t.reason = lease.ok() ? "event record failed" : lease.status().describe();
+    std::string why = lease.ok() ? "event record failed" : lease.status().describe();
     asio::steady_timer poll(reactor.strand());
     for (;;) {
       const hip::Status q = stream.query();
@@ -32,28 +29,17 @@ boost::asio::awaitable<std::error_code> copy_and_wait(Reactor& reactor, Transfer
       poll.expires_after(std::chrono::microseconds(200));
       boost::system::error_code ec;
       co_await poll.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-      if (ec) {  // shutdown: the copy may still be running
-        *copied = false;
-        co_return std::make_error_code(std::errc::operation_canceled);
-      }
+      if (ec)  // shutdown: the copy may still be running
+        co_return CopyEnd{Failure{std::make_error_code(std::errc::operation_canceled), why}, false};
     }
-    co_return TransferErrc::device_error;
+    co_return CopyEnd{Failure{TransferErrc::device_error, why}};
   }
-  t.state = TransferState::pending;
-  // A load's copies are queued: the engine may now order its own stream
-  // after them (Connector::order_after_load).
-  if (t.queued_event && t.queued_event->record(stream).ok() && t.on_queued) t.on_queued();
+  if (queued) queued(stream);
   std::error_code ec = co_await reactor.poller().ready(lease->event());
-  if (ec == std::errc::operation_canceled) {
-    *copied = false;  // shutdown: the copy may still be running
-    t.reason = "reactor shut down before the copy was seen complete";
-    co_return ec;
-  }
-  if (ec) {
-    t.reason = "device: " + ec.message();
-    co_return TransferErrc::device_error;
-  }
-  co_return std::error_code{};
+  if (ec == std::errc::operation_canceled)  // shutdown: the copy may still be running
+    co_return CopyEnd{Failure{ec, "reactor shut down before the copy was seen complete"}, false};
+  if (ec) co_return CopyEnd{Failure{TransferErrc::device_error, "device: " + ec.message()}};
+  co_return CopyEnd{};
 }
 
 }  // namespace kvstrand::reactor

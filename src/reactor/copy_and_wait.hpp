@@ -3,21 +3,26 @@
 #pragma once
 
 #include <boost/asio/awaitable.hpp>
-#include <system_error>
+#include <functional>
 #include <vector>
 
 #include "hip/copy.hpp"
 #include "hip/stream.hpp"
+#include "reactor/failure.hpp"
 #include "reactor/reactor.hpp"
-#include "reactor/transfer.hpp"
 
 namespace kvstrand::reactor {
 
-// On the strand. Marks `t` pending once the copy is queued. `copied` is
-// false when the wait ended without the copy being known complete
-// (shutdown): the caller must then leave every buffer it references alone.
-boost::asio::awaitable<std::error_code> copy_and_wait(Reactor& reactor, Transfer& t, hip::Stream& stream,
-                                                      hip::CopyKind kind, std::vector<hip::Segment> segs,
-                                                      bool* copied);
+struct CopyEnd {
+  Failure failure;
+  // False when the wait ended without the copy being known complete
+  // (shutdown): the caller must then leave every buffer it references alone.
+  bool seen = true;
+};
+
+// On the strand. Calls `queued(stream)` once the copy is queued.
+boost::asio::awaitable<CopyEnd> copy_and_wait(Reactor& reactor, hip::Stream& stream, hip::CopyKind kind,
+                                              std::vector<hip::Segment> segs,
+                                              const std::function<void(hip::Stream&)>& queued);
 
 }  // namespace kvstrand::reactor

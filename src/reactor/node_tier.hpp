@@ -1,151 +1,28 @@
-// The node tier: kvstrand-server keeps the index, this process moves the
-// bytes. Same Tier interface and same copy path (copy_and_wait) as
-// LocalTier, on this process's own streams and device.
-//
-// All on the reactor strand:
-// - attach() connects, says hello (the reply brings the server's arena, a
-//   sealed memfd, which is mapped here and pinned slab by slab on a helper
-//   thread) and registers the layout (geometry only);
-// - lookup() returns the hit, a lease id and each leased object's place in
-//   the arena; a load naming that lease copies from there and releases it;
-// - save() reserves places, copies into them, then commits;
-// - requests are bounded by request_timeout (lookups, attach) or the
-//   transfer's own deadline; a reply that comes after its caller gave up
-//   releases what it granted.
-// The server is needed only to reserve, commit and look up: a load with a
-// lease completes whatever the server does meanwhile, and a copy that was
-// submitted and not seen complete is a deadline fail-stop (the Connector's),
-// never "recompute". If the connection drops, requests waiting for a reply
-// fail at once (tier_unavailable: no copy was made for them) and the next
-// request reconnects (a restarted server's new arena is mapped anew; the
-// old mapping stays until no copy uses it).
-// With tp_rank_collapse only rank 0 stores; every rank reads (F34).
+// The node tier: HostTier's data path over a RemoteIndex (kvstrand-server
+// keeps the index and the arena; this process maps the arena and copies).
+// A copy that was submitted and not seen complete is a deadline fail-stop
+// (the Connector's), never "recompute".
 #pragma once
 
-#include <boost/asio/local/stream_protocol.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/thread_pool.hpp>
-#include <chrono>
-#include <deque>
-#include <map>
-#include <functional>
 #include <memory>
-#include <optional>
-#include <string>
 
-#include "kv/protocol.hpp"
-#include "hip/stream.hpp"
-#include "reactor/arena_mapping.hpp"
-#include "reactor/reactor.hpp"
-#include "reactor/tier.hpp"
+#include "reactor/host_tier.hpp"
+#include "reactor/remote_index.hpp"
 
 namespace kvstrand::reactor {
 
-struct NodeTierOptions {
-  std::string socket;
-  std::chrono::milliseconds request_timeout{10'000};
-  int device = 0;  // the device the arena is pinned for
-};
-
-class NodeTier final : public Tier {
+class NodeTier final : public HostTier {
  public:
-  NodeTier(Reactor& reactor, NodeTierOptions options);
-  ~NodeTier() override;
+  NodeTier(Reactor& reactor, NodeTierOptions options)
+      : HostTier(reactor, std::make_unique<RemoteIndex>(reactor, std::move(options))) {}
 
-  boost::asio::awaitable<Refusal> attach(const Registration& reg) override;
-  boost::asio::awaitable<LookupResult> lookup(std::uint32_t registration, std::vector<kv::ChunkKey> keys) override;
-  boost::asio::awaitable<void> release_lookup(std::uint64_t lease) override;
-  boost::asio::awaitable<LookupResult> adopt(std::uint32_t registration, std::uint64_t lease,
-                                             std::vector<kv::ChunkKey> keys) override;
-  void forget_lease(std::uint64_t lease) override { leases_.erase(lease); }
-  boost::asio::awaitable<std::error_code> save(Transfer& t) override;
-  boost::asio::awaitable<std::error_code> load(Transfer& t) override;
-  tier::Index::Stats stats() const override { return {}; }  // the server's own stats say it
-  const char* kind() const noexcept override { return "node"; }
-  boost::asio::awaitable<void> drain() override;
-
-  std::uint64_t reconnects() const noexcept { return reconnects_; }
+  std::uint64_t reconnects() const noexcept { return remote().reconnects(); }
   // The current arena's size and how much of it is pinned (on the strand).
-  std::uint64_t arena_bytes() const noexcept { return arena_ ? arena_->bytes() : 0; }
-  std::uint64_t pinned_bytes() const noexcept { return arena_ ? arena_->pinned_bytes() : 0; }
-
-  // The streams the tier copies on (tests hold them with the sim hooks).
-  hip::Stream* save_stream() { return save_stream_ ? &*save_stream_ : nullptr; }
-  hip::Stream* load_stream() { return load_stream_ ? &*load_stream_ : nullptr; }
+  std::uint64_t arena_bytes() const noexcept { return remote().arena_bytes(); }
+  std::uint64_t pinned_bytes() const noexcept { return remote().pinned_bytes(); }
 
  private:
-  struct Pending;
-  struct Lease {
-    std::uint32_t registration = 0;
-    std::vector<kv::ChunkKey> keys;  // the hit's chunks, in order
-    std::vector<std::uint64_t> offsets;
-    std::vector<std::uint32_t> checkpoints;  // boundaries with an image, from keys[0]
-    std::shared_ptr<ArenaMapping> arena;     // the arena the offsets are in
-  };
-  using Clock = std::chrono::steady_clock;
-
-  std::function<void(std::exception_ptr)> ends_connection(const char* what);
-  boost::asio::awaitable<Refusal> ensure_connected();
-  boost::asio::awaitable<Refusal> handshake();
-  // Registers regs_[i] with the server (on a connection that said hello).
-  boost::asio::awaitable<Refusal> register_one(std::size_t i, Clock::time_point until);
-  // A lookup or adopt reply made a lease of this process's.
-  LookupResult take_lease(std::uint32_t registration, const std::vector<kv::ChunkKey>& keys,
-                          kv::proto::LookupReply& r);
-  boost::asio::awaitable<Refusal> hello(Clock::time_point until);
-  // tier_unavailable, saying the socket path and `why` (the OS error, or what the server did).
-  Refusal unreachable(const std::string& why) const;
-  // One request, one reply (or an error: the connection failed, or `until` passed).
-  boost::asio::awaitable<std::pair<std::error_code, kv::proto::Reply>> call(kv::proto::Request req,
-                                                                            Clock::time_point until);
-  // A request whose reply nobody waits for (releases).
-  void send_only(kv::proto::Request req);
-  void release_hold(std::uint64_t hold);
-  boost::asio::awaitable<std::error_code> connect_for(Transfer& t);
-  // A transfer's request bounded by its deadline; a refusal explained in t.reason.
-  boost::asio::awaitable<std::error_code> exchange(Transfer& t, kv::proto::Request req, kv::proto::Reply* out);
-  boost::asio::awaitable<void> read_loop(std::uint64_t generation);
-  boost::asio::awaitable<void> write_loop(std::uint64_t generation);
-  void drop_connection(const std::string& why);
-  // Resumes once the arena is pinned up to `end` (or pinning failed).
-  boost::asio::awaitable<std::error_code> pinned_up_to(std::shared_ptr<ArenaMapping> m, std::uint64_t end);
-  boost::asio::awaitable<void> pin_loop(std::shared_ptr<ArenaMapping> m);
-  boost::asio::awaitable<void> pin_slab(std::shared_ptr<ArenaMapping> m, std::uint32_t slab);
-  // A copy that was not seen complete: its arena stays mapped for good.
-  void keep_forever(std::shared_ptr<ArenaMapping> m);
-
-  Reactor& reactor_;
-  NodeTierOptions opt_;
-  std::vector<const Registration*> regs_;  // by registration id
-  std::optional<hip::Stream> save_stream_;
-  std::optional<hip::Stream> load_stream_;
-  std::optional<boost::asio::local::stream_protocol::socket> sock_;
-  std::uint64_t generation_ = 0;  // bumps on every new connection
-  bool connected_ = false;
-  bool connecting_ = false;
-  std::vector<std::uint32_t> server_regs_;  // the server's id of each, on this connection
-  std::uint64_t next_id_ = 1;
-  std::uint64_t reconnects_ = 0;
-  std::map<std::uint64_t, std::shared_ptr<Pending>> pending_;
-  std::map<std::uint64_t, kv::proto::Type> abandoned_;  // timed out: release what their replies grant
-  std::deque<std::vector<std::byte>> outbox_;
-  bool writing_ = false;
-  std::map<std::uint64_t, Lease> leases_;  // by lease id, until a load or a release names it
-  std::vector<std::uint64_t> unsent_releases_;  // holds to release once connected again
-  std::shared_ptr<ArenaMapping> arena_;  // the current server's arena
-
-  // Pinning progress of arena_: helper threads (pinning scales with cores:
-  // each slab is faulted in and registered on its own) and the signal its
-  // waiters share (cancelled after every slab).
-  static constexpr std::uint32_t kPinThreads = 4;
-  boost::asio::thread_pool pinner_{kPinThreads};
-  std::optional<boost::asio::steady_timer> pin_progress_;
-  std::uint64_t pin_want_ = 0;
-  std::uint32_t pin_next_ = 0;      // the next slab to start pinning
-  std::uint32_t pins_running_ = 0;
-  bool pinning_ = false;
-  std::string pin_error_;
-  std::vector<std::shared_ptr<ArenaMapping>> kept_;  // never unmapped: a copy may still touch them
+  const RemoteIndex& remote() const { return static_cast<const RemoteIndex&>(index()); }
 };
 
 }  // namespace kvstrand::reactor

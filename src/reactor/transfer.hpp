@@ -5,7 +5,6 @@
 // timer per transfer, so nothing another transfer does can delay it.
 #pragma once
 
-#include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <compare>
 #include <cstdint>
@@ -55,7 +54,6 @@ struct Transfer {
   std::string reason;
   std::uint32_t chunks_existed = 0;  // a save: chunks already stored (not rewritten)
   std::uint32_t chunks_refused = 0;  // a save: chunks that did not fit
-  boost::asio::steady_timer* deadline_timer = nullptr;  // owned by the reactor while live
 
   bool terminal() const noexcept { return state == TransferState::done || state == TransferState::failed; }
 };

@@ -1,5 +1,5 @@
 #include "reactor/log_escaped.hpp"
-#include "reactor/node_tier.hpp"
+#include "reactor/remote_index.hpp"
 
 #include <spdlog/spdlog.h>
 #include <sys/mman.h>
@@ -15,7 +15,6 @@
 
 #include "hip/device.hpp"
 #include <kvstrand/chunk_keys.hpp>
-#include "reactor/copy_and_wait.hpp"
 #include "reactor/transfer_error.hpp"
 #include "tier/fd_passing.hpp"
 
@@ -47,7 +46,7 @@ struct PinResult {
 
 // A request waiting for its reply. The timer is the signal: cancelled when
 // the reply (or the connection's failure) arrives, expiring at the timeout.
-struct NodeTier::Pending {
+struct RemoteIndex::Pending {
   Pending(Strand& s, Type t) : signal(s), type(t) {}
   asio::steady_timer signal;
   Type type;
@@ -56,41 +55,22 @@ struct NodeTier::Pending {
   std::string why;  // with failure: the cause (the connection's loss)
 };
 
-NodeTier::NodeTier(Reactor& reactor, NodeTierOptions options) : reactor_(reactor), opt_(std::move(options)) {}
+RemoteIndex::RemoteIndex(Reactor& reactor, NodeTierOptions options) : reactor_(reactor), opt_(std::move(options)) {}
 
-NodeTier::~NodeTier() {
+RemoteIndex::~RemoteIndex() {
   if (sock_) {
     boost::system::error_code ignored;
     sock_->close(ignored);
   }
   pinner_.join();
-  if (!kept_.empty()) {
-    spdlog::warn("kvstrand: NodeTier: {} arena mapping(s) left mapped on purpose: a copy on them was never seen "
-                 "complete",
-                 kept_.size());
-    // Leaked on purpose, reachable from a static: never unmapped in this process.
-    static auto* forever = new std::vector<std::shared_ptr<ArenaMapping>>;
-    for (auto& m : kept_) forever->push_back(std::move(m));
-  }
 }
 
-asio::awaitable<Refusal> NodeTier::attach(const Registration& reg) {
+asio::awaitable<Failure> RemoteIndex::attach(const Registration& reg) {
   regs_.push_back(&reg);
-  if (!save_stream_) {
-    auto saves = hip::Stream::create();
-    auto loads = hip::Stream::create();
-    for (const hip::Status& s : {saves.status(), loads.status()}) {
-      if (s.ok()) continue;
-      regs_.pop_back();
-      co_return Refusal{TransferErrc::device_error, "the node tier's copy streams: " + s.describe()};
-    }
-    save_stream_.emplace(std::move(saves).value());
-    load_stream_.emplace(std::move(loads).value());
-  }
   // The handshake registers every registration; connected, only this one.
   // (One co_await a statement: GCC 12 destroys a conditional's awaited
   // temporaries twice.)
-  Refusal r;
+  Failure r;
   if (connected_) {
     const Clock::time_point until = Clock::now() + opt_.request_timeout;
     r = co_await register_one(regs_.size() - 1, until);
@@ -104,18 +84,18 @@ asio::awaitable<Refusal> NodeTier::attach(const Registration& reg) {
   co_return r;
 }
 
-asio::awaitable<Refusal> NodeTier::ensure_connected() {
+asio::awaitable<Failure> RemoteIndex::ensure_connected() {
   while (connecting_) {  // another coroutine is connecting: wait for its outcome
     asio::steady_timer t(reactor_.strand(), std::chrono::milliseconds(1));
     co_await t.async_wait(kAwait);
   }
-  if (connected_) co_return Refusal{};
+  if (connected_) co_return Failure{};
   connecting_ = true;
-  Refusal r = co_await handshake();
+  Failure r = co_await handshake();
   connecting_ = false;
   if (r) {
     // Quiet: the words reach the engine in the refusal or the transfer's reason.
-    spdlog::debug("kvstrand: NodeTier: {}", r.why);
+    spdlog::debug("kvstrand: node tier: {}", r.why);
     drop_connection("connect: " + r.why);
   }
   co_return r;
@@ -123,7 +103,7 @@ asio::awaitable<Refusal> NodeTier::ensure_connected() {
 
 // Hello, read by hand (before the reader starts) so that the arena's file
 // descriptor that comes with the reply's first byte is received.
-asio::awaitable<Refusal> NodeTier::hello(Clock::time_point until) {
+asio::awaitable<Failure> RemoteIndex::hello(Clock::time_point until) {
   // A timer bounds the exchange by closing the socket.
   asio::steady_timer guard(reactor_.strand(), until);
   guard.async_wait([this, gen = generation_](const boost::system::error_code& e) {
@@ -195,55 +175,55 @@ asio::awaitable<Refusal> NodeTier::hello(Clock::time_point until) {
   // populated yet are allocated by the first toucher, this process or the
   // server); a copy waits only for its own slab's prefix.
   asio::co_spawn(reactor_.strand(), pinned_up_to(arena_, arena_->bytes()), LogEscaped{"NodeTier pinning"});
-  co_return Refusal{};
+  co_return Failure{};
 }
 
-asio::awaitable<Refusal> NodeTier::handshake() {
-  if (regs_.empty()) co_return Refusal{TransferErrc::not_registered, "no layout registered"};
+asio::awaitable<Failure> RemoteIndex::handshake() {
+  if (regs_.empty()) co_return Failure{TransferErrc::not_registered, "no layout registered"};
   ++generation_;
   sock_.emplace(reactor_.strand());
   auto [cec] = co_await sock_->async_connect(local::endpoint(opt_.socket), kAwait);
   if (cec) co_return unreachable("connect: " + cec.message());
   const auto until = Clock::now() + opt_.request_timeout;
-  if (Refusal r = co_await hello(until); r) co_return r;
+  if (Failure r = co_await hello(until); r) co_return r;
   asio::co_spawn(reactor_.strand(), read_loop(generation_), ends_connection("NodeTier reader"));
   server_regs_.clear();
   for (std::size_t i = 0; i < regs_.size(); ++i)
-    if (Refusal r = co_await register_one(i, until); r) co_return r;
+    if (Failure r = co_await register_one(i, until); r) co_return r;
   if (generation_ > 1) ++reconnects_;
   connected_ = true;
   // Holds whose release could not be sent: the same server may still have them.
   for (std::uint64_t hold : std::exchange(unsent_releases_, {})) send_only(Release{hold});
-  co_return Refusal{};
+  co_return Failure{};
 }
 
-Refusal NodeTier::unreachable(const std::string& why) const {
-  return Refusal{TransferErrc::tier_unavailable, "kvstrand-server at " + opt_.socket + ": " + why};
+Failure RemoteIndex::unreachable(const std::string& why) const {
+  return Failure{TransferErrc::tier_unavailable, "kvstrand-server at " + opt_.socket + ": " + why};
 }
 
-asio::awaitable<Refusal> NodeTier::register_one(std::size_t i, Clock::time_point until) {
+asio::awaitable<Failure> RemoteIndex::register_one(std::size_t i, Clock::time_point until) {
   // GCC 12 destroys twice the non-trivial temporaries of a co_await
   // expression: requests and results are named variables here.
   Request reg_req = RegisterLayout{regs_[i]->layout};
   std::pair<std::error_code, Reply> reg = co_await call(std::move(reg_req), until);
   if (reg.first) co_return unreachable("no answer to registration " + std::to_string(i) + ": " + reg.first.message());
   if (reg.second.status != Status::ok)  // the server's own words: which option differs
-    co_return Refusal{to_error(reg.second.status), "kvstrand-server at " + opt_.socket + " refused registration " +
+    co_return Failure{to_error(reg.second.status), "kvstrand-server at " + opt_.socket + " refused registration " +
                                                        std::to_string(i) + ": " + reg.second.message};
   const auto& rr = std::get<RegisterReply>(reg.second.payload);
   if (rr.object_bytes != regs_[i]->object_bytes())
-    co_return Refusal{TransferErrc::bad_spec, "kvstrand-server at " + opt_.socket + " stores registration " +
+    co_return Failure{TransferErrc::bad_spec, "kvstrand-server at " + opt_.socket + " stores registration " +
                                                   std::to_string(i) + "'s objects in " +
                                                   std::to_string(rr.object_bytes) + " B, its layout in " +
                                                   std::to_string(regs_[i]->object_bytes()) + " B"};
   server_regs_.resize(i + 1);
   server_regs_[i] = rr.registration;
-  co_return Refusal{};
+  co_return Failure{};
 }
 
 // A reader or writer ended by an exception: its connection can no longer
 // be trusted, so it is dropped, and every request on it fails with why.
-std::function<void(std::exception_ptr)> NodeTier::ends_connection(const char* what) {
+std::function<void(std::exception_ptr)> RemoteIndex::ends_connection(const char* what) {
   return [this, what, generation = generation_](std::exception_ptr e) {
     if (!e) return;
     LogEscaped{what}(e);
@@ -251,12 +231,12 @@ std::function<void(std::exception_ptr)> NodeTier::ends_connection(const char* wh
   };
 }
 
-void NodeTier::drop_connection(const std::string& why) {
+void RemoteIndex::drop_connection(const std::string& why) {
   if (sock_) {
     boost::system::error_code ignored;
     sock_->close(ignored);
   }
-  if (connected_) spdlog::warn("kvstrand: NodeTier: connection to {} lost: {}", opt_.socket, why);
+  if (connected_) spdlog::warn("kvstrand: node tier: connection to {} lost: {}", opt_.socket, why);
   connected_ = false;
   outbox_.clear();
   abandoned_.clear();
@@ -268,7 +248,7 @@ void NodeTier::drop_connection(const std::string& why) {
   }
 }
 
-asio::awaitable<std::pair<std::error_code, Reply>> NodeTier::call(Request req, Clock::time_point until) {
+asio::awaitable<std::pair<std::error_code, Reply>> RemoteIndex::call(Request req, Clock::time_point until) {
   if (!sock_ || !sock_->is_open()) co_return std::pair{std::error_code(TransferErrc::tier_unavailable), Reply{}};
   const std::uint64_t id = next_id_++;
   auto p = std::make_shared<Pending>(reactor_.strand(), type_of(req));
@@ -288,7 +268,7 @@ asio::awaitable<std::pair<std::error_code, Reply>> NodeTier::call(Request req, C
   co_return std::pair{std::error_code(TransferErrc::tier_unavailable), Reply{}};
 }
 
-void NodeTier::send_only(Request req) {
+void RemoteIndex::send_only(Request req) {
   if (!connected_ || !sock_ || !sock_->is_open()) return;
   outbox_.push_back(encode_request(req, next_id_++));
   if (!writing_) {
@@ -297,7 +277,7 @@ void NodeTier::send_only(Request req) {
   }
 }
 
-void NodeTier::release_hold(std::uint64_t hold) {
+void RemoteIndex::release_hold(std::uint64_t hold) {
   if (hold == 0) return;
   if (connected_) {
     send_only(Release{hold});
@@ -306,7 +286,7 @@ void NodeTier::release_hold(std::uint64_t hold) {
   }
 }
 
-asio::awaitable<void> NodeTier::write_loop(std::uint64_t generation) {
+asio::awaitable<void> RemoteIndex::write_loop(std::uint64_t generation) {
   while (!outbox_.empty() && generation == generation_ && sock_) {
     auto [ec, n] = co_await asio::async_write(*sock_, asio::buffer(outbox_.front()), kAwait);
     if (generation != generation_) break;
@@ -319,7 +299,7 @@ asio::awaitable<void> NodeTier::write_loop(std::uint64_t generation) {
   writing_ = false;
 }
 
-asio::awaitable<void> NodeTier::read_loop(std::uint64_t generation) {
+asio::awaitable<void> RemoteIndex::read_loop(std::uint64_t generation) {
   std::array<std::byte, kHeaderBytes> head{};
   for (;;) {
     auto [ec, n] = co_await asio::async_read(*sock_, asio::buffer(head), kAwait);
@@ -361,12 +341,12 @@ asio::awaitable<void> NodeTier::read_loop(std::uint64_t generation) {
     }
     if (!reply) {
       it->second->failure = TransferErrc::tier_unavailable;
-      spdlog::error("kvstrand: NodeTier: malformed reply: {}", why);
+      spdlog::error("kvstrand: node tier: malformed reply: {}", why);
     } else if (reply->status == Status::ok && reply->payload.index() == 0 &&
                (it->second->type == Type::lookup || it->second->type == Type::adopt || it->second->type == Type::reserve ||
                 it->second->type == Type::register_layout || it->second->type == Type::hello)) {
       it->second->failure = TransferErrc::tier_unavailable;  // a reply of another request's type
-      spdlog::error("kvstrand: NodeTier: a reply that does not answer its {}", to_string(it->second->type));
+      spdlog::error("kvstrand: node tier: a reply that does not answer its {}", to_string(it->second->type));
     } else {
       it->second->reply = std::move(*reply);
     }
@@ -376,7 +356,7 @@ asio::awaitable<void> NodeTier::read_loop(std::uint64_t generation) {
 
 // ---- pinning ----------------------------------------------------------------------
 
-asio::awaitable<std::error_code> NodeTier::pinned_up_to(std::shared_ptr<ArenaMapping> m, std::uint64_t end) {
+asio::awaitable<std::error_code> RemoteIndex::pinned_up_to(std::shared_ptr<ArenaMapping> m, std::uint64_t end) {
   end = std::min(end, m->bytes());
   while (m->pinned_bytes() < end) {
     if (m != arena_) co_return TransferErrc::tier_unavailable;  // a server since restarted: no more pinning
@@ -402,7 +382,7 @@ asio::awaitable<std::error_code> NodeTier::pinned_up_to(std::shared_ptr<ArenaMap
 
 // Keeps up to kPinThreads slabs pinning at once, in order, until the
 // wanted prefix is pinned.
-asio::awaitable<void> NodeTier::pin_loop(std::shared_ptr<ArenaMapping> m) {
+asio::awaitable<void> RemoteIndex::pin_loop(std::shared_ptr<ArenaMapping> m) {
   const std::uint64_t slab = m->slab_bytes();
   while (m == arena_ && pin_error_.empty() && (m->pinned_bytes() < pin_want_ || pins_running_ > 0)) {
     while (pins_running_ < kPinThreads && pin_next_ < m->slab_count() &&
@@ -416,7 +396,7 @@ asio::awaitable<void> NodeTier::pin_loop(std::shared_ptr<ArenaMapping> m) {
   if (pin_progress_) pin_progress_->cancel();
 }
 
-asio::awaitable<void> NodeTier::pin_slab(std::shared_ptr<ArenaMapping> m, std::uint32_t slab) {
+asio::awaitable<void> RemoteIndex::pin_slab(std::shared_ptr<ArenaMapping> m, std::uint32_t slab) {
   std::byte* at = m->base() + static_cast<std::uint64_t>(slab) * m->slab_bytes();
   const std::uint64_t n = m->slab_bytes();
   const int device = opt_.device;
@@ -443,7 +423,7 @@ asio::awaitable<void> NodeTier::pin_slab(std::shared_ptr<ArenaMapping> m, std::u
     m->add_pinned(slab, std::move(*r.reg));
   } else if (pin_error_.empty()) {
     pin_error_ = r.status.describe();
-    spdlog::error("kvstrand: NodeTier: cannot pin the arena for device {}: {}", device, pin_error_);
+    spdlog::error("kvstrand: node tier: cannot pin the arena for device {}: {}", device, pin_error_);
   }
   if (m == arena_) --pins_running_;
   if (pin_progress_) {
@@ -452,19 +432,15 @@ asio::awaitable<void> NodeTier::pin_slab(std::shared_ptr<ArenaMapping> m, std::u
   }
 }
 
-void NodeTier::keep_forever(std::shared_ptr<ArenaMapping> m) {
-  if (std::find(kept_.begin(), kept_.end(), m) == kept_.end()) kept_.push_back(std::move(m));
-}
-
 // ---- the Tier operations ----------------------------------------------------------
 
-Tier::LookupResult NodeTier::take_lease(std::uint32_t registration, const std::vector<kv::ChunkKey>& keys,
+IndexPlane::LookupResult RemoteIndex::take_lease(std::uint32_t registration, const std::vector<kv::ChunkKey>& keys,
                                         LookupReply& r) {
   const std::uint32_t ct = regs_[registration]->layout.chunk_tokens;
   const std::size_t n = ct ? r.hit.tokens / ct : 0;
   if (r.lease == 0 || n == 0) return LookupResult{r.hit, 0};
   if (n > keys.size() || r.offsets.size() != n) {
-    spdlog::error("kvstrand: NodeTier: a lookup reply whose hit does not match its keys; treated as a miss");
+    spdlog::error("kvstrand: node tier: a lookup reply whose hit does not match its keys; treated as a miss");
     release_hold(r.lease);
     return LookupResult{};
   }
@@ -478,163 +454,151 @@ Tier::LookupResult NodeTier::take_lease(std::uint32_t registration, const std::v
   return LookupResult{r.hit, r.lease};
 }
 
-asio::awaitable<Tier::LookupResult> NodeTier::lookup(std::uint32_t registration, std::vector<kv::ChunkKey> keys) {
-  if (Refusal r = co_await ensure_connected(); r) co_return LookupResult{};  // unreachable: a miss, recompute
+asio::awaitable<IndexPlane::LookupResult> RemoteIndex::lookup(std::uint32_t registration, std::vector<kv::ChunkKey> keys) {
+  if (Failure r = co_await ensure_connected(); r) co_return LookupResult{};  // unreachable: a miss, recompute
   Request req = Lookup{server_regs_.at(registration), keys};
   std::pair<std::error_code, Reply> res = co_await call(std::move(req), Clock::now() + opt_.request_timeout);
   if (res.first || res.second.status != Status::ok) co_return LookupResult{};
   co_return take_lease(registration, keys, std::get<LookupReply>(res.second.payload));
 }
 
-asio::awaitable<Tier::LookupResult> NodeTier::adopt(std::uint32_t registration, std::uint64_t lease,
+asio::awaitable<IndexPlane::LookupResult> RemoteIndex::adopt(std::uint32_t registration, std::uint64_t lease,
                                                    std::vector<kv::ChunkKey> keys) {
-  if (Refusal r = co_await ensure_connected(); r) co_return LookupResult{};
+  if (Failure r = co_await ensure_connected(); r) co_return LookupResult{};
   Request req = Adopt{server_regs_.at(registration), lease, keys};
   std::pair<std::error_code, Reply> res = co_await call(std::move(req), Clock::now() + opt_.request_timeout);
   if (res.first) co_return LookupResult{};
   if (res.second.status != Status::ok) {
-    spdlog::debug("kvstrand: NodeTier: lease {} not adopted: {}", lease, res.second.message);
+    spdlog::debug("kvstrand: node tier: lease {} not adopted: {}", lease, res.second.message);
     co_return LookupResult{};
   }
   co_return take_lease(registration, keys, std::get<LookupReply>(res.second.payload));
 }
 
-asio::awaitable<void> NodeTier::release_lookup(std::uint64_t lease) {
+asio::awaitable<void> RemoteIndex::release_lookup(std::uint64_t lease) {
   if (leases_.erase(lease) > 0) release_hold(lease);
   co_return;
 }
 
-asio::awaitable<std::error_code> NodeTier::connect_for(Transfer& t) {
-  if (connected_) co_return std::error_code{};
-  Refusal r = co_await ensure_connected();
-  if (r) t.reason = r.why;
-  co_return r.ec;
+asio::awaitable<Failure> RemoteIndex::connected() {
+  if (connected_) co_return Failure{};
+  co_return co_await ensure_connected();
 }
 
-asio::awaitable<std::error_code> NodeTier::exchange(Transfer& t, Request req, Reply* out) {
+asio::awaitable<Failure> RemoteIndex::exchange(Request req, Clock::time_point deadline, Reply* out) {
   const char* what = to_string(type_of(req));
-  // A little past the deadline: the Connector's own deadline decides first.
-  std::pair<std::error_code, Reply> res = co_await call(std::move(req), t.deadline + std::chrono::milliseconds(50));
+  // A little past the deadline: the reactor's own deadline decides first.
+  std::pair<std::error_code, Reply> res = co_await call(std::move(req), deadline + kAfterDeadline);
   if (res.first) {
-    t.reason = "kvstrand-server at " + opt_.socket + " did not answer the " + what;
-    if (!res.second.message.empty()) t.reason += " (" + res.second.message + ")";
-    co_return res.first;
+    std::string why = "kvstrand-server at " + opt_.socket + " did not answer the " + what;
+    if (!res.second.message.empty()) why += " (" + res.second.message + ")";
+    co_return Failure{res.first, std::move(why)};
   }
-  if (res.second.status != Status::ok) {
-    t.reason = std::string(to_string(res.second.status)) + ": " + res.second.message;
-    co_return to_error(res.second.status);
-  }
+  if (res.second.status != Status::ok)
+    co_return Failure{to_error(res.second.status), std::string(to_string(res.second.status)) + ": " +
+                                                       res.second.message};
   *out = std::move(res.second);
-  co_return std::error_code{};
+  co_return Failure{};
 }
 
-asio::awaitable<std::error_code> NodeTier::save(Transfer& t) {
-  const Registration& reg = *regs_.at(t.spec.registration);
-  if (!kv::writes_to_tier(reg.layout)) co_return std::error_code{};  // rank 0 stores the one copy
-  if (std::error_code ec = co_await connect_for(t)) co_return ec;
-  const kv::TransferSpec& s = t.spec;
-  const std::uint64_t object_bytes = reg.object_bytes();
+bool RemoteIndex::stores(std::uint32_t registration) const {
+  return kv::writes_to_tier(regs_.at(registration)->layout);
+}
+
+asio::awaitable<IndexPlane::Places> RemoteIndex::reserve(std::uint32_t registration,
+                                                        const std::vector<kv::ChunkKey>& keys,
+                                                        const std::vector<bool>& images, Clock::time_point deadline) {
+  Places p;
+  if ((p.failure = co_await connected())) co_return p;
+  const std::uint64_t object_bytes = regs_.at(registration)->object_bytes();
   Reserve req;
-  req.registration = server_regs_.at(t.spec.registration);
-  req.keys = s.keys;
-  for (std::size_t i = 0; i < s.keys.size(); ++i) req.images.push_back(s.with_state && s.state_slots[i] >= 0);
-  std::vector<std::uint8_t> images = req.images;
+  req.registration = server_regs_.at(registration);
+  req.keys = keys;
+  for (bool image : images) req.images.push_back(image);
   Request request = std::move(req);
   Reply reply;
-  if (std::error_code ec = co_await exchange(t, std::move(request), &reply)) co_return ec;
+  if ((p.failure = co_await exchange(std::move(request), deadline, &reply))) co_return p;
   const auto& rr = std::get<ReserveReply>(reply.payload);
-  if (rr.chunks.size() != s.keys.size()) {
+  if (rr.chunks.size() != keys.size()) {
     release_hold(rr.reservation);
-    t.reason = "a reserve reply for " + std::to_string(rr.chunks.size()) + " of " + std::to_string(s.keys.size()) +
-               " chunks";
-    co_return TransferErrc::tier_unavailable;
+    p.failure = {TransferErrc::tier_unavailable, "a reserve reply for " + std::to_string(rr.chunks.size()) + " of " +
+                                                     std::to_string(keys.size()) + " chunks"};
+    co_return p;
   }
   std::shared_ptr<ArenaMapping> arena = arena_;
-  std::vector<std::byte*> objects(s.keys.size(), nullptr);
-  std::vector<bool> with_image(s.keys.size(), false);
-  std::uint32_t refused = 0;
+  p.objects.assign(keys.size(), nullptr);
   std::uint64_t end = 0;
-  for (std::size_t i = 0; i < s.keys.size(); ++i) {
+  for (std::size_t i = 0; i < keys.size(); ++i) {
     switch (rr.chunks[i]) {
-      case ChunkState::existed: ++t.chunks_existed; break;  // never rewritten
-      case ChunkState::full: ++refused; break;
+      case ChunkState::existed: ++p.existed; break;
+      case ChunkState::full: ++p.refused; break;
       case ChunkState::reserved:
         // The server's offsets are checked like any other input: a bad one
         // must not make this process write outside the arena.
         if (!arena->contains(rr.offsets[i], object_bytes)) {
           release_hold(rr.reservation);
-          t.reason = "the server reserved offset " + std::to_string(rr.offsets[i]) + ", outside its arena";
-          co_return TransferErrc::tier_unavailable;
+          p.failure = {TransferErrc::tier_unavailable,
+                       "the server reserved offset " + std::to_string(rr.offsets[i]) + ", outside its arena"};
+          p.objects.clear();
+          co_return p;
         }
-        objects[i] = arena->base() + rr.offsets[i];
-        with_image[i] = images[i] != 0;
+        p.objects[i] = arena->base() + rr.offsets[i];
         end = std::max(end, rr.offsets[i] + object_bytes);
         break;
     }
   }
-  std::error_code ec;
-  if (rr.reservation != 0) {
-    if ((ec = co_await pinned_up_to(arena, end))) {
-      release_hold(rr.reservation);
-      t.reason = "the arena could not be pinned: " + pin_error_;
-      co_return ec;
-    }
-    bool copied = true;
-    ec = co_await copy_and_wait(reactor_, t, *save_stream_, hip::CopyKind::device_to_host,
-                                segments(reg, s, objects, true, with_image), &copied);
-    if (!copied) {
-      keep_forever(arena);  // the reservation stays held: the copy may still write it
-      co_return ec;
-    }
-    Request commit = Commit{rr.reservation, !ec};
-    Reply creply;
-    std::error_code cec = co_await exchange(t, std::move(commit), &creply);
-    if (!ec && cec) {
-      t.reason = "copied, but not committed: " + t.reason;
-      ec = cec;
-    }
+  if (rr.reservation == 0) {  // nothing reserved: nothing to copy or commit
+    std::fill(p.objects.begin(), p.objects.end(), nullptr);
+    co_return p;
   }
-  t.chunks_refused = refused;
-  if (!ec && refused > 0) {
-    t.reason = std::to_string(refused) + " of " + std::to_string(s.keys.size()) +
-               " chunks refused: every object is in use (tier full)";
-    ec = TransferErrc::tier_full;
+  if (std::error_code ec = co_await pinned_up_to(arena, end)) {
+    release_hold(rr.reservation);
+    p.failure = {ec, "the arena could not be pinned: " + pin_error_};
+    p.objects.clear();
+    co_return p;
   }
-  co_return ec;
+  p.hold = rr.reservation;
+  p.memory = std::move(arena);
+  co_return p;
 }
 
-asio::awaitable<std::error_code> NodeTier::load(Transfer& t) {
-  if (std::error_code ec = co_await connect_for(t)) co_return ec;
-  const kv::TransferSpec& s = t.spec;
+asio::awaitable<Failure> RemoteIndex::commit(std::uint32_t, const std::vector<kv::ChunkKey>&, const Places& places,
+                                             bool copied, Clock::time_point deadline) {
+  Request commit = Commit{places.hold, copied};
+  Reply reply;
+  co_return co_await exchange(std::move(commit), deadline, &reply);
+}
+
+asio::awaitable<IndexPlane::Held> RemoteIndex::hold(const kv::TransferSpec& s, Clock::time_point deadline) {
+  Held h;
+  if ((h.failure = co_await connected())) co_return h;
   const Registration& reg = *regs_.at(s.registration);
   const std::uint64_t object_bytes = reg.object_bytes();
   const std::uint32_t ct = reg.layout.chunk_tokens;
-  std::uint64_t hold = 0;
   Lease lease;
   if (auto it = leases_.find(s.tier_lease);
       s.tier_lease != 0 && it != leases_.end() && it->second.registration == s.registration) {
-    hold = it->first;
+    h.hold = it->first;
     lease = std::move(it->second);
     leases_.erase(it);
   } else {
     // No lease of this process's own lookup: lease exactly the spec's chunks.
     Request req = Lookup{server_regs_.at(s.registration), s.keys};
     Reply reply;
-    if (std::error_code ec = co_await exchange(t, std::move(req), &reply)) co_return ec;
+    if ((h.failure = co_await exchange(std::move(req), deadline, &reply))) co_return h;
     auto& r = std::get<LookupReply>(reply.payload);
-    hold = r.lease;
+    h.hold = r.lease;
     if (r.offsets.size() * ct != r.hit.tokens || r.hit.tokens / ct > s.keys.size()) {
-      release_hold(hold);
-      t.reason = "a lookup reply whose hit does not match its keys";
-      co_return TransferErrc::tier_unavailable;
+      release_hold(h.hold);
+      h.failure = {TransferErrc::tier_unavailable, "a lookup reply whose hit does not match its keys"};
+      co_return h;
     }
     lease.keys.assign(s.keys.begin(), s.keys.begin() + static_cast<std::ptrdiff_t>(r.offsets.size()));
     lease.offsets = std::move(r.offsets);
     lease.checkpoints = std::move(r.hit.checkpoints);
     lease.arena = arena_;
   }
-  // Each of the spec's chunks in the lease, and the image at its end.
-  std::vector<std::byte*> objects;
+  // Each of the spec's chunks in the lease, and whether an image is stored at its end.
   std::uint64_t end = 0;
   std::size_t last = 0;
   for (const kv::ChunkKey& k : s.keys) {
@@ -642,46 +606,39 @@ asio::awaitable<std::error_code> NodeTier::load(Transfer& t) {
       return x.ns == k.ns && x.kv_rank == k.kv_rank && x.hash == k.hash;
     });
     if (at == lease.keys.end()) {
-      release_hold(hold);
-      t.reason = "the tier no longer holds every chunk of the load";
-      co_return TransferErrc::missing_chunk;
+      h.objects.push_back(nullptr);  // the data path says it is missing, and releases the hold
+      continue;
     }
     last = static_cast<std::size_t>(at - lease.keys.begin());
     const std::uint64_t off = lease.offsets[last];
     if (!lease.arena || !lease.arena->contains(off, object_bytes)) {
-      release_hold(hold);
-      t.reason = "the server leased offset " + std::to_string(off) + ", outside its arena";
-      co_return TransferErrc::tier_unavailable;
+      release_hold(h.hold);
+      h.failure = {TransferErrc::tier_unavailable,
+                   "the server leased offset " + std::to_string(off) + ", outside its arena"};
+      h.objects.clear();
+      co_return h;
     }
-    objects.push_back(lease.arena->base() + off);
+    h.objects.push_back(lease.arena->base() + off);
     end = std::max(end, off + object_bytes);
   }
-  if (s.with_state && std::find(lease.checkpoints.begin(), lease.checkpoints.end(), (last + 1) * ct) ==
-                          lease.checkpoints.end()) {
-    release_hold(hold);
-    t.reason = "no checkpoint image stored at the load's end";
-    co_return TransferErrc::missing_chunk;
+  h.image_at_end = std::find(lease.checkpoints.begin(), lease.checkpoints.end(), (last + 1) * ct) !=
+                   lease.checkpoints.end();
+  const bool whole = std::none_of(h.objects.begin(), h.objects.end(), [](std::byte* p) { return p == nullptr; });
+  if (whole && lease.arena->pinned_bytes() < end) {
+    if (std::error_code ec = co_await pinned_up_to(lease.arena, end)) {
+      release_hold(h.hold);
+      h.failure = {ec, "the arena could not be pinned" + (pin_error_.empty() ? std::string() : ": " + pin_error_)};
+      h.objects.clear();
+      co_return h;
+    }
   }
-  if (std::error_code ec = lease.arena->pinned_bytes() >= end ? std::error_code{}
-                                                               : co_await pinned_up_to(lease.arena, end)) {
-    release_hold(hold);
-    t.reason = "the arena could not be pinned" + (pin_error_.empty() ? std::string() : ": " + pin_error_);
-    co_return ec;
-  }
-  std::vector<bool> images(objects.size(), false);
-  if (s.with_state) images.back() = true;
-  bool copied = true;
-  std::error_code ec = co_await copy_and_wait(reactor_, t, *load_stream_, hip::CopyKind::host_to_device,
-                                              segments(reg, s, objects, false, images), &copied);
-  if (!copied) {
-    keep_forever(lease.arena);  // the lease stays held: the copy may still read those objects
-    co_return ec;
-  }
-  release_hold(hold);  // the copy is done: the server is not needed for the outcome
-  co_return ec;
+  h.memory = std::move(lease.arena);
+  co_return h;
 }
 
-asio::awaitable<void> NodeTier::drain() {
+void RemoteIndex::release(const kv::TransferSpec&, const Held& held) { release_hold(held.hold); }
+
+asio::awaitable<void> RemoteIndex::drain() {
   if (connected_) {
     // Leases no load named go back with the session's end (best effort: a
     // lost connection leaves them to the process's exit).

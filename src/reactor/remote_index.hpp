@@ -1,0 +1,149 @@
+// The remote index plane: kvstrand-server keeps the index and the arena,
+// this process maps the arena and (through HostTier) moves the bytes.
+//
+// All on the reactor strand:
+// - attach() connects, says hello (the reply brings the server's arena, a
+//   sealed memfd, which is mapped here and pinned slab by slab on helper
+//   threads) and registers the layout (geometry only);
+// - lookup() returns the hit, a lease id and each leased object's place in
+//   the arena; a load naming that lease holds it, and releases it after;
+// - reserve() asks for places, commit() publishes or gives them back;
+// - requests are bounded by request_timeout (lookups, attach) or the
+//   transfer's own deadline; a reply that comes after its caller gave up
+//   releases what it granted.
+// The server is needed only to reserve, commit and look up: a load with a
+// lease completes whatever the server does meanwhile. If the connection
+// drops, requests waiting for a reply fail at once (tier_unavailable: no
+// copy was made for them) and the next request reconnects (a restarted
+// server's new arena is mapped anew; the old mapping stays until no copy
+// uses it).
+// With tp_rank_collapse only rank 0 stores; every rank reads (F34).
+#pragma once
+
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <chrono>
+#include <deque>
+#include <map>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "kv/protocol.hpp"
+#include "reactor/arena_mapping.hpp"
+#include "reactor/reactor.hpp"
+#include "reactor/index_plane.hpp"
+
+namespace kvstrand::reactor {
+
+struct NodeTierOptions {
+  std::string socket;
+  std::chrono::milliseconds request_timeout{10'000};
+  int device = 0;  // the device the arena is pinned for
+};
+
+class RemoteIndex final : public IndexPlane {
+ public:
+  RemoteIndex(Reactor& reactor, NodeTierOptions options);
+  ~RemoteIndex() override;
+
+  boost::asio::awaitable<Failure> attach(const Registration& reg) override;
+  boost::asio::awaitable<LookupResult> lookup(std::uint32_t registration, std::vector<kv::ChunkKey> keys) override;
+  boost::asio::awaitable<void> release_lookup(std::uint64_t lease) override;
+  boost::asio::awaitable<LookupResult> adopt(std::uint32_t registration, std::uint64_t lease,
+                                             std::vector<kv::ChunkKey> keys) override;
+  void forget_lease(std::uint64_t lease) override { leases_.erase(lease); }
+  bool stores(std::uint32_t registration) const override;
+  boost::asio::awaitable<Places> reserve(std::uint32_t registration, const std::vector<kv::ChunkKey>& keys,
+                                         const std::vector<bool>& images, Clock::time_point deadline) override;
+  boost::asio::awaitable<Failure> commit(std::uint32_t registration, const std::vector<kv::ChunkKey>& keys,
+                                         const Places& places, bool copied, Clock::time_point deadline) override;
+  boost::asio::awaitable<Held> hold(const kv::TransferSpec& spec, Clock::time_point deadline) override;
+  void release(const kv::TransferSpec& spec, const Held& held) override;
+  std::shared_ptr<void> memory() const override { return arena_; }
+  tier::Index::Stats stats() const override { return {}; }  // the server's own stats say it
+  const char* kind() const noexcept override { return "node"; }
+  boost::asio::awaitable<void> drain() override;
+
+  std::uint64_t reconnects() const noexcept { return reconnects_; }
+  // The current arena's size and how much of it is pinned (on the strand).
+  std::uint64_t arena_bytes() const noexcept { return arena_ ? arena_->bytes() : 0; }
+  std::uint64_t pinned_bytes() const noexcept { return arena_ ? arena_->pinned_bytes() : 0; }
+
+
+ private:
+  struct Pending;
+  struct Lease {
+    std::uint32_t registration = 0;
+    std::vector<kv::ChunkKey> keys;  // the hit's chunks, in order
+    std::vector<std::uint64_t> offsets;
+    std::vector<std::uint32_t> checkpoints;  // boundaries with an image, from keys[0]
+    std::shared_ptr<ArenaMapping> arena;     // the arena the offsets are in
+  };
+  // A transfer's request may wait this long past its deadline, so that the
+  // reactor's deadline, not a missing reply, is what fails it.
+  static constexpr std::chrono::milliseconds kAfterDeadline{50};
+
+  std::function<void(std::exception_ptr)> ends_connection(const char* what);
+  boost::asio::awaitable<Failure> ensure_connected();
+  boost::asio::awaitable<Failure> handshake();
+  // Registers regs_[i] with the server (on a connection that said hello).
+  boost::asio::awaitable<Failure> register_one(std::size_t i, Clock::time_point until);
+  // A lookup or adopt reply made a lease of this process's.
+  LookupResult take_lease(std::uint32_t registration, const std::vector<kv::ChunkKey>& keys,
+                          kv::proto::LookupReply& r);
+  boost::asio::awaitable<Failure> hello(Clock::time_point until);
+  // tier_unavailable, saying the socket path and `why` (the OS error, or what the server did).
+  Failure unreachable(const std::string& why) const;
+  // One request, one reply (or an error: the connection failed, or `until` passed).
+  boost::asio::awaitable<std::pair<std::error_code, kv::proto::Reply>> call(kv::proto::Request req,
+                                                                            Clock::time_point until);
+  // A request whose reply nobody waits for (releases).
+  void send_only(kv::proto::Request req);
+  void release_hold(std::uint64_t hold);
+  // Connected, or why not.
+  boost::asio::awaitable<Failure> connected();
+  // A transfer's request bounded by its deadline; a refusal says why.
+  boost::asio::awaitable<Failure> exchange(kv::proto::Request req, Clock::time_point deadline, kv::proto::Reply* out);
+  boost::asio::awaitable<void> read_loop(std::uint64_t generation);
+  boost::asio::awaitable<void> write_loop(std::uint64_t generation);
+  void drop_connection(const std::string& why);
+  // Resumes once the arena is pinned up to `end` (or pinning failed).
+  boost::asio::awaitable<std::error_code> pinned_up_to(std::shared_ptr<ArenaMapping> m, std::uint64_t end);
+  boost::asio::awaitable<void> pin_loop(std::shared_ptr<ArenaMapping> m);
+  boost::asio::awaitable<void> pin_slab(std::shared_ptr<ArenaMapping> m, std::uint32_t slab);
+
+  Reactor& reactor_;
+  NodeTierOptions opt_;
+  std::vector<const Registration*> regs_;  // by registration id
+  std::optional<boost::asio::local::stream_protocol::socket> sock_;
+  std::uint64_t generation_ = 0;  // bumps on every new connection
+  bool connected_ = false;
+  bool connecting_ = false;
+  std::vector<std::uint32_t> server_regs_;  // the server's id of each, on this connection
+  std::uint64_t next_id_ = 1;
+  std::uint64_t reconnects_ = 0;
+  std::map<std::uint64_t, std::shared_ptr<Pending>> pending_;
+  std::map<std::uint64_t, kv::proto::Type> abandoned_;  // timed out: release what their replies grant
+  std::deque<std::vector<std::byte>> outbox_;
+  bool writing_ = false;
+  std::map<std::uint64_t, Lease> leases_;  // by lease id, until a load or a release names it
+  std::vector<std::uint64_t> unsent_releases_;  // holds to release once connected again
+  std::shared_ptr<ArenaMapping> arena_;  // the current server's arena
+
+  // Pinning progress of arena_: helper threads (pinning scales with cores:
+  // each slab is faulted in and registered on its own) and the signal its
+  // waiters share (cancelled after every slab).
+  static constexpr std::uint32_t kPinThreads = 4;
+  boost::asio::thread_pool pinner_{kPinThreads};
+  std::optional<boost::asio::steady_timer> pin_progress_;
+  std::uint64_t pin_want_ = 0;
+  std::uint32_t pin_next_ = 0;      // the next slab to start pinning
+  std::uint32_t pins_running_ = 0;
+  bool pinning_ = false;
+  std::string pin_error_;
+};
+
+}  // namespace kvstrand::reactor

@@ -1,0 +1,115 @@
+// HostTier, the one data path of the host tiers, over an index plane that
+// answers late (a server that stalls): what the data path does when the
+// reactor has given up on a transfer before its index answered.
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <atomic>
+
+#include "connector_rig.hpp"
+#include "reactor/host_tier.hpp"
+#include "reactor/local_index.hpp"
+
+using namespace kvstrand;
+using namespace kvstrand::test;
+using namespace std::chrono_literals;
+using reactor::FailStop;
+using reactor::TransferErrc;
+namespace asio = boost::asio;
+
+namespace {
+
+// LocalIndex, except that while `late` is set a load's hold and a save's
+// reserve answer only after `delay`.
+class LateIndex final : public reactor::IndexPlane {
+ public:
+  LateIndex(reactor::Reactor& r, std::uint64_t bytes, std::atomic<bool>& late, std::chrono::milliseconds delay)
+      : reactor_(r), inner_(bytes), late_(late), delay_(delay) {}
+
+  asio::awaitable<reactor::Failure> attach(const reactor::Registration& reg) override {
+    co_return co_await inner_.attach(reg);
+  }
+  asio::awaitable<LookupResult> lookup(std::uint32_t reg, std::vector<kv::ChunkKey> keys) override {
+    co_return co_await inner_.lookup(reg, std::move(keys));
+  }
+  asio::awaitable<Places> reserve(std::uint32_t reg, const std::vector<kv::ChunkKey>& keys,
+                                  const std::vector<bool>& images, Clock::time_point deadline) override {
+    co_await stall();
+    co_return co_await inner_.reserve(reg, keys, images, deadline);
+  }
+  asio::awaitable<reactor::Failure> commit(std::uint32_t reg, const std::vector<kv::ChunkKey>& keys,
+                                           const Places& places, bool copied, Clock::time_point deadline) override {
+    co_return co_await inner_.commit(reg, keys, places, copied, deadline);
+  }
+  asio::awaitable<Held> hold(const kv::TransferSpec& spec, Clock::time_point deadline) override {
+    co_await stall();
+    co_return co_await inner_.hold(spec, deadline);
+  }
+  void release(const kv::TransferSpec& spec, const Held& held) override { inner_.release(spec, held); }
+  std::shared_ptr<void> memory() const override { return inner_.memory(); }
+  tier::Index::Stats stats() const override { return inner_.stats(); }
+  const char* kind() const noexcept override { return "late"; }
+
+ private:
+  asio::awaitable<void> stall() {
+    if (!late_) co_return;
+    asio::steady_timer t(reactor_.strand(), delay_);
+    boost::system::error_code ec;
+    co_await t.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
+  reactor::Reactor& reactor_;
+  reactor::LocalIndex inner_;
+  std::atomic<bool>& late_;
+  std::chrono::milliseconds delay_;
+};
+
+// A 150 ms transfer deadline, over a HostTier whose index answers 400 ms
+// late while `late` is set.
+reactor::ConnectorOptions over_late_index(std::atomic<bool>& late) {
+  reactor::ConnectorOptions o;
+  o.transfer_deadline = 150ms;
+  o.make_tier = [&late](reactor::Reactor& r) {
+    return std::make_unique<reactor::HostTier>(r, std::make_unique<LateIndex>(r, 64ull << 20, late, 400ms));
+  };
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("host tier: a load whose index answers after its deadline never copies into the engine's blocks",
+          "[reactor][fault]") {
+  std::atomic<bool> late{false};
+  Rig rig(over_late_index(late));
+  rig.conn->save(rig.save_spec("a", 1, 0, 1, Rig::block_range(0, 4)));
+  auto f = rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); });
+  REQUIRE(f.saves[0].ok);
+
+  const auto dst = Rig::block_range(8, 4);
+  const auto before = rig.snapshot(dst, {3});
+  late = true;
+  rig.conn->load(rig.load_spec("a", 1, 0, 1, dst, 3));
+  REQUIRE(wait_for_fail_stop(*rig.conn).code() == TransferErrc::deadline_exceeded);
+  // The engine was told the load failed: its blocks are its own again. The
+  // index answers 250 ms later; nothing may be copied into them then.
+  std::this_thread::sleep_for(600ms);
+  REQUIRE(rig.snapshot(dst, {3}) == before);
+  // And the transfer ended for the tier too: nothing is left running.
+  REQUIRE(rig.conn->transfers().empty());
+  rig.conn->close();
+  REQUIRE(rig.conn->never_ended() == 0);
+}
+
+TEST_CASE("host tier: a save whose index answers after its deadline publishes nothing", "[reactor][fault]") {
+  std::atomic<bool> late{true};
+  Rig rig(over_late_index(late));
+  rig.conn->save(rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8)));
+  REQUIRE(wait_for_fail_stop(*rig.conn).code() == TransferErrc::deadline_exceeded);
+  std::this_thread::sleep_for(600ms);
+  REQUIRE(rig.conn->transfers().empty());
+  // Its places were given back, not committed: the tier stores nothing.
+  const tier::Index::Stats s = rig.conn->tier_stats();
+  REQUIRE(s.objects == 0);
+  REQUIRE(s.writing == 0);
+  rig.conn->close();
+  REQUIRE(rig.conn->never_ended() == 0);
+}
