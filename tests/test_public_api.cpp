@@ -11,9 +11,6 @@
 #include <string>
 #include <thread>
 
-#include "hip/event.hpp"
-#include "hip/sim_hooks.hpp"
-#include "hip/stream.hpp"
 
 using namespace kvstrand;
 using namespace std::chrono_literals;
@@ -23,7 +20,7 @@ namespace {
 constexpr std::uint32_t kBlocks = 32;
 constexpr std::uint64_t kBlockBytes = 4096;
 
-bool sim() { return std::string(backend()) == "sim"; }
+bool sim_backend() { return sim::available(); }
 
 std::vector<std::byte> pattern(std::size_t n, unsigned seed) {
   std::vector<std::byte> v(n);
@@ -118,18 +115,17 @@ TEST_CASE("public api: the version and backend the library reports", "[api]") {
 
 TEST_CASE("public api: a save waits for the engine's own stream (Producer::after_stream), a load restores it",
           "[api][sim]") {
-  if (!sim()) return;
+  if (!sim_backend()) return;
   Engine e;
   e.plane.write(0, pattern(8 * kBlockBytes, 1));  // what the blocks held before this step
   // The step's forward pass, on the engine's stream: held, so it has not run.
-  hip::Stream engine = hip::Stream::borrow(reinterpret_cast<void*>(e.stream.native()));
-  REQUIRE(hip::sim::hold_stream(engine).ok());
+  sim::hold_stream(e.stream.native());
   const auto step = pattern(8 * kBlockBytes, 2);
   e.plane.write_async(0, step, e.stream);
   e.conn.save(e.spec("r", 0), Producer::after_stream(e.stream.native()));
   std::this_thread::sleep_for(50ms);
   REQUIRE(e.conn.finished().saves.empty());  // waiting for the forward pass
-  REQUIRE(hip::sim::release_stream(engine).ok());
+  sim::release_stream(e.stream.native());
   auto f = e.wait(1, 0);
   INFO(f.saves[0].reason);
   REQUIRE(f.saves[0].ok);
@@ -144,19 +140,17 @@ TEST_CASE("public api: a save waits for the engine's own stream (Producer::after
 }
 
 TEST_CASE("public api: an engine's own event is waited for (Producer::after_event)", "[api][sim]") {
-  if (!sim()) return;
+  if (!sim_backend()) return;
   Engine e;
-  hip::Stream engine = hip::Stream::borrow(reinterpret_cast<void*>(e.stream.native()));
-  auto ev = hip::Event::create();
-  REQUIRE(ev.ok());
-  REQUIRE(hip::sim::hold_stream(engine).ok());
+  DeviceEvent ev = DeviceEvent::create();
+  sim::hold_stream(e.stream.native());
   const auto step = pattern(8 * kBlockBytes, 3);
   e.plane.write_async(0, step, e.stream);
-  REQUIRE(ev->record(engine).ok());
-  e.conn.save(e.spec("r", 0), Producer::after_event(reinterpret_cast<NativeEvent>(ev->native())));
+  ev.record(e.stream);
+  e.conn.save(e.spec("r", 0), Producer::after_event(ev.native()));
   std::this_thread::sleep_for(50ms);
   REQUIRE(e.conn.finished().saves.empty());
-  REQUIRE(hip::sim::release_stream(engine).ok());
+  sim::release_stream(e.stream.native());
   REQUIRE(e.wait(1, 0).saves[0].ok);
   e.conn.load(e.spec("r", 16));
   REQUIRE(e.wait(0, 1).loads[0].ok);

@@ -18,6 +18,7 @@
 
 #include <kvstrand/token_range.hpp>
 
+#pragma GCC visibility push(default)  // the library's ABI; the rest of it is hidden
 namespace kvstrand::kv {
 
 class BlockLeases {
@@ -44,3 +45,4 @@ class BlockLeases {
 };
 
 }  // namespace kvstrand::kv
+#pragma GCC visibility pop

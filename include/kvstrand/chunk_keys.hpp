@@ -15,6 +15,7 @@
 #include <kvstrand/digest.hpp>
 #include <kvstrand/layout.hpp>
 
+#pragma GCC visibility push(default)  // the library's ABI; the rest of it is hidden
 namespace kvstrand::kv {
 
 struct ChunkKey {
@@ -54,3 +55,4 @@ class ChunkHasher {
 std::vector<ChunkKey> chunk_keys(const Layout& layout, const Digest& ns, std::span<const std::uint32_t> tokens);
 
 }  // namespace kvstrand::kv
+#pragma GCC visibility pop

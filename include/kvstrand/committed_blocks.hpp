@@ -17,6 +17,7 @@
 #include <kvstrand/digest.hpp>
 #include <kvstrand/token_range.hpp>
 
+#pragma GCC visibility push(default)  // the library's ABI; the rest of it is hidden
 namespace kvstrand::kv {
 
 class CommittedBlocks {
@@ -39,3 +40,4 @@ class CommittedBlocks {
 };
 
 }  // namespace kvstrand::kv
+#pragma GCC visibility pop

@@ -39,6 +39,7 @@
 #include <kvstrand/transfer_spec.hpp>
 #include <kvstrand/version.hpp>
 
+#pragma GCC visibility push(default)  // the library's ABI; the rest of it is hidden
 namespace kvstrand {
 
 struct ConnectorOptions {
@@ -197,3 +198,4 @@ inline Connector::FenceAwaitable Connector::fenced(std::vector<std::string> requ
 }
 
 }  // namespace kvstrand
+#pragma GCC visibility pop

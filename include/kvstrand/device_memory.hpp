@@ -10,6 +10,7 @@
 #include <memory>
 #include <span>
 
+#pragma GCC visibility push(default)  // the library's ABI; the rest of it is hidden
 namespace kvstrand {
 
 // An engine's stream or event, as the integer its handle is
@@ -33,7 +34,27 @@ class DeviceStream {
  private:
   struct Impl;
   friend class DeviceMemory;
+  friend class DeviceEvent;
   explicit DeviceStream(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// An event of kvstrand's own, for engines without their own: recorded on a
+// stream after a step's writes, it is what Producer::after_event takes.
+class DeviceEvent {
+ public:
+  static DeviceEvent create();
+  ~DeviceEvent();
+  DeviceEvent(DeviceEvent&&) noexcept;
+  DeviceEvent& operator=(DeviceEvent&&) noexcept;
+
+  NativeEvent native() const noexcept;
+  // Marks the point after everything queued on `stream` so far.
+  void record(DeviceStream& stream);
+
+ private:
+  struct Impl;
+  explicit DeviceEvent(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 
@@ -64,3 +85,4 @@ class DeviceMemory {
 };
 
 }  // namespace kvstrand
+#pragma GCC visibility pop

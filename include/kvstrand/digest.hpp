@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <string>
 
+#pragma GCC visibility push(default)  // the library's ABI; the rest of it is hidden
 namespace kvstrand::kv {
 
 using Digest = std::array<std::byte, 32>;
@@ -12,3 +13,4 @@ using Digest = std::array<std::byte, 32>;
 std::string to_hex(const Digest& d);
 
 }  // namespace kvstrand::kv
+#pragma GCC visibility pop

@@ -7,6 +7,7 @@
 #include <string>
 #include <system_error>
 
+#pragma GCC visibility push(default)  // the library's ABI; the rest of it is hidden
 namespace kvstrand {
 
 enum class TransferErrc {
@@ -45,6 +46,7 @@ class TransferRefused : public std::system_error {
 };
 
 }  // namespace kvstrand
+#pragma GCC visibility pop
 
 template <>
 struct std::is_error_code_enum<kvstrand::TransferErrc> : std::true_type {};

@@ -10,6 +10,7 @@
 #include <kvstrand/hit_plan.hpp>
 #include <kvstrand/token_range.hpp>
 
+#pragma GCC visibility push(default)  // the library's ABI; the rest of it is hidden
 namespace kvstrand {
 
 enum class TransferKind { save, load };
@@ -62,3 +63,4 @@ struct Finished {
 };
 
 }  // namespace kvstrand
+#pragma GCC visibility pop

@@ -25,6 +25,7 @@
 #include <kvstrand/layout.hpp>
 #include <kvstrand/token_range.hpp>
 
+#pragma GCC visibility push(default)  // the library's ABI; the rest of it is hidden
 namespace kvstrand::kv {
 
 // What one source holds of this prompt, contiguously from token 0.
@@ -97,3 +98,4 @@ std::uint32_t prefill_chunk_end(const Layout& layout, std::uint32_t frontier, st
 std::optional<ConfigError> validate_budget(const Layout& layout, std::uint32_t max_batched_tokens);
 
 }  // namespace kvstrand::kv
+#pragma GCC visibility pop

@@ -15,5 +15,6 @@
 #include <kvstrand/namespace_id.hpp>
 #include <kvstrand/registration.hpp>
 #include <kvstrand/save_tracker.hpp>
+#include <kvstrand/sim.hpp>
 #include <kvstrand/transfer_spec.hpp>
 #include <kvstrand/version.hpp>

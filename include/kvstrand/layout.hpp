@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#pragma GCC visibility push(default)  // the library's ABI; the rest of it is hidden
 namespace kvstrand::kv {
 
 struct Plane {
@@ -80,3 +81,4 @@ std::optional<ConfigError> validate(const Layout& layout);
 std::optional<ConfigError> check_layout_override(const Layout& layout, std::string_view override_name);
 
 }  // namespace kvstrand::kv
+#pragma GCC visibility pop

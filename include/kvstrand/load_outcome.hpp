@@ -2,6 +2,7 @@
 // here so that every caller applies the same ones.
 #pragma once
 
+#pragma GCC visibility push(default)  // the library's ABI; the rest of it is hidden
 namespace kvstrand::kv {
 
 enum class LoadOutcome {
@@ -25,3 +26,4 @@ constexpr bool frees_lookup_locks_directly(LoadOutcome o) noexcept {
 constexpr bool reopens_saves(LoadOutcome o) noexcept { return o != LoadOutcome::landed; }
 
 }  // namespace kvstrand::kv
+#pragma GCC visibility pop

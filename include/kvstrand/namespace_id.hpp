@@ -12,8 +12,10 @@
 #include <kvstrand/digest.hpp>
 #include <kvstrand/layout.hpp>
 
+#pragma GCC visibility push(default)  // the library's ABI; the rest of it is hidden
 namespace kvstrand::kv {
 
 Digest namespace_of(const Layout& layout);
 
 }  // namespace kvstrand::kv
+#pragma GCC visibility pop

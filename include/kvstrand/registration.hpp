@@ -18,6 +18,7 @@
 #include <kvstrand/layout.hpp>
 #include <kvstrand/transfer_spec.hpp>
 
+#pragma GCC visibility push(default)  // the library's ABI; the rest of it is hidden
 namespace kvstrand {
 
 struct PlaneMemory {
@@ -50,3 +51,4 @@ struct Registration {
 };
 
 }  // namespace kvstrand
+#pragma GCC visibility pop

@@ -20,6 +20,7 @@
 #include <kvstrand/load_outcome.hpp>
 #include <kvstrand/token_range.hpp>
 
+#pragma GCC visibility push(default)  // the library's ABI; the rest of it is hidden
 namespace kvstrand::kv {
 
 class SaveTracker {
@@ -58,3 +59,4 @@ class SaveTracker {
 };
 
 }  // namespace kvstrand::kv
+#pragma GCC visibility pop

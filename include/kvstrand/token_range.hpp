@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#pragma GCC visibility push(default)  // the library's ABI; the rest of it is hidden
 namespace kvstrand::kv {
 
 using BlockId = std::uint32_t;
@@ -21,3 +22,4 @@ struct TokenRange {
 constexpr std::uint32_t floor_to(std::uint32_t x, std::uint32_t grid) noexcept { return grid == 0 ? x : x / grid * grid; }
 
 }  // namespace kvstrand::kv
+#pragma GCC visibility pop

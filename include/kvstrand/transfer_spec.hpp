@@ -13,6 +13,7 @@
 #include <kvstrand/committed_blocks.hpp>
 #include <kvstrand/token_range.hpp>
 
+#pragma GCC visibility push(default)  // the library's ABI; the rest of it is hidden
 namespace kvstrand::kv {
 
 struct TransferSpec {
@@ -42,3 +43,4 @@ std::optional<TransferSpec> build_save(const std::string& request, TokenRange to
                                        const CommittedBlocks& committed, BlockLeases& leases);
 
 }  // namespace kvstrand::kv
+#pragma GCC visibility pop

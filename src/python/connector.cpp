@@ -6,7 +6,7 @@
 // fence or a registration never stops other Python threads. A Connector is
 // one engine thread's; calls from several Python threads are serialized by
 // a lock here (the C++ Connector must not be called concurrently).
-#include "python/bindings.hpp"
+#include "bindings.hpp"
 
 #include <pybind11/stl.h>
 

@@ -1,6 +1,6 @@
 // Conversions every binding file uses: digests as bytes, durations as
 // seconds or timedelta, a prompt's tokens read in place where they can be.
-#include "python/bindings.hpp"
+#include "bindings.hpp"
 
 #include <pybind11/stl.h>
 

@@ -2,19 +2,16 @@
 // allocator of their own (an engine with PyTorch passes tensor.data_ptr()
 // and torch.cuda.Stream.cuda_stream instead), and the `sim` submodule: the
 // sim backend's host-visible device memory and its fault hooks.
-#include "python/bindings.hpp"
+#include "bindings.hpp"
 
 #include <kvstrand/device_memory.hpp>
+#include <kvstrand/sim.hpp>
 #include <kvstrand/version.hpp>
 
 #include <chrono>
 #include <cstring>
 #include <memory>
 #include <string>
-
-// The sim hooks' declarations; their code is exported by libkvstrand.so.
-#include "hip/sim_hooks.hpp"
-#include "hip/stream.hpp"
 
 namespace kvstrand::python {
 
@@ -41,10 +38,9 @@ class PyStream {
   ~PyStream() {
     if (pending_.empty()) return;
     // write_async's bytes must outlive the copies queued on this stream.
-    hip::Stream borrowed = hip::Stream::borrow(reinterpret_cast<void*>(s_.native()));
-    (void)hip::sim::release_stream(borrowed);  // a held sim stream would never drain
     py::gil_scoped_release unlocked;
     try {
+      if (sim::available()) sim::release_stream(s_.native());  // a held sim stream would never drain
       s_.synchronize();
     } catch (...) {
       // A failed stream ran nothing more; the bytes can go.
@@ -70,13 +66,9 @@ struct PyMemory {
   DeviceMemory mem;
 };
 
-hip::Stream stream_of(std::uintptr_t native) {
+NativeStream stream_of(std::uintptr_t native) {
   if (native == 0) throw py::value_error("stream 0 (the legacy default stream) cannot be held or delayed");
-  return hip::Stream::borrow(reinterpret_cast<void*>(native));
-}
-
-void must(const hip::Status& s) {
-  if (!s.ok()) throw std::runtime_error("kvstrand.sim: " + s.describe());
+  return native;
 }
 
 }  // namespace
@@ -153,23 +145,16 @@ void bind_device(py::module_& m) {
       },
       "bytes"_a, "`bytes` of sim device memory, zeroed, as a writable buffer.");
   sim.def(
-      "hold_stream", [](std::uintptr_t s) {
-        auto h = stream_of(s);
-        must(hip::sim::hold_stream(h));
-      },
+      "hold_stream", [](std::uintptr_t s) { sim::hold_stream(stream_of(s)); },
       "stream"_a, "The stream stops before its next operation until release_stream().");
   sim.def(
-      "release_stream", [](std::uintptr_t s) {
-        auto h = stream_of(s);
-        must(hip::sim::release_stream(h));
-      },
+      "release_stream", [](std::uintptr_t s) { sim::release_stream(stream_of(s)); },
       "stream"_a);
   sim.def(
       "set_stream_delay",
       [](std::uintptr_t s, const py::object& delay) {
         const auto d = duration_of(delay, "delay");
-        auto h = stream_of(s);
-        must(hip::sim::set_stream_delay(h, d));
+        sim::set_stream_delay(stream_of(s), d);
       },
       "stream"_a, "delay"_a, "Every operation on the stream waits `delay` (seconds or timedelta) first; 0: off.");
 }

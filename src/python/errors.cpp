@@ -8,7 +8,7 @@
 //
 // Translated where the C++ exception is caught, with the GIL held (pybind11
 // runs translators after the call that released it has returned).
-#include "python/bindings.hpp"
+#include "bindings.hpp"
 
 #include <kvstrand/errors.hpp>
 

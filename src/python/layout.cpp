@@ -1,6 +1,6 @@
 // The layout (one model's KV geometry on one rank), its validation, the
 // namespace it hashes to, and chunk keys.
-#include "python/bindings.hpp"
+#include "bindings.hpp"
 
 #include <pybind11/operators.h>
 #include <pybind11/stl.h>

@@ -1,6 +1,6 @@
 // kvstrand._kvstrand: the native half of the `kvstrand` package (the pure
 // Python half, python/kvstrand, re-exports it and adds kvstrand.vllm).
-#include "python/bindings.hpp"
+#include "bindings.hpp"
 
 #include <kvstrand/version.hpp>
 

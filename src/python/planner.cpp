@@ -1,7 +1,7 @@
 // The scheduler-side planner: where a request resumes (plan_hit,
 // plan_groups) and what it saves next (SaveTracker). Pure functions of their
 // inputs, the same code a C++ engine calls.
-#include "python/bindings.hpp"
+#include "bindings.hpp"
 
 #include <pybind11/operators.h>
 #include <pybind11/stl.h>

@@ -11,6 +11,7 @@
 #include "hip/backend.hpp"
 #include "hip/copy.hpp"
 #include "hip/device_buffer.hpp"
+#include "hip/event.hpp"
 #include "hip/pinned_buffer.hpp"
 #include "hip/stream.hpp"
 
@@ -40,6 +41,18 @@ DeviceStream::DeviceStream(DeviceStream&&) noexcept = default;
 DeviceStream& DeviceStream::operator=(DeviceStream&&) noexcept = default;
 NativeStream DeviceStream::native() const noexcept { return reinterpret_cast<NativeStream>(impl_->stream.native()); }
 void DeviceStream::synchronize() { must(impl_->stream.synchronize()); }
+
+struct DeviceEvent::Impl {
+  hip::Event event;
+};
+
+DeviceEvent::DeviceEvent(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+DeviceEvent DeviceEvent::create() { return DeviceEvent(std::make_unique<Impl>(Impl{must(hip::Event::create())})); }
+DeviceEvent::~DeviceEvent() = default;
+DeviceEvent::DeviceEvent(DeviceEvent&&) noexcept = default;
+DeviceEvent& DeviceEvent::operator=(DeviceEvent&&) noexcept = default;
+NativeEvent DeviceEvent::native() const noexcept { return reinterpret_cast<NativeEvent>(impl_->event.native()); }
+void DeviceEvent::record(DeviceStream& stream) { must(impl_->event.record(stream.impl_->stream)); }
 
 struct DeviceMemory::Impl {
   hip::DeviceBuffer buffer;

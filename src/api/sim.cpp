@@ -1,0 +1,43 @@
+// The public sim hooks (include/kvstrand/sim.hpp) over the sim backend's own.
+#include <kvstrand/sim.hpp>
+
+#include <stdexcept>
+#include <string>
+
+#include "hip/sim_hooks.hpp"
+#include "hip/stream.hpp"
+
+namespace kvstrand::sim {
+
+namespace {
+
+// Stream 0 is the legacy default stream: it can be neither held nor delayed.
+hip::Stream borrowed(NativeStream s, const char* hook) {
+  if (s == 0) throw std::runtime_error(std::string("kvstrand::sim::") + hook + ": stream 0 (the default stream)");
+  return hip::Stream::borrow(reinterpret_cast<void*>(s));
+}
+
+void must(const hip::Status& s, const char* hook) {
+  if (!s.ok()) throw std::runtime_error(std::string("kvstrand::sim::") + hook + ": " + s.describe());
+}
+
+}  // namespace
+
+bool available() noexcept { return hip::sim::available(); }
+
+void set_stream_delay(NativeStream stream, std::chrono::microseconds delay) {
+  hip::Stream s = borrowed(stream, "set_stream_delay");
+  must(hip::sim::set_stream_delay(s, delay), "set_stream_delay");
+}
+
+void hold_stream(NativeStream stream) {
+  hip::Stream s = borrowed(stream, "hold_stream");
+  must(hip::sim::hold_stream(s), "hold_stream");
+}
+
+void release_stream(NativeStream stream) {
+  hip::Stream s = borrowed(stream, "release_stream");
+  must(hip::sim::release_stream(s), "release_stream");
+}
+
+}  // namespace kvstrand::sim

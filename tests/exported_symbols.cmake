@@ -1,0 +1,31 @@
+# cmake -DLIBRARY=libkvstrand.so -P exported_symbols.cmake
+#
+# Fails when the library's dynamic symbol table names an internal namespace
+# (the reactor, the device runtime, the index, the wire protocol) or a
+# library compiled into it (Boost, spdlog, fmt), or lacks the public API.
+cmake_policy(SET CMP0007 NEW)
+execute_process(COMMAND nm -DC --defined-only ${LIBRARY} OUTPUT_VARIABLE symbols RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "nm -DC --defined-only ${LIBRARY} failed (${rc})")
+endif()
+string(REPLACE "\n" ";" lines "${symbols}")
+set(inside "")
+set(public 0)
+foreach(line IN LISTS lines)
+  if(line MATCHES "kvstrand::(reactor|hip|tier|python)::|kvstrand::kv::proto::|boost::|spdlog::|fmt::")
+    list(APPEND inside "${line}")
+  elseif(line MATCHES "kvstrand::Connector::Connector\\(|kvstrand::kv::chunk_keys\\(|kvstrand::sim::hold_stream\\(")
+    math(EXPR public "${public} + 1")
+  endif()
+endforeach()
+list(LENGTH inside n)
+if(n GREATER 0)
+  list(SUBLIST inside 0 20 shown)
+  string(REPLACE ";" "\n  " shown "${shown}")
+  message(FATAL_ERROR "${LIBRARY} exports ${n} internal symbol(s), among them:\n  ${shown}")
+endif()
+if(public LESS 3)
+  message(FATAL_ERROR "${LIBRARY} lacks part of the public API (Connector, chunk_keys, sim hooks): ${public} of 3 found")
+endif()
+list(LENGTH lines total)
+message(STATUS "${LIBRARY}: ${total} exported symbols, none internal")
