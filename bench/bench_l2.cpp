@@ -153,7 +153,7 @@ int main(int argc, char** argv) {
 
   asio::io_context io;
   auto guard = asio::make_work_guard(io);
-  reactor::Strand strand = asio::make_strand(io);
+  common::Strand strand = asio::make_strand(io);
   std::thread loop([&] { io.run(); });
   auto on_strand = [&](auto make) { return asio::co_spawn(strand, make(), asio::use_future).get(); };
 

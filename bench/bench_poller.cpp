@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
 
   asio::io_context ctx;
   auto guard = asio::make_work_guard(ctx);
-  reactor::Strand strand = asio::make_strand(ctx);
+  common::Strand strand = asio::make_strand(ctx);
   reactor::Poller poller(strand);
   std::thread reactor_thread([&] { ctx.run(); });
 

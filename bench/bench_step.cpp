@@ -145,7 +145,7 @@ int main(int argc, char** argv) {
     if (with_kvstrand) {
       reactor::ConnectorOptions opts;
       opts.tier_bytes = 256ull << 20;
-      if (with_http) opts.http = reactor::HttpOptions{};
+      if (with_http) opts.http = common::HttpOptions{};
       conn = std::make_unique<reactor::Connector>(opts);
       if (with_http)
         scraper = std::thread([&done, port = conn->http_port()] {

@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
   // Reactor side: one thread, one strand, its poller and event pool.
   asio::io_context ctx;
   auto work = asio::make_work_guard(ctx);
-  reactor::Strand strand = asio::make_strand(ctx);
+  common::Strand strand = asio::make_strand(ctx);
   reactor::Poller poller(strand);
   std::optional<hip::EventPool> pool;  // created and destroyed on the strand
   std::thread reactor_thread([&] { ctx.run(); });

@@ -74,7 +74,7 @@ class RedisTestClient {
 
   asio::io_context io_;
   asio::executor_work_guard<asio::io_context::executor_type> guard_ = asio::make_work_guard(io_);
-  reactor::Strand strand_ = asio::make_strand(io_);
+  common::Strand strand_ = asio::make_strand(io_);
   std::optional<l2::RedisCluster> cluster_;
   std::thread thread_;
 };

@@ -15,7 +15,7 @@
 #include <fstream>
 
 #include "connector_rig.hpp"
-#include "reactor/metrics.hpp"
+#include "common/metrics.hpp"
 #include "curl.hpp"
 #include "process.hpp"
 #include "server_process.hpp"
@@ -50,7 +50,7 @@ int tcp_connect(std::uint16_t port) {
 
 reactor::ConnectorOptions with_http(std::chrono::milliseconds deadline = 60s) {
   reactor::ConnectorOptions o;
-  o.http = reactor::HttpOptions{};
+  o.http = common::HttpOptions{};
   o.transfer_deadline = deadline;
   return o;
 }
@@ -67,7 +67,7 @@ void eventually(Pred p, std::chrono::seconds within = 10s) {
 }  // namespace
 
 TEST_CASE("debug http: a gauge of bytes is printed whole, a fraction in full", "[http]") {
-  reactor::PromText p;
+  common::PromText p;
   p.gauge("kvstrand_test_bytes", "Bytes", 8589934592.0);  // 8 GiB
   p.gauge("kvstrand_test_big", "Bytes", 107374182401.0);  // 100 GiB and a byte
   p.gauge("kvstrand_test_ratio", "A ratio", 0.1);
@@ -149,17 +149,17 @@ TEST_CASE("debug http: a transfer in flight shows in /debug/transfers, a fail-st
 }
 
 TEST_CASE("debug http: a non-loopback address is refused unless allowed, naming the option", "[http]") {
-  reactor::HttpOptions o;
+  common::HttpOptions o;
   o.address = "0.0.0.0";
-  auto e = reactor::validate(o);
+  auto e = common::validate(o);
   REQUIRE(e.has_value());
   REQUIRE(e->option == "http.allow_non_loopback");
   o.allow_non_loopback = true;
-  REQUIRE_FALSE(reactor::validate(o).has_value());
+  REQUIRE_FALSE(common::validate(o).has_value());
   o.address = "localhost-ish";
-  REQUIRE(reactor::validate(o)->option == "http.address");
+  REQUIRE(common::validate(o)->option == "http.address");
   reactor::ConnectorOptions c;
-  c.http = reactor::HttpOptions{};
+  c.http = common::HttpOptions{};
   c.http->address = "10.1.2.3";
   try {
     reactor::Connector conn(c);
@@ -167,9 +167,9 @@ TEST_CASE("debug http: a non-loopback address is refused unless allowed, naming 
   } catch (const std::invalid_argument& err) {
     REQUIRE(std::string(err.what()).find("http.allow_non_loopback") != std::string::npos);
   }
-  REQUIRE(reactor::parse_http_address("127.0.0.1:9400")->port == 9400);
-  REQUIRE_FALSE(reactor::parse_http_address("127.0.0.1").has_value());
-  REQUIRE_FALSE(reactor::parse_http_address("127.0.0.1:99999").has_value());
+  REQUIRE(common::parse_http_address("127.0.0.1:9400")->port == 9400);
+  REQUIRE_FALSE(common::parse_http_address("127.0.0.1").has_value());
+  REQUIRE_FALSE(common::parse_http_address("127.0.0.1:99999").has_value());
 }
 
 TEST_CASE("debug http: slow, malformed and surplus clients cannot stall transfers", "[http][reactor][fault][gpu]") {

@@ -17,7 +17,7 @@ using namespace kvstrand::test;
 using namespace std::chrono_literals;
 namespace asio = boost::asio;
 using reactor::Poller;
-using reactor::Strand;
+using common::Strand;
 
 namespace {
 

@@ -41,7 +41,7 @@ struct EngineConfig {
   std::string server_socket;  // tier through kvstrand-server instead of the embedded LocalTier
   std::uint64_t tier_bytes = 1ull << 30;
   std::uint32_t min_load_tokens = 256;
-  std::optional<reactor::HttpOptions> http;  // the connector's debug endpoint (tier arms)
+  std::optional<common::HttpOptions> http;  // the connector's debug endpoint (tier arms)
   std::chrono::milliseconds transfer_deadline{30'000};
   std::chrono::milliseconds fence_timeout{30'000};  // a preemption's fence of its load
   // 1: steps of the measured window take their modeled time for real (the

@@ -106,10 +106,10 @@ int main(int argc, char** argv) {
                  tier_bytes_text.c_str());
     return 2;
   }
-  std::optional<reactor::HttpOptions> http;
+  std::optional<common::HttpOptions> http;
   if (!http_text.empty()) {
-    http = reactor::parse_http_address(http_text);
-    if (!http || reactor::validate(*http)) {
+    http = common::parse_http_address(http_text);
+    if (!http || common::validate(*http)) {
       std::fprintf(stderr, "kvstrand-engine-demo: invalid --http: '%s' is not a loopback ADDR:PORT\n", http_text.c_str());
       return 2;
     }

@@ -25,7 +25,7 @@ reactor::ConnectorOptions internal(const ConnectorOptions& o) {
   r.max_live_lookups = o.max_live_lookups;
   if (o.debug_port >= 0) {
     if (o.debug_port > 65535) throw std::invalid_argument("invalid option 'debug_port': must be <= 65535");
-    reactor::HttpOptions h;
+    common::HttpOptions h;
     h.address = o.debug_address;
     h.port = static_cast<std::uint16_t>(o.debug_port);
     r.http = h;

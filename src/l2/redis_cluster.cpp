@@ -85,7 +85,7 @@ struct RedisCluster::Impl : std::enable_shared_from_this<RedisCluster::Impl> {
   using Handler = asio::any_completion_handler<void(std::vector<RedisResult>)>;
 
   struct Batch {
-    explicit Batch(const reactor::Strand& s) : timer(s) {}
+    explicit Batch(const common::Strand& s) : timer(s) {}
     std::vector<std::vector<std::string>> cmds;
     std::vector<int> direct;  // a node index, or -1: routed by key
     std::vector<RedisResult> results;
@@ -96,7 +96,7 @@ struct RedisCluster::Impl : std::enable_shared_from_this<RedisCluster::Impl> {
     std::optional<Handler> handler;
   };
 
-  Impl(reactor::Strand s, RedisOptions o) : strand(std::move(s)), opt(std::move(o)), slots(kSlots, -1) {}
+  Impl(common::Strand s, RedisOptions o) : strand(std::move(s)), opt(std::move(o)), slots(kSlots, -1) {}
 
   int node_index(const RedisAddress& a) {
     const std::string key = a.str();
@@ -306,7 +306,7 @@ struct RedisCluster::Impl : std::enable_shared_from_this<RedisCluster::Impl> {
     asio::co_spawn(strand, learn(std::move(all)), std::move(done));
   }
 
-  reactor::Strand strand;
+  common::Strand strand;
   RedisOptions opt;
   std::vector<std::unique_ptr<RedisConnection>> nodes;
   std::map<std::string, int> index;
@@ -319,7 +319,7 @@ struct RedisCluster::Impl : std::enable_shared_from_this<RedisCluster::Impl> {
   RedisClusterStats stats;
 };
 
-RedisCluster::RedisCluster(reactor::Strand strand, RedisOptions options)
+RedisCluster::RedisCluster(common::Strand strand, RedisOptions options)
     : impl_(std::make_shared<Impl>(std::move(strand), std::move(options))) {}
 
 RedisCluster::~RedisCluster() {

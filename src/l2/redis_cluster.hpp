@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "l2/redis_value.hpp"
-#include "reactor/strand.hpp"
+#include "common/strand.hpp"
 
 namespace kvstrand::l2 {
 
@@ -57,7 +57,7 @@ struct RedisClusterStats {
 
 class RedisCluster {
  public:
-  RedisCluster(reactor::Strand strand, RedisOptions options);
+  RedisCluster(common::Strand strand, RedisOptions options);
   ~RedisCluster();
   RedisCluster(const RedisCluster&) = delete;
   RedisCluster& operator=(const RedisCluster&) = delete;

@@ -49,7 +49,7 @@ RedisValue convert(const redisReply* r) {
 // hiredis's cleanup hook, before hiredis closes it, so that a later socket
 // given the same number is never deregistered by mistake.
 struct RedisConnection::Watch : std::enable_shared_from_this<Watch> {
-  Watch(reactor::Strand s, int fd, redisAsyncContext* c) : sd(s, fd), ac(c) {}
+  Watch(common::Strand s, int fd, redisAsyncContext* c) : sd(s, fd), ac(c) {}
   ~Watch() {
     if (sd.is_open()) (void)sd.release();
   }
@@ -101,7 +101,7 @@ struct RedisConnection::Call {
   bool counted;  // an ASKING's own reply is neither counted nor delivered
 };
 
-RedisConnection::RedisConnection(reactor::Strand strand, std::string host, int port, std::size_t max_inflight,
+RedisConnection::RedisConnection(common::Strand strand, std::string host, int port, std::size_t max_inflight,
                                  std::chrono::milliseconds retry_after)
     : strand_(std::move(strand)),
       host_(std::move(host)),

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "l2/redis_value.hpp"
-#include "reactor/strand.hpp"
+#include "common/strand.hpp"
 
 struct redisAsyncContext;
 
@@ -25,7 +25,7 @@ class RedisConnection {
  public:
   using Done = std::function<void(RedisResult)>;
 
-  RedisConnection(reactor::Strand strand, std::string host, int port, std::size_t max_inflight,
+  RedisConnection(common::Strand strand, std::string host, int port, std::size_t max_inflight,
                   std::chrono::milliseconds retry_after = std::chrono::milliseconds(100));
   ~RedisConnection();  // unanswered commands complete with `disconnected`
   RedisConnection(const RedisConnection&) = delete;
@@ -57,7 +57,7 @@ class RedisConnection {
   static void on_disconnect(const redisAsyncContext* ac, int status);
   void context_gone(const std::string& why);
 
-  reactor::Strand strand_;
+  common::Strand strand_;
   std::string host_;
   int port_;
   std::size_t max_inflight_;

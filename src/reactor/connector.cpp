@@ -1,4 +1,4 @@
-#include "reactor/log_escaped.hpp"
+#include "common/log_escaped.hpp"
 #include "reactor/connector.hpp"
 
 #include <boost/asio/append.hpp>
@@ -13,7 +13,7 @@
 #include <stdexcept>
 
 #include "reactor/connector_metrics.hpp"
-#include "reactor/debug_page.hpp"
+#include "common/debug_page.hpp"
 #include "reactor/local_tier.hpp"
 #include "reactor/node_tier.hpp"
 #include "hip/keep_for_process_life.hpp"
@@ -22,6 +22,9 @@
 #include <kvstrand/namespace_id.hpp>
 
 namespace kvstrand::reactor {
+
+using common::LogEscaped;
+using common::debug_page;
 
 namespace asio = boost::asio;
 using Clock = std::chrono::steady_clock;

@@ -42,15 +42,21 @@
 #include "tier/index.hpp"
 #include <kvstrand/transfer_spec.hpp>
 #include "hip/stream.hpp"
-#include "reactor/debug_http.hpp"
+#include "common/debug_http.hpp"
 #include "reactor/mailbox.hpp"
-#include "reactor/metrics.hpp"
+#include "common/metrics.hpp"
 #include "reactor/reactor.hpp"
 #include "reactor/registration.hpp"
 #include "reactor/tier.hpp"
 #include "reactor/transfer_error.hpp"
 
 namespace kvstrand::reactor {
+
+using common::DebugHttp;
+using common::HttpOptions;
+using common::HttpResponse;
+using common::HttpRoutes;
+using common::AtomicHistogram;
 
 struct ConnectorOptions {
   // Every transfer's own deadline; passing it is fail-stop. Must be > 0.

@@ -11,11 +11,17 @@
 
 #include "hip/event_pool.hpp"
 #include "tier/index.hpp"
-#include "reactor/metrics.hpp"
+#include "common/metrics.hpp"
 #include "reactor/poller.hpp"
 #include "reactor/transfer.hpp"
 
 namespace kvstrand::reactor {
+
+using common::AtomicHistogram;
+using common::Histogram;
+using common::PromText;
+using common::labels;
+using common::LabeledCounter;
 
 struct TransferInfo;
 

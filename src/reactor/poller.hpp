@@ -21,7 +21,7 @@
 // executor (it hops to the strand). The Event must outlive the wait.
 #pragma once
 
-#include "reactor/strand.hpp"
+#include "common/strand.hpp"
 
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/async_result.hpp>
@@ -38,6 +38,9 @@ class Event;
 }
 
 namespace kvstrand::reactor {
+
+namespace asio = boost::asio;
+using common::Strand;
 
 
 struct PollerOptions {

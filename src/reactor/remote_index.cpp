@@ -1,4 +1,4 @@
-#include "reactor/log_escaped.hpp"
+#include "common/log_escaped.hpp"
 #include "reactor/remote_index.hpp"
 
 #include <spdlog/spdlog.h>
@@ -23,6 +23,7 @@ namespace kvstrand::reactor {
 namespace asio = boost::asio;
 using local = asio::local::stream_protocol;
 using namespace kv::proto;
+using common::LogEscaped;
 
 namespace {
 const auto kAwait = asio::as_tuple(asio::use_awaitable);  // awaited ops complete with error codes

@@ -11,7 +11,7 @@
 #include <limits>
 
 #include "l2/chunk_value.hpp"
-#include "reactor/log_escaped.hpp"
+#include "common/log_escaped.hpp"
 #include "tier/arena.hpp"
 
 namespace kvstrand::server {
@@ -34,7 +34,7 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
     bool image;
   };
 
-  Impl(reactor::Strand s, L2Options o, std::byte* a, tier::SizeClasses& c)
+  Impl(common::Strand s, L2Options o, std::byte* a, tier::SizeClasses& c)
       : strand(s), opt(std::move(o)), arena(a), classes(c), wake(s) {
     l2::RedisOptions r;
     r.seeds = opt.seeds;
@@ -160,7 +160,7 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
     co_return stored;
   }
 
-  reactor::Strand strand;
+  common::Strand strand;
   L2Options opt;
   std::byte* arena;
   tier::SizeClasses& classes;
@@ -173,7 +173,7 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
   L2Stats st;
 };
 
-L2Tier::L2Tier(reactor::Strand strand, L2Options options, std::byte* arena, tier::SizeClasses& classes)
+L2Tier::L2Tier(common::Strand strand, L2Options options, std::byte* arena, tier::SizeClasses& classes)
     : impl_(std::make_shared<Impl>(std::move(strand), std::move(options), arena, classes)) {}
 
 L2Tier::~L2Tier() { stop(); }
@@ -181,9 +181,9 @@ L2Tier::~L2Tier() { stop(); }
 void L2Tier::start() {
   auto self = impl_;
   auto connected = [self](std::exception_ptr e) {
-    if (e) reactor::LogEscaped{"the L2 connect loop"}(e);
+    if (e) common::LogEscaped{"the L2 connect loop"}(e);
     if (self->stopped) return;
-    asio::co_spawn(self->strand, self->write_loop(), reactor::LogEscaped{"the L2 writer"});
+    asio::co_spawn(self->strand, self->write_loop(), common::LogEscaped{"the L2 writer"});
   };
   asio::co_spawn(impl_->strand, impl_->connect(), std::move(connected));
 }

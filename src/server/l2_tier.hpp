@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "l2/redis_cluster.hpp"
-#include "reactor/strand.hpp"
+#include "common/strand.hpp"
 #include "tier/index.hpp"
 #include "tier/size_classes.hpp"
 
@@ -58,7 +58,7 @@ struct L2Stats {
 class L2Tier {
  public:
   // `arena`: the server's mapping of the whole arena.
-  L2Tier(reactor::Strand strand, L2Options options, std::byte* arena, tier::SizeClasses& classes);
+  L2Tier(common::Strand strand, L2Options options, std::byte* arena, tier::SizeClasses& classes);
   ~L2Tier();
   L2Tier(const L2Tier&) = delete;
   L2Tier& operator=(const L2Tier&) = delete;

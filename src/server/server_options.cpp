@@ -110,10 +110,10 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
   if (std::find(std::begin(levels), std::end(levels), o.log_level) == std::end(levels))
     return refuse("--log-level", "'" + o.log_level + "' is not one of trace, debug, info, warn, error, off");
   if (!http.empty()) {
-    auto h = reactor::parse_http_address(http);
+    auto h = common::parse_http_address(http);
     if (!h) return refuse("--http", "'" + http + "' is not ADDR:PORT, e.g. 127.0.0.1:9400");
     h->allow_non_loopback = http_remote;
-    if (auto e = reactor::validate(*h)) return refuse("--http", e->message);
+    if (auto e = common::validate(*h)) return refuse("--http", e->message);
     o.http = *h;
   } else if (http_remote) {
     return refuse("--http-allow-remote", "needs --http");

@@ -8,7 +8,7 @@
 #include <string>
 #include <variant>
 
-#include "reactor/debug_http.hpp"
+#include "common/debug_http.hpp"
 #include "server/l2_tier.hpp"
 
 namespace kvstrand::server {
@@ -29,7 +29,7 @@ struct ServerOptions {
   std::uint64_t max_client_reserved = 0;
   std::uint64_t max_reply_queue = 4u << 20;
   // --http ADDR:PORT: the read-only debug endpoint (off when unset).
-  std::optional<reactor::HttpOptions> http;
+  std::optional<common::HttpOptions> http;
   // --l2 redis://HOST:PORT[,...]: Redis (Cluster) under the arena (off when unset).
   std::optional<L2Options> l2;
 };

@@ -1,4 +1,4 @@
-#include "reactor/log_escaped.hpp"
+#include "common/log_escaped.hpp"
 #include "server/tier_server.hpp"
 
 #include <spdlog/spdlog.h>
@@ -32,9 +32,9 @@
 
 #include "kv/parse_bytes.hpp"
 #include "kv/protocol.hpp"
-#include "reactor/debug_http.hpp"
-#include "reactor/debug_page.hpp"
-#include "reactor/metrics.hpp"
+#include "common/debug_http.hpp"
+#include "common/debug_page.hpp"
+#include "common/metrics.hpp"
 #include "tier/arena.hpp"
 #include "tier/fd_passing.hpp"
 #include "tier/index.hpp"
@@ -46,7 +46,7 @@ namespace asio = boost::asio;
 using local = asio::local::stream_protocol;
 using namespace kv::proto;
 using Clock = std::chrono::steady_clock;
-using reactor::Strand;
+using common::Strand;
 
 namespace {
 
@@ -131,7 +131,7 @@ struct TierServer::Impl {
     // no one: it stops instead (fail-stop), and wait()'s caller exits 1.
     auto acceptor_ended = [this](std::exception_ptr e) {
       if (!e) return;
-      reactor::LogEscaped{"kvstrand-server acceptor"}(e);
+      common::LogEscaped{"kvstrand-server acceptor"}(e);
       spdlog::critical("kvstrand-server: no longer accepting connections: stopping");
       failed = true;
       shutdown();
@@ -187,7 +187,7 @@ struct TierServer::Impl {
     // What was committed is written to L2 before the server goes (bounded):
     // another node may be about to ask for it.
     auto done = [this](std::exception_ptr e, std::size_t left) {
-      if (e) reactor::LogEscaped{"the L2 drain"}(e);
+      if (e) common::LogEscaped{"the L2 drain"}(e);
       if (left != 0) spdlog::warn("kvstrand-server: stopping with {} object(s) not written to L2", left);
       l2->stop();
       stopped.set_value();
@@ -329,7 +329,7 @@ struct TierServer::Impl {
     if (!s->close_after_flush) end_session(s, end);
   }
 
-  void count(Type t, Status st) { ++requests[reactor::labels({{"type", to_string(t)}, {"status", to_string(st)}})]; }
+  void count(Type t, Status st) { ++requests[common::labels({{"type", to_string(t)}, {"status", to_string(st)}})]; }
 
   void send(const std::shared_ptr<Session>& s, std::vector<std::byte> frame, bool with_fd = false) {
     if (s->closed) return;
@@ -388,7 +388,7 @@ struct TierServer::Impl {
   std::function<void(std::exception_ptr)> ends_session(const std::shared_ptr<Session>& s, const char* what) {
     return [this, s, what](std::exception_ptr e) {
       if (!e) return;
-      reactor::LogEscaped{what}(e);
+      common::LogEscaped{what}(e);
       end_session(s, std::string(what) + " ended by an exception");
     };
   }
@@ -584,11 +584,11 @@ struct TierServer::Impl {
 
   // ---- the debug endpoint (routes run on the strand) -------------------------
 
-  reactor::HttpRoutes routes() {
+  common::HttpRoutes routes() {
     namespace json = boost::json;
-    reactor::HttpRoutes r;
+    common::HttpRoutes r;
     r["/healthz"] = [this] {
-      return reactor::HttpResponse{stopping ? 503u : 200u, "text/plain", stopping ? "stopping\n" : "ok\n"};
+      return common::HttpResponse{stopping ? 503u : 200u, "text/plain", stopping ? "stopping\n" : "ok\n"};
     };
     r["/debug/sessions"] = [this] {
       json::array a;
@@ -605,7 +605,7 @@ struct TierServer::Impl {
                                  {"process_leases", held.leases},
                                  {"process_reservations", held.reservations}});
       }
-      return reactor::HttpResponse{200, "application/json", json::serialize(a)};
+      return common::HttpResponse{200, "application/json", json::serialize(a)};
     };
     r["/debug/holds"] = [this] {
       json::array a;
@@ -615,7 +615,7 @@ struct TierServer::Impl {
             if (proc->owner == h.first) pid = p;
           a.push_back(json::object{{"hold", id}, {"kind", h.second ? "lease" : "reservation"}, {"pid", pid}});
         }
-      return reactor::HttpResponse{200, "application/json", json::serialize(a)};
+      return common::HttpResponse{200, "application/json", json::serialize(a)};
     };
     r["/debug/tier"] = [this] {
       const auto st = tier_stats();
@@ -639,11 +639,11 @@ struct TierServer::Impl {
                                {"bad_values", l.bad_values},       {"unanswered", l.unanswered},
                                {"moved", l.redis.moved},           {"asked", l.redis.asked}};
       }
-      return reactor::HttpResponse{200, "application/json", json::serialize(o)};
+      return common::HttpResponse{200, "application/json", json::serialize(o)};
     };
     r["/metrics"] = [this] {
       const auto st = tier_stats();
-      reactor::PromText p;
+      common::PromText p;
       p.counter("kvstrand_server_requests_total", "Requests answered, by type and status", requests);
       p.counter("kvstrand_server_evictions_total", "Objects evicted from the tier", st.evictions);
       p.counter("kvstrand_server_refused_full_total", "Chunks refused because the tier was full", st.refused_full);
@@ -674,11 +674,11 @@ struct TierServer::Impl {
         p.counter("kvstrand_server_l2_redirects_total", "MOVED and ASK redirections followed",
                   l.redis.moved + l.redis.asked);
       }
-      return reactor::HttpResponse{200, "text/plain; version=0.0.4", p.str()};
+      return common::HttpResponse{200, "text/plain; version=0.0.4", p.str()};
     };
-    const std::string page = reactor::debug_page("kvstrand-server " + opt.socket,
+    const std::string page = common::debug_page("kvstrand-server " + opt.socket,
                                                  {"/debug/sessions", "/debug/holds", "/debug/tier"});
-    r["/debug"] = [page] { return reactor::HttpResponse{200, "text/html; charset=utf-8", page}; };
+    r["/debug"] = [page] { return common::HttpResponse{200, "text/html; charset=utf-8", page}; };
     return r;
   }
 
@@ -712,8 +712,8 @@ struct TierServer::Impl {
   bool failed = false;  // stopped because it could not go on (set before `stopped`)
   std::promise<void> stopped;
   Clock::time_point started = Clock::now();
-  reactor::LabeledCounter requests;
-  std::unique_ptr<reactor::DebugHttp> http;
+  common::LabeledCounter requests;
+  std::unique_ptr<common::DebugHttp> http;
 };
 
 TierServer::TierServer(ServerOptions options) : impl_(std::make_shared<Impl>(std::move(options))) {}
@@ -753,7 +753,7 @@ void TierServer::start() {
   impl_->start_filler();
   if (impl_->opt.http) {
     try {
-      impl_->http = std::make_unique<reactor::DebugHttp>(impl_->strand, *impl_->opt.http, impl_->routes());
+      impl_->http = std::make_unique<common::DebugHttp>(impl_->strand, *impl_->opt.http, impl_->routes());
     } catch (const std::invalid_argument& e) {
       throw std::runtime_error(std::string("--http: ") + e.what());
     }

@@ -1,5 +1,5 @@
-#include "reactor/log_escaped.hpp"
-#include "reactor/debug_http.hpp"
+#include "common/log_escaped.hpp"
+#include "common/debug_http.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -13,7 +13,7 @@
 #include <boost/beast/http.hpp>
 #include <list>
 
-namespace kvstrand::reactor {
+namespace kvstrand::common {
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
@@ -182,4 +182,4 @@ void DebugHttp::stop() {
   });
 }
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::common

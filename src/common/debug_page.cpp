@@ -1,6 +1,6 @@
-#include "reactor/debug_page.hpp"
+#include "common/debug_page.hpp"
 
-namespace kvstrand::reactor {
+namespace kvstrand::common {
 
 std::string debug_page(const std::string& title, const std::vector<std::string>& json_endpoints) {
   std::string list;
@@ -78,4 +78,4 @@ setInterval(refresh, 2000);
 )";
 }
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::common

@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-namespace kvstrand::reactor {
+namespace kvstrand::common {
 
 // Latency buckets, seconds: 10 us to 10 s, three per decade.
 inline constexpr std::array<double, 19> kLatencyBuckets = {
@@ -59,4 +59,4 @@ class PromText {
 // `a="x",b="y"` with the values escaped as the format requires.
 std::string labels(std::initializer_list<std::pair<std::string_view, std::string_view>> kv);
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::common

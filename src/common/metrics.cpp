@@ -1,8 +1,8 @@
-#include "reactor/metrics.hpp"
+#include "common/metrics.hpp"
 
 #include <charconv>
 
-namespace kvstrand::reactor {
+namespace kvstrand::common {
 
 namespace {
 std::size_t bucket_of(double seconds) {
@@ -107,4 +107,4 @@ void PromText::histogram(std::string_view name, std::string_view help, const His
   out_ += "_count " + std::to_string(h.count) + '\n';
 }
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::common

@@ -9,7 +9,7 @@
 
 #include <exception>
 
-namespace kvstrand::reactor {
+namespace kvstrand::common {
 
 struct LogEscaped {
   const char* what;
@@ -26,4 +26,4 @@ struct LogEscaped {
   }
 };
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::common

@@ -20,9 +20,9 @@
 #include <string>
 
 #include <kvstrand/layout.hpp>
-#include "reactor/strand.hpp"
+#include "common/strand.hpp"
 
-namespace kvstrand::reactor {
+namespace kvstrand::common {
 
 struct HttpOptions {
   std::string address = "127.0.0.1";
@@ -73,4 +73,4 @@ class DebugHttp {
   bool stopped_ = false;
 };
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::common

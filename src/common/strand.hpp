@@ -6,9 +6,9 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/strand.hpp>
 
-namespace kvstrand::reactor {
+namespace kvstrand::common {
 
 namespace asio = boost::asio;
 using Strand = asio::strand<asio::io_context::executor_type>;
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::common

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-namespace kvstrand::reactor {
+namespace kvstrand::common {
 
 std::string debug_page(const std::string& title, const std::vector<std::string>& json_endpoints);
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::common
