@@ -56,7 +56,8 @@ struct RemoteIndex::Pending {
   std::string why;  // with failure: the cause (the connection's loss)
 };
 
-RemoteIndex::RemoteIndex(Reactor& reactor, NodeTierOptions options) : reactor_(reactor), opt_(std::move(options)) {}
+RemoteIndex::RemoteIndex(Reactor& reactor, NodeTierOptions options)
+    : reactor_(reactor), opt_(std::move(options)), gate_(reactor.strand()) {}
 
 RemoteIndex::~RemoteIndex() {
   if (sock_) {
@@ -175,7 +176,7 @@ asio::awaitable<Failure> RemoteIndex::hello(Clock::time_point until) {
   // Pin the whole arena in the background (pages the server has not
   // populated yet are allocated by the first toucher, this process or the
   // server); a copy waits only for its own slab's prefix.
-  asio::co_spawn(reactor_.strand(), pinned_up_to(arena_, arena_->bytes()), LogEscaped{"NodeTier pinning"});
+  gate_.spawn(pinned_up_to(arena_, arena_->bytes()), LogEscaped{"NodeTier pinning"});
   co_return Failure{};
 }
 
@@ -187,7 +188,8 @@ asio::awaitable<Failure> RemoteIndex::handshake() {
   if (cec) co_return unreachable("connect: " + cec.message());
   const auto until = Clock::now() + opt_.request_timeout;
   if (Failure r = co_await hello(until); r) co_return r;
-  asio::co_spawn(reactor_.strand(), read_loop(generation_), ends_connection("NodeTier reader"));
+  if (!gate_.spawn(read_loop(generation_), ends_connection("NodeTier reader")))
+    co_return Failure{TransferErrc::tier_unavailable, "the node tier is closing"};
   server_regs_.clear();
   for (std::size_t i = 0; i < regs_.size(); ++i)
     if (Failure r = co_await register_one(i, until); r) co_return r;
@@ -257,8 +259,7 @@ asio::awaitable<std::pair<std::error_code, Reply>> RemoteIndex::call(Request req
   pending_[id] = p;
   outbox_.push_back(encode_request(req, id));
   if (!writing_) {
-    writing_ = true;
-    asio::co_spawn(reactor_.strand(), write_loop(generation_), ends_connection("NodeTier writer"));
+    writing_ = gate_.spawn(write_loop(generation_), ends_connection("NodeTier writer"));
   }
   co_await p->signal.async_wait(kAwait);  // cancelled by the reply, or expired
   pending_.erase(id);
@@ -273,8 +274,7 @@ void RemoteIndex::send_only(Request req) {
   if (!connected_ || !sock_ || !sock_->is_open()) return;
   outbox_.push_back(encode_request(req, next_id_++));
   if (!writing_) {
-    writing_ = true;
-    asio::co_spawn(reactor_.strand(), write_loop(generation_), ends_connection("NodeTier writer"));
+    writing_ = gate_.spawn(write_loop(generation_), ends_connection("NodeTier writer"));
   }
 }
 
@@ -374,7 +374,10 @@ asio::awaitable<std::error_code> RemoteIndex::pinned_up_to(std::shared_ptr<Arena
         pinning_ = false;
         if (pin_progress_) pin_progress_->cancel();
       };
-      asio::co_spawn(reactor_.strand(), pin_loop(m), std::move(escaped));
+      if (!gate_.spawn(pin_loop(m), std::move(escaped))) {
+        pinning_ = false;
+        co_return TransferErrc::tier_unavailable;  // closing
+      }
     }
     co_await pin_progress_->async_wait(kAwait);  // cancelled after every slab
   }
@@ -388,8 +391,9 @@ asio::awaitable<void> RemoteIndex::pin_loop(std::shared_ptr<ArenaMapping> m) {
   while (m == arena_ && pin_error_.empty() && (m->pinned_bytes() < pin_want_ || pins_running_ > 0)) {
     while (pins_running_ < kPinThreads && pin_next_ < m->slab_count() &&
            static_cast<std::uint64_t>(pin_next_) * slab < pin_want_) {
+      if (!gate_.spawn(pin_slab(m, pin_next_), LogEscaped{"NodeTier pinning a slab"})) break;  // closing
       ++pins_running_;
-      asio::co_spawn(reactor_.strand(), pin_slab(m, pin_next_++), LogEscaped{"NodeTier pinning a slab"});
+      ++pin_next_;
     }
     co_await pin_progress_->async_wait(kAwait);  // cancelled after every slab
   }
@@ -649,6 +653,13 @@ asio::awaitable<void> RemoteIndex::drain() {
   }
   connected_ = false;  // a close, not a loss
   drop_connection("closed");
+  // Nothing more is pinned; what runs (the reader, the writer, a slab being
+  // pinned on a helper thread) ends before the tier may go.
+  pin_error_ = "the node tier closed";
+  if (pin_progress_) pin_progress_->cancel();
+  if (!co_await gate_.close(kCloseBound))
+    spdlog::warn("kvstrand: node tier: {} coroutine(s) still running {} ms after close", gate_.inside(),
+                 kCloseBound.count());
 }
 
 }  // namespace kvstrand::reactor

@@ -34,6 +34,7 @@
 #include "kv/protocol.hpp"
 #include "reactor/arena_mapping.hpp"
 #include "reactor/reactor.hpp"
+#include "common/gate.hpp"
 #include "reactor/index_plane.hpp"
 
 namespace kvstrand::reactor {
@@ -115,8 +116,12 @@ class RemoteIndex final : public IndexPlane {
   boost::asio::awaitable<void> pin_loop(std::shared_ptr<ArenaMapping> m);
   boost::asio::awaitable<void> pin_slab(std::shared_ptr<ArenaMapping> m, std::uint32_t slab);
 
+  // How long drain() waits for the reader, the writer and pinning to end.
+  static constexpr std::chrono::milliseconds kCloseBound{1000};
+
   Reactor& reactor_;
   NodeTierOptions opt_;
+  common::Gate gate_;  // every coroutine this index starts runs inside it
   std::vector<const Registration*> regs_;  // by registration id
   std::optional<boost::asio::local::stream_protocol::socket> sock_;
   std::uint64_t generation_ = 0;  // bumps on every new connection

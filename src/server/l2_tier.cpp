@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "l2/chunk_value.hpp"
+#include "common/gate.hpp"
 #include "common/log_escaped.hpp"
 #include "tier/arena.hpp"
 
@@ -61,8 +62,9 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
       }
       if (!warned) spdlog::warn("kvstrand-server: no L2 Redis node answers yet; serving without L2, retrying");
       warned = true;
-      asio::steady_timer t(strand, std::chrono::seconds(1));
-      co_await t.async_wait(kAwait);
+      // On `wake` (the writer starts only once connected): close() cancels it.
+      wake.expires_after(std::chrono::seconds(1));
+      co_await wake.async_wait(kAwait);
     }
   }
 
@@ -167,6 +169,7 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
   std::optional<l2::RedisCluster> cluster;
   std::deque<Queued> queue;
   asio::steady_timer wake;  // the writer's sleep while the queue is empty
+  common::Gate gate{strand};  // the connect loop and the writer run inside it
   std::size_t in_flight = 0;  // objects of the SET batch awaited now
   bool ready = false;
   bool stopped = false;
@@ -183,9 +186,9 @@ void L2Tier::start() {
   auto connected = [self](std::exception_ptr e) {
     if (e) common::LogEscaped{"the L2 connect loop"}(e);
     if (self->stopped) return;
-    asio::co_spawn(self->strand, self->write_loop(), common::LogEscaped{"the L2 writer"});
+    self->gate.spawn(self->write_loop(), common::LogEscaped{"the L2 writer"});
   };
-  asio::co_spawn(impl_->strand, impl_->connect(), std::move(connected));
+  impl_->gate.spawn(impl_->connect(), std::move(connected));
 }
 
 asio::awaitable<std::size_t> L2Tier::drain(std::chrono::milliseconds bound) {
@@ -197,6 +200,16 @@ asio::awaitable<std::size_t> L2Tier::drain(std::chrono::milliseconds bound) {
     co_await t.async_wait(kAwait);
   }
   co_return impl->queue.size() + impl->in_flight;
+}
+
+asio::awaitable<void> L2Tier::close(std::chrono::milliseconds bound) {
+  auto impl = impl_;
+  impl->stopped = true;
+  impl->wake.cancel();
+  if (!co_await impl->gate.close(bound))
+    spdlog::warn("kvstrand-server: L2: {} coroutine(s) still running {} ms after close", impl->gate.inside(),
+                 bound.count());
+  stop();
 }
 
 void L2Tier::stop() {

@@ -67,6 +67,10 @@ class L2Tier {
   // Waits until every queued object is written (or failed), at most
   // `bound`; returns how many were still queued or in flight.
   boost::asio::awaitable<std::size_t> drain(std::chrono::milliseconds bound);
+  // Stops connecting and writing, waits (at most `bound`) for its coroutines
+  // to end, then closes the Redis connections. On the strand.
+  boost::asio::awaitable<void> close(std::chrono::milliseconds bound);
+  // The same without waiting (the destructor's): the connections close now.
   void stop();
 
   // A reservation's objects (`slots`) were just committed: queue them.

@@ -33,6 +33,7 @@
 #include "kv/parse_bytes.hpp"
 #include "kv/protocol.hpp"
 #include "common/debug_http.hpp"
+#include "common/gate.hpp"
 #include "common/debug_page.hpp"
 #include "common/metrics.hpp"
 #include "tier/arena.hpp"
@@ -136,7 +137,7 @@ struct TierServer::Impl {
       failed = true;
       shutdown();
     };
-    asio::co_spawn(strand, accept_loop(), std::move(acceptor_ended));
+    gate.spawn(accept_loop(), std::move(acceptor_ended));
     co_return std::string{};
   }
 
@@ -180,19 +181,23 @@ struct TierServer::Impl {
       p->watch.close(ignored);
     }
     processes.clear();
-    if (!l2) {
-      stopped.set_value();
-      return;
-    }
-    // What was committed is written to L2 before the server goes (bounded):
+    // The server stops once every session's reader and writer and the
+    // acceptor ended; what was committed is written to L2 first (bounded):
     // another node may be about to ask for it.
-    auto done = [this](std::exception_ptr e, std::size_t left) {
-      if (e) common::LogEscaped{"the L2 drain"}(e);
-      if (left != 0) spdlog::warn("kvstrand-server: stopping with {} object(s) not written to L2", left);
-      l2->stop();
+    auto done = [this](std::exception_ptr e) {
+      if (e) common::LogEscaped{"kvstrand-server's stop"}(e);
       stopped.set_value();
     };
-    asio::co_spawn(strand, l2->drain(std::chrono::seconds(5)), std::move(done));
+    asio::co_spawn(strand, stop(), std::move(done));
+  }
+
+  asio::awaitable<void> stop() {
+    if (!co_await gate.close(kStopBound))
+      spdlog::warn("kvstrand-server: stopping with {} session coroutine(s) still running", gate.inside());
+    if (!l2) co_return;
+    const std::size_t left = co_await l2->drain(std::chrono::seconds(5));
+    if (left != 0) spdlog::warn("kvstrand-server: stopping with {} object(s) not written to L2", left);
+    co_await l2->close(std::chrono::seconds(1));
   }
 
   // ---- sessions and processes -------------------------------------------------
@@ -223,7 +228,7 @@ struct TierServer::Impl {
       ++process->sessions;
       sessions[s->id] = s;
       spdlog::debug("kvstrand-server: session {} from pid {}", s->id, cred.pid);
-      asio::co_spawn(strand, serve(s), ends_session(s, "a kvstrand-server session"));
+      if (!gate.spawn(serve(s), ends_session(s, "a kvstrand-server session"))) end_session(s, "server stopping");
     }
   }
 
@@ -336,8 +341,7 @@ struct TierServer::Impl {
     s->queued_bytes += frame.size();
     s->outbox.push_back(Frame{std::move(frame), with_fd});
     if (!s->writing) {
-      s->writing = true;
-      asio::co_spawn(strand, writer(s), ends_session(s, "a kvstrand-server writer"));
+      s->writing = gate.spawn(writer(s), ends_session(s, "a kvstrand-server writer"));
     }
   }
 
@@ -691,6 +695,9 @@ struct TierServer::Impl {
   asio::io_context ctx;
   asio::executor_work_guard<asio::io_context::executor_type> work;
   Strand strand;
+  common::Gate gate{strand};  // the acceptor and every session's reader and writer run inside it
+  // How long stopping waits for them (their sockets are closed by then).
+  static constexpr std::chrono::seconds kStopBound{2};
   std::thread loop;
   std::optional<tier::Arena> arena;
   std::thread filler;
