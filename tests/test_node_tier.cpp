@@ -271,6 +271,43 @@ TEST_CASE("node tier: a stopped server is fail-stop at the transfer's deadline, 
   REQUIRE(code == TransferErrc::deadline_exceeded);
 }
 
+TEST_CASE("node tier: a lease its server lost (killed, restarted) ends its load within 10 s: the bytes it was granted, "
+          "or a clean failure (F26)",
+          "[server][reactor][fault]") {
+  if (!device_present()) return;
+  auto srv = std::make_unique<ServerProcess>(kServerFlags);
+  REQUIRE(ready_and_full(*srv));
+  const std::string path = srv->socket_path();
+  Rig rig(remote(*srv));  // a 60 s deadline: a load that hung would outlast wait_for's 10 s
+  const auto src = Rig::block_range(0, 8);
+  const auto before = rig.snapshot(src, {1});
+  rig.conn->save(rig.save_spec("a", 1, 0, 2, src));
+  REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
+  rig.conn->lookup(rig.keys(1, 0, 2));
+  const auto hit = rig.wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); }).lookups[0];
+  REQUIRE(hit.hit.tokens == 128);
+  REQUIRE(hit.lease != 0);
+
+  srv->kill(SIGKILL);  // the lease dies with the server
+  srv = std::make_unique<ServerProcess>(kServerFlags, path);
+  REQUIRE(ready_and_full(*srv));
+  rig.randomize(2);
+  const auto dst = Rig::block_range(20, 8);
+  auto spec = rig.load_spec("a", 1, 0, 2, dst, 6);
+  spec.tier_lease = hit.lease;
+  rig.conn->load(spec);
+  const auto f = rig.wait_for([](const reactor::Finished& f) { return !f.loads.empty(); });
+  INFO(f.loads[0].reason);
+  if (f.loads[0].ok) {
+    // Copied from the mapping the lease was granted in, which this process
+    // keeps while a lease names it: what was saved, byte for byte.
+    REQUIRE(rig.snapshot(dst, {6}) == before);
+  } else {
+    REQUIRE((f.loads[0].error == TransferErrc::missing_chunk || f.loads[0].error == TransferErrc::tier_unavailable));
+    REQUIRE(f.loads[0].blocks == dst);  // exactly its blocks, for the engine to recompute
+  }
+}
+
 TEST_CASE("node tier: the same connector reconnects to a server restarted on its socket", "[server][reactor][fault]") {
   if (!device_present()) return;
   auto srv = std::make_unique<ServerProcess>(kServerFlags);
