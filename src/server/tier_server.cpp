@@ -1,5 +1,6 @@
 #include "common/log_escaped.hpp"
 #include "server/tier_server.hpp"
+#include "server/request_service.hpp"
 
 #include <spdlog/spdlog.h>
 #include <sys/mman.h>
@@ -78,18 +79,13 @@ struct Session {
   std::uint64_t id;
   local::socket sock;
   std::shared_ptr<Process> process;
-  bool hello = false;
+  Client client;  // what the request service knows of it
   bool closed = false;
   bool close_after_flush = false;
   bool writing = false;
   std::deque<Frame> outbox;
   std::uint64_t queued_bytes = 0;
   asio::steady_timer drained;  // cancelled by the writer as the queue shrinks
-  struct Reg {
-    kv::Layout layout;
-    tier::Index* index = nullptr;  // the size class of its objects
-  };
-  std::map<std::uint32_t, Reg> regs;
   Clock::time_point started = Clock::now();
   std::uint64_t requests = 0;
 };
@@ -225,6 +221,8 @@ struct TierServer::Impl {
       if (!process) continue;  // gone already: nothing it asks for could be kept for it
       auto s = std::make_shared<Session>(next_session++, std::move(sock), strand);
       s->process = process;
+      s->client.session = s->id;
+      s->client.owner = process->owner;
       ++process->sessions;
       sessions[s->id] = s;
       spdlog::debug("kvstrand-server: session {} from pid {}", s->id, cred.pid);
@@ -306,27 +304,25 @@ struct TierServer::Impl {
         send(s, encode_reply(type, h.request_id, fail(Status::bad_request, why)));
         continue;
       }
-      if (!s->hello && !std::holds_alternative<Hello>(*req)) {
-        count(type, Status::bad_request);
-        send(s, encode_reply(type_of(*req), h.request_id, fail(Status::bad_request, "send hello first")));
-        continue;
-      }
-      if (auto* lk = std::get_if<Lookup>(&*req); lk && l2 && reg_of(s, lk->registration)) {
+      tier::Index* promote_into = nullptr;
+      if (auto* lk = std::get_if<Lookup>(&*req); lk && l2) promote_into = service->index_of(s->client, lk->registration);
+      if (promote_into != nullptr) {
         // What the arena misses, L2 may hold: promoted first (bounded by
         // --l2-timeout), then answered as any lookup. Only this session
         // waits; the strand serves the others meanwhile.
-        tier::Index& idx = *reg_of(s, lk->registration)->index;
-        const std::size_t have = idx.present_run(lk->keys);
-        if (have < lk->keys.size()) {
-          std::vector<kv::ChunkKey> rest(lk->keys.begin() + static_cast<std::ptrdiff_t>(have), lk->keys.end());
-          co_await l2->promote(idx, std::move(rest));
+        const auto& keys = std::get<Lookup>(*req).keys;
+        const std::size_t have = promote_into->present_run(keys);
+        if (have < keys.size()) {
+          std::vector<kv::ChunkKey> rest(keys.begin() + static_cast<std::ptrdiff_t>(have), keys.end());
+          co_await l2->promote(*promote_into, std::move(rest));
         }
       }
-      Reply rep = dispatch(s, *req);
+      if (s->closed) break;  // ended while L2 answered
+      Reply rep = service->handle(s->client, *req);
       count(type_of(*req), rep.status);
       const bool hello_ok = std::holds_alternative<Hello>(*req) && rep.status == Status::ok;
       send(s, encode_reply(type_of(*req), h.request_id, rep), hello_ok);
-      if (std::holds_alternative<EndSession>(*req)) {
+      if (std::holds_alternative<EndSession>(*req) && rep.status == Status::ok) {
         s->close_after_flush = true;
         break;
       }
@@ -412,151 +408,7 @@ struct TierServer::Impl {
     spdlog::debug("kvstrand-server: session {} ended: {}", s->id, why);
   }
 
-  // ---- requests ---------------------------------------------------------------
-
-  Reply dispatch(const std::shared_ptr<Session>& s, Request& req) {
-    if (auto* m = std::get_if<Hello>(&req)) {
-      if (s->hello) return fail(Status::bad_request, "hello was already said on this connection");
-      s->hello = true;
-      (void)m;
-      return Reply{Status::ok, "",
-                   HelloReply{s->id, kMajor, kMinor, arena->bytes(), arena->slab_bytes(), ready_bytes(),
-                              arena->huge_pages()}};
-    }
-    if (auto* m = std::get_if<RegisterLayout>(&req)) return register_layout(s, *m);
-    if (auto* m = std::get_if<Unregister>(&req)) {
-      if (s->regs.erase(m->registration) == 0) return fail(Status::unknown_registration, "no such registration");
-      return Reply{};
-    }
-    if (auto* m = std::get_if<Lookup>(&req)) return lookup(s, *m);
-    if (auto* m = std::get_if<Adopt>(&req)) return adopt(s, *m);
-    if (auto* m = std::get_if<Release>(&req)) {
-      tier::Index* idx = classes->index_of_hold(m->hold);
-      if (!idx || !idx->release(m->hold))
-        return fail(Status::unknown_hold, "no lease or reservation " + std::to_string(m->hold));
-      return Reply{};
-    }
-    if (auto* m = std::get_if<Reserve>(&req)) return reserve(s, *m);
-    if (auto* m = std::get_if<Commit>(&req)) {
-      // Taken before the commit ends the hold: what L2 writes behind.
-      tier::Index* idx = classes->index_of_hold(m->hold);
-      const std::vector<std::uint32_t> slots = l2 && idx && m->ok ? idx->hold_slots(m->hold) : std::vector<std::uint32_t>{};
-      if (!idx || !idx->commit(m->hold, m->ok))
-        return fail(Status::unknown_hold, "no reservation " + std::to_string(m->hold));
-      if (!slots.empty()) l2->committed(*idx, slots);
-      return Reply{};
-    }
-    if (std::holds_alternative<Stats>(req)) return stats();
-    return Reply{};  // end_session, ping
-  }
-
-  Reply register_layout(const std::shared_ptr<Session>& s, const RegisterLayout& m) {
-    const kv::Layout& l = m.layout;
-    if (auto err = kv::validate(l)) return fail(Status::bad_request, err->describe());
-    if (l.chunk_tokens != opt.chunk_tokens)
-      return fail(Status::bad_request, "layout chunk_tokens " + std::to_string(l.chunk_tokens) +
-                                           " differs from the server's --chunk-tokens " +
-                                           std::to_string(opt.chunk_tokens));
-    const std::uint64_t object = l.object_bytes(l.has_state());
-    if (object > arena->slab_bytes())
-      return fail(Status::bad_request, "an object of this layout (" + std::to_string(object) +
-                                           " B) is larger than the server's --slab-bytes (" +
-                                           std::to_string(arena->slab_bytes()) + " B)");
-    tier::Index* idx = classes->index(object);
-    if (!idx)
-      return fail(Status::bad_request, "this layout's objects (" + std::to_string(object) + " B) would be the " +
-                                           std::to_string(tier::SizeClasses::kMaxClasses + 1) +
-                                           "th object size this server serves");
-    const std::uint32_t id = next_reg++;
-    s->regs[id] = Session::Reg{l, idx};
-    return Reply{Status::ok, "", RegisterReply{id, object}};
-  }
-
-  const Session::Reg* reg_of(const std::shared_ptr<Session>& s, std::uint32_t id) {
-    auto it = s->regs.find(id);
-    return it == s->regs.end() ? nullptr : &it->second;
-  }
-
-  Reply lookup(const std::shared_ptr<Session>& s, const Lookup& m) {
-    const Session::Reg* reg = reg_of(s, m.registration);
-    if (!reg) return fail(Status::unknown_registration, "no such registration");
-    const kv::Layout* l = &reg->layout;
-    tier::Index& index = *reg->index;
-    const tier::Owner owner = s->process->owner;
-    // The quota is checked against the longest hit the keys could give, so
-    // that nothing is leased and then refused.
-    const auto held = classes->held_by(owner);
-    const std::uint64_t most = m.keys.size() * index.object_bytes();
-    if (held.leased_bytes + most > opt.max_client_leased) {
-      const kv::HitSource peek = index.lookup(m.keys, l->chunk_tokens);
-      if (held.leased_bytes + peek.tokens / l->chunk_tokens * index.object_bytes() > opt.max_client_leased)
-        return fail(Status::over_quota, "this process's leases would pin more than --max-client-leased (" +
-                                            std::to_string(opt.max_client_leased) + " B); release some first");
-    }
-    tier::Index::Lease lease = index.lease(m.keys, l->chunk_tokens, owner);
-    LookupReply r;
-    r.lease = lease.id;
-    r.hit = std::move(lease.hit);
-    for (std::uint32_t slot : lease.slots) r.offsets.push_back(classes->offset_of(index, slot));
-    return Reply{Status::ok, "", std::move(r)};
-  }
-
-  // Another process's lease made this session's process's: the hand-off of
-  // a scheduler's lookup to the worker that loads it. The lease must still
-  // hold exactly `keys`, and be of this registration's objects.
-  Reply adopt(const std::shared_ptr<Session>& s, const Adopt& m) {
-    const Session::Reg* reg = reg_of(s, m.registration);
-    if (!reg) return fail(Status::unknown_registration, "no such registration");
-    tier::Index* idx = classes->index_of_hold(m.lease);
-    const std::vector<std::uint32_t> slots = idx ? idx->hold_slots(m.lease) : std::vector<std::uint32_t>{};
-    if (idx != reg->index || slots.size() != m.keys.size() || !idx->adoptable(m.lease))
-      return fail(Status::unknown_hold, "no lease " + std::to_string(m.lease) + " of these " +
-                                            std::to_string(m.keys.size()) + " chunks of this registration's objects");
-    for (std::size_t i = 0; i < slots.size(); ++i)
-      if (!(idx->key_at(slots[i]) == m.keys[i]))
-        return fail(Status::unknown_hold, "lease " + std::to_string(m.lease) + " holds other chunks");
-    const tier::Owner owner = s->process->owner;
-    const auto held = classes->held_by(owner);
-    if (held.leased_bytes + slots.size() * idx->object_bytes() > opt.max_client_leased)
-      return fail(Status::over_quota, "this process's leases would pin more than --max-client-leased (" +
-                                          std::to_string(opt.max_client_leased) + " B); release some first");
-    idx->adopt(m.lease, owner);
-    LookupReply r;
-    r.lease = m.lease;
-    const std::uint32_t ct = reg->layout.chunk_tokens;
-    r.hit.tokens = static_cast<std::uint32_t>(slots.size()) * ct;
-    for (std::size_t i = 0; i < slots.size(); ++i) {
-      if (idx->image_at(slots[i])) r.hit.checkpoints.push_back(static_cast<std::uint32_t>(i + 1) * ct);
-      r.offsets.push_back(classes->offset_of(*idx, slots[i]));
-    }
-    return Reply{Status::ok, "", std::move(r)};
-  }
-
-  Reply reserve(const std::shared_ptr<Session>& s, const Reserve& m) {
-    const Session::Reg* reg = reg_of(s, m.registration);
-    if (!reg) return fail(Status::unknown_registration, "no such registration");
-    tier::Index& index = *reg->index;
-    if (m.images.size() != m.keys.size())
-      return fail(Status::bad_request, std::to_string(m.images.size()) + " image flags for " +
-                                           std::to_string(m.keys.size()) + " keys");
-    const tier::Owner owner = s->process->owner;
-    const auto held = classes->held_by(owner);
-    if (held.reserved_bytes + m.keys.size() * index.object_bytes() > opt.max_client_reserved)
-      return fail(Status::over_quota, "this process's reservations would hold more than --max-client-reserved (" +
-                                          std::to_string(opt.max_client_reserved) + " B); commit some first");
-    std::unique_ptr<bool[]> images(new bool[m.keys.size()]);
-    for (std::size_t i = 0; i < m.keys.size(); ++i) images[i] = m.images[i] != 0;
-    classes->make_room(index, m.keys.size() - index.present_run(m.keys));
-    tier::Index::Reservation res =
-        index.reserve(m.keys, std::span<const bool>(images.get(), m.keys.size()), owner);
-    ReserveReply r;
-    r.reservation = res.id;
-    for (std::size_t i = 0; i < m.keys.size(); ++i) {
-      r.chunks.push_back(static_cast<ChunkState>(res.chunks[i]));
-      r.offsets.push_back(res.chunks[i] == tier::Index::Chunk::reserved ? classes->offset_of(index, res.slots[i]) : 0);
-    }
-    return Reply{Status::ok, "", std::move(r)};
-  }
+  // ---- requests: the service's (server/request_service) ------------------------
 
   boost::json::array size_classes_json() const {
     boost::json::array a;
@@ -568,22 +420,6 @@ struct TierServer::Impl {
   tier::Index::Stats tier_stats() const {
     tier::Index::Stats st = classes->stats();
     return st;
-  }
-
-  Reply stats() {
-    const auto st = tier_stats();
-    StatsReply r;
-    r.capacity_bytes = arena->bytes();
-    r.ready_bytes = ready_bytes();
-    r.used_bytes = st.used_bytes;
-    r.objects = st.objects;
-    r.pinned = st.pinned;
-    r.evictions = st.evictions;
-    r.sessions = sessions.size();
-    r.leases = st.leases;
-    r.reservations = st.reservations;
-    r.refused_full = st.refused_full;
-    return Reply{Status::ok, "", r};
   }
 
   // ---- the debug endpoint (routes run on the strand) -------------------------
@@ -601,8 +437,8 @@ struct TierServer::Impl {
         const auto held = classes->held_by(s->process->owner);
         a.push_back(json::object{{"session", id},
                                  {"pid", s->process->pid},
-                                 {"hello", s->hello},
-                                 {"registrations", s->regs.size()},
+                                 {"hello", s->client.hello},
+                                 {"registrations", s->client.regs.size()},
                                  {"requests", s->requests},
                                  {"age_ms", std::chrono::duration<double, std::milli>(now - s->started).count()},
                                  {"replies_queued_bytes", s->queued_bytes},
@@ -713,7 +549,7 @@ struct TierServer::Impl {
   std::map<pid_t, std::shared_ptr<Process>> processes;
   std::uint64_t next_session = 1;
   tier::Owner next_owner = 1;
-  std::uint32_t next_reg = 1;
+  std::optional<RequestService> service;  // with the arena
   std::uint64_t orphans_freed = 0;
   bool stopping = false;
   bool failed = false;  // stopped because it could not go on (set before `stopped`)
@@ -753,6 +589,15 @@ void TierServer::start() {
     impl_->arena_map = static_cast<std::byte*>(p);
     impl_->l2 = std::make_unique<L2Tier>(impl_->strand, *impl_->opt.l2, impl_->arena_map, *impl_->classes);
   }
+  ServiceRules rules{impl_->opt.chunk_tokens, impl_->opt.max_client_leased, impl_->opt.max_client_reserved};
+  ServerFacts facts{impl_->arena->bytes(), impl_->arena->slab_bytes(), impl_->arena->huge_pages(),
+                    [i = impl_.get()] { return i->ready_bytes(); }, [i = impl_.get()] { return i->sessions.size(); }};
+  RequestService::Committed committed;
+  if (impl_->l2)
+    committed = [l2 = impl_->l2.get()](tier::Index& idx, std::span<const std::uint32_t> slots) {
+      l2->committed(idx, slots);
+    };
+  impl_->service.emplace(rules, std::move(facts), *impl_->classes, std::move(committed));
   impl_->loop = std::thread([ctx = &impl_->ctx] { ctx->run(); });
   if (impl_->l2) asio::post(impl_->strand, [l2 = impl_->l2.get()] { l2->start(); });
   std::string err = impl_->call([this] { return impl_->listen(); });

@@ -1,0 +1,176 @@
+#include "server/request_service.hpp"
+
+#include <memory>
+#include <string>
+
+namespace kvstrand::server {
+
+using namespace kv::proto;
+
+namespace {
+Reply fail(Status s, std::string message) { return Reply{s, std::move(message), Empty{}}; }
+}  // namespace
+
+RequestService::RequestService(ServiceRules rules, ServerFacts facts, tier::SizeClasses& classes, Committed committed)
+    : rules_(rules), facts_(std::move(facts)), classes_(classes), committed_(std::move(committed)) {}
+
+tier::Index* RequestService::index_of(const Client& c, std::uint32_t registration) const {
+  auto it = c.regs.find(registration);
+  return it == c.regs.end() ? nullptr : it->second.index;
+}
+
+Reply RequestService::handle(Client& c, const Request& req) {
+  if (const auto* m = std::get_if<Hello>(&req)) {
+    if (c.hello) return fail(Status::bad_request, "hello was already said on this connection");
+    c.hello = true;
+    (void)m;
+    return Reply{Status::ok, "",
+                 HelloReply{c.session, kMajor, kMinor, facts_.arena_bytes, facts_.slab_bytes,
+                            facts_.ready_bytes ? facts_.ready_bytes() : 0, facts_.huge_pages}};
+  }
+  if (!c.hello) return fail(Status::bad_request, "send hello first");
+  if (const auto* m = std::get_if<RegisterLayout>(&req)) return register_layout(c, *m);
+  if (const auto* m = std::get_if<Unregister>(&req)) {
+    if (c.regs.erase(m->registration) == 0) return fail(Status::unknown_registration, "no such registration");
+    return Reply{};
+  }
+  if (const auto* m = std::get_if<Lookup>(&req)) return lookup(c, *m);
+  if (const auto* m = std::get_if<Adopt>(&req)) return adopt(c, *m);
+  if (const auto* m = std::get_if<Release>(&req)) {
+    tier::Index* idx = classes_.index_of_hold(m->hold);
+    if (!idx || !idx->release(m->hold))
+      return fail(Status::unknown_hold, "no lease or reservation " + std::to_string(m->hold));
+    return Reply{};
+  }
+  if (const auto* m = std::get_if<Reserve>(&req)) return reserve(c, *m);
+  if (const auto* m = std::get_if<Commit>(&req)) return commit(*m);
+  if (std::holds_alternative<Stats>(req)) return stats();
+  return Reply{};  // end_session, ping
+}
+
+Reply RequestService::register_layout(Client& c, const RegisterLayout& m) {
+  const kv::Layout& l = m.layout;
+  if (auto err = kv::validate(l)) return fail(Status::bad_request, err->describe());
+  if (l.chunk_tokens != rules_.chunk_tokens)
+    return fail(Status::bad_request, "layout chunk_tokens " + std::to_string(l.chunk_tokens) +
+                                         " differs from the server's --chunk-tokens " +
+                                         std::to_string(rules_.chunk_tokens));
+  const std::uint64_t object = l.object_bytes(l.has_state());
+  if (object > facts_.slab_bytes)
+    return fail(Status::bad_request, "an object of this layout (" + std::to_string(object) +
+                                         " B) is larger than the server's --slab-bytes (" +
+                                         std::to_string(facts_.slab_bytes) + " B)");
+  tier::Index* idx = classes_.index(object);
+  if (!idx)
+    return fail(Status::bad_request, "this layout's objects (" + std::to_string(object) + " B) would be the " +
+                                         std::to_string(tier::SizeClasses::kMaxClasses + 1) +
+                                         "th object size this server serves");
+  const std::uint32_t id = next_reg_++;
+  c.regs[id] = Client::Reg{l, idx};
+  return Reply{Status::ok, "", RegisterReply{id, object}};
+}
+
+Reply RequestService::lookup(Client& c, const Lookup& m) {
+  auto it = c.regs.find(m.registration);
+  if (it == c.regs.end()) return fail(Status::unknown_registration, "no such registration");
+  const kv::Layout& l = it->second.layout;
+  tier::Index& index = *it->second.index;
+  // The quota is checked against the longest hit the keys could give, so
+  // that nothing is leased and then refused.
+  const auto held = classes_.held_by(c.owner);
+  const std::uint64_t most = m.keys.size() * index.object_bytes();
+  if (held.leased_bytes + most > rules_.max_client_leased) {
+    const kv::HitSource peek = index.lookup(m.keys, l.chunk_tokens);
+    if (held.leased_bytes + peek.tokens / l.chunk_tokens * index.object_bytes() > rules_.max_client_leased)
+      return fail(Status::over_quota, "this process's leases would pin more than --max-client-leased (" +
+                                          std::to_string(rules_.max_client_leased) + " B); release some first");
+  }
+  tier::Index::Lease lease = index.lease(m.keys, l.chunk_tokens, c.owner);
+  LookupReply r;
+  r.lease = lease.id;
+  r.hit = std::move(lease.hit);
+  for (std::uint32_t slot : lease.slots) r.offsets.push_back(classes_.offset_of(index, slot));
+  return Reply{Status::ok, "", std::move(r)};
+}
+
+// Another process's lease made this client's process's: the hand-off of a
+// scheduler's lookup to the worker that loads it. The lease must still hold
+// exactly `keys`, and be of this registration's objects.
+Reply RequestService::adopt(Client& c, const Adopt& m) {
+  auto it = c.regs.find(m.registration);
+  if (it == c.regs.end()) return fail(Status::unknown_registration, "no such registration");
+  tier::Index* idx = classes_.index_of_hold(m.lease);
+  const std::vector<std::uint32_t> slots = idx ? idx->hold_slots(m.lease) : std::vector<std::uint32_t>{};
+  if (idx != it->second.index || slots.size() != m.keys.size() || !idx->adoptable(m.lease))
+    return fail(Status::unknown_hold, "no lease " + std::to_string(m.lease) + " of these " +
+                                          std::to_string(m.keys.size()) + " chunks of this registration's objects");
+  for (std::size_t i = 0; i < slots.size(); ++i)
+    if (!(idx->key_at(slots[i]) == m.keys[i]))
+      return fail(Status::unknown_hold, "lease " + std::to_string(m.lease) + " holds other chunks");
+  const auto held = classes_.held_by(c.owner);
+  if (held.leased_bytes + slots.size() * idx->object_bytes() > rules_.max_client_leased)
+    return fail(Status::over_quota, "this process's leases would pin more than --max-client-leased (" +
+                                        std::to_string(rules_.max_client_leased) + " B); release some first");
+  idx->adopt(m.lease, c.owner);
+  LookupReply r;
+  r.lease = m.lease;
+  const std::uint32_t ct = it->second.layout.chunk_tokens;
+  r.hit.tokens = static_cast<std::uint32_t>(slots.size()) * ct;
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    if (idx->image_at(slots[i])) r.hit.checkpoints.push_back(static_cast<std::uint32_t>(i + 1) * ct);
+    r.offsets.push_back(classes_.offset_of(*idx, slots[i]));
+  }
+  return Reply{Status::ok, "", std::move(r)};
+}
+
+Reply RequestService::reserve(Client& c, const Reserve& m) {
+  auto it = c.regs.find(m.registration);
+  if (it == c.regs.end()) return fail(Status::unknown_registration, "no such registration");
+  tier::Index& index = *it->second.index;
+  if (m.images.size() != m.keys.size())
+    return fail(Status::bad_request, std::to_string(m.images.size()) + " image flags for " +
+                                         std::to_string(m.keys.size()) + " keys");
+  const auto held = classes_.held_by(c.owner);
+  if (held.reserved_bytes + m.keys.size() * index.object_bytes() > rules_.max_client_reserved)
+    return fail(Status::over_quota, "this process's reservations would hold more than --max-client-reserved (" +
+                                        std::to_string(rules_.max_client_reserved) + " B); commit some first");
+  std::unique_ptr<bool[]> images(new bool[m.keys.size()]);
+  for (std::size_t i = 0; i < m.keys.size(); ++i) images[i] = m.images[i] != 0;
+  classes_.make_room(index, m.keys.size() - index.present_run(m.keys));
+  tier::Index::Reservation res = index.reserve(m.keys, std::span<const bool>(images.get(), m.keys.size()), c.owner);
+  ReserveReply r;
+  r.reservation = res.id;
+  for (std::size_t i = 0; i < m.keys.size(); ++i) {
+    r.chunks.push_back(static_cast<ChunkState>(res.chunks[i]));
+    r.offsets.push_back(res.chunks[i] == tier::Index::Chunk::reserved ? classes_.offset_of(index, res.slots[i]) : 0);
+  }
+  return Reply{Status::ok, "", std::move(r)};
+}
+
+Reply RequestService::commit(const Commit& m) {
+  // Taken before the commit ends the hold: what L2 writes behind.
+  tier::Index* idx = classes_.index_of_hold(m.hold);
+  const std::vector<std::uint32_t> slots =
+      committed_ && idx && m.ok ? idx->hold_slots(m.hold) : std::vector<std::uint32_t>{};
+  if (!idx || !idx->commit(m.hold, m.ok)) return fail(Status::unknown_hold, "no reservation " + std::to_string(m.hold));
+  if (!slots.empty()) committed_(*idx, slots);
+  return Reply{};
+}
+
+Reply RequestService::stats() const {
+  const tier::Index::Stats st = classes_.stats();
+  StatsReply r;
+  r.capacity_bytes = facts_.arena_bytes;
+  r.ready_bytes = facts_.ready_bytes ? facts_.ready_bytes() : 0;
+  r.used_bytes = st.used_bytes;
+  r.objects = st.objects;
+  r.pinned = st.pinned;
+  r.evictions = st.evictions;
+  r.sessions = facts_.sessions ? facts_.sessions() : 0;
+  r.leases = st.leases;
+  r.reservations = st.reservations;
+  r.refused_full = st.refused_full;
+  return Reply{Status::ok, "", r};
+}
+
+}  // namespace kvstrand::server

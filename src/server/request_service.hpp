@@ -1,0 +1,75 @@
+// The rules of kvstrand-server's requests, with no socket: what a client
+// may ask in which order (hello first, its own registrations), its quotas,
+// and what each request does to the index. kvstrand-server's sessions feed
+// it decoded requests and send back what it answers; tests drive it alone.
+//
+// On the server's strand. It never touches the arena's bytes.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <span>
+
+#include <kvstrand/layout.hpp>
+#include "kv/protocol.hpp"
+#include "tier/index.hpp"
+#include "tier/size_classes.hpp"
+
+namespace kvstrand::server {
+
+// The limits the service enforces, from the server's options.
+struct ServiceRules {
+  std::uint32_t chunk_tokens = 256;
+  std::uint64_t max_client_leased = ~0ull;    // bytes one process's leases may pin
+  std::uint64_t max_client_reserved = ~0ull;  // bytes one process's reservations may hold
+};
+
+// What the service says about the server in a hello or a stats reply.
+struct ServerFacts {
+  std::uint64_t arena_bytes = 0;
+  std::uint64_t slab_bytes = 0;
+  bool huge_pages = false;
+  std::function<std::uint64_t()> ready_bytes;  // of the arena, slabs ready so far
+  std::function<std::size_t()> sessions;       // connected now
+};
+
+// One client connection, as the service knows it.
+struct Client {
+  struct Reg {
+    kv::Layout layout;
+    tier::Index* index = nullptr;  // the size class of its objects
+  };
+  std::uint64_t session = 0;
+  tier::Owner owner = 0;  // the client's process: what it holds is the process's
+  bool hello = false;
+  std::map<std::uint32_t, Reg> regs;
+};
+
+class RequestService {
+ public:
+  // `committed`: called with a commit's objects (L2 writes them behind);
+  // empty: nothing is.
+  using Committed = std::function<void(tier::Index&, std::span<const std::uint32_t>)>;
+  RequestService(ServiceRules rules, ServerFacts facts, tier::SizeClasses& classes, Committed committed = {});
+
+  kv::proto::Reply handle(Client& c, const kv::proto::Request& req);
+  // The index of one of the client's registrations (nullptr: not its).
+  tier::Index* index_of(const Client& c, std::uint32_t registration) const;
+
+ private:
+  kv::proto::Reply register_layout(Client& c, const kv::proto::RegisterLayout& m);
+  kv::proto::Reply lookup(Client& c, const kv::proto::Lookup& m);
+  kv::proto::Reply adopt(Client& c, const kv::proto::Adopt& m);
+  kv::proto::Reply reserve(Client& c, const kv::proto::Reserve& m);
+  kv::proto::Reply commit(const kv::proto::Commit& m);
+  kv::proto::Reply stats() const;
+
+  ServiceRules rules_;
+  ServerFacts facts_;
+  tier::SizeClasses& classes_;
+  Committed committed_;
+  std::uint32_t next_reg_ = 1;
+};
+
+}  // namespace kvstrand::server

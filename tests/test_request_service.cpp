@@ -1,0 +1,184 @@
+// kvstrand-server's request rules without a socket: the order a client must
+// follow, its own registrations, its quotas, and what each request does to
+// the index (test_server runs the same through real processes).
+#include <catch2/catch.hpp>
+
+#include <kvstrand/chunk_keys.hpp>
+#include <kvstrand/namespace_id.hpp>
+#include "server/request_service.hpp"
+
+using namespace kvstrand;
+using namespace kvstrand::kv::proto;
+using server::Client;
+using server::RequestService;
+
+namespace {
+
+constexpr std::uint64_t kSlab = 64 << 10;  // 16 objects of 4 KiB
+constexpr std::uint64_t kObject = 4 << 10;
+
+kv::Layout layout() {
+  kv::Layout l;
+  l.model_id = "m";
+  l.layout_name = "plain";
+  l.planes = {{"kv", 1024}};
+  l.block_tokens = 16;
+  l.chunk_tokens = 64;
+  l.dtype = "bf16";
+  return l;
+}
+
+std::vector<kv::ChunkKey> keys(std::uint32_t seed, std::size_t n) {
+  std::vector<std::uint32_t> toks(n * 64);
+  for (std::size_t i = 0; i < toks.size(); ++i) toks[i] = seed * 1000 + static_cast<std::uint32_t>(i);
+  return kv::chunk_keys(layout(), kv::namespace_of(layout()), toks);
+}
+
+struct Fixture {
+  tier::SizeClasses classes{kSlab};
+  std::size_t committed_objects = 0;
+  RequestService service;
+
+  explicit Fixture(server::ServiceRules rules = {64, 8 * kObject, 8 * kObject})
+      : service(rules, server::ServerFacts{4 * kSlab, kSlab, false, [] { return 4 * kSlab; }, [] { return 2; }}, classes,
+                [this](tier::Index&, std::span<const std::uint32_t> slots) { committed_objects += slots.size(); }) {
+    for (std::uint32_t s = 0; s < 4; ++s) classes.add_slab(s);
+  }
+
+  // A client that said hello and registered the layout: its registration id.
+  std::uint32_t start(Client& c) {
+    REQUIRE(service.handle(c, Hello{}).status == Status::ok);
+    Reply r = service.handle(c, RegisterLayout{layout()});
+    REQUIRE(r.status == Status::ok);
+    return std::get<RegisterReply>(r.payload).registration;
+  }
+  // Reserves and commits `n` chunks of prompt `seed`.
+  void store(Client& c, std::uint32_t reg, std::uint32_t seed, std::size_t n) {
+    Reply r = service.handle(c, Reserve{reg, keys(seed, n), std::vector<std::uint8_t>(n, 0)});
+    REQUIRE(r.status == Status::ok);
+    REQUIRE(service.handle(c, Commit{std::get<ReserveReply>(r.payload).reservation, true}).status == Status::ok);
+  }
+};
+
+Client client(std::uint64_t session, tier::Owner owner) {
+  Client c;
+  c.session = session;
+  c.owner = owner;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("request service: nothing before hello, hello once, and the hello describes the arena", "[server]") {
+  Fixture f;
+  Client c = client(7, 1);
+  Reply early = f.service.handle(c, RegisterLayout{layout()});
+  REQUIRE(early.status == Status::bad_request);
+  REQUIRE(early.message == "send hello first");
+  REQUIRE(f.service.handle(c, Stats{}).status == Status::bad_request);
+  Reply hello = f.service.handle(c, Hello{});
+  REQUIRE(hello.status == Status::ok);
+  const auto& h = std::get<HelloReply>(hello.payload);
+  REQUIRE(h.session == 7);
+  REQUIRE(h.arena_bytes == 4 * kSlab);
+  REQUIRE(h.slab_bytes == kSlab);
+  REQUIRE(f.service.handle(c, Hello{}).status == Status::bad_request);
+}
+
+TEST_CASE("request service: a layout the server cannot serve is refused naming the flag", "[server]") {
+  Fixture f;
+  Client c = client(1, 1);
+  REQUIRE(f.service.handle(c, Hello{}).status == Status::ok);
+  kv::Layout other = layout();
+  other.chunk_tokens = 128;
+  Reply r = f.service.handle(c, RegisterLayout{other});
+  REQUIRE(r.status == Status::bad_request);
+  REQUIRE(r.message.find("--chunk-tokens") != std::string::npos);
+  kv::Layout big = layout();
+  big.planes = {{"kv", kSlab}};  // 4 blocks of a slab each: an object of 4 slabs
+  r = f.service.handle(c, RegisterLayout{big});
+  REQUIRE(r.status == Status::bad_request);
+  REQUIRE(r.message.find("--slab-bytes") != std::string::npos);
+  REQUIRE(c.regs.empty());
+}
+
+TEST_CASE("request service: a registration is its client's own", "[server]") {
+  Fixture f;
+  Client a = client(1, 1);
+  Client b = client(2, 2);
+  const std::uint32_t reg = f.start(a);
+  const std::uint32_t own = f.start(b);
+  REQUIRE(own != reg);
+  REQUIRE(f.service.handle(b, Lookup{reg, keys(1, 2)}).status == Status::unknown_registration);
+  REQUIRE(f.service.handle(b, Reserve{reg, keys(1, 2), {0, 0}}).status == Status::unknown_registration);
+  REQUIRE(f.service.index_of(b, reg) == nullptr);
+  REQUIRE(f.service.index_of(a, reg) != nullptr);
+}
+
+TEST_CASE("request service: reserve, commit, then another process leases what was committed until released",
+          "[server]") {
+  Fixture f;
+  Client writer = client(1, 1);
+  Client reader = client(2, 2);
+  const std::uint32_t wreg = f.start(writer);
+  const std::uint32_t rreg = f.start(reader);
+  f.store(writer, wreg, 1, 3);
+  REQUIRE(f.committed_objects == 3);  // handed to the write-behind hook
+  Reply r = f.service.handle(reader, Lookup{rreg, keys(1, 4)});
+  REQUIRE(r.status == Status::ok);
+  const auto& lk = std::get<LookupReply>(r.payload);
+  REQUIRE(lk.hit.tokens == 3 * 64);
+  REQUIRE(lk.offsets.size() == 3);
+  for (std::uint64_t off : lk.offsets) REQUIRE(off % kObject == 0);
+  REQUIRE(f.classes.held_by(2).leases == 1);
+  REQUIRE(f.service.handle(writer, Release{lk.lease}).status == Status::ok);  // any session of the user
+  REQUIRE(f.classes.held_by(2).leases == 0);
+  REQUIRE(f.service.handle(reader, Release{lk.lease}).status == Status::unknown_hold);
+}
+
+TEST_CASE("request service: per-process quotas refuse, typed, and lease or reserve nothing", "[server]") {
+  Fixture f(server::ServiceRules{64, 2 * kObject, 3 * kObject});
+  Client c = client(1, 1);
+  const std::uint32_t reg = f.start(c);
+  Reply r = f.service.handle(c, Reserve{reg, keys(1, 4), std::vector<std::uint8_t>(4, 0)});
+  REQUIRE(r.status == Status::over_quota);
+  REQUIRE(r.message.find("--max-client-reserved") != std::string::npos);
+  REQUIRE(f.classes.held_by(1).reservations == 0);
+  f.store(c, reg, 1, 3);
+  r = f.service.handle(c, Lookup{reg, keys(1, 3)});
+  REQUIRE(r.status == Status::over_quota);
+  REQUIRE(r.message.find("--max-client-leased") != std::string::npos);
+  REQUIRE(f.classes.held_by(1).leases == 0);
+  // A lookup whose possible hit fits is served.
+  REQUIRE(f.service.handle(c, Lookup{reg, keys(1, 2)}).status == Status::ok);
+}
+
+TEST_CASE("request service: a reserve whose image flags do not match its keys changes nothing", "[server]") {
+  Fixture f;
+  Client c = client(1, 1);
+  const std::uint32_t reg = f.start(c);
+  for (std::size_t flags : {std::size_t{1}, std::size_t{3}}) {
+    Reply r = f.service.handle(c, Reserve{reg, keys(1, 2), std::vector<std::uint8_t>(flags, 0)});
+    REQUIRE(r.status == Status::bad_request);
+  }
+  REQUIRE(f.classes.held_by(1).reservations == 0);
+  REQUIRE(f.classes.stats().writing == 0);
+}
+
+TEST_CASE("request service: a lease is adopted once, by a process naming exactly its chunks", "[server]") {
+  Fixture f;
+  Client sched = client(1, 1);
+  Client worker = client(2, 2);
+  const std::uint32_t sreg = f.start(sched);
+  const std::uint32_t wreg = f.start(worker);
+  f.store(sched, sreg, 1, 2);
+  const std::uint64_t lease =
+      std::get<LookupReply>(f.service.handle(sched, Lookup{sreg, keys(1, 2)}).payload).lease;
+  REQUIRE(f.service.handle(worker, Adopt{wreg, lease, keys(2, 2)}).status == Status::unknown_hold);  // other chunks
+  Reply r = f.service.handle(worker, Adopt{wreg, lease, keys(1, 2)});
+  REQUIRE(r.status == Status::ok);
+  REQUIRE(std::get<LookupReply>(r.payload).hit.tokens == 128);
+  REQUIRE(f.classes.held_by(2).leases == 1);
+  REQUIRE(f.classes.held_by(1).leases == 0);
+  REQUIRE(f.service.handle(worker, Adopt{wreg, lease, keys(1, 2)}).status == Status::unknown_hold);  // once
+}
