@@ -30,8 +30,8 @@
 #include <vector>
 
 #include "hip/device.hpp"
-#include "kv/parse_bytes.hpp"
-#include "kv/protocol.hpp"
+#include "common/parse_bytes.hpp"
+#include "proto/protocol.hpp"
 #include "reactor/node_tier.hpp"
 #include "reference_geometry.hpp"
 
@@ -69,7 +69,7 @@ struct Server {
 
 // One blocking request and its reply over a fresh connection (nullopt if
 // the server is not there yet).
-std::optional<kv::proto::StatsReply> stats(const std::string& socket) {
+std::optional<proto::StatsReply> stats(const std::string& socket) {
   const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
@@ -78,24 +78,24 @@ std::optional<kv::proto::StatsReply> stats(const std::string& socket) {
     ::close(fd);
     return std::nullopt;
   }
-  auto exchange = [fd](const kv::proto::Request& req) -> std::optional<kv::proto::Reply> {
-    const auto frame = kv::proto::encode_request(req, 1);
+  auto exchange = [fd](const proto::Request& req) -> std::optional<proto::Reply> {
+    const auto frame = proto::encode_request(req, 1);
     if (::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(frame.size())) return {};
-    std::array<std::byte, kv::proto::kHeaderBytes> head{};
+    std::array<std::byte, proto::kHeaderBytes> head{};
     if (::recv(fd, head.data(), head.size(), MSG_WAITALL) != static_cast<ssize_t>(head.size())) return {};
-    kv::proto::Header h;
-    if (kv::proto::decode_header(head, kv::proto::kDefaultMaxBody, &h) != kv::proto::HeaderError::none) return {};
+    proto::Header h;
+    if (proto::decode_header(head, proto::kDefaultMaxBody, &h) != proto::HeaderError::none) return {};
     std::vector<std::byte> body(h.body_bytes);
     if (!body.empty() && ::recv(fd, body.data(), body.size(), MSG_WAITALL) != static_cast<ssize_t>(body.size()))
       return {};
     std::string why;
-    return kv::proto::decode_reply(h.type, body, &why);  // the hello's arena fd is dropped by recv
+    return proto::decode_reply(h.type, body, &why);  // the hello's arena fd is dropped by recv
   };
-  std::optional<kv::proto::StatsReply> out;
-  if (auto hello = exchange(kv::proto::Hello{kv::proto::kMajor, kv::proto::kMinor, "bench_node"});
-      hello && hello->status == kv::proto::Status::ok)
-    if (auto r = exchange(kv::proto::Stats{}); r && r->status == kv::proto::Status::ok)
-      out = std::get<kv::proto::StatsReply>(r->payload);
+  std::optional<proto::StatsReply> out;
+  if (auto hello = exchange(proto::Hello{proto::kMajor, proto::kMinor, "bench_node"});
+      hello && hello->status == proto::Status::ok)
+    if (auto r = exchange(proto::Stats{}); r && r->status == proto::Status::ok)
+      out = std::get<proto::StatsReply>(r->payload);
   ::close(fd);
   return out;
 }
@@ -103,7 +103,7 @@ std::optional<kv::proto::StatsReply> stats(const std::string& socket) {
 void start_figures(const std::string& tier) {
   const auto t0 = Clock::now();
   Server srv(tier);
-  std::optional<kv::proto::StatsReply> s;
+  std::optional<proto::StatsReply> s;
   while (!(s = stats(srv.socket))) {
     if (srv.exited()) {
       std::printf("start: --tier-bytes %s refused by the server (see its message above)\n", tier.c_str());

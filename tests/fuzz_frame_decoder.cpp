@@ -9,9 +9,9 @@
 #include <span>
 #include <string>
 
-#include "kv/protocol.hpp"
+#include "proto/protocol.hpp"
 
-using namespace kvstrand::kv::proto;
+using namespace kvstrand::proto;
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   std::span<const std::byte> in(reinterpret_cast<const std::byte*>(data), size);

@@ -7,10 +7,10 @@
 #include <string>
 
 #include <kvstrand/namespace_id.hpp>
-#include "kv/protocol.hpp"
+#include "proto/protocol.hpp"
 
 using namespace kvstrand::kv;
-using namespace kvstrand::kv::proto;
+using namespace kvstrand::proto;
 
 int main(int argc, char** argv) {
   if (argc != 2) {

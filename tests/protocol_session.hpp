@@ -17,7 +17,7 @@
 
 namespace kvstrand::test {
 
-using namespace kvstrand::kv::proto;
+using namespace kvstrand::proto;
 using namespace std::chrono_literals;
 
 inline kv::Layout layout() {

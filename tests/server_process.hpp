@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "kv/protocol.hpp"
+#include "proto/protocol.hpp"
 #include "tier/fd_passing.hpp"
 #include "process.hpp"
 
@@ -147,29 +147,29 @@ class Client {
 
   // Hello, receiving the arena's file descriptor with the reply (-1 if none
   // came). The caller owns the descriptor.
-  std::optional<kv::proto::Reply> hello(int* arena_fd) {
+  std::optional<proto::Reply> hello(int* arena_fd) {
     *arena_fd = -1;
     const std::uint64_t id = next_id_++;
-    if (!send_raw(kv::proto::encode_request(kv::proto::Hello{kv::proto::kMajor, kv::proto::kMinor, "test"}, id)))
+    if (!send_raw(proto::encode_request(proto::Hello{proto::kMajor, proto::kMinor, "test"}, id)))
       return std::nullopt;
     pollfd p{fd_, POLLIN, 0};
     if (::poll(&p, 1, 10000) <= 0) return std::nullopt;
-    std::array<std::byte, kv::proto::kHeaderBytes> head{};
+    std::array<std::byte, proto::kHeaderBytes> head{};
     // One byte first: the descriptor comes with it.
     if (tier::recv_with_fd(fd_, head.data(), 1, arena_fd, 0) != 1) return std::nullopt;
     if (!read_exact(head.data() + 1, head.size() - 1)) return std::nullopt;
-    kv::proto::Header h;
-    if (kv::proto::decode_header(head, kv::proto::kDefaultMaxBody, &h) != kv::proto::HeaderError::none)
+    proto::Header h;
+    if (proto::decode_header(head, proto::kDefaultMaxBody, &h) != proto::HeaderError::none)
       return std::nullopt;
     std::vector<std::byte> body(h.body_bytes);
     if (!read_exact(body.data(), body.size())) return std::nullopt;
     std::string why;
-    return kv::proto::decode_reply(h.type, body, &why);
+    return proto::decode_reply(h.type, body, &why);
   }
 
-  std::optional<kv::proto::Reply> call(const kv::proto::Request& req) {
+  std::optional<proto::Reply> call(const proto::Request& req) {
     const std::uint64_t id = next_id_++;
-    if (!send_raw(kv::proto::encode_request(req, id))) return std::nullopt;
+    if (!send_raw(proto::encode_request(req, id))) return std::nullopt;
     return read_reply(id);
   }
   // Waits until the server's whole arena is populated (its filler thread
@@ -179,29 +179,29 @@ class Client {
     int arena = -1;
     auto h = hello(&arena);
     if (arena >= 0) ::close(arena);
-    if (!h || h->status != kv::proto::Status::ok) return false;
+    if (!h || h->status != proto::Status::ok) return false;
     const auto end = std::chrono::steady_clock::now() + within;
     while (std::chrono::steady_clock::now() < end) {
-      auto r = call(kv::proto::Stats{});
-      if (!r || r->status != kv::proto::Status::ok) return false;
-      const auto& s = std::get<kv::proto::StatsReply>(r->payload);
+      auto r = call(proto::Stats{});
+      if (!r || r->status != proto::Status::ok) return false;
+      const auto& s = std::get<proto::StatsReply>(r->payload);
       if (s.ready_bytes >= s.capacity_bytes) return true;
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     return false;
   }
 
-  std::optional<kv::proto::Reply> read_reply(std::uint64_t expect_id) {
-    std::array<std::byte, kv::proto::kHeaderBytes> head{};
+  std::optional<proto::Reply> read_reply(std::uint64_t expect_id) {
+    std::array<std::byte, proto::kHeaderBytes> head{};
     if (!read_exact(head.data(), head.size())) return std::nullopt;
-    kv::proto::Header h;
-    if (kv::proto::decode_header(head, kv::proto::kDefaultMaxBody, &h) != kv::proto::HeaderError::none)
+    proto::Header h;
+    if (proto::decode_header(head, proto::kDefaultMaxBody, &h) != proto::HeaderError::none)
       return std::nullopt;
     std::vector<std::byte> body(h.body_bytes);
     if (!read_exact(body.data(), body.size())) return std::nullopt;
     if (expect_id != 0 && h.request_id != expect_id) return std::nullopt;
     std::string why;
-    return kv::proto::decode_reply(h.type, body, &why);
+    return proto::decode_reply(h.type, body, &why);
   }
 
  private:

@@ -2,13 +2,13 @@
 // bytes can fail to be one (refused with why, never a crash).
 #include <catch2/catch.hpp>
 
-#include "kv/lease_handoff.hpp"
+#include "proto/lease_handoff.hpp"
 
 using namespace kvstrand;
 
 namespace {
-kv::LeaseHandoff sample() {
-  kv::LeaseHandoff h;
+proto::LeaseHandoff sample() {
+  proto::LeaseHandoff h;
   h.lease = (3ull << 48) + 17;
   for (int i = 0; i < 3; ++i) {
     kv::ChunkKey k;
@@ -24,9 +24,9 @@ kv::LeaseHandoff sample() {
 
 TEST_CASE("lease handoff: bytes round-trip the lease and its keys", "[kv]") {
   const auto h = sample();
-  const auto bytes = kv::encode_lease_handoff(h);
+  const auto bytes = proto::encode_lease_handoff(h);
   std::string why;
-  const auto back = kv::decode_lease_handoff(bytes, &why);
+  const auto back = proto::decode_lease_handoff(bytes, &why);
   INFO(why);
   REQUIRE(back);
   REQUIRE(back->lease == h.lease);
@@ -35,35 +35,35 @@ TEST_CASE("lease handoff: bytes round-trip the lease and its keys", "[kv]") {
 
 TEST_CASE("lease handoff: truncated, overlong, foreign, other-version and empty bytes are refused, saying why",
           "[kv]") {
-  const auto bytes = kv::encode_lease_handoff(sample());
+  const auto bytes = proto::encode_lease_handoff(sample());
   std::string why;
   for (std::size_t n = 0; n < bytes.size(); ++n) {
     INFO("first " << n << " bytes");
-    REQUIRE_FALSE(kv::decode_lease_handoff(std::span(bytes.data(), n), &why));
+    REQUIRE_FALSE(proto::decode_lease_handoff(std::span(bytes.data(), n), &why));
   }
   auto longer = bytes;
   longer.push_back(std::byte{0});
-  REQUIRE_FALSE(kv::decode_lease_handoff(longer, &why));
+  REQUIRE_FALSE(proto::decode_lease_handoff(longer, &why));
   REQUIRE(why.find("overlong") != std::string::npos);
   auto foreign = bytes;
   foreign[0] ^= std::byte{1};
-  REQUIRE_FALSE(kv::decode_lease_handoff(foreign, &why));
+  REQUIRE_FALSE(proto::decode_lease_handoff(foreign, &why));
   REQUIRE(why == "not a kvstrand lease handoff");
   auto other = bytes;
   other[4] = std::byte{9};
-  REQUIRE_FALSE(kv::decode_lease_handoff(other, &why));
+  REQUIRE_FALSE(proto::decode_lease_handoff(other, &why));
   REQUIRE(why.find("version 9") != std::string::npos);
   auto none = sample();
   none.keys.clear();
-  REQUIRE_FALSE(kv::decode_lease_handoff(kv::encode_lease_handoff(none), &why));
+  REQUIRE_FALSE(proto::decode_lease_handoff(proto::encode_lease_handoff(none), &why));
   none = sample();
   none.lease = 0;
-  REQUIRE_FALSE(kv::decode_lease_handoff(kv::encode_lease_handoff(none), &why));
+  REQUIRE_FALSE(proto::decode_lease_handoff(proto::encode_lease_handoff(none), &why));
   // A count the rest cannot hold is refused before anything is allocated.
   auto huge = bytes;
   huge[13] = std::byte{0xff};
   huge[14] = std::byte{0xff};
   huge[15] = std::byte{0xff};
   huge[16] = std::byte{0x7f};
-  REQUIRE_FALSE(kv::decode_lease_handoff(huge, &why));
+  REQUIRE_FALSE(proto::decode_lease_handoff(huge, &why));
 }

@@ -86,7 +86,7 @@ class WrongReplyServer {
     }
   }
   void answer() {
-    using namespace kv::proto;
+    using namespace proto;
     std::array<std::byte, kHeaderBytes> head{};
     while (read_all(conn_, head.data(), head.size())) {
       Header h;
@@ -386,8 +386,8 @@ TEST_CASE("node tier: a lookup whose hit is not loaded gives its lease back at o
   REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
   auto locks = [&] {
     Client c(srv.socket_path());
-    REQUIRE(c.call(kv::proto::Hello{kv::proto::kMajor, kv::proto::kMinor, "t"}).has_value());
-    return std::get<kv::proto::StatsReply>(c.call(kv::proto::Stats{})->payload).leases;
+    REQUIRE(c.call(proto::Hello{proto::kMajor, proto::kMinor, "t"}).has_value());
+    return std::get<proto::StatsReply>(c.call(proto::Stats{})->payload).leases;
   };
   const auto keys = rig.keys(1, 0, 2);
   rig.conn->lookup(keys);

@@ -4,12 +4,12 @@
 #include <catch2/catch.hpp>
 
 #include <kvstrand/namespace_id.hpp>
-#include "kv/protocol.hpp"
-#include "kv/wire.hpp"
+#include "proto/protocol.hpp"
+#include "proto/wire.hpp"
 #include "kv_fixtures.hpp"
 
 using namespace kvstrand;
-using namespace kvstrand::kv::proto;
+using namespace kvstrand::proto;
 
 namespace {
 
@@ -77,7 +77,7 @@ TEST_CASE("protocol: a request cut short at any byte is refused, never read past
 }
 
 TEST_CASE("protocol: impossible counts and unknown types are refused before allocating", "[kv][protocol]") {
-  kv::wire::Writer w;
+  proto::wire::Writer w;
   w.u32(3);           // registration
   w.u32(0xffffffff);  // four billion keys in a 8-byte body
   std::string why;

@@ -8,7 +8,7 @@
 #include "server/request_service.hpp"
 
 using namespace kvstrand;
-using namespace kvstrand::kv::proto;
+using namespace kvstrand::proto;
 using server::Client;
 using server::RequestService;
 

@@ -13,13 +13,13 @@
 #include <filesystem>
 #include <cstring>
 
-#include "kv/parse_bytes.hpp"
+#include "common/parse_bytes.hpp"
 #include "protocol_session.hpp"
 #include "support.hpp"
 
 using namespace kvstrand;
 using namespace kvstrand::test;
-using namespace kvstrand::kv::proto;
+using namespace kvstrand::proto;
 using namespace std::chrono_literals;
 
 
@@ -49,17 +49,17 @@ TEST_CASE("server: bad flags are refused naming the flag", "[server]") {
 }
 
 TEST_CASE("server: sizes are read as operators write them and said in the unit that fits", "[server]") {
-  CHECK(kv::parse_bytes("8G") == 8ull << 30);
-  CHECK(kv::parse_bytes("100") == 100u);
-  CHECK_FALSE(kv::parse_bytes("12Q"));
-  CHECK(kv::format_bytes(100) == "100 B");
-  CHECK(kv::format_bytes(2u << 20) == "2 MiB");
-  CHECK(kv::format_bytes(3ull << 30) == "3 GiB");
-  CHECK(kv::format_bytes(192u << 20) == "192 MiB");
-  CHECK(kv::format_bytes((3ull << 30) / 2) == "1.50 GiB");
-  CHECK(kv::format_bytes((100ull << 30) + 1) == "100 GiB");  // three digits, not "0.10 TiB"
-  CHECK(kv::format_bytes(1023) == "1023 B");
-  CHECK(kv::format_bytes(1536) == "1.50 KiB");
+  CHECK(common::parse_bytes("8G") == 8ull << 30);
+  CHECK(common::parse_bytes("100") == 100u);
+  CHECK_FALSE(common::parse_bytes("12Q"));
+  CHECK(common::format_bytes(100) == "100 B");
+  CHECK(common::format_bytes(2u << 20) == "2 MiB");
+  CHECK(common::format_bytes(3ull << 30) == "3 GiB");
+  CHECK(common::format_bytes(192u << 20) == "192 MiB");
+  CHECK(common::format_bytes((3ull << 30) / 2) == "1.50 GiB");
+  CHECK(common::format_bytes((100ull << 30) + 1) == "100 GiB");  // three digits, not "0.10 TiB"
+  CHECK(common::format_bytes(1023) == "1023 B");
+  CHECK(common::format_bytes(1536) == "1.50 KiB");
 }
 
 TEST_CASE("server: a tier rounded up to whole slabs says so, in the unit that fits", "[server]") {

@@ -16,7 +16,7 @@
 #include "demo_server.hpp"
 #include "engine.hpp"
 #include "hip/device.hpp"
-#include "kv/parse_bytes.hpp"
+#include "common/parse_bytes.hpp"
 #include "reactor/transfer_error.hpp"
 #include "report.hpp"
 #include "toy_model.hpp"
@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
     seconds = 180;
     time_scale = 1.0;
   }
-  const auto tier_bytes = kvstrand::kv::parse_bytes(tier_bytes_text);
+  const auto tier_bytes = kvstrand::common::parse_bytes(tier_bytes_text);
   if (!tier_bytes || *tier_bytes == 0) {
     std::fprintf(stderr, "kvstrand-engine-demo: invalid --tier-bytes: '%s' is not a size like 1G\n",
                  tier_bytes_text.c_str());

@@ -18,7 +18,7 @@
 #include "reactor/node_tier.hpp"
 #include "hip/keep_for_process_life.hpp"
 #include "hip/shared_events.hpp"
-#include "kv/lease_handoff.hpp"
+#include "proto/lease_handoff.hpp"
 #include <kvstrand/namespace_id.hpp>
 
 namespace kvstrand::reactor {
@@ -558,7 +558,7 @@ std::vector<std::byte> Connector::export_lease(std::uint64_t lease) {
     throw TransferRefused(TransferErrc::bad_spec, "export_lease: lease " + std::to_string(lease) +
                                                       " is not held here (never drained from finished(), already "
                                                       "named by a load, released or exported)");
-  std::vector<std::byte> bytes = kv::encode_lease_handoff(kv::LeaseHandoff{lease, std::move(it->second.keys)});
+  std::vector<std::byte> bytes = proto::encode_lease_handoff(proto::LeaseHandoff{lease, std::move(it->second.keys)});
   leases_held_.erase(it);
   asio::post(reactor_->strand(), [core = core_, lease] { core->tier->forget_lease(lease); });
   return bytes;
@@ -567,7 +567,7 @@ std::vector<std::byte> Connector::export_lease(std::uint64_t lease) {
 std::uint64_t Connector::adopt_lease(std::span<const std::byte> handoff) {
   CallTimer timed(step_calls_.get());
   std::string why;
-  auto h = kv::decode_lease_handoff(handoff, &why);
+  auto h = proto::decode_lease_handoff(handoff, &why);
   if (!h) throw TransferRefused(TransferErrc::bad_spec, "adopt_lease: " + why);
   if (options_.server_socket.empty())
     throw TransferRefused(TransferErrc::bad_spec, "adopt_lease: only the node tier (server_socket) can adopt a lease");

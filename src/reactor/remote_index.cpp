@@ -22,7 +22,7 @@ namespace kvstrand::reactor {
 
 namespace asio = boost::asio;
 using local = asio::local::stream_protocol;
-using namespace kv::proto;
+using namespace proto;
 using common::LogEscaped;
 
 namespace {

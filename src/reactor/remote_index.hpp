@@ -31,7 +31,7 @@
 #include <optional>
 #include <string>
 
-#include "kv/protocol.hpp"
+#include "proto/protocol.hpp"
 #include "reactor/arena_mapping.hpp"
 #include "reactor/reactor.hpp"
 #include "common/gate.hpp"
@@ -94,20 +94,20 @@ class RemoteIndex final : public IndexPlane {
   boost::asio::awaitable<Failure> register_one(std::size_t i, Clock::time_point until);
   // A lookup or adopt reply made a lease of this process's.
   LookupResult take_lease(std::uint32_t registration, const std::vector<kv::ChunkKey>& keys,
-                          kv::proto::LookupReply& r);
+                          proto::LookupReply& r);
   boost::asio::awaitable<Failure> hello(Clock::time_point until);
   // tier_unavailable, saying the socket path and `why` (the OS error, or what the server did).
   Failure unreachable(const std::string& why) const;
   // One request, one reply (or an error: the connection failed, or `until` passed).
-  boost::asio::awaitable<std::pair<std::error_code, kv::proto::Reply>> call(kv::proto::Request req,
+  boost::asio::awaitable<std::pair<std::error_code, proto::Reply>> call(proto::Request req,
                                                                             Clock::time_point until);
   // A request whose reply nobody waits for (releases).
-  void send_only(kv::proto::Request req);
+  void send_only(proto::Request req);
   void release_hold(std::uint64_t hold);
   // Connected, or why not.
   boost::asio::awaitable<Failure> connected();
   // A transfer's request bounded by its deadline; a refusal says why.
-  boost::asio::awaitable<Failure> exchange(kv::proto::Request req, Clock::time_point deadline, kv::proto::Reply* out);
+  boost::asio::awaitable<Failure> exchange(proto::Request req, Clock::time_point deadline, proto::Reply* out);
   boost::asio::awaitable<void> read_loop(std::uint64_t generation);
   boost::asio::awaitable<void> write_loop(std::uint64_t generation);
   void drop_connection(const std::string& why);
@@ -131,7 +131,7 @@ class RemoteIndex final : public IndexPlane {
   std::uint64_t next_id_ = 1;
   std::uint64_t reconnects_ = 0;
   std::map<std::uint64_t, std::shared_ptr<Pending>> pending_;
-  std::map<std::uint64_t, kv::proto::Type> abandoned_;  // timed out: release what their replies grant
+  std::map<std::uint64_t, proto::Type> abandoned_;  // timed out: release what their replies grant
   std::deque<std::vector<std::byte>> outbox_;
   bool writing_ = false;
   std::map<std::uint64_t, Lease> leases_;  // by lease id, until a load or a release names it

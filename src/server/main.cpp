@@ -1,7 +1,7 @@
 // kvstrand-server: the node-wide host tier shared by every engine rank.
 #include <spdlog/spdlog.h>
 
-#include "kv/parse_bytes.hpp"
+#include "common/parse_bytes.hpp"
 
 #include <cstdio>
 #include <exception>
@@ -19,10 +19,10 @@ int main(int argc, char** argv) {
     server::TierServer srv(opt);
     srv.start();
     spdlog::info("kvstrand-server listening on {}, tier {} in slabs of {}, chunks of {} tokens", opt.socket,
-                 kv::format_bytes(opt.tier_bytes), kv::format_bytes(opt.slab_bytes), opt.chunk_tokens);
+                 common::format_bytes(opt.tier_bytes), common::format_bytes(opt.slab_bytes), opt.chunk_tokens);
     if (!opt.tier_bytes_rounded_from.empty())  // so that a size in the log is never a surprise
       spdlog::info("kvstrand-server: --tier-bytes {} was rounded up to {}, a whole number of slabs",
-                   opt.tier_bytes_rounded_from, kv::format_bytes(opt.tier_bytes));
+                   opt.tier_bytes_rounded_from, common::format_bytes(opt.tier_bytes));
     // The endpoint logs its own address at info; said here (once) when the log is quieter.
     if (opt.http && !spdlog::should_log(spdlog::level::info))
       std::printf("kvstrand-server: debug endpoint on http://%s:%u/debug\n", opt.http->address.c_str(), srv.http_port());

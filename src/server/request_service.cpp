@@ -5,7 +5,7 @@
 
 namespace kvstrand::server {
 
-using namespace kv::proto;
+using namespace proto;
 
 namespace {
 Reply fail(Status s, std::string message) { return Reply{s, std::move(message), Empty{}}; }

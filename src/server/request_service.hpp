@@ -12,7 +12,7 @@
 #include <span>
 
 #include <kvstrand/layout.hpp>
-#include "kv/protocol.hpp"
+#include "proto/protocol.hpp"
 #include "tier/index.hpp"
 #include "tier/size_classes.hpp"
 
@@ -53,17 +53,17 @@ class RequestService {
   using Committed = std::function<void(tier::Index&, std::span<const std::uint32_t>)>;
   RequestService(ServiceRules rules, ServerFacts facts, tier::SizeClasses& classes, Committed committed = {});
 
-  kv::proto::Reply handle(Client& c, const kv::proto::Request& req);
+  proto::Reply handle(Client& c, const proto::Request& req);
   // The index of one of the client's registrations (nullptr: not its).
   tier::Index* index_of(const Client& c, std::uint32_t registration) const;
 
  private:
-  kv::proto::Reply register_layout(Client& c, const kv::proto::RegisterLayout& m);
-  kv::proto::Reply lookup(Client& c, const kv::proto::Lookup& m);
-  kv::proto::Reply adopt(Client& c, const kv::proto::Adopt& m);
-  kv::proto::Reply reserve(Client& c, const kv::proto::Reserve& m);
-  kv::proto::Reply commit(const kv::proto::Commit& m);
-  kv::proto::Reply stats() const;
+  proto::Reply register_layout(Client& c, const proto::RegisterLayout& m);
+  proto::Reply lookup(Client& c, const proto::Lookup& m);
+  proto::Reply adopt(Client& c, const proto::Adopt& m);
+  proto::Reply reserve(Client& c, const proto::Reserve& m);
+  proto::Reply commit(const proto::Commit& m);
+  proto::Reply stats() const;
 
   ServiceRules rules_;
   ServerFacts facts_;

@@ -6,8 +6,8 @@
 
 #include <kvstrand/version.hpp>
 
-#include "kv/parse_bytes.hpp"
-#include "kv/protocol.hpp"
+#include "common/parse_bytes.hpp"
+#include "proto/protocol.hpp"
 #include "tier/arena.hpp"
 
 namespace kvstrand::server {
@@ -18,7 +18,7 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
   std::string tier_bytes = "8G", slab_bytes = "auto", max_frame = "16M", max_leased, max_reserved, max_queue = "4M";
   bool no_huge = false;
   app.set_version_flag("--version", std::string("kvstrand-server ") + KVSTRAND_VERSION_STRING + " (protocol " +
-                                        std::to_string(kv::proto::kMajor) + "." + std::to_string(kv::proto::kMinor) +
+                                        std::to_string(proto::kMajor) + "." + std::to_string(proto::kMinor) +
                                         ")");
   app.add_option("--socket", o.socket, "Unix-domain socket to listen on (created 0600)")->capture_default_str();
   app.add_option("--tier-bytes", tier_bytes, "Shared host memory for stored objects, e.g. 100G, 512M")
@@ -61,7 +61,7 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
     std::cerr << "kvstrand-server: invalid " << flag << ": " << why << "\n";
     return 2;
   };
-  auto bytes = kv::parse_bytes(tier_bytes);
+  auto bytes = common::parse_bytes(tier_bytes);
   if (!bytes) return refuse("--tier-bytes", "'" + tier_bytes + "' is not a size like 8G or 512M");
   if (*bytes == 0) return refuse("--tier-bytes", "must be more than 0, e.g. 8G or 512M");
   o.tier_bytes = *bytes;
@@ -70,7 +70,7 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
   constexpr std::uint64_t k2M = 2u << 20;
   auto slab = slab_bytes == "auto" ? std::optional<std::uint64_t>(std::clamp<std::uint64_t>(
                                          o.tier_bytes / 16 / k2M * k2M, k2M, 1ull << 30))
-                                   : kv::parse_bytes(slab_bytes);
+                                   : common::parse_bytes(slab_bytes);
   if (!slab || *slab == 0 || *slab % k2M != 0)
     return refuse("--slab-bytes", "'" + slab_bytes + "' is not a multiple of 2M");
   // A tier smaller than a slab is one slab of its own size.
@@ -82,7 +82,7 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
     return refuse("--tier-bytes", tier_bytes + " is more than this machine can hold now (" +
                                       std::to_string(avail >> 20) + " MiB available)");
   o.huge_pages = !no_huge;
-  auto frame = kv::parse_bytes(max_frame);
+  auto frame = common::parse_bytes(max_frame);
   if (!frame || *frame < 1024 || *frame > (1ull << 30))
     return refuse("--max-frame", "'" + max_frame + "' must be a size between 1K and 1G");
   o.max_frame = static_cast<std::uint32_t>(*frame);
@@ -92,7 +92,7 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
       *out = def;
       return true;
     }
-    auto v = kv::parse_bytes(text);
+    auto v = common::parse_bytes(text);
     if (!v || *v == 0) return false;
     *out = *v;
     (void)flag;

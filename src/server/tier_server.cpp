@@ -31,8 +31,8 @@
 #include <stdexcept>
 #include <thread>
 
-#include "kv/parse_bytes.hpp"
-#include "kv/protocol.hpp"
+#include "common/parse_bytes.hpp"
+#include "proto/protocol.hpp"
 #include "common/debug_http.hpp"
 #include "common/gate.hpp"
 #include "common/debug_page.hpp"
@@ -46,7 +46,7 @@ namespace kvstrand::server {
 
 namespace asio = boost::asio;
 using local = asio::local::stream_protocol;
-using namespace kv::proto;
+using namespace proto;
 using Clock = std::chrono::steady_clock;
 using common::Strand;
 
@@ -160,7 +160,7 @@ struct TierServer::Impl {
     classes->add_slab(slab);
     if (ready_slabs == arena->slab_count())
       spdlog::info("kvstrand-server: the arena's {} slabs are ready ({}) after {:.2f} s", ready_slabs,
-                   kv::format_bytes(arena->bytes()), std::chrono::duration<double>(Clock::now() - started).count());
+                   common::format_bytes(arena->bytes()), std::chrono::duration<double>(Clock::now() - started).count());
   }
 
   std::uint64_t ready_bytes() const { return static_cast<std::uint64_t>(ready_slabs) * arena->slab_bytes(); }

@@ -1,8 +1,8 @@
-#include "kv/lease_handoff.hpp"
+#include "proto/lease_handoff.hpp"
 
-#include "kv/wire.hpp"
+#include "proto/wire.hpp"
 
-namespace kvstrand::kv {
+namespace kvstrand::proto {
 
 namespace {
 constexpr std::uint32_t kMagic = 0x484c564b;  // "KVLH"
@@ -45,4 +45,4 @@ std::optional<LeaseHandoff> decode_lease_handoff(std::span<const std::byte> byte
   return h;
 }
 
-}  // namespace kvstrand::kv
+}  // namespace kvstrand::proto

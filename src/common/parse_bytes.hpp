@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-namespace kvstrand::kv {
+namespace kvstrand::common {
 
 // None when `text` is not such a size (or overflows 64 bits).
 std::optional<std::uint64_t> parse_bytes(std::string_view text);
@@ -16,4 +16,4 @@ std::optional<std::uint64_t> parse_bytes(std::string_view text);
 // "8 GiB", "1.50 GiB", "2 MiB", "100 B": what a message says of a size.
 std::string format_bytes(std::uint64_t bytes);
 
-}  // namespace kvstrand::kv
+}  // namespace kvstrand::common

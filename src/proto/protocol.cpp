@@ -1,8 +1,8 @@
-#include "kv/protocol.hpp"
+#include "proto/protocol.hpp"
 
-#include "kv/wire.hpp"
+#include "proto/wire.hpp"
 
-namespace kvstrand::kv::proto {
+namespace kvstrand::proto {
 
 namespace {
 
@@ -431,4 +431,4 @@ std::optional<Reply> decode_reply(std::uint16_t type, std::span<const std::byte>
   return rep;
 }
 
-}  // namespace kvstrand::kv::proto
+}  // namespace kvstrand::proto

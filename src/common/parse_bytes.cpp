@@ -1,9 +1,9 @@
-#include "kv/parse_bytes.hpp"
+#include "common/parse_bytes.hpp"
 
 #include <cctype>
 #include <cstdio>
 
-namespace kvstrand::kv {
+namespace kvstrand::common {
 
 std::optional<std::uint64_t> parse_bytes(std::string_view text) {
   if (text.empty()) return std::nullopt;
@@ -37,4 +37,4 @@ std::string format_bytes(std::uint64_t bytes) {
   return buf;
 }
 
-}  // namespace kvstrand::kv
+}  // namespace kvstrand::common

@@ -18,7 +18,9 @@
 
 #include <kvstrand/chunk_keys.hpp>
 
-namespace kvstrand::kv {
+namespace kvstrand::proto {
+
+using kv::ChunkKey;
 
 struct LeaseHandoff {
   std::uint64_t lease = 0;
@@ -29,4 +31,4 @@ std::vector<std::byte> encode_lease_handoff(const LeaseHandoff& h);
 // None, with why, for bytes that are not a whole handoff of this version.
 std::optional<LeaseHandoff> decode_lease_handoff(std::span<const std::byte> bytes, std::string* why);
 
-}  // namespace kvstrand::kv
+}  // namespace kvstrand::proto

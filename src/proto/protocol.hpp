@@ -21,7 +21,13 @@
 #include <kvstrand/layout.hpp>
 #include <kvstrand/transfer_spec.hpp>
 
-namespace kvstrand::kv::proto {
+namespace kvstrand::proto {
+
+using kv::ChunkKey;
+using kv::Digest;
+using kv::Layout;
+using kv::HitSource;
+using kv::Plane;
 
 inline constexpr std::uint32_t kMagic = 0x5453564b;  // "KVST" on the wire
 inline constexpr std::uint8_t kMajor = 2;
@@ -183,4 +189,4 @@ struct Reply {
 std::vector<std::byte> encode_reply(Type type, std::uint64_t request_id, const Reply& r, std::uint8_t major = kMajor);
 std::optional<Reply> decode_reply(std::uint16_t type, std::span<const std::byte> body, std::string* why);
 
-}  // namespace kvstrand::kv::proto
+}  // namespace kvstrand::proto

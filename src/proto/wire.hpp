@@ -13,7 +13,10 @@
 
 #include <kvstrand/chunk_keys.hpp>
 
-namespace kvstrand::kv::wire {
+namespace kvstrand::proto::wire {
+
+using kv::ChunkKey;
+using kv::Digest;
 
 class Writer {
  public:
@@ -107,4 +110,4 @@ inline ChunkKey get_key(Reader& r) {
   return k;
 }
 
-}  // namespace kvstrand::kv::wire
+}  // namespace kvstrand::proto::wire
