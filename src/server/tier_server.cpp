@@ -1,6 +1,8 @@
 #include "common/log_escaped.hpp"
 #include "server/tier_server.hpp"
+#include "server/debug_routes.hpp"
 #include "server/request_service.hpp"
+#include "server/session.hpp"
 
 #include <spdlog/spdlog.h>
 #include <sys/mman.h>
@@ -22,7 +24,6 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/use_future.hpp>
 #include <boost/asio/write.hpp>
-#include <boost/json.hpp>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -35,7 +36,6 @@
 #include "proto/protocol.hpp"
 #include "common/debug_http.hpp"
 #include "common/gate.hpp"
-#include "common/debug_page.hpp"
 #include "common/metrics.hpp"
 #include "tier/arena.hpp"
 #include "tier/fd_passing.hpp"
@@ -58,37 +58,6 @@ const auto kAwait = asio::as_tuple(asio::use_awaitable);  // awaited ops complet
 constexpr std::size_t kBodyPiece = 64 * 1024;
 
 Reply fail(Status s, std::string message) { return Reply{s, std::move(message), Empty{}}; }
-
-struct Frame {
-  std::vector<std::byte> bytes;
-  bool with_arena_fd = false;  // the hello reply: the arena's fd goes with its first byte
-};
-
-// A client process: what its sessions hold is its own (an Index owner).
-// Watched through its pidfd; it ends when the process has exited.
-struct Process {
-  Process(tier::Owner o, pid_t p, int pidfd, Strand& s) : owner(o), pid(p), watch(s, pidfd) {}
-  tier::Owner owner;
-  pid_t pid;
-  asio::posix::stream_descriptor watch;
-  std::size_t sessions = 0;
-};
-
-struct Session {
-  Session(std::uint64_t i, local::socket s, Strand& strand) : id(i), sock(std::move(s)), drained(strand) {}
-  std::uint64_t id;
-  local::socket sock;
-  std::shared_ptr<Process> process;
-  Client client;  // what the request service knows of it
-  bool closed = false;
-  bool close_after_flush = false;
-  bool writing = false;
-  std::deque<Frame> outbox;
-  std::uint64_t queued_bytes = 0;
-  asio::steady_timer drained;  // cancelled by the writer as the queue shrinks
-  Clock::time_point started = Clock::now();
-  std::uint64_t requests = 0;
-};
 
 int pidfd_open(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
 
@@ -409,117 +378,11 @@ struct TierServer::Impl {
   }
 
   // ---- requests: the service's (server/request_service) ------------------------
-
-  boost::json::array size_classes_json() const {
-    boost::json::array a;
-    for (const auto& c : classes->classes())
-      a.push_back(boost::json::object{{"object_bytes", c.object_bytes}, {"slabs", c.slabs}});
-    return a;
-  }
-
-  tier::Index::Stats tier_stats() const {
-    tier::Index::Stats st = classes->stats();
-    return st;
-  }
-
-  // ---- the debug endpoint (routes run on the strand) -------------------------
+  // ---- the debug endpoint: its routes (server/debug_routes), on the strand -------
 
   common::HttpRoutes routes() {
-    namespace json = boost::json;
-    common::HttpRoutes r;
-    r["/healthz"] = [this] {
-      return common::HttpResponse{stopping ? 503u : 200u, "text/plain", stopping ? "stopping\n" : "ok\n"};
-    };
-    r["/debug/sessions"] = [this] {
-      json::array a;
-      const auto now = Clock::now();
-      for (const auto& [id, s] : sessions) {
-        const auto held = classes->held_by(s->process->owner);
-        a.push_back(json::object{{"session", id},
-                                 {"pid", s->process->pid},
-                                 {"hello", s->client.hello},
-                                 {"registrations", s->client.regs.size()},
-                                 {"requests", s->requests},
-                                 {"age_ms", std::chrono::duration<double, std::milli>(now - s->started).count()},
-                                 {"replies_queued_bytes", s->queued_bytes},
-                                 {"process_leases", held.leases},
-                                 {"process_reservations", held.reservations}});
-      }
-      return common::HttpResponse{200, "application/json", json::serialize(a)};
-    };
-    r["/debug/holds"] = [this] {
-      json::array a;
-      for (const auto& [id, h] : classes->holds()) {
-          pid_t pid = 0;
-          for (const auto& [p, proc] : processes)
-            if (proc->owner == h.first) pid = p;
-          a.push_back(json::object{{"hold", id}, {"kind", h.second ? "lease" : "reservation"}, {"pid", pid}});
-        }
-      return common::HttpResponse{200, "application/json", json::serialize(a)};
-    };
-    r["/debug/tier"] = [this] {
-      const auto st = tier_stats();
-      json::object o{{"configured_bytes", arena->bytes()},  {"ready_bytes", ready_bytes()},
-                     {"slab_bytes", arena->slab_bytes()},   {"huge_pages", arena->huge_pages()},
-                     {"size_classes", size_classes_json()},
-                     {"used_bytes", st.used_bytes},         {"objects", st.objects},
-                     {"leased_objects", st.pinned},         {"writing", st.writing},
-                     {"leases", st.leases},                 {"reservations", st.reservations},
-                     {"evictions", st.evictions},           {"refused_full", st.refused_full},
-                     {"lookup_chunk_hits", st.lookup_hits}, {"lookup_misses", st.lookup_misses},
-                     {"freed_at_process_exit", orphans_freed}};
-      if (!fill_error.empty()) o["fill_error"] = fill_error;
-      if (l2) {
-        const L2Stats l = l2->stats();
-        o["l2"] = json::object{{"connected", l.connected},         {"redis_nodes", l.redis.nodes},
-                               {"cluster", l.redis.cluster},       {"write_queue", l.queue},
-                               {"written", l.written},             {"write_failed", l.write_failed},
-                               {"write_dropped", l.write_dropped}, {"promoted", l.promoted},
-                               {"lookups", l.lookups},             {"lookup_misses", l.lookup_misses},
-                               {"bad_values", l.bad_values},       {"unanswered", l.unanswered},
-                               {"moved", l.redis.moved},           {"asked", l.redis.asked}};
-      }
-      return common::HttpResponse{200, "application/json", json::serialize(o)};
-    };
-    r["/metrics"] = [this] {
-      const auto st = tier_stats();
-      common::PromText p;
-      p.counter("kvstrand_server_requests_total", "Requests answered, by type and status", requests);
-      p.counter("kvstrand_server_evictions_total", "Objects evicted from the tier", st.evictions);
-      p.counter("kvstrand_server_refused_full_total", "Chunks refused because the tier was full", st.refused_full);
-      p.counter("kvstrand_server_holds_freed_at_exit_total", "Leases and reservations freed when their process exited",
-                orphans_freed);
-      p.gauge("kvstrand_server_sessions", "Client sessions open", static_cast<double>(sessions.size()));
-      p.gauge("kvstrand_server_client_processes", "Client processes watched", static_cast<double>(processes.size()));
-      p.gauge("kvstrand_server_leases", "Leases held", static_cast<double>(st.leases));
-      p.gauge("kvstrand_server_reservations", "Reservations held", static_cast<double>(st.reservations));
-      p.gauge("kvstrand_server_tier_configured_bytes", "Arena size (--tier-bytes)", static_cast<double>(arena->bytes()));
-      p.gauge("kvstrand_server_tier_ready_bytes", "Arena bytes populated so far", static_cast<double>(ready_bytes()));
-      p.gauge("kvstrand_server_tier_used_bytes", "Tier bytes in use", static_cast<double>(st.used_bytes));
-      p.gauge("kvstrand_server_tier_objects", "Objects committed", static_cast<double>(st.objects));
-      if (l2) {
-        const L2Stats l = l2->stats();
-        p.gauge("kvstrand_server_l2_connected", "1 once a Redis slot map was learned", l.connected ? 1 : 0);
-        p.counter("kvstrand_server_l2_written_total", "Objects written behind to L2", l.written);
-        p.counter("kvstrand_server_l2_write_failed_total", "L2 writes that failed or got no answer", l.write_failed);
-        p.counter("kvstrand_server_l2_write_dropped_total", "Objects not written to L2: the write queue was full",
-                  l.write_dropped);
-        p.gauge("kvstrand_server_l2_write_queue", "Objects waiting to be written to L2", static_cast<double>(l.queue));
-        p.counter("kvstrand_server_l2_promoted_total", "Chunks copied from L2 into the arena", l.promoted);
-        p.counter("kvstrand_server_l2_lookups_total", "Lookups that asked L2 for chunks the arena lacked", l.lookups);
-        p.counter("kvstrand_server_l2_lookup_misses_total", "Lookups L2 added nothing to", l.lookup_misses);
-        p.counter("kvstrand_server_l2_bad_values_total", "L2 values refused (header, length or checksum)",
-                  l.bad_values);
-        p.counter("kvstrand_server_l2_unanswered_total", "L2 reads with no answer within --l2-timeout", l.unanswered);
-        p.counter("kvstrand_server_l2_redirects_total", "MOVED and ASK redirections followed",
-                  l.redis.moved + l.redis.asked);
-      }
-      return common::HttpResponse{200, "text/plain; version=0.0.4", p.str()};
-    };
-    const std::string page = common::debug_page("kvstrand-server " + opt.socket,
-                                                 {"/debug/sessions", "/debug/holds", "/debug/tier"});
-    r["/debug"] = [page] { return common::HttpResponse{200, "text/html; charset=utf-8", page}; };
-    return r;
+    return debug_routes(ServerState{stopping, sessions, processes, *classes, *arena, l2.get(), requests, orphans_freed,
+                                    fill_error, [this] { return ready_bytes(); }, opt.socket});
   }
 
   template <class MakeAwaitable>

@@ -17,6 +17,10 @@
 //   any session of the same user may release them by id.
 // - The arena grows slab by slab on a helper thread; each slab's objects
 //   join the index when it is ready.
+//
+// This file is the sessions (framing, back-pressure, liveness) and the
+// process around them; what a request may do is RequestService's
+// (request_service.hpp), what the debug endpoint shows is debug_routes.hpp.
 #pragma once
 
 #include <memory>

@@ -1,0 +1,118 @@
+#include "server/debug_routes.hpp"
+
+#include <boost/json.hpp>
+
+#include "common/debug_page.hpp"
+
+namespace kvstrand::server {
+
+namespace {
+
+boost::json::array size_classes_json(const tier::SizeClasses& classes) {
+  boost::json::array a;
+  for (const auto& c : classes.classes())
+    a.push_back(boost::json::object{{"object_bytes", c.object_bytes}, {"slabs", c.slabs}});
+  return a;
+}
+
+}  // namespace
+
+common::HttpRoutes debug_routes(ServerState state) {
+  namespace json = boost::json;
+  common::HttpRoutes r;
+  r["/healthz"] = [st = state] {
+    return common::HttpResponse{st.stopping ? 503u : 200u, "text/plain", st.stopping ? "stopping\n" : "ok\n"};
+  };
+  r["/debug/sessions"] = [st = state] {
+    json::array a;
+    const auto now = Clock::now();
+    for (const auto& [id, s] : st.sessions) {
+      const auto held = st.classes.held_by(s->process->owner);
+      a.push_back(json::object{{"session", id},
+                               {"pid", s->process->pid},
+                               {"hello", s->client.hello},
+                               {"registrations", s->client.regs.size()},
+                               {"requests", s->requests},
+                               {"age_ms", std::chrono::duration<double, std::milli>(now - s->started).count()},
+                               {"replies_queued_bytes", s->queued_bytes},
+                               {"process_leases", held.leases},
+                               {"process_reservations", held.reservations}});
+    }
+    return common::HttpResponse{200, "application/json", json::serialize(a)};
+  };
+  r["/debug/holds"] = [st = state] {
+    json::array a;
+    for (const auto& [id, h] : st.classes.holds()) {
+      pid_t pid = 0;
+      for (const auto& [p, proc] : st.processes)
+        if (proc->owner == h.first) pid = p;
+      a.push_back(json::object{{"hold", id}, {"kind", h.second ? "lease" : "reservation"}, {"pid", pid}});
+    }
+    return common::HttpResponse{200, "application/json", json::serialize(a)};
+  };
+  r["/debug/tier"] = [st = state] {
+    const tier::Index::Stats t = st.classes.stats();
+    json::object o{{"configured_bytes", st.arena.bytes()},  {"ready_bytes", st.ready_bytes()},
+                   {"slab_bytes", st.arena.slab_bytes()},   {"huge_pages", st.arena.huge_pages()},
+                   {"size_classes", size_classes_json(st.classes)},
+                   {"used_bytes", t.used_bytes},         {"objects", t.objects},
+                   {"leased_objects", t.pinned},         {"writing", t.writing},
+                   {"leases", t.leases},                 {"reservations", t.reservations},
+                   {"evictions", t.evictions},           {"refused_full", t.refused_full},
+                   {"lookup_chunk_hits", t.lookup_hits}, {"lookup_misses", t.lookup_misses},
+                   {"freed_at_process_exit", st.orphans_freed}};
+    if (!st.fill_error.empty()) o["fill_error"] = st.fill_error;
+    if (st.l2 != nullptr) {
+      const L2Stats l = st.l2->stats();
+      o["l2"] = json::object{{"connected", l.connected},         {"redis_nodes", l.redis.nodes},
+                             {"cluster", l.redis.cluster},       {"write_queue", l.queue},
+                             {"written", l.written},             {"write_failed", l.write_failed},
+                             {"write_dropped", l.write_dropped}, {"promoted", l.promoted},
+                             {"lookups", l.lookups},             {"lookup_misses", l.lookup_misses},
+                             {"bad_values", l.bad_values},       {"unanswered", l.unanswered},
+                             {"moved", l.redis.moved},           {"asked", l.redis.asked}};
+    }
+    return common::HttpResponse{200, "application/json", json::serialize(o)};
+  };
+  r["/metrics"] = [st = state] {
+    const tier::Index::Stats t = st.classes.stats();
+    common::PromText p;
+    p.counter("kvstrand_server_requests_total", "Requests answered, by type and status", st.requests);
+    p.counter("kvstrand_server_evictions_total", "Objects evicted from the tier", t.evictions);
+    p.counter("kvstrand_server_refused_full_total", "Chunks refused because the tier was full", t.refused_full);
+    p.counter("kvstrand_server_holds_freed_at_exit_total", "Leases and reservations freed when their process exited",
+              st.orphans_freed);
+    p.gauge("kvstrand_server_sessions", "Client sessions open", static_cast<double>(st.sessions.size()));
+    p.gauge("kvstrand_server_client_processes", "Client processes watched", static_cast<double>(st.processes.size()));
+    p.gauge("kvstrand_server_leases", "Leases held", static_cast<double>(t.leases));
+    p.gauge("kvstrand_server_reservations", "Reservations held", static_cast<double>(t.reservations));
+    p.gauge("kvstrand_server_tier_configured_bytes", "Arena size (--tier-bytes)", static_cast<double>(st.arena.bytes()));
+    p.gauge("kvstrand_server_tier_ready_bytes", "Arena bytes populated so far", static_cast<double>(st.ready_bytes()));
+    p.gauge("kvstrand_server_tier_used_bytes", "Tier bytes in use", static_cast<double>(t.used_bytes));
+    p.gauge("kvstrand_server_tier_objects", "Objects committed", static_cast<double>(t.objects));
+    if (st.l2 != nullptr) {
+      const L2Stats l = st.l2->stats();
+      p.gauge("kvstrand_server_l2_connected", "1 once a Redis slot map was learned", l.connected ? 1 : 0);
+      p.counter("kvstrand_server_l2_written_total", "Objects written behind to L2", l.written);
+      p.counter("kvstrand_server_l2_write_failed_total", "L2 writes that failed or got no answer", l.write_failed);
+      p.counter("kvstrand_server_l2_write_dropped_total", "Objects not written to L2: the write queue was full",
+                l.write_dropped);
+      p.gauge("kvstrand_server_l2_write_queue", "Objects waiting to be written to L2", static_cast<double>(l.queue));
+      p.counter("kvstrand_server_l2_promoted_total", "Chunks copied from L2 into the arena", l.promoted);
+      p.counter("kvstrand_server_l2_lookups_total", "Lookups that asked L2 for chunks the arena lacked", l.lookups);
+      p.counter("kvstrand_server_l2_lookup_misses_total", "Lookups L2 added nothing to", l.lookup_misses);
+      p.counter("kvstrand_server_l2_bad_values_total", "L2 values refused (header, length or checksum)",
+                l.bad_values);
+      p.counter("kvstrand_server_l2_unanswered_total", "L2 reads with no answer within --l2-timeout", l.unanswered);
+      p.counter("kvstrand_server_l2_redirects_total", "MOVED and ASK redirections followed",
+                l.redis.moved + l.redis.asked);
+    }
+    return common::HttpResponse{200, "text/plain; version=0.0.4", p.str()};
+  };
+  const std::string page = common::debug_page("kvstrand-server " + state.socket,
+                                               {"/debug/sessions", "/debug/holds", "/debug/tier"});
+  r["/debug"] = [page] { return common::HttpResponse{200, "text/html; charset=utf-8", page}; };
+  return r;
+}
+
+}  // namespace kvstrand::server

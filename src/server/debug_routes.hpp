@@ -1,0 +1,40 @@
+// kvstrand-server's read-only debug endpoint: /healthz, /debug (a page),
+// /debug/sessions, /debug/holds, /debug/tier and /metrics, rendered from
+// the server's live state. Every route runs on the server's strand.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "common/debug_http.hpp"
+#include "common/metrics.hpp"
+#include "server/l2_tier.hpp"
+#include "server/session.hpp"
+#include "tier/arena.hpp"
+#include "tier/size_classes.hpp"
+
+namespace kvstrand::server {
+
+// The state the routes read, by reference: it must outlive the endpoint.
+struct ServerState {
+  const bool& stopping;
+  const std::map<std::uint64_t, std::shared_ptr<Session>>& sessions;
+  const std::map<pid_t, std::shared_ptr<Process>>& processes;
+  const tier::SizeClasses& classes;
+  const tier::Arena& arena;
+  const L2Tier* l2;  // null without --l2
+  const common::LabeledCounter& requests;
+  const std::uint64_t& orphans_freed;
+  const std::string& fill_error;
+  std::function<std::uint64_t()> ready_bytes;
+  std::string socket;
+};
+
+common::HttpRoutes debug_routes(ServerState state);
+
+}  // namespace kvstrand::server
