@@ -15,6 +15,7 @@
 
 #include "hip/device.hpp"
 #include <kvstrand/chunk_keys.hpp>
+#include "proto/read_frame.hpp"
 #include "reactor/transfer_error.hpp"
 #include "tier/fd_passing.hpp"
 
@@ -301,26 +302,19 @@ asio::awaitable<void> RemoteIndex::write_loop(std::uint64_t generation) {
 }
 
 asio::awaitable<void> RemoteIndex::read_loop(std::uint64_t generation) {
-  std::array<std::byte, kHeaderBytes> head{};
   for (;;) {
-    auto [ec, n] = co_await asio::async_read(*sock_, asio::buffer(head), kAwait);
+    ReadFrame f = co_await read_frame(*sock_, kDefaultMaxBody);
     if (generation != generation_) co_return;
-    if (ec) {
-      drop_connection("read: " + ec.message());
+    if (f.io) {
+      drop_connection("read: " + f.io.message());
       co_return;
     }
-    Header h;
-    if (decode_header(head, kDefaultMaxBody, &h) != HeaderError::none) {
+    if (f.header != HeaderError::none) {
       drop_connection("a frame that is not kvstrand protocol " + std::to_string(kMajor));
       co_return;
     }
-    std::vector<std::byte> body(h.body_bytes);
-    auto [ec2, n2] = co_await asio::async_read(*sock_, asio::buffer(body), kAwait);
-    if (generation != generation_) co_return;
-    if (ec2) {
-      drop_connection("read: " + ec2.message());
-      co_return;
-    }
+    const Header& h = f.h;
+    const std::vector<std::byte>& body = f.body;
     std::string why;
     auto reply = decode_reply(h.type, body, &why);
     if (reply && reply->status == Status::ok) {

@@ -34,6 +34,7 @@
 
 #include "common/parse_bytes.hpp"
 #include "proto/protocol.hpp"
+#include "proto/read_frame.hpp"
 #include "common/debug_http.hpp"
 #include "common/gate.hpp"
 #include "common/metrics.hpp"
@@ -53,9 +54,6 @@ using common::Strand;
 namespace {
 
 const auto kAwait = asio::as_tuple(asio::use_awaitable);  // awaited ops complete with error codes
-// A frame body is read in pieces of at most this much, so memory follows
-// the bytes that arrived, not the size a header announces.
-constexpr std::size_t kBodyPiece = 64 * 1024;
 
 Reply fail(Status s, std::string message) { return Reply{s, std::move(message), Empty{}}; }
 
@@ -227,7 +225,6 @@ struct TierServer::Impl {
   }
 
   asio::awaitable<void> serve(std::shared_ptr<Session> s) {
-    std::array<std::byte, kHeaderBytes> head{};
     std::string end = "client closed the connection";
     while (!s->closed) {
       // A client that does not read its replies is not read from either.
@@ -235,10 +232,10 @@ struct TierServer::Impl {
         s->drained.expires_after(std::chrono::seconds(3600));
         co_await s->drained.async_wait(kAwait);
       }
-      auto [ec, n] = co_await asio::async_read(s->sock, asio::buffer(head), kAwait);
-      if (ec) break;
-      Header h;
-      const HeaderError he = decode_header(head, opt.max_frame, &h);
+      ReadFrame f = co_await read_frame(s->sock, opt.max_frame);
+      if (f.io) break;
+      const Header& h = f.h;
+      const HeaderError he = f.header;
       if (he == HeaderError::bad_magic || he == HeaderError::too_large) {
         end = he == HeaderError::bad_magic ? "not a kvstrand frame" : "frame larger than --max-frame";
         break;
@@ -255,15 +252,7 @@ struct TierServer::Impl {
         s->close_after_flush = true;
         break;
       }
-      std::vector<std::byte> body;
-      boost::system::error_code bec;
-      while (body.size() < h.body_bytes && !bec) {
-        const std::size_t at = body.size();
-        body.resize(at + std::min<std::size_t>(kBodyPiece, h.body_bytes - at));
-        auto [e, got] = co_await asio::async_read(s->sock, asio::buffer(body.data() + at, body.size() - at), kAwait);
-        bec = e;
-      }
-      if (bec) break;
+      const std::vector<std::byte>& body = f.body;
       ++s->requests;
       std::string why;
       auto req = decode_request(h.type, body, &why);
