@@ -39,7 +39,9 @@ export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
   { echo "check-install: pkg-config's version differs from the headers'"; exit 1; }
 # shellcheck disable=SC2046
 c++ -O1 "$src/examples/consumer/main.cpp" -o "$work/consumer-pc" $(pkg-config --cflags --libs kvstrand) -pthread
-LD_LIBRARY_PATH="$prefix/lib" "$work/consumer-pc"
+# The .pc's libs carry the run-time path: the binary starts as built, with
+# no LD_LIBRARY_PATH and no ldconfig.
+env -u LD_LIBRARY_PATH "$work/consumer-pc"
 
 # The Python package, where a build has it: importable from the prefix's
 # dist-packages, finding the installed libkvstrand.so by itself.
