@@ -38,12 +38,13 @@ build: bootstrap
 	cmake --build build -j $(JOBS)
 
 # Builds what it runs: the demo and the server it starts (no test, no benchmark).
-# DEMO_ARGS: e.g. --full (the seed's 180 s per arm), --server /tmp/kvstrand.sock; DEMO_OUT: where the results go
+# DEMO_ARGS: e.g. --full (the seed's 180 s per arm), --server /tmp/kvstrand.sock; DEMO_OUT, or --out in
+# DEMO_ARGS: where the results go
 DEMO_OUT ?= build/demo-results
 demo: bootstrap
 	$(CONFIGURE) -B build -DKVSTRAND_GPU=$(GPU)
 	cmake --build build -j $(JOBS) --target kvstrand-engine-demo kvstrand-server
-	./build/examples/engine/kvstrand-engine-demo --out $(DEMO_OUT) $(DEMO_ARGS)
+	./build/examples/engine/kvstrand-engine-demo $(if $(findstring --out,$(DEMO_ARGS)),,--out $(DEMO_OUT)) $(DEMO_ARGS)
 
 # PYTHON_DEMO_ARGS: e.g. --server /tmp/kvstrand.sock --requests 500
 python-demo: bootstrap
