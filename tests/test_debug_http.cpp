@@ -14,6 +14,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <kvstrand/version.hpp>
+
 #include "connector_rig.hpp"
 #include "common/metrics.hpp"
 #include "curl.hpp"
@@ -108,6 +110,7 @@ TEST_CASE("debug http: a connector's endpoints answer curl, promtool accepts /me
   REQUIRE(g.body.find("kvstrand_transfers_total{kind=\"save\",outcome=\"ok\"} 1\n") != std::string::npos);
   REQUIRE(g.body.find("kvstrand_save_seconds_count 1\n") != std::string::npos);
   REQUIRE(g.body.find("kvstrand_step_call_seconds_bucket{le=\"+Inf\"}") != std::string::npos);
+  REQUIRE(g.body.find("kvstrand_build_info{version=\"" KVSTRAND_VERSION_STRING "\",backend=\"") != std::string::npos);
   if (have("/usr/bin/promtool")) {
     REQUIRE(promtool_check(g.body).empty());
   } else {
@@ -292,6 +295,8 @@ TEST_CASE("debug http: kvstrand-server --http serves sessions, holds, tier (read
   REQUIRE(metrics.find("kvstrand_server_requests_total{type=\"reserve\",status=\"ok\"} 1\n") != std::string::npos);
   REQUIRE(metrics.find("kvstrand_server_requests_total{type=\"commit\",status=\"ok\"} 1\n") != std::string::npos);
   REQUIRE(metrics.find("kvstrand_server_tier_ready_bytes ") != std::string::npos);
+  REQUIRE(metrics.find("kvstrand_server_build_info{version=\"" KVSTRAND_VERSION_STRING "\",protocol=\"2.") !=
+          std::string::npos);
   if (have("/usr/bin/promtool")) REQUIRE(promtool_check(metrics).empty());
   REQUIRE(curl(port, "/debug").body.find("/debug/sessions") != std::string::npos);
   // A refused flag names itself.

@@ -92,6 +92,14 @@ void PromText::gauge(std::string_view name, std::string_view help, double value)
   out_ += ' ' + number(value) + '\n';
 }
 
+void PromText::info(std::string_view name, std::string_view help, std::string_view label_set) {
+  head(name, help, "gauge");
+  out_ += name;
+  out_ += '{';
+  out_ += label_set;
+  out_ += "} 1\n";
+}
+
 void PromText::histogram(std::string_view name, std::string_view help, const Histogram& h) {
   head(name, help, "histogram");
   std::uint64_t cumulative = 0;

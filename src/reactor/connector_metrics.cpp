@@ -2,6 +2,9 @@
 
 #include <boost/json.hpp>
 
+#include <kvstrand/version.hpp>
+
+#include "hip/backend.hpp"
 #include "reactor/connector.hpp"
 #include "reactor/transfer_error.hpp"
 
@@ -114,6 +117,8 @@ std::string tier_json(std::string_view kind, const tier::Index::Stats& t, const 
 std::string prometheus(const ConnectorMetrics& m, const Histogram& step_calls, const tier::Index::Stats& tier,
                        const hip::EventPool::Stats& events, std::size_t live_transfers) {
   PromText p;
+  p.info("kvstrand_build_info", "This library's version and device backend",
+         labels({{"version", KVSTRAND_VERSION_STRING}, {"backend", hip::backend::name()}}));
   p.counter("kvstrand_transfers_total", "Transfers that ended, by kind and outcome", m.transfers);
   p.counter("kvstrand_transfer_bytes_total", "Bytes moved by transfers that completed, by kind", m.bytes);
   p.counter("kvstrand_lookups_total", "Tier lookups by result (hit: every key, partial, miss)", m.lookups);

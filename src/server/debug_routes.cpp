@@ -2,7 +2,10 @@
 
 #include <boost/json.hpp>
 
+#include <kvstrand/version.hpp>
+
 #include "common/debug_page.hpp"
+#include "proto/protocol.hpp"
 
 namespace kvstrand::server {
 
@@ -77,6 +80,9 @@ common::HttpRoutes debug_routes(ServerState state) {
   r["/metrics"] = [st = state] {
     const tier::Index::Stats t = st.classes.stats();
     common::PromText p;
+    const std::string protocol = std::to_string(proto::kMajor) + "." + std::to_string(proto::kMinor);
+    p.info("kvstrand_server_build_info", "This kvstrand-server's version and protocol",
+           common::labels({{"version", KVSTRAND_VERSION_STRING}, {"protocol", protocol}}));
     p.counter("kvstrand_server_requests_total", "Requests answered, by type and status", st.requests);
     p.counter("kvstrand_server_evictions_total", "Objects evicted from the tier", t.evictions);
     p.counter("kvstrand_server_refused_full_total", "Chunks refused because the tier was full", t.refused_full);
