@@ -17,6 +17,7 @@
 #include <kvstrand/version.hpp>
 
 #include "connector_rig.hpp"
+#include "common/debug_page.hpp"
 #include "common/metrics.hpp"
 #include "curl.hpp"
 #include "process.hpp"
@@ -119,6 +120,9 @@ TEST_CASE("debug http: a connector's endpoints answer curl, promtool accepts /me
   g = curl(port, "/debug");
   REQUIRE(g.code == 200);
   REQUIRE(g.body.find("/debug/transfers") != std::string::npos);
+  // The first view is rendered on the server: state without running a script.
+  REQUIRE(g.body.find("<span id=\"health\" class=\"ok\">ok</span>") != std::string::npos);
+  REQUIRE(g.body.find("<tr><th>objects</th><td>2</td></tr>") != std::string::npos);
   // Read-only, and unknown paths list what exists.
   REQUIRE(curl(port, "/healthz", "POST").code == 405);
   g = curl(port, "/nope");
@@ -298,7 +302,10 @@ TEST_CASE("debug http: kvstrand-server --http serves sessions, holds, tier (read
   REQUIRE(metrics.find("kvstrand_server_build_info{version=\"" KVSTRAND_VERSION_STRING "\",protocol=\"2.") !=
           std::string::npos);
   if (have("/usr/bin/promtool")) REQUIRE(promtool_check(metrics).empty());
-  REQUIRE(curl(port, "/debug").body.find("/debug/sessions") != std::string::npos);
+  const std::string page = curl(port, "/debug").body;
+  REQUIRE(page.find("/debug/sessions") != std::string::npos);
+  REQUIRE(page.find("<tr><th>objects</th><td>2</td></tr>") != std::string::npos);  // rendered on the server
+  REQUIRE(page.find("<th>pid</th>") != std::string::npos);
   // A refused flag names itself.
   auto r = run_process({sibling_binary("../kvstrand-server"), "--http", "0.0.0.0:9400"});
   REQUIRE(r.exit_code == 2);
@@ -324,4 +331,12 @@ TEST_CASE("debug http: the running example engine answers on its endpoint", "[ht
   REQUIRE(boost::json::parse(curl(port, "/debug/transfers").body).is_array());
   REQUIRE(boost::json::parse(curl(port, "/debug/tier").body).at("kind").as_string() == "local");
   demo.signal(SIGKILL);
+}
+
+TEST_CASE("debug page: numbers are written as integers or with at most two decimals", "[http]") {
+  REQUIRE(common::page_number(3.0) == "3");
+  REQUIRE(common::page_number(0.5) == "0.5");
+  REQUIRE(common::page_number(1.7777777777777777) == "1.78");
+  REQUIRE(common::page_number(21715.733079) == "21715.73");
+  REQUIRE(common::page_number(-2.25) == "-2.25");
 }

@@ -1,13 +1,91 @@
 #include "common/debug_page.hpp"
 
+#include <boost/json.hpp>
+#include <cstdio>
+#include <optional>
+#include <string_view>
+
 namespace kvstrand::common {
 
-std::string debug_page(const std::string& title, const std::vector<std::string>& json_endpoints) {
+namespace {
+
+std::string escaped(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    switch (c) {
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '&': out += "&amp;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+// The same tables the script builds (table() below), from the same JSON.
+std::string cell(const boost::json::value& v) {
+  switch (v.kind()) {
+    case boost::json::kind::null: return "";
+    case boost::json::kind::string: return escaped(v.get_string());
+    case boost::json::kind::int64: return std::to_string(v.get_int64());
+    case boost::json::kind::uint64: return std::to_string(v.get_uint64());
+    case boost::json::kind::double_: return page_number(v.get_double());
+    case boost::json::kind::bool_: return v.get_bool() ? "true" : "false";
+    default: return escaped(boost::json::serialize(v));
+  }
+}
+
+std::string table(const boost::json::value& v) {
+  if (const auto* a = v.if_array()) {
+    if (a->empty() || !a->front().is_object()) return "<p class=\"empty\">none</p>";
+    std::string t = "<table><tr>";
+    for (const auto& [k, x] : a->front().as_object()) t += "<th>" + escaped(k) + "</th>";
+    t += "</tr>";
+    for (const auto& row : *a) {
+      t += "<tr>";
+      for (const auto& [k, x] : a->front().as_object()) {
+        const auto* o = row.if_object();
+        t += "<td>" + (o && o->contains(k) ? cell(o->at(k)) : std::string()) + "</td>";
+      }
+      t += "</tr>";
+    }
+    return t + "</table>";
+  }
+  if (const auto* o = v.if_object()) {
+    std::string t = "<table>";
+    for (const auto& [k, x] : *o)
+      t += "<tr><th>" + escaped(k) + "</th><td>" + (x.is_object() ? table(x) : cell(x)) + "</td></tr>";
+    return t + "</table>";
+  }
+  return cell(v);
+}
+
+std::string page(const std::string& title, const std::vector<std::string>& json_endpoints, const HttpRoutes& routes,
+                 const HttpRoutes::mapped_type* healthz) {
   std::string list;
   for (const auto& e : json_endpoints) list += (list.empty() ? "\"" : ", \"") + e + "\"";
+  std::string health = "?";
+  std::string health_class;
+  if (healthz != nullptr) {
+    const HttpResponse h = (*healthz)();
+    health = escaped(h.body);
+    while (!health.empty() && health.back() == '\n') health.pop_back();
+    health_class = h.status == 200 ? "ok" : "bad";
+  }
+  std::string sections;
+  for (const auto& e : json_endpoints) {
+    std::string body = "unavailable";
+    if (auto it = routes.find(e); it != routes.end()) {
+      boost::system::error_code ec;
+      const boost::json::value v = boost::json::parse(it->second().body, ec);
+      if (!ec) body = table(v);
+    }
+    sections += "<section id=\"" + escaped(e) + "\"><h2>" + escaped(e) + "</h2><div>" + body + "</div></section>\n";
+  }
   return R"(<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>)" +
-         title + R"(</title>
+         escaped(title) + R"(</title>
 <link rel="icon" href="data:,">
 <style>
 body { font: 14px system-ui, sans-serif; margin: 1.5em; color: #222; }
@@ -19,15 +97,16 @@ th { background: #f2f2f2; }
 .empty { color: #888; }
 </style></head>
 <body>
-<h1>)" + title + R"(</h1>
-<p>health: <span id="health">?</span> &middot; refreshed <span id="when">never</span> &middot; <a href="/metrics">/metrics</a></p>
-<div id="sections"></div>
+<h1>)" + escaped(title) + R"(</h1>
+<p>health: <span id="health" class=")" + health_class + R"(">)" + health + R"(</span> &middot; refreshed <span id="when">on the server</span> &middot; <a href="/metrics">/metrics</a></p>
+<div id="sections">)" + sections + R"(</div>
 <script>
 "use strict";
 const endpoints = [)" + list + R"(];
 function cell(v) {
   if (v === null || v === undefined) return "";
   if (typeof v === "object") return JSON.stringify(v);
+  if (typeof v === "number" && !Number.isInteger(v)) return String(Math.round(v * 100) / 100);
   return String(v);
 }
 function table(value) {
@@ -76,6 +155,31 @@ setInterval(refresh, 2000);
 </script>
 </body></html>
 )";
+}
+
+
+}  // namespace
+
+std::string page_number(double v) {
+  if (v == static_cast<double>(static_cast<long long>(v))) return std::to_string(static_cast<long long>(v));
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.2f", v);
+  std::string s = buf;
+  while (s.back() == '0') s.pop_back();
+  if (s.back() == '.') s.pop_back();
+  return s;
+}
+
+void add_debug_page(HttpRoutes& routes, const std::string& title, const std::vector<std::string>& json_endpoints) {
+  HttpRoutes parts;
+  for (const auto& e : json_endpoints)
+    if (auto it = routes.find(e); it != routes.end()) parts[e] = it->second;
+  std::optional<HttpRoutes::mapped_type> healthz;
+  if (auto it = routes.find("/healthz"); it != routes.end()) healthz = it->second;
+  routes["/debug"] = [title, json_endpoints, parts = std::move(parts), healthz = std::move(healthz)] {
+    return HttpResponse{200, "text/html; charset=utf-8",
+                        page(title, json_endpoints, parts, healthz ? &*healthz : nullptr)};
+  };
 }
 
 }  // namespace kvstrand::common

@@ -24,7 +24,6 @@
 namespace kvstrand::reactor {
 
 using common::LogEscaped;
-using common::debug_page;
 
 namespace asio = boost::asio;
 using Clock = std::chrono::steady_clock;
@@ -403,8 +402,7 @@ void Connector::start_http() {
                         prometheus(core->metrics, steps->snapshot(), core->tier->stats(), r->events().stats(),
                                    core->transfers.size() + core->stuck.size())};
   };
-  const std::string page = debug_page("kvstrand connector", {"/debug/transfers", "/debug/events", "/debug/tier"});
-  routes["/debug"] = [page] { return HttpResponse{200, "text/html; charset=utf-8", page}; };
+  common::add_debug_page(routes, "kvstrand connector", {"/debug/transfers", "/debug/events", "/debug/tier"});
   http_ = std::make_unique<DebugHttp>(reactor_->strand(), *options_.http, std::move(routes));
 }
 

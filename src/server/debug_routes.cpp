@@ -115,9 +115,7 @@ common::HttpRoutes debug_routes(ServerState state) {
     }
     return common::HttpResponse{200, "text/plain; version=0.0.4", p.str()};
   };
-  const std::string page = common::debug_page("kvstrand-server " + state.socket,
-                                               {"/debug/sessions", "/debug/holds", "/debug/tier"});
-  r["/debug"] = [page] { return common::HttpResponse{200, "text/html; charset=utf-8", page}; };
+  common::add_debug_page(r, "kvstrand-server " + state.socket, {"/debug/sessions", "/debug/holds", "/debug/tier"});
   return r;
 }
 
