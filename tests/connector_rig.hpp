@@ -48,7 +48,7 @@ struct Rig {
         return t;
       };
     } else if (!opts.make_tier) {
-      reactor::NodeTierOptions n{opts.server_socket, opts.server_request_timeout, opts.reactor.device};
+      reactor::NodeTierOptions n{opts.server_socket, opts.server_request_timeout, opts.device};
       opts.make_tier = [this, n](reactor::Reactor& r) {
         auto t = std::make_unique<reactor::NodeTier>(r, n);
         node = t.get();

@@ -174,6 +174,31 @@ TEST_CASE("public api: refusals are caught by their own types across the library
   REQUIRE(e.conn.debug_port() == 0);
 }
 
+TEST_CASE("public api: options are refused by their public names", "[api]") {
+  const auto refused = [](const ConnectorOptions& o) -> std::string {
+    try {
+      Connector c(o);
+    } catch (const std::invalid_argument& x) {
+      return x.what();
+    }
+    return "";
+  };
+  ConnectorOptions port;
+  port.debug_port = 70000;
+  REQUIRE(refused(port).find("debug_port") != std::string::npos);
+  ConnectorOptions address;
+  address.debug_port = 0;
+  address.debug_address = "0.0.0.0";  // not loopback: a Connector never serves it
+  REQUIRE_FALSE(refused(address).empty());
+  if (sim_backend()) {
+    ConnectorOptions device;
+    device.device = 4096;
+    const std::string why = refused(device);
+    REQUIRE(why.find("device") != std::string::npos);
+    REQUIRE(why.find("reactor") == std::string::npos);  // no internal name reaches the engine
+  }
+}
+
 TEST_CASE("public api: co_await fenced() continues on the engine's executor once the transfers are terminal",
           "[api]") {
   Engine e;

@@ -14,22 +14,10 @@ namespace kvstrand {
 
 namespace {
 
+// The same fields: the internal options add only what engines never set.
 reactor::ConnectorOptions internal(const ConnectorOptions& o) {
   reactor::ConnectorOptions r;
-  r.transfer_deadline = o.transfer_deadline;
-  r.tier_bytes = o.tier_bytes;
-  r.server_socket = o.server_socket;
-  r.server_request_timeout = o.server_request_timeout;
-  r.reactor.device = o.device;
-  r.max_live_transfers = o.max_live_transfers;
-  r.max_live_lookups = o.max_live_lookups;
-  if (o.debug_port >= 0) {
-    if (o.debug_port > 65535) throw std::invalid_argument("invalid option 'debug_port': must be <= 65535");
-    common::HttpOptions h;
-    h.address = o.debug_address;
-    h.port = static_cast<std::uint16_t>(o.debug_port);
-    r.http = h;
-  }
+  static_cast<ConnectorOptions&>(r) = o;
   return r;
 }
 

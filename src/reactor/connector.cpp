@@ -40,6 +40,21 @@ const char* to_string(TransferState s) noexcept {
   return "?";
 }
 
+namespace {
+
+// The debug endpoint the options ask for: `http` in full, else debug_port
+// (negative: none) on debug_address.
+std::optional<HttpOptions> http_of(const ConnectorOptions& o) {
+  if (o.http) return o.http;
+  if (o.debug_port < 0 || o.debug_port > 65535) return std::nullopt;
+  HttpOptions h;
+  h.address = o.debug_address;
+  h.port = static_cast<std::uint16_t>(o.debug_port);
+  return h;
+}
+
+}  // namespace
+
 std::optional<kv::ConfigError> validate(const ConnectorOptions& o) {
   if (o.transfer_deadline.count() <= 0)
     return kv::ConfigError{"transfer_deadline", "must be > 0 ms, got " + std::to_string(o.transfer_deadline.count())};
@@ -51,8 +66,9 @@ std::optional<kv::ConfigError> validate(const ConnectorOptions& o) {
     return kv::ConfigError{"poller.min_backoff", "must be > 0 and <= poller.max_backoff"};
   if (o.max_live_transfers == 0) return kv::ConfigError{"max_live_transfers", "must be > 0"};
   if (o.max_live_lookups == 0) return kv::ConfigError{"max_live_lookups", "must be > 0"};
-  if (o.http)
-    if (auto e = validate(*o.http)) return e;
+  if (!o.http && o.debug_port > 65535) return kv::ConfigError{"debug_port", "must be <= 65535"};
+  if (auto h = http_of(o))
+    if (auto e = validate(*h)) return e;
   return std::nullopt;
 }
 
@@ -364,6 +380,8 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
 
 Connector::Connector(ConnectorOptions options) : options_(std::move(options)) {
   if (auto err = validate(options_)) throw std::invalid_argument(err->describe());
+  options_.reactor.device = options_.device;
+  options_.http = http_of(options_);
   reactor_ = std::make_unique<Reactor>(options_.reactor);
   mailbox_ = std::make_shared<Mailbox>();
   std::unique_ptr<Tier> tier;
@@ -371,7 +389,7 @@ Connector::Connector(ConnectorOptions options) : options_(std::move(options)) {
     tier = options_.make_tier(*reactor_);
   } else if (!options_.server_socket.empty()) {
     tier = std::make_unique<NodeTier>(
-        *reactor_, NodeTierOptions{options_.server_socket, options_.server_request_timeout, options_.reactor.device});
+        *reactor_, NodeTierOptions{options_.server_socket, options_.server_request_timeout, options_.device});
   } else {
     tier = std::make_unique<LocalTier>(*reactor_, options_.tier_bytes);
   }

@@ -22,6 +22,8 @@
 // transfer could then start before the work it waits for).
 #pragma once
 
+#include <kvstrand/connector.hpp>
+
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/async_result.hpp>
@@ -58,28 +60,19 @@ using common::HttpResponse;
 using common::HttpRoutes;
 using common::AtomicHistogram;
 
-struct ConnectorOptions {
-  // Every transfer's own deadline; passing it is fail-stop. Must be > 0.
-  std::chrono::milliseconds transfer_deadline{60'000};
-  // LocalTier's arena. Ignored when make_tier builds another tier.
-  std::uint64_t tier_bytes = 1ull << 30;
-  // When set, the tier is kvstrand-server at this socket (NodeTier)
-  // instead of an embedded LocalTier.
-  std::string server_socket;
-  // NodeTier: bound on connect + hello + register and on each lookup.
-  std::chrono::milliseconds server_request_timeout{10'000};
+// The public options (include/kvstrand/connector.hpp: the deadline, the
+// tier, the device, the bounds, the debug endpoint) and what only the
+// library's own code and its tests set. One set of fields: the public
+// Connector passes its options through as they are.
+struct ConnectorOptions : kvstrand::ConnectorOptions {
+  // The poller and event pool; its device is always `device` above.
   ReactorOptions reactor;
-  // The read-only HTTP debug endpoint (/healthz, /debug/*, /metrics) on the
-  // reactor strand. Off unless set; see debug_http.hpp.
+  // The debug endpoint in full (allow_non_loopback): when set it is used
+  // instead of debug_port / debug_address.
   std::optional<HttpOptions> http;
-  // The tier to use; LocalTier(tier_bytes) when empty.
+  // The tier to use; LocalTier(tier_bytes) or, with server_socket,
+  // NodeTier when empty.
   std::function<std::unique_ptr<Tier>(Reactor&)> make_tier;
-  // Bounds on what the engine has posted and not yet seen in finished():
-  // a submit or lookup past one is refused (too_many_live), posting
-  // nothing. They bound everything queued behind them too (the strand's
-  // transfers, the node tier's requests to its server: at most one each).
-  std::size_t max_live_transfers = 4096;
-  std::size_t max_live_lookups = 4096;
 };
 
 // Refuses options kvstrand cannot serve, naming the option.

@@ -20,7 +20,7 @@ Reactor::Reactor(ReactorOptions options)
       call([this]() -> asio::awaitable<hip::Status> { co_return hip::select_device(options_.device); });
   if (!selected.ok()) {
     stop();  // the thread is running: a constructor that throws must end it
-    throw std::invalid_argument("reactor.device: cannot select device " + std::to_string(options_.device) + ": " +
+    throw std::invalid_argument("device: cannot select device " + std::to_string(options_.device) + ": " +
                                 selected.describe());
   }
   call([this]() -> asio::awaitable<void> {

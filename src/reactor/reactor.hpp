@@ -28,7 +28,7 @@ struct ReactorOptions {
 
 class Reactor {
  public:
-  // Throws std::invalid_argument naming reactor.device when the reactor
+  // Throws std::invalid_argument naming `device` when the reactor
   // thread cannot select that device.
   explicit Reactor(ReactorOptions options);
   ~Reactor();
