@@ -77,12 +77,14 @@ test-sanitize: test-asan test-tsan
 # call, statically) and the public-API test (the shared library, so none of
 # its symbols is left undefined).
 BACKEND_TARGETS = kvstrand test_device_runtime test_public_api
+# A compile and link check, never run here: build type None (no -O, no -g)
+# compiles in half the time of Release; build-cuda stays gpu-pack's Release.
 check-backends:
 	@scripts/bootstrap.sh --hip
-	$(CONFIGURE) -B build-hip -DKVSTRAND_GPU=hip -DCMAKE_BUILD_TYPE=Release -DKVSTRAND_PYTHON=OFF
+	$(CONFIGURE) -B build-hip -DKVSTRAND_GPU=hip -DCMAKE_BUILD_TYPE=None -DKVSTRAND_PYTHON=OFF
 	cmake --build build-hip -j $(JOBS) --target $(BACKEND_TARGETS)
-	$(CONFIGURE) -B build-cuda -DKVSTRAND_GPU=cuda -DCMAKE_BUILD_TYPE=Release -DKVSTRAND_PYTHON=OFF
-	cmake --build build-cuda -j $(JOBS) --target $(BACKEND_TARGETS)
+	$(CONFIGURE) -B build-cuda-check -DKVSTRAND_GPU=cuda -DCMAKE_BUILD_TYPE=None -DKVSTRAND_PYTHON=OFF
+	cmake --build build-cuda-check -j $(JOBS) --target $(BACKEND_TARGETS)
 	@echo "check-backends: hip and cuda backends compiled and linked"
 
 bench: build
@@ -114,4 +116,4 @@ fuzz:
 	./build-fuzz/fuzz_frame_decoder -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1 build-fuzz/corpus
 
 clean:
-	rm -rf build build-asan build-tsan build-hip build-cuda build-fuzz
+	rm -rf build build-asan build-tsan build-hip build-cuda build-cuda-check build-fuzz
