@@ -174,8 +174,6 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
     } else {
       o = co_await self->tier->load(std::move(job));
     }
-    t->chunks_existed = o.chunks_existed;
-    t->chunks_refused = o.chunks_refused;
     if (o.error && !t->terminal()) t->reason = std::move(o.reason);
     self->finish(*t, o.error);
   }

@@ -85,8 +85,6 @@ asio::awaitable<TierOutcome> HostTier::save(TierJob job) {
     o.fail(std::move(places.failure));
     co_return o;
   }
-  o.chunks_existed = places.existed;  // never rewritten
-  o.chunks_refused = places.refused;
   if (std::any_of(places.objects.begin(), places.objects.end(), [](std::byte* p) { return p != nullptr; })) {
     if (!still_wanted(job)) {
       co_await index_->commit(s.registration, s.keys, places, false, job.deadline);
@@ -106,8 +104,8 @@ asio::awaitable<TierOutcome> HostTier::save(TierJob job) {
     Failure committed = co_await index_->commit(s.registration, s.keys, places, copied, job.deadline);
     if (copied && committed) o.fail({committed.ec, "copied, but not committed: " + committed.why});
   }
-  if (!o.error && o.chunks_refused > 0)
-    o.fail({TransferErrc::tier_full, std::to_string(o.chunks_refused) + " of " + std::to_string(s.keys.size()) +
+  if (!o.error && places.refused > 0)  // the chunks that existed are not rewritten: no error
+    o.fail({TransferErrc::tier_full, std::to_string(places.refused) + " of " + std::to_string(s.keys.size()) +
                                          " chunks refused: every object is in use (tier full)"});
   co_return o;
 }

@@ -31,11 +31,11 @@ class IndexPlane {
   using LookupResult = Tier::LookupResult;
 
   // A save's places: objects[i] is where chunk i's object goes (nullptr: it
-  // existed already, or did not fit). Held until commit().
+  // is stored already, or did not fit; `refused` counts the latter). Held
+  // until commit().
   struct Places {
     Failure failure;  // the request itself failed: nothing is held
     std::vector<std::byte*> objects;
-    std::uint32_t existed = 0;
     std::uint32_t refused = 0;
     std::uint64_t hold = 0;          // the index's name for what it holds (0: none)
     std::shared_ptr<void> memory;    // what keeps the objects' memory mapped

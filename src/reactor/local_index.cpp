@@ -56,7 +56,7 @@ asio::awaitable<IndexPlane::Places> LocalIndex::reserve(std::uint32_t registrati
     classes_->make_room(index, 1);
     switch (index.reserve(keys[i], images[i], &slot)) {
       case tier::Index::Reserve::reserved: p.objects[i] = object(index, slot); break;
-      case tier::Index::Reserve::exists: ++p.existed; break;
+      case tier::Index::Reserve::exists: break;  // never rewritten
       case tier::Index::Reserve::full: ++p.refused; break;
     }
   }

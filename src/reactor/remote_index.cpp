@@ -479,11 +479,6 @@ asio::awaitable<void> RemoteIndex::release_lookup(std::uint64_t lease) {
   co_return;
 }
 
-asio::awaitable<Failure> RemoteIndex::connected() {
-  if (connected_) co_return Failure{};
-  co_return co_await ensure_connected();
-}
-
 asio::awaitable<Failure> RemoteIndex::exchange(Request req, Clock::time_point deadline, Reply* out) {
   const char* what = to_string(type_of(req));
   // A little past the deadline: the reactor's own deadline decides first.
@@ -508,7 +503,7 @@ asio::awaitable<IndexPlane::Places> RemoteIndex::reserve(std::uint32_t registrat
                                                         const std::vector<kv::ChunkKey>& keys,
                                                         const std::vector<bool>& images, Clock::time_point deadline) {
   Places p;
-  if ((p.failure = co_await connected())) co_return p;
+  if ((p.failure = co_await ensure_connected())) co_return p;
   const std::uint64_t object_bytes = regs_.at(registration)->object_bytes();
   Reserve req;
   req.registration = server_regs_.at(registration);
@@ -529,7 +524,7 @@ asio::awaitable<IndexPlane::Places> RemoteIndex::reserve(std::uint32_t registrat
   std::uint64_t end = 0;
   for (std::size_t i = 0; i < keys.size(); ++i) {
     switch (rr.chunks[i]) {
-      case ChunkState::existed: ++p.existed; break;
+      case ChunkState::existed: break;  // never rewritten
       case ChunkState::full: ++p.refused; break;
       case ChunkState::reserved:
         // The server's offsets are checked like any other input: a bad one
@@ -570,7 +565,7 @@ asio::awaitable<Failure> RemoteIndex::commit(std::uint32_t, const std::vector<kv
 
 asio::awaitable<IndexPlane::Held> RemoteIndex::hold(const kv::TransferSpec& s, Clock::time_point deadline) {
   Held h;
-  if ((h.failure = co_await connected())) co_return h;
+  if ((h.failure = co_await ensure_connected())) co_return h;
   const Registration& reg = *regs_.at(s.registration);
   const std::uint64_t object_bytes = reg.object_bytes();
   const std::uint32_t ct = reg.layout.chunk_tokens;

@@ -104,8 +104,6 @@ class RemoteIndex final : public IndexPlane {
   // A request whose reply nobody waits for (releases).
   void send_only(proto::Request req);
   void release_hold(std::uint64_t hold);
-  // Connected, or why not.
-  boost::asio::awaitable<Failure> connected();
   // A transfer's request bounded by its deadline; a refusal says why.
   boost::asio::awaitable<Failure> exchange(proto::Request req, Clock::time_point deadline, proto::Reply* out);
   boost::asio::awaitable<void> read_loop(std::uint64_t generation);

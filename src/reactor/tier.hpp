@@ -49,9 +49,7 @@ struct TierJob {
 // is left alone for good.
 struct TierOutcome {
   std::error_code error;
-  std::string reason;
-  std::uint32_t chunks_existed = 0;  // a save: chunks already stored (not rewritten)
-  std::uint32_t chunks_refused = 0;  // a save: chunks that did not fit
+  std::string reason;  // with error: what happened, for the engine (a save's refused chunks are counted here)
 
   void fail(Failure f) {
     error = f.ec;

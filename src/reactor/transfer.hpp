@@ -52,8 +52,6 @@ struct Transfer {
   Clock::time_point deadline{};
   std::error_code error;
   std::string reason;
-  std::uint32_t chunks_existed = 0;  // a save: chunks already stored (not rewritten)
-  std::uint32_t chunks_refused = 0;  // a save: chunks that did not fit
 
   bool terminal() const noexcept { return state == TransferState::done || state == TransferState::failed; }
 };

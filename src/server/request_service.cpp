@@ -20,10 +20,9 @@ tier::Index* RequestService::index_of(const Client& c, std::uint32_t registratio
 }
 
 Reply RequestService::handle(Client& c, const Request& req) {
-  if (const auto* m = std::get_if<Hello>(&req)) {
+  if (std::holds_alternative<Hello>(req)) {
     if (c.hello) return fail(Status::bad_request, "hello was already said on this connection");
     c.hello = true;
-    (void)m;
     return Reply{Status::ok, "",
                  HelloReply{c.session, kMajor, kMinor, facts_.arena_bytes, facts_.slab_bytes,
                             facts_.ready_bytes ? facts_.ready_bytes() : 0, facts_.huge_pages}};
