@@ -186,11 +186,29 @@ class Request:
     def is_finished(self):
         return self.status in FINISHED
 
+    @property
+    def block_hashes(self):
+        """vLLM's Request.block_hashes: one per full block of its tokens."""
+        return block_hashes(self, self.num_tokens // BLOCK)
+
     def extra_key(self, end):
         """What besides tokens decides the KV of the prefix [0, end): vLLM's
         block-hash extra keys."""
         mm = tuple((f.mm_position.offset, f.identifier) for f in self.mm_features if f.mm_position.offset < end)
         return repr((self.lora_request.lora_name if self.lora_request else None, self.cache_salt, mm)).encode()
+
+
+def block_hashes(req, n):
+    """vLLM's block hashes of the first n full blocks: chained, each over its
+    tokens and the extra keys of its prefix."""
+    out, prev = [], b""
+    tokens = req.all_token_ids
+    for i in range(n):
+        end = (i + 1) * BLOCK
+        prev = hashlib.blake2b(prev + np.asarray(tokens[i * BLOCK:end], dtype=np.uint32).tobytes() +
+                               req.extra_key(end), digest_size=16).digest()
+        out.append(prev)
+    return out
 
 
 def model_kv(req, end, group, layer, half, rank):
@@ -207,7 +225,7 @@ def token_for(req):
 
 
 def configs(socket, tp, num_blocks, layers, chunk_tokens, groups=None, policy="recompute", spec_tokens=0,
-            cache_dtype="auto", **extra):
+            cache_dtype="auto", kv_events=False, **extra):
     """vLLM's config objects as kvstrand.vllm reads them. `groups`: a list of
     (kind, layers, window) per KV-cache group; default one full-attention
     group of `layers` layers."""
@@ -222,7 +240,8 @@ def configs(socket, tp, num_blocks, layers, chunk_tokens, groups=None, policy="r
         model_config=SimpleNamespace(model="toy/llama-mini", dtype="torch.bfloat16"),
         parallel_config=SimpleNamespace(tensor_parallel_size=tp),
         speculative_config=SimpleNamespace(num_speculative_tokens=spec_tokens, method="eagle") if spec_tokens
-        else None)
+        else None,
+        kv_events_config=SimpleNamespace(enable_kv_cache_events=kv_events))
     kv_groups, n = [], 0
     for kind, count, window in groups:
         names = [f"model.layers.{n + i}.self_attn.attn" for i in range(count)]
@@ -279,14 +298,7 @@ class KVCacheManager:
         self.cached_upto = {}       # request id -> per group blocks already in the prefix cache
 
     def block_hashes(self, req, n):
-        out, prev = [], b""
-        tokens = req.all_token_ids
-        for i in range(n):
-            end = (i + 1) * BLOCK
-            prev = hashlib.blake2b(prev + np.asarray(tokens[i * BLOCK:end], dtype=np.uint32).tobytes() +
-                                   req.extra_key(end), digest_size=16).digest()
-            out.append(prev)
-        return out
+        return block_hashes(req, n)
 
     def skipped_blocks(self, g, computed):
         window = self.windows[g]
@@ -412,6 +424,7 @@ class MiniVllm:
         self.counts = defaultdict(lambda: [0, 0])  # aggregator: id -> [sending, recving] reports
         self.stats = defaultdict(int)
         self.connector_stats = []                 # what vLLM would log
+        self.published = []                       # KV events vLLM would publish
         self.done, self.errored = [], []
         self.mismatched = []                      # where check() found the wrong KV
 
@@ -624,7 +637,7 @@ class MiniVllm:
         meta = pickle.loads(pickle.dumps(output.kv_connector_metadata))  # to the worker processes
         if self.meta_hook:
             meta = self.meta_hook(meta) or meta
-        sending, recving, invalid = set(), set(), set()
+        sending, recving, invalid, events = set(), set(), set(), None
         for rank, w in enumerate(self.workers):
             w.bind_connector_metadata(meta)
             w.handle_preemptions(meta)
@@ -653,6 +666,14 @@ class MiniVllm:
             stats = w.get_kv_connector_stats()
             if stats is not None:
                 self.connector_stats.append(stats)
+            ev = w.get_kv_connector_kv_cache_events()
+            if ev is not None:  # KVOutputAggregator: the first worker's container, the others' merged in
+                ev = pickle.loads(pickle.dumps(ev))  # from the worker process
+                if events is None:
+                    events = ev
+                else:
+                    events.add_events(ev.get_all_events())
+                    events.increment_workers(ev.get_number_of_workers())
             if deferred:  # the draft model's forward pass ran here
                 w.wait_for_save()
             w.clear_connector_metadata()
@@ -663,7 +684,8 @@ class MiniVllm:
             if r == self.tp:
                 recving.add(req_id)
                 self.counts[req_id][1] = 0
-        return SimpleNamespace(finished_sending=sending, finished_recving=recving, invalid_block_ids=invalid)
+        return SimpleNamespace(finished_sending=sending, finished_recving=recving, invalid_block_ids=invalid,
+                               kv_cache_events=events)
 
     def _invalid_blocks(self, invalid):
         """vLLM's _handle_invalid_blocks for async loads."""
@@ -723,6 +745,7 @@ class MiniVllm:
         stats = self.scheduler.get_kv_connector_stats()
         if stats is not None:
             self.connector_stats.append(stats)
+        self.published.extend(self.scheduler.take_events())  # vLLM's KVEventBatch, published
 
     def step(self):
         output = self.schedule()

@@ -120,6 +120,7 @@ class ConnectorConfig:
     groups: list = field(default_factory=list)
     speculative_tokens: int = 0
     speculative_method: str = ""
+    kv_events: bool = False  # vLLM publishes KV events (kv_events_config.enable_kv_cache_events)
 
     @property
     def layers(self):
@@ -205,6 +206,7 @@ class ConnectorConfig:
             groups=groups,
             speculative_tokens=int(getattr(spec_cfg, "num_speculative_tokens", 0) or 0) if spec_cfg else 0,
             speculative_method=str(getattr(spec_cfg, "method", "") or "") if spec_cfg else "",
+            kv_events=bool(getattr(getattr(vllm_config, "kv_events_config", None), "enable_kv_cache_events", False)),
         )
         if cfg.max_load_failures < 0:
             raise config_error(OPTION_PREFIX + "max_load_failures", f"{cfg.max_load_failures} is negative")

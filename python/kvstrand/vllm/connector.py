@@ -103,6 +103,11 @@ class KvstrandConnector(KVConnectorBase_V1, SupportsHMA):
     def get_block_ids_with_load_errors(self):
         return self._side(self._worker, "get_block_ids_with_load_errors").get_block_ids_with_load_errors()
 
+    def get_kv_connector_kv_cache_events(self):
+        """Which saves this rank committed or dropped since the last step
+        (the scheduler announces a save once every writing rank committed it)."""
+        return self._side(self._worker, "get_kv_connector_kv_cache_events").kv_cache_events()
+
     # ---- both sides ----
     def get_kv_connector_stats(self):
         return self._stats.take()
@@ -135,6 +140,10 @@ class KvstrandConnector(KVConnectorBase_V1, SupportsHMA):
 
     def request_finished_all_groups(self, request, block_ids):
         return self._side(self._scheduler, "request_finished_all_groups").request_finished(request, block_ids)
+
+    def take_events(self):
+        """BlockStored / BlockRemoved for the tier (medium "CPU"), see events.py."""
+        return self._side(self._scheduler, "take_events").take_events()
 
     def reset_cache(self):
         return self._side(self._scheduler, "reset_cache").reset_cache()

@@ -171,6 +171,9 @@ except ImportError:
         def take_events(self):
             return ()
 
+        def get_kv_connector_kv_cache_events(self):
+            return None
+
         @property
         def requires_kv_delivery(self) -> bool:
             return self._kv_transfer_config.is_kv_producer

@@ -39,6 +39,7 @@ class SaveJob:
     begin: int                   # whole chunks [begin, end), computed by the end of this step
     end: int
     parts: list                  # GroupPart, one per group whose blocks of the range are all still held
+    save_id: int = 0             # the scheduler's number for it (KV events: each rank reports its end)
 
     @property
     def block_ids(self):

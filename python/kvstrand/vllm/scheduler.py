@@ -21,6 +21,7 @@ import logging
 import kvstrand
 
 from . import keys
+from .events import EventLog, KvstrandKVEvents
 from .metadata import GroupPart, KvstrandConnectorMetadata, LoadJob, SaveJob
 
 log = logging.getLogger("kvstrand.vllm")
@@ -43,6 +44,7 @@ class _Request:
         self.load_blocks = None            # blocks of its load in flight (until finished_recving)
         self.load_failures = 0
         self.epoch = epoch                 # the key epoch its hashes are of
+        self.source = None                 # vLLM's Request (its block hashes name the blocks in KV events)
 
 
 class SchedulerSide:
@@ -66,6 +68,11 @@ class SchedulerSide:
         self.by_lookup = {}                # lookup id -> (request id, rank, group)
         self.loads = []                    # LoadJobs for the next metadata
         self.delayed_free = set()
+        self.next_save_id = 1
+        # KV events, when vLLM publishes them: saves are announced once every
+        # rank that writes to the tier committed them.
+        writers = [rank for rank in range(cfg.tp_size) if kvstrand.writes_to_tier(self.layouts[rank][0])]
+        self.events = EventLog(writers, cfg.block_size) if cfg.kv_events else None
 
     # ---- helpers ----
     def _hashes(self, request):
@@ -82,6 +89,7 @@ class SchedulerSide:
                                                              self.cfg.chunk_tokens, self.epoch)
         elif r.epoch != self.epoch and not r.load_decided:
             self._rekey(r, request)
+        r.source = request
         return r
 
     def _rekey(self, r, request):
@@ -102,6 +110,11 @@ class SchedulerSide:
                 continue
             del r.lookups[(rank, g)]
             r.answers[(rank, g)] = answer
+            if self.events is not None and self.cfg.groups[g].kind == "full":
+                # A full-attention group's chunks are saved from token 0 on, so
+                # a shorter prefix than announced means some were evicted. (A
+                # sliding window's early chunks are never saved: no inference.)
+                self.events.prefix_found(g, r.hashes[g], answer.hit.tokens // self.cfg.chunk_tokens)
 
     def _release(self, r, which=None):
         for key in list(r.answers if which is None else which):
@@ -279,8 +292,14 @@ class SchedulerSide:
             # so the next chunks are planned without waiting for its outcome.
             r.tracker.save_settled(bool(parts))
             if parts:
-                meta.saves.append(SaveJob(req_id, save.begin, save.end, parts))
+                job = SaveJob(req_id, save.begin, save.end, parts, self.next_save_id)
+                self.next_save_id += 1
+                meta.saves.append(job)
                 r.saves_posted = True
+                if self.events is not None:
+                    for part in parts:
+                        self.events.save_posted(job.save_id, part.group, r.source, part.begin, part.end,
+                                                part.chunk_hashes)
         return meta
 
     def update_connector_output(self, connector_output):
@@ -295,6 +314,13 @@ class SchedulerSide:
             r = self.requests.get(req_id)
             if r is not None:
                 r.load_blocks = None
+        events = getattr(connector_output, "kv_cache_events", None)
+        if self.events is not None and isinstance(events, KvstrandKVEvents):
+            for record in events.get_all_events():
+                self.events.save_ended(record)
+
+    def take_events(self):
+        return self.events.take() if self.events is not None else []
 
     def request_finished(self, request, block_ids):
         r = self.requests.pop(request.request_id, None)
@@ -317,6 +343,8 @@ class SchedulerSide:
         keys start a new epoch. The node tier's entries stay for other engines
         and leave by eviction (kvstrand-server has no per-engine flush)."""
         self.epoch += 1
+        if self.events is not None:
+            self.events.forget_all()
         return True
 
     def shutdown(self):

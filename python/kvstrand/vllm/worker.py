@@ -18,6 +18,7 @@ from collections import defaultdict, deque
 import kvstrand
 
 from .config import config_error
+from .events import KvstrandKVEvents, SaveEnded
 
 log = logging.getLogger("kvstrand.vllm")
 
@@ -67,6 +68,7 @@ class WorkerSide:
         self.recved = set()                # loads ended since the last get_finished
         self.load_errors = set()           # blocks failed loads would have written
         self.awaiting_free = set()         # finished requests whose blocks vLLM waits for
+        self.saves_ended = [] if cfg.kv_events else None  # SaveEnded for the scheduler's KV events
 
     # ---- registration ----
     def register_kv_caches(self, kv_caches):
@@ -132,7 +134,8 @@ class WorkerSide:
         if not preempted:
             return
         for req_id in preempted:  # not posted yet: never will be (the blocks are vLLM's again)
-            self.saves_queued.pop(req_id, None)
+            for job in self.saves_queued.pop(req_id, ()):
+                self._save_ended(job, None, False)
         # Posted: terminal before this step's forward pass reuses the blocks.
         self.conn.fence(sorted(preempted), self.cfg.transfer_deadline_s)
         self._drain()
@@ -202,9 +205,19 @@ class WorkerSide:
             self.conn.submit(ops)
         except kvstrand.TransferRefused as e:  # a cache may drop a save; it is a later miss
             log.warning("kvstrand.vllm: %d save(s) refused: %s", len(ops), e)
+            for job in jobs:
+                self._save_ended(job, None, False)
             return
         for job in jobs:
             self.saving[job.req_id] = _Live(job)
+
+    def _save_ended(self, job, group, committed):
+        """For KV events: `group`'s part of `job` ended (None: every part)."""
+        if self.saves_ended is None:
+            return
+        for part in job.parts:
+            if group is None or part.group == group:
+                self.saves_ended.append(SaveEnded(job.save_id, part.group, self.rank, committed))
 
     def _group_of(self, registration):
         return self.registrations.index(registration)
@@ -231,7 +244,9 @@ class WorkerSide:
             live = self.saving.get(out.request)
             if live is None:
                 continue
-            live.open.discard(self._group_of(out.registration))
+            group = self._group_of(out.registration)
+            live.open.discard(group)
+            self._save_ended(live.job, group, out.ok)
             if not out.ok:
                 live.failed.append(out.reason)
                 log.info("kvstrand.vllm: save of %s failed: %s", out.request, out.reason)
@@ -248,6 +263,14 @@ class WorkerSide:
         self.awaiting_free -= sending
         recving, self.recved = self.recved, set()
         return (sending or None), (recving or None)
+
+    def kv_cache_events(self):
+        """The saves that ended since the last call, for the scheduler's KV
+        events (None when vLLM publishes none, or nothing ended)."""
+        if not self.saves_ended:
+            return None
+        records, self.saves_ended = self.saves_ended, []
+        return KvstrandKVEvents(records)
 
     def get_block_ids_with_load_errors(self):
         errors, self.load_errors = self.load_errors, set()

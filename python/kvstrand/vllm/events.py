@@ -1,0 +1,202 @@
+"""KV events for prefix-aware routers: what the node tier holds of this
+engine's requests, in vLLM's own event types (vllm/distributed/kv_events.py:
+BlockStored, BlockRemoved), published by vLLM's scheduler with its own
+(KVEventBatch over ZMQ) when kv_events_config.enable_kv_cache_events is set.
+
+How an event comes to be (vLLM's path for connector events):
+- The scheduler numbers each save it hands the workers (SaveJob.save_id) and
+  remembers, per KV-cache group, the vLLM block hashes of its blocks.
+- Each worker reports every save's end per group, committed or not
+  (get_kv_connector_kv_cache_events -> KVConnectorOutput.kv_cache_events,
+  merged across workers by vLLM's KVOutputAggregator).
+- A group's blocks are announced stored (medium "CPU") once every TP rank
+  that writes to the tier committed them, whatever step each did it in; a
+  save any rank failed or dropped is never announced.
+- The node tier is shared and evicts without telling anyone, so removal is
+  announced when it is learnt: a lookup that finds a shorter prefix than
+  chunks announced before (those chunks can no longer be loaded as a
+  prefix), and reset_cache (this engine stops reading all it stored).
+
+Block hashes are vLLM's (Request.block_hashes, converted as vLLM converts
+its own for events), so a router matches tier blocks against the same keys
+as HBM blocks. Memory is bounded: at most MAX_PENDING saves awaited and
+MAX_ANNOUNCED chunks remembered for removal (the oldest are forgotten).
+"""
+
+import dataclasses
+from collections import OrderedDict
+
+MEDIUM = "CPU"  # vLLM's name for host memory in its offloading connector's events
+MAX_PENDING = 4096
+MAX_ANNOUNCED = 1 << 16
+
+try:  # pragma: no cover - vLLM is not installable here
+    from vllm.distributed.kv_events import BlockRemoved, BlockStored, KVConnectorKVEvents  # type: ignore
+except ImportError:
+    @dataclasses.dataclass(frozen=True)
+    class BlockStored:
+        """vLLM's BlockStored, its fields and their order."""
+
+        block_hashes: list
+        parent_block_hash: object
+        token_ids: list
+        block_size: int
+        lora_id: object
+        medium: object
+        lora_name: object = None
+        extra_keys: object = None
+        group_idx: object = None
+
+    @dataclasses.dataclass(frozen=True)
+    class BlockRemoved:
+        block_hashes: list
+        medium: object
+        group_idx: object = None
+
+    class KVConnectorKVEvents:
+        """vLLM's container of a connector's events from workers to the
+        scheduler (what KVOutputAggregator merges)."""
+
+        def merge(self, other):
+            self.add_events(other.get_all_events())
+            return self
+
+try:  # pragma: no cover
+    from vllm.v1.core.kv_cache_utils import maybe_convert_block_hash  # type: ignore
+except ImportError:
+    def maybe_convert_block_hash(block_hash):
+        return block_hash
+
+
+def _event(cls, **fields):
+    """cls(**fields) without the fields this vLLM's class lacks (older
+    releases have no lora_name, extra_keys or group_idx)."""
+    declared = getattr(cls, "__struct_fields__", None)
+    if declared is None and dataclasses.is_dataclass(cls):
+        declared = [f.name for f in dataclasses.fields(cls)]
+    if declared is not None:
+        fields = {k: v for k, v in fields.items() if k in declared}
+    return cls(**fields)
+
+
+@dataclasses.dataclass(frozen=True)
+class SaveEnded:
+    """One worker's word on one group of one save."""
+
+    save_id: int
+    group: int
+    rank: int
+    committed: bool
+
+
+class KvstrandKVEvents(KVConnectorKVEvents):
+    """Workers' SaveEnded records on their way to the scheduler. vLLM merges
+    the workers' containers; the scheduler tallies ranks itself (a rank may
+    report a save a step after another), so no count is kept here beyond
+    the one vLLM's aggregator asks for."""
+
+    def __init__(self, records=(), workers=1):
+        self.records = list(records)
+        self.workers = workers
+
+    def add_events(self, events):
+        self.records.extend(events)
+
+    def aggregate(self):
+        return self
+
+    def increment_workers(self, count=1):
+        self.workers += count
+
+    def get_all_events(self):
+        return list(self.records)
+
+    def get_number_of_workers(self):
+        return self.workers
+
+    def clear_events(self):
+        self.records = []
+
+
+class _Pending:
+    def __init__(self, stored, writers):
+        self.stored = stored        # the BlockStored to publish
+        self.waiting = set(writers)  # ranks yet to commit
+        self.chunks = []            # (group, chunk hash) it covers, remembered for removal
+
+
+class EventLog:
+    """The scheduler side's record: saves awaited, chunks announced, events
+    not yet taken by vLLM."""
+
+    def __init__(self, writers, block_size):
+        self.writers = list(writers)  # TP ranks whose saves reach the tier
+        self.block_size = block_size
+        self.pending = OrderedDict()   # (save_id, group) -> _Pending
+        self.announced = OrderedDict()  # (group, chunk hash) -> converted block hashes
+        self.out = []
+
+    def save_posted(self, save_id, group, request, begin, end, chunk_hashes):
+        """Blocks [begin, end) of `request` (vLLM's) go to the tier under
+        `chunk_hashes`; nothing to announce when vLLM did not hash them
+        (prefix caching off)."""
+        bs = self.block_size
+        hashes = list(getattr(request, "block_hashes", None) or [])
+        if len(hashes) < end // bs:
+            return
+        lora = getattr(request, "lora_request", None)
+        stored = _event(
+            BlockStored, block_hashes=[maybe_convert_block_hash(h) for h in hashes[begin // bs:end // bs]],
+            parent_block_hash=maybe_convert_block_hash(hashes[begin // bs - 1]) if begin else None,
+            token_ids=list(request.prompt_token_ids[begin:end]), block_size=bs,
+            lora_id=getattr(lora, "lora_int_id", None) if lora is not None else None, medium=MEDIUM,
+            lora_name=getattr(lora, "lora_name", None) if lora is not None else None, group_idx=group)
+        p = _Pending(stored, self.writers)
+        p.chunks = [(group, h) for h in chunk_hashes]
+        self.pending[(save_id, group)] = p
+        while len(self.pending) > MAX_PENDING:  # a worker that never answers: forget the oldest
+            self.pending.popitem(last=False)
+
+    def save_ended(self, record):
+        p = self.pending.get((record.save_id, record.group))
+        if p is None:
+            return
+        if not record.committed:
+            del self.pending[(record.save_id, record.group)]
+            return
+        p.waiting.discard(record.rank)
+        if p.waiting:
+            return
+        del self.pending[(record.save_id, record.group)]
+        self.out.append(p.stored)
+        per_chunk = len(p.stored.block_hashes) // max(1, len(p.chunks))
+        for i, chunk in enumerate(p.chunks):
+            self.announced[chunk] = p.stored.block_hashes[i * per_chunk:(i + 1) * per_chunk]
+            self.announced.move_to_end(chunk)
+        while len(self.announced) > MAX_ANNOUNCED:
+            self.announced.popitem(last=False)
+
+    def prefix_found(self, group, chunk_hashes, held_chunks):
+        """A lookup of `chunk_hashes` found the first `held_chunks` of them:
+        the announced ones after those cannot be loaded as a prefix now."""
+        gone = []
+        for h in chunk_hashes[held_chunks:]:
+            blocks = self.announced.pop((group, h), None)
+            if blocks:
+                gone.extend(blocks)
+        if gone:
+            self.out.append(_event(BlockRemoved, block_hashes=gone, medium=MEDIUM, group_idx=group))
+
+    def forget_all(self):
+        """reset_cache: nothing stored before is read again."""
+        by_group = {}
+        for (group, _), blocks in self.announced.items():
+            by_group.setdefault(group, []).extend(blocks)
+        for group, blocks in sorted(by_group.items()):
+            self.out.append(_event(BlockRemoved, block_hashes=blocks, medium=MEDIUM, group_idx=group))
+        self.announced.clear()
+        self.pending.clear()
+
+    def take(self):
+        out, self.out = self.out, []
+        return out
