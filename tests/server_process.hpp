@@ -29,17 +29,22 @@ class ServerProcess {
   // a killed server left).
   explicit ServerProcess(std::vector<std::string> extra = {}, std::string socket = {})
       : socket_(socket.empty() ? fresh_socket_path() : std::move(socket)) {
-    std::vector<std::string> args = {sibling_binary("../kvstrand-server"), "--socket", socket_, "--log-level",
-                                     "warn"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    if (::posix_spawn(&pid_, argv[0], nullptr, nullptr, argv.data(), environ) != 0) pid_ = -1;
+    spawn(extra);
   }
   ~ServerProcess() {
     kill(SIGKILL);
-    ::unlink(socket_.c_str());  // a killed server leaves its socket file
+    std::this_thread::sleep_for(std::chrono::milliseconds(300)); ::unlink(socket_.c_str());  // a killed server leaves its socket file
+  }
+  ServerProcess(const ServerProcess&) = delete;
+  ServerProcess& operator=(const ServerProcess&) = delete;
+
+  // A new server on the same socket path, in this object: the old one is
+  // killed (if it still runs) and its socket file is left for the new one to
+  // find, as a crash leaves it. (Two objects on one path would not do: the
+  // old one's destructor unlinks the path after the new server bound it.)
+  void restart(const std::vector<std::string>& extra = {}) {
+    kill(SIGKILL);
+    spawn(extra);
   }
 
   const std::string& socket_path() const { return socket_; }
@@ -97,6 +102,15 @@ class ServerProcess {
   }
 
  private:
+  void spawn(const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {sibling_binary("../kvstrand-server"), "--socket", socket_, "--log-level",
+                                     "warn"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    if (::posix_spawn(&pid_, argv[0], nullptr, nullptr, argv.data(), environ) != 0) pid_ = -1;
+  }
   static int& counter() {
     static int n = 0;
     return n;

@@ -299,11 +299,13 @@ TEST_CASE("engine: a server restart mid-run costs recomputes, never a wrong byte
   c.time_scale = 0.05;  // about 3 s of real time for the run below
   Engine e(c, small_workload(24));
   RunStats st;
-  std::thread engine([&] { st = e.run(4, 60.0); });
+  // Joined on every way out: a failed REQUIRE below must not leave it running
+  // (std::terminate, and a server it started holding CTest's output open).
+  std::jthread engine([&] { st = e.run(4, 60.0); });
   std::this_thread::sleep_for(1s);
   srv->kill(SIGKILL);
   std::this_thread::sleep_for(300ms);
-  srv = std::make_unique<ServerProcess>(std::vector<std::string>{"--tier-bytes", "64M", "--chunk-tokens", "64"}, path);
+  srv->restart(std::vector<std::string>{"--tier-bytes", "64M", "--chunk-tokens", "64"});
   REQUIRE(ready_and_full(*srv));
   engine.join();
   require_exact(st);

@@ -237,7 +237,7 @@ TEST_CASE("node tier: a server SIGKILLed during a store: the store fails cleanly
   REQUIRE_FALSE(f.saves[0].ok);  // copied, never committed: not stored, and no fail-stop
   REQUIRE(f.saves[0].error == TransferErrc::tier_unavailable);
 
-  srv = std::make_unique<ServerProcess>(kServerFlags, path);
+  srv->restart(kServerFlags);
   REQUIRE(ready_and_full(*srv));
   const auto src = Rig::block_range(8, 8);
   const auto before = rig.snapshot(src, {1});
@@ -289,7 +289,7 @@ TEST_CASE("node tier: a lease its server lost (killed, restarted) ends its load 
   REQUIRE(hit.lease != 0);
 
   srv->kill(SIGKILL);  // the lease dies with the server
-  srv = std::make_unique<ServerProcess>(kServerFlags, path);
+  srv->restart(kServerFlags);
   REQUIRE(ready_and_full(*srv));
   rig.randomize(2);
   const auto dst = Rig::block_range(20, 8);
@@ -318,7 +318,7 @@ TEST_CASE("node tier: the same connector reconnects to a server restarted on its
   REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
 
   srv->kill(SIGKILL);  // the tier (and what it held) is gone
-  srv = std::make_unique<ServerProcess>(kServerFlags, path);
+  srv->restart(kServerFlags);
   REQUIRE(ready_and_full(*srv));
   // The first request after the restart may still meet the dead connection
   // (tier_unavailable); the connector reconnects and registers again.
