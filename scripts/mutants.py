@@ -338,6 +338,12 @@ MUTANTS = [
     ("vllm-events-reset-silent", "python/kvstrand/vllm/scheduler.py",
      "            self.events.forget_all()", "            pass",
      [("pytest:test_vllm.py", "reset_cache_removes_all")], "reset_cache leaves the router believing the old blocks"),
+    ("server-orphan-session", "src/server/tier_server.cpp",
+     "    for (auto& s : its) end_session(s, \"its process exited\");\n", "",
+     [("test_server", "*forked child*")], "a connection whose process exited keeps creating holds nobody frees"),
+    ("index-token-wrap", "src/tier/index.cpp",
+     "    if ((static_cast<std::uint64_t>(n) + 1) * chunk_tokens > UINT32_MAX) break;\n", "",
+     [("test_index", "*32-bit*")], "a hit's token count wraps (a lease past the quota as 0 tokens)"),
     ("bounds-registration", "src/server/request_service.cpp",
      "  if (it == c.regs.end()) return fail(Status::unknown_registration, \"no such registration\");\n"
      "  const kv::Layout& l = it->second.layout;",

@@ -52,6 +52,21 @@ TEST_CASE("object store: lookup returns the consecutive run and its image bounda
   REQUIRE(s.stats().lookup_misses == 1);
 }
 
+TEST_CASE("index: a run ends before a chunk whose end does not fit 32-bit token counts: no hit wraps to 0",
+          "[tier][index]") {
+  ObjectStore s(4 * 100, 100);
+  reserve_commit(s, 0, true);
+  reserve_commit(s, 1, true);
+  const kv::ChunkKey ks[] = {key(0), key(1)};
+  const std::uint32_t half = 1u << 31;  // two chunks would be 2^32 tokens
+  REQUIRE(s.lookup(ks, half).tokens == half);
+  REQUIRE(s.lookup(ks, half).checkpoints == std::vector<std::uint32_t>{half});
+  auto lease = s.lease(ks, half, tier::Owner{});
+  REQUIRE(lease.hit.tokens == half);
+  REQUIRE(lease.slots.size() == 1);  // what is pinned is what the count says
+  REQUIRE(s.release(lease.id));
+}
+
 TEST_CASE("object store: a full store evicts least recently used unpinned objects, else refuses (F25, F27)", "[kv][store]") {
   ObjectStore s(3 * 100, 100);
   reserve_commit(s, 1);

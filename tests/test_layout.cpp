@@ -29,6 +29,7 @@ TEST_CASE("layout: each bad option is refused by name", "[kv][layout]") {
       {"planes", [](kv::Layout& l) { l.planes[2].bytes_per_block = 0; }},
       {"block_tokens", [](kv::Layout& l) { l.block_tokens = 0; }},
       {"chunk_tokens", [](kv::Layout& l) { l.chunk_tokens = 250; }},
+      {"chunk_tokens", [](kv::Layout& l) { l.chunk_tokens = l.checkpoint.interval_tokens = 1u << 31; }},
       {"checkpoint.interval_tokens", [](kv::Layout& l) { l.checkpoint.interval_tokens = 128; }},
       {"checkpoint.image_bytes", [](kv::Layout& l) { l.checkpoint.image_bytes = 0; }},
       {"speculative.method", [](kv::Layout& l) { l.speculative.num_tokens = 2; }},

@@ -41,6 +41,10 @@ TEST_CASE("server: bad flags are refused naming the flag", "[server]") {
   r = run_process({bin, "--max-reply-queue", "1K"});
   REQUIRE(r.exit_code == 2);
   REQUIRE(r.output.find("--max-reply-queue") != std::string::npos);
+  // Token counts are 32-bit: 2^31 tokens per chunk would make two chunks "0 tokens".
+  r = run_process({bin, "--chunk-tokens", "2147483648", "--max-client-leased", "4K"});
+  REQUIRE(r.exit_code == 2);
+  REQUIRE(r.output.find("--chunk-tokens: must be 1 to 1048576") != std::string::npos);
   r = run_process({bin, "--help"});
   REQUIRE(r.exit_code == 0);
   for (const char* flag : {"--socket", "--tier-bytes", "--slab-bytes", "--chunk-tokens", "--max-client-leased",
@@ -414,6 +418,65 @@ TEST_CASE("server: a closed connection leaves its process's holds, another sessi
   s = stats(srv.socket_path());
   REQUIRE(s.leases == 0);
   REQUIRE(s.reservations == 0);
+}
+
+TEST_CASE("server: a connection outlives its process only to be closed: a forked child can hold nothing on it",
+          "[server][fault]") {
+  // P says hello, registers, stores a chunk and forks C; P exits; C then asks
+  // for a reservation and a lease on the socket it inherited. Such holds
+  // would belong to no live process and never be freed.
+  ServerProcess srv(kFlags);
+  REQUIRE(srv.ready());
+  eventually([&] { return stats(srv.socket_path()).ready_bytes > 0; }, "a slab ready");
+  int result[2];
+  REQUIRE(::pipe(result) == 0);
+  const pid_t p = ::fork();
+  REQUIRE(p >= 0);
+  if (p == 0) {  // P: no Catch2 macro here, only exit codes
+    ::close(result[0]);
+    Client c(srv.socket_path());
+    int arena = -1;
+    const auto hello = c.hello(&arena);
+    if (arena >= 0) ::close(arena);
+    const auto r = c.call(RegisterLayout{layout()});
+    if (!hello || hello->status != Status::ok || !r || r->status != Status::ok) ::_exit(10);
+    const std::uint32_t reg = std::get<RegisterReply>(r->payload).registration;
+    const auto stored = c.call(Reserve{reg, keys(1, 1), {1}});
+    if (!stored || stored->status != Status::ok) ::_exit(11);
+    const auto committed = c.call(Commit{std::get<ReserveReply>(stored->payload).reservation, true});
+    if (!committed || committed->status != Status::ok) ::_exit(12);
+    const pid_t self = ::getpid();
+    if (::fork() == 0) {  // C
+      while (::getppid() == self) ::usleep(1000);  // until P has exited
+      ::usleep(300'000);                          // and its server has seen it
+      char made = 0;
+      const auto res = c.call(Reserve{reg, keys(2, 1), {1}});
+      if (res && res->status == Status::ok && std::get<ReserveReply>(res->payload).reservation != 0) made |= 1;
+      const auto look = c.call(Lookup{reg, keys(1, 1)});
+      if (look && look->status == Status::ok && std::get<LookupReply>(look->payload).lease != 0) made |= 2;
+      if (::write(result[1], &made, 1) != 1) ::_exit(1);
+      ::_exit(0);
+    }
+    ::_exit(0);
+  }
+  ::close(result[1]);
+  int status = 0;
+  REQUIRE(::waitpid(p, &status, 0) == p);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  pollfd pf{result[0], POLLIN, 0};
+  char made = -1;
+  REQUIRE(::poll(&pf, 1, 20000) == 1);
+  REQUIRE(::read(result[0], &made, 1) == 1);
+  REQUIRE(::poll(&pf, 1, 20000) == 1);  // EOF: C has exited
+  char after = 0;
+  REQUIRE(::read(result[0], &after, 1) == 0);
+  ::close(result[0]);
+  CHECK(made == 0);  // neither a reservation nor a lease was granted
+  const StatsReply st = stats(srv.socket_path());
+  CHECK(st.reservations == 0);
+  CHECK(st.leases == 0);
+  CHECK(st.pinned == 0);
 }
 
 TEST_CASE("server: a client SIGKILLed holding a lease loses it at once (F24)", "[server][fault][gpu]") {

@@ -38,6 +38,10 @@ struct SpeculativeConfig {
   bool enabled() const noexcept { return num_tokens > 0; }
 };
 
+// The most tokens one chunk may hold. Token counts are 32-bit; with this
+// bound a lookup of thousands of chunks stays far from wrapping them.
+inline constexpr std::uint32_t kMaxChunkTokens = 1u << 20;
+
 struct Layout {
   std::string model_id;
   std::string layout_name;  // the layout this model's code defines

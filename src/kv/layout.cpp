@@ -29,6 +29,9 @@ std::optional<ConfigError> validate(const Layout& l) {
   if (l.chunk_tokens == 0 || l.chunk_tokens % l.block_tokens != 0)
     return err("chunk_tokens", "must be a positive multiple of block_tokens (" + std::to_string(l.block_tokens) +
                                    "), got " + std::to_string(l.chunk_tokens));
+  if (l.chunk_tokens > kMaxChunkTokens)
+    return err("chunk_tokens", "must be at most " + std::to_string(kMaxChunkTokens) + ", got " +
+                                   std::to_string(l.chunk_tokens));
   if (l.has_state() && l.checkpoint.interval_tokens != l.chunk_tokens)
     return err("checkpoint.interval_tokens",
                "checkpoints are stored with the chunk that ends at them, so the interval must equal chunk_tokens (" +

@@ -114,6 +114,7 @@ Reply RequestService::adopt(Client& c, const Adopt& m) {
   LookupReply r;
   r.lease = m.lease;
   const std::uint32_t ct = it->second.layout.chunk_tokens;
+  // Fits 32 bits: Index::run ended the lease's run before any chunk whose end would not.
   r.hit.tokens = static_cast<std::uint32_t>(slots.size()) * ct;
   for (std::size_t i = 0; i < slots.size(); ++i) {
     if (idx->image_at(slots[i])) r.hit.checkpoints.push_back(static_cast<std::uint32_t>(i + 1) * ct);

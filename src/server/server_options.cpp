@@ -105,7 +105,9 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
   if (!size_flag("--max-reply-queue", max_queue, 4u << 20, &o.max_reply_queue) || o.max_reply_queue < 64 * 1024)
     return refuse("--max-reply-queue", "'" + max_queue + "' must be a size of at least 64K");
   if (o.socket.empty() || o.socket.size() >= 108) return refuse("--socket", "must be a path of 1 to 107 bytes");
-  if (o.chunk_tokens == 0) return refuse("--chunk-tokens", "must be > 0");
+  if (o.chunk_tokens == 0 || o.chunk_tokens > kv::kMaxChunkTokens)
+    return refuse("--chunk-tokens", "must be 1 to " + std::to_string(kv::kMaxChunkTokens) + ", got " +
+                                        std::to_string(o.chunk_tokens));
   static const char* levels[] = {"trace", "debug", "info", "warn", "error", "off"};
   if (std::find(std::begin(levels), std::end(levels), o.log_level) == std::end(levels))
     return refuse("--log-level", "'" + o.log_level + "' is not one of trace, debug, info, warn, error, off");

@@ -216,6 +216,13 @@ struct TierServer::Impl {
 
   void process_exited(const std::shared_ptr<Process>& p, const boost::system::error_code& ec) {
     if (ec || stopping) return;
+    // Its connections end with it: a child it forked may hold one of them,
+    // and anything created on it now would belong to no live process and
+    // never be freed.
+    std::vector<std::shared_ptr<Session>> its;
+    for (auto& [id, s] : sessions)
+      if (s->process == p) its.push_back(s);
+    for (auto& s : its) end_session(s, "its process exited");
     const std::size_t freed = classes->release_owner(p->owner);
     orphans_freed += freed;
     spdlog::debug("kvstrand-server: pid {} exited; {} leases and reservations freed", p->pid, freed);

@@ -1,5 +1,7 @@
 #include "tier/index.hpp"
 
+#include <cstdint>
+
 namespace kvstrand::tier {
 
 Index::Index(std::uint64_t capacity_bytes, std::uint64_t object_bytes) : object_bytes_(object_bytes) {
@@ -167,6 +169,9 @@ kv::HitSource Index::run(std::span<const kv::ChunkKey> keys, std::uint32_t chunk
   for (std::size_t i = 0; i < keys.size(); ++i) {
     if (i + kTable < keys.size()) prefetch(hashes[i + kTable]);
     if (i + kObject < keys.size()) prefetch_object(hashes[i + kObject]);
+    // Token counts are 32-bit: a run ends before the chunk whose end would
+    // not fit (a wrapped count once leased 8 KiB as "0 tokens" past a quota).
+    if ((static_cast<std::uint64_t>(n) + 1) * chunk_tokens > UINT32_MAX) break;
     const std::uint32_t s = find(keys[i], hashes[i]);
     if (s == kNone || !objects_[s].committed) break;
     Object& o = objects_[s];
@@ -354,3 +359,4 @@ Index::Stats Index::stats() const {
 }
 
 }  // namespace kvstrand::tier
+
