@@ -344,6 +344,9 @@ MUTANTS = [
     ("index-token-wrap", "src/tier/index.cpp",
      "    if ((static_cast<std::uint64_t>(n) + 1) * chunk_tokens > UINT32_MAX) break;\n", "",
      [("test_index", "*32-bit*")], "a hit's token count wraps (a lease past the quota as 0 tokens)"),
+    ("server-socket-clobbers", "src/server/tier_server.cpp",
+     "      if (!S_ISSOCK(st.st_mode))\n", "      if (false)\n",
+     [("test_server", "*replaces only a stale socket*")], "--socket replaces a regular file or a directory"),
     ("bounds-registration", "src/server/request_service.cpp",
      "  if (it == c.regs.end()) return fail(Status::unknown_registration, \"no such registration\");\n"
      "  const kv::Layout& l = it->second.layout;",

@@ -73,12 +73,12 @@ class ServerProcess {
                  socket_.c_str(), describe_threads(pid_).c_str());
     return false;
   }
-  // SIGSTOP and SIGCONT return once they have taken effect; SIGKILL and
-  // SIGTERM once the server is reaped.
+  // SIGSTOP and SIGCONT return once they have taken effect; SIGKILL, SIGTERM
+  // and SIGINT once the server is reaped.
   void kill(int sig) {
     if (pid_ <= 0) return;
     signal_and_wait(pid_, sig);
-    if (sig == SIGKILL || sig == SIGTERM) {
+    if (sig == SIGKILL || sig == SIGTERM || sig == SIGINT) {
       int status = 0;
       ::waitpid(pid_, &status, 0);
       pid_ = -1;

@@ -89,6 +89,43 @@ TEST_CASE("server: the socket is 0600 and a second server on it is refused", "[s
   REQUIRE(r.output.find("already listening") != std::string::npos);
 }
 
+TEST_CASE("server: --socket replaces only a stale socket, refuses anything else naming the path, and leaves nothing",
+          "[server]") {
+  const std::string bin = sibling_binary("../kvstrand-server");
+  // Bounded: a server that took the path instead of refusing it would serve on.
+  auto refused = [&](const std::string& path) {
+    ChildProcess p({bin, "--socket", path, "--tier-bytes", "2M", "--slab-bytes", "2M"});
+    if (!p.wait_for_output("--socket", 20s)) p.signal(SIGKILL);
+    return p.wait();
+  };
+  // A regular file holding data, and a directory, are someone's: refused, kept.
+  const std::string file = ServerProcess::fresh_socket_path();
+  { std::FILE* f = std::fopen(file.c_str(), "w"); REQUIRE(f); std::fputs("precious", f); std::fclose(f); }
+  auto r = refused(file);
+  CHECK(r.exit_code == 1);
+  CHECK(r.output.find("--socket " + file + ": the path exists and is not a socket (a regular file)") !=
+        std::string::npos);
+  CHECK(std::filesystem::file_size(file) == 8);
+  ::unlink(file.c_str());
+  const std::string dir = ServerProcess::fresh_socket_path();
+  REQUIRE(::mkdir(dir.c_str(), 0700) == 0);
+  r = refused(dir);
+  CHECK(r.exit_code == 1);
+  CHECK(r.output.find("not a socket (a directory)") != std::string::npos);
+  CHECK(std::filesystem::is_directory(dir));
+  ::rmdir(dir.c_str());
+  // A stale socket (its server SIGKILLed) is replaced; a clean exit (SIGTERM,
+  // SIGINT) removes the server's own socket file.
+  for (int sig : {SIGTERM, SIGINT}) {
+    ServerProcess srv(kFlags);
+    REQUIRE(srv.ready());
+    srv.restart(kFlags);  // SIGKILLed: its socket file stays, stale
+    REQUIRE(srv.ready());
+    srv.kill(sig);
+    CHECK_FALSE(std::filesystem::exists(std::filesystem::symlink_status(srv.socket_path())));
+  }
+}
+
 TEST_CASE("server: a peer of another uid gets not_authorized, then the close", "[server][fault]") {
   if (::geteuid() != 0) {
     WARN("skipped: needs root to connect as another user");

@@ -31,6 +31,7 @@
 #include <map>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
 #include "common/parse_bytes.hpp"
 #include "proto/protocol.hpp"
@@ -59,6 +60,14 @@ Reply fail(Status s, std::string message) { return Reply{s, std::move(message), 
 
 int pidfd_open(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
 
+const char* file_kind(mode_t m) {
+  if (S_ISREG(m)) return "a regular file";
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISLNK(m)) return "a symbolic link";
+  if (S_ISFIFO(m)) return "a FIFO";
+  return "a device or other special file";
+}
+
 }  // namespace
 
 struct TierServer::Impl {
@@ -67,14 +76,29 @@ struct TierServer::Impl {
   // ---- start and stop -------------------------------------------------------
 
   asio::awaitable<std::string> listen() {
+    // Before the socket exists: a SIGTERM from whoever saw it accept is a
+    // clean stop (the socket file removed), never the default death.
+    signals.emplace(strand, SIGINT, SIGTERM);
+    signals->async_wait([this](const boost::system::error_code& e, int sig) {
+      if (!e) {
+        spdlog::info("kvstrand-server: signal {}, stopping", sig);
+        shutdown();
+      }
+    });
     const local::endpoint ep(opt.socket);
-    {
+    struct stat st{};
+    if (::lstat(opt.socket.c_str(), &st) == 0) {
+      // Only a stale socket (one nobody listens on: a server that died) is
+      // removed; anything else there is someone's and stays.
+      if (!S_ISSOCK(st.st_mode))
+        co_return "--socket " + opt.socket + ": the path exists and is not a socket (" + file_kind(st.st_mode) +
+                  "); remove it or choose another path";
       local::socket probe(strand);
       boost::system::error_code ec;
       probe.connect(ep, ec);  // start-up only: a local connect answers at once
       if (!ec) co_return "--socket " + opt.socket + ": another server is already listening there";
+      ::unlink(opt.socket.c_str());
     }
-    ::unlink(opt.socket.c_str());  // a stale socket file from a server that died
     acceptor.emplace(strand);
     boost::system::error_code ec;
     acceptor->open(ep.protocol(), ec);
@@ -84,13 +108,7 @@ struct TierServer::Impl {
     if (!ec) acceptor->listen(asio::socket_base::max_listen_connections, ec);
     if (ec) co_return "--socket " + opt.socket + ": " + ec.message();
     ::chmod(opt.socket.c_str(), 0600);
-    signals.emplace(strand, SIGINT, SIGTERM);
-    signals->async_wait([this](const boost::system::error_code& e, int sig) {
-      if (!e) {
-        spdlog::info("kvstrand-server: signal {}, stopping", sig);
-        shutdown();
-      }
-    });
+    if (::lstat(opt.socket.c_str(), &st) == 0) socket_file = {st.st_dev, st.st_ino};
     // An acceptor ended by an exception would leave a server that accepts
     // no one: it stops instead (fail-stop), and wait()'s caller exits 1.
     auto acceptor_ended = [this](std::exception_ptr e) {
@@ -408,6 +426,7 @@ struct TierServer::Impl {
   std::map<pid_t, std::shared_ptr<Process>> processes;
   std::uint64_t next_session = 1;
   tier::Owner next_owner = 1;
+  std::optional<std::pair<dev_t, ino_t>> socket_file;  // the socket this server bound, removed at its exit
   std::optional<RequestService> service;  // with the arena
   std::uint64_t orphans_freed = 0;
   bool stopping = false;
@@ -422,6 +441,12 @@ TierServer::TierServer(ServerOptions options) : impl_(std::make_shared<Impl>(std
 
 TierServer::~TierServer() {
   stop();
+  // Its own socket file only: a server started on the path since (after
+  // this one stopped accepting) keeps its own.
+  struct stat st{};
+  if (impl_->socket_file && ::lstat(impl_->opt.socket.c_str(), &st) == 0 &&
+      std::pair{st.st_dev, st.st_ino} == *impl_->socket_file)
+    ::unlink(impl_->opt.socket.c_str());
   if (impl_->http) impl_->http->stop();
   impl_->stop_filling = true;
   if (impl_->filler.joinable()) impl_->filler.join();
