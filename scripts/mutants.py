@@ -347,6 +347,9 @@ MUTANTS = [
     ("server-socket-clobbers", "src/server/tier_server.cpp",
      "      if (!S_ISSOCK(st.st_mode))\n", "      if (false)\n",
      [("test_server", "*replaces only a stale socket*")], "--socket replaces a regular file or a directory"),
+    ("server-accept-spins", "src/server/tier_server.cpp",
+     "        co_await accept_backoff.failed(ec, \"kvstrand-server\");\n", "",
+     [("test_server", "*accept backs off*")], "accept() failing with EMFILE is retried at once (a core spins)"),
     ("bounds-registration", "src/server/request_service.cpp",
      "  if (it == c.regs.end()) return fail(Status::unknown_registration, \"no such registration\");\n"
      "  const kv::Layout& l = it->second.layout;",

@@ -40,6 +40,22 @@ inline char process_state(pid_t pid) {
   return close && close[1] == ' ' ? close[2] : 0;
 }
 
+// CPU time `pid` has used, user and system, in seconds (-1 when it is gone).
+inline double cpu_seconds(pid_t pid) {
+  std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+  if (f == nullptr) return -1;
+  char buf[1024] = {};
+  const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  const char* p = nullptr;  // past the last ')': state is field 3, utime 14, stime 15
+  for (std::size_t i = 0; i < n; ++i)
+    if (buf[i] == ')') p = buf + i + 1;
+  unsigned long long utime = 0, stime = 0;
+  if (p == nullptr || std::sscanf(p, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime, &stime) != 2)
+    return -1;
+  return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
 // Each thread of `pid`: its state and the kernel function it waits in, for
 // a failure's log (" tid S wchan; ...").
 inline std::string describe_threads(pid_t pid) {

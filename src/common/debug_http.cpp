@@ -1,6 +1,8 @@
 #include "common/log_escaped.hpp"
 #include "common/debug_http.hpp"
 
+#include "common/accept_backoff.hpp"
+
 #include <spdlog/spdlog.h>
 
 #include <boost/asio/as_tuple.hpp>
@@ -54,7 +56,8 @@ std::optional<HttpOptions> parse_http_address(const std::string& text) {
 }
 
 struct DebugHttp::State : std::enable_shared_from_this<DebugHttp::State> {
-  State(Strand& s, HttpOptions o, HttpRoutes rt) : strand(s), opt(std::move(o)), routes(std::move(rt)), acceptor(s) {}
+  State(Strand& s, HttpOptions o, HttpRoutes rt)
+      : strand(s), opt(std::move(o)), routes(std::move(rt)), acceptor(s), backoff(s) {}
 
   HttpResponse route(const http::request<http::empty_body>& req) {
     if (req.method() != http::verb::get && req.method() != http::verb::head)
@@ -73,10 +76,12 @@ struct DebugHttp::State : std::enable_shared_from_this<DebugHttp::State> {
   asio::awaitable<void> accept_loop() {
     for (;;) {
       std::tuple<boost::system::error_code, tcp::socket> accepted = co_await acceptor.async_accept(kAwait);
-      if (std::get<0>(accepted)) {
+      if (const auto ec = std::get<0>(accepted)) {
         if (stopped) co_return;
+        co_await backoff.failed(ec, "kvstrand debug endpoint");
         continue;
       }
+      backoff.succeeded();
       tcp::socket& sock = std::get<1>(accepted);
       if (stopped) co_return;
       if (connections.size() >= opt.max_connections) {
@@ -132,6 +137,7 @@ struct DebugHttp::State : std::enable_shared_from_this<DebugHttp::State> {
     stopped = true;
     boost::system::error_code ignored;
     acceptor.close(ignored);
+    backoff.cancel();
     for (auto& c : connections) c.socket().close(ignored);  // their coroutines end and erase themselves
   }
 
@@ -139,6 +145,7 @@ struct DebugHttp::State : std::enable_shared_from_this<DebugHttp::State> {
   HttpOptions opt;
   HttpRoutes routes;
   tcp::acceptor acceptor;
+  AcceptBackoff backoff;
   std::list<beast::tcp_stream> connections;
   std::uint64_t refused = 0;
   bool stopped = false;

@@ -63,7 +63,7 @@ common::HttpRoutes debug_routes(ServerState state) {
                    {"leases", t.leases},                 {"reservations", t.reservations},
                    {"evictions", t.evictions},           {"refused_full", t.refused_full},
                    {"lookup_chunk_hits", t.lookup_hits}, {"lookup_misses", t.lookup_misses},
-                   {"freed_at_process_exit", st.orphans_freed}};
+                   {"freed_at_process_exit", st.orphans_freed}, {"accept_errors", st.accept.failures()}};
     if (!st.fill_error.empty()) o["fill_error"] = st.fill_error;
     if (st.l2 != nullptr) {
       const L2Stats l = st.l2->stats();
@@ -88,6 +88,8 @@ common::HttpRoutes debug_routes(ServerState state) {
     p.counter("kvstrand_server_refused_full_total", "Chunks refused because the tier was full", t.refused_full);
     p.counter("kvstrand_server_holds_freed_at_exit_total", "Leases and reservations freed when their process exited",
               st.orphans_freed);
+    p.counter("kvstrand_server_accept_errors_total",
+              "accept() failures (out of descriptors or memory: the server backs off, 10 ms to 1 s)", st.accept.failures());
     p.gauge("kvstrand_server_sessions", "Client sessions open", static_cast<double>(st.sessions.size()));
     p.gauge("kvstrand_server_client_processes", "Client processes watched", static_cast<double>(st.processes.size()));
     p.gauge("kvstrand_server_leases", "Leases held", static_cast<double>(t.leases));

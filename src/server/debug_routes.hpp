@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "common/accept_backoff.hpp"
 #include "common/debug_http.hpp"
 #include "common/metrics.hpp"
 #include "server/l2_tier.hpp"
@@ -30,6 +31,7 @@ struct ServerState {
   const L2Tier* l2;  // null without --l2
   const common::LabeledCounter& requests;
   const std::uint64_t& orphans_freed;
+  const common::AcceptBackoff& accept;
   const std::string& fill_error;
   std::function<std::uint64_t()> ready_bytes;
   std::string socket;

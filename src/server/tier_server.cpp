@@ -36,6 +36,7 @@
 #include "common/parse_bytes.hpp"
 #include "proto/protocol.hpp"
 #include "proto/read_frame.hpp"
+#include "common/accept_backoff.hpp"
 #include "common/debug_http.hpp"
 #include "common/gate.hpp"
 #include "common/metrics.hpp"
@@ -154,6 +155,7 @@ struct TierServer::Impl {
     if (stopping) return;
     stopping = true;
     if (acceptor) acceptor->close();
+    accept_backoff.cancel();
     if (signals) signals->cancel();
     auto all = sessions;
     for (auto& [id, s] : all) end_session(s, "server stopping");
@@ -192,8 +194,10 @@ struct TierServer::Impl {
       auto& sock = std::get<1>(accepted);
       if (ec) {
         if (ec == asio::error::operation_aborted || stopping) co_return;
+        co_await accept_backoff.failed(ec, "kvstrand-server");
         continue;
       }
+      accept_backoff.succeeded();
       ucred cred{};
       socklen_t len = sizeof cred;
       if (::getsockopt(sock.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || cred.uid != ::geteuid()) {
@@ -395,7 +399,7 @@ struct TierServer::Impl {
   // ---- the debug endpoint: its routes (server/debug_routes), on the strand -------
 
   common::HttpRoutes routes() {
-    return debug_routes(ServerState{stopping, sessions, processes, *classes, *arena, l2.get(), requests, orphans_freed,
+    return debug_routes(ServerState{stopping, sessions, processes, *classes, *arena, l2.get(), requests, orphans_freed, accept_backoff,
                                     fill_error, [this] { return ready_bytes(); }, opt.socket});
   }
 
@@ -429,6 +433,7 @@ struct TierServer::Impl {
   std::optional<std::pair<dev_t, ino_t>> socket_file;  // the socket this server bound, removed at its exit
   std::optional<RequestService> service;  // with the arena
   std::uint64_t orphans_freed = 0;
+  common::AcceptBackoff accept_backoff{strand};  // cancelled at shutdown
   bool stopping = false;
   bool failed = false;  // stopped because it could not go on (set before `stopped`)
   std::promise<void> stopped;
