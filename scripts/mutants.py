@@ -350,6 +350,12 @@ MUTANTS = [
     ("server-accept-spins", "src/server/tier_server.cpp",
      "        co_await accept_backoff.failed(ec, \"kvstrand-server\");\n", "",
      [("test_server", "*accept backs off*")], "accept() failing with EMFILE is retried at once (a core spins)"),
+    ("quota-reserve-counts-stored", "src/server/request_service.cpp",
+     "index.absent(m.keys) * index.object_bytes()", "m.keys.size() * index.object_bytes()",
+     [("test_request_service", "*count what a request would hold*")], "a reserve of stored keys counts against the quota"),
+    ("quota-adopt-own-twice", "src/server/request_service.cpp",
+     "idx->owner_of(m.lease) == c.owner ? 0 : ", "",
+     [("test_request_service", "*count what a request would hold*")], "adopting its own lease counts it twice"),
     ("bounds-registration", "src/server/request_service.cpp",
      "  if (it == c.regs.end()) return fail(Status::unknown_registration, \"no such registration\");\n"
      "  const kv::Layout& l = it->second.layout;",

@@ -153,6 +153,32 @@ TEST_CASE("request service: per-process quotas refuse, typed, and lease or reser
   REQUIRE(f.service.handle(c, Lookup{reg, keys(1, 2)}).status == Status::ok);
 }
 
+TEST_CASE("request service: quotas count what a request would hold: stored keys and its own lease count nothing more",
+          "[server]") {
+  Fixture f(server::ServiceRules{64, 2 * kObject, 2 * kObject});
+  Client c = client(1, 1);
+  const std::uint32_t reg = f.start(c);
+  f.store(c, reg, 1, 2);
+  // At its reservation quota, it reserves two keys stored already and one new.
+  Reply held = f.service.handle(c, Reserve{reg, keys(2, 2), std::vector<std::uint8_t>(2, 0)});
+  REQUIRE(held.status == Status::ok);
+  Reply r = f.service.handle(c, Reserve{reg, keys(1, 2), std::vector<std::uint8_t>(2, 0)});
+  REQUIRE(r.status == Status::ok);  // holds nothing: both exist
+  REQUIRE(std::get<ReserveReply>(r.payload).chunks == std::vector<ChunkState>(2, ChunkState::existed));
+  REQUIRE(f.service.handle(c, Reserve{reg, keys(3, 1), {0}}).status == Status::over_quota);
+  // At its lease quota, it adopts its own lease (a scheduler and its worker in one process).
+  Reply l = f.service.handle(c, Lookup{reg, keys(1, 2)});
+  REQUIRE(l.status == Status::ok);
+  const std::uint64_t lease = std::get<LookupReply>(l.payload).lease;
+  r = f.service.handle(c, Adopt{reg, lease, keys(1, 2)});
+  REQUIRE(r.status == Status::ok);
+  REQUIRE(f.classes.held_by(1).leases == 1);
+  REQUIRE(f.classes.held_by(1).leased_bytes == 2 * kObject);
+  // And the quota still holds: one more leased chunk is refused.
+  REQUIRE(f.service.handle(c, Commit{std::get<ReserveReply>(held.payload).reservation, true}).status == Status::ok);
+  REQUIRE(f.service.handle(c, Lookup{reg, keys(2, 1)}).status == Status::over_quota);
+}
+
 TEST_CASE("request service: a reserve whose image flags do not match its keys changes nothing", "[server]") {
   Fixture f;
   Client c = client(1, 1);

@@ -106,8 +106,10 @@ Reply RequestService::adopt(Client& c, const Adopt& m) {
   for (std::size_t i = 0; i < slots.size(); ++i)
     if (!(idx->key_at(slots[i]) == m.keys[i]))
       return fail(Status::unknown_hold, "lease " + std::to_string(m.lease) + " holds other chunks");
+  // A lease this process holds already counts once, not again as adopted.
   const auto held = classes_.held_by(c.owner);
-  if (held.leased_bytes + slots.size() * idx->object_bytes() > rules_.max_client_leased)
+  const std::uint64_t adds = idx->owner_of(m.lease) == c.owner ? 0 : slots.size() * idx->object_bytes();
+  if (held.leased_bytes + adds > rules_.max_client_leased)
     return fail(Status::over_quota, "this process's leases would pin more than --max-client-leased (" +
                                         std::to_string(rules_.max_client_leased) + " B); release some first");
   idx->adopt(m.lease, c.owner);
@@ -130,8 +132,10 @@ Reply RequestService::reserve(Client& c, const Reserve& m) {
   if (m.images.size() != m.keys.size())
     return fail(Status::bad_request, std::to_string(m.images.size()) + " image flags for " +
                                          std::to_string(m.keys.size()) + " keys");
+  // Counted by what it would hold: keys stored already (or being written by
+  // anyone) take nothing.
   const auto held = classes_.held_by(c.owner);
-  if (held.reserved_bytes + m.keys.size() * index.object_bytes() > rules_.max_client_reserved)
+  if (held.reserved_bytes + index.absent(m.keys) * index.object_bytes() > rules_.max_client_reserved)
     return fail(Status::over_quota, "this process's reservations would hold more than --max-client-reserved (" +
                                         std::to_string(rules_.max_client_reserved) + " B); commit some first");
   std::unique_ptr<bool[]> images(new bool[m.keys.size()]);

@@ -229,6 +229,17 @@ std::size_t Index::present_run(std::span<const kv::ChunkKey> keys) const {
   return n;
 }
 
+std::size_t Index::absent(std::span<const kv::ChunkKey> keys) const {
+  std::size_t n = 0;
+  for (const kv::ChunkKey& k : keys) n += find(k, hash_of(k)) == kNone;
+  return n;
+}
+
+Owner Index::owner_of(HoldId id) const {
+  auto it = holds_.find(id);
+  return it == holds_.end() ? 0 : it->second.owner;
+}
+
 bool Index::adoptable(HoldId id) const {
   auto it = holds_.find(id);
   return it != holds_.end() && it->second.lease && !it->second.adopted;

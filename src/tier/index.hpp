@@ -97,6 +97,9 @@ class Index {
   // How many of keys[0..] are stored and committed, in a row. No side
   // effects: not a use, not counted as a lookup.
   std::size_t present_run(std::span<const kv::ChunkKey> keys) const;
+  // How many of `keys` are not in the index at all (neither committed nor
+  // being written): what a reservation of them would take objects for.
+  std::size_t absent(std::span<const kv::ChunkKey> keys) const;
   // The key and image flag of a used slot (a hold names it).
   const kv::ChunkKey& key_at(std::uint32_t slot) const { return objects_.at(slot).key; }
   bool image_at(std::uint32_t slot) const { return objects_.at(slot).has_image; }
@@ -133,6 +136,8 @@ class Index {
   void adopt(HoldId id, Owner owner);
   // The slots a live hold names (empty for an unknown id).
   std::vector<std::uint32_t> hold_slots(HoldId id) const;
+  // The owner of a live hold (0 for an unknown id).
+  Owner owner_of(HoldId id) const;
   // Ends every hold of `owner`; returns how many.
   std::size_t release_owner(Owner owner);
 
