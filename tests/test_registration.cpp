@@ -89,17 +89,20 @@ TEST_CASE("registration: each bound of a spec refuses one value past it, and acc
 }
 
 TEST_CASE("registration: a range ending near 2^32 does not wrap to an empty key list", "[reactor][registration]") {
-  // Blocks of 2^30 tokens in chunks of 2^31: tokens [0, 2^32 - 2^30) are 3
-  // blocks touching 2 chunks. In 32 bits, end + chunk - 1 wraps and the
-  // range seemed to need no key at all.
+  // Blocks of 2^19 tokens in chunks of 2^20 (kv::kMaxChunkTokens): tokens
+  // [0, 2^32 - 2^19) are 8191 blocks touching 4096 chunks. In 32 bits,
+  // end + chunk - 1 wraps and the range seemed to need 4095 keys.
   Registration r = small();
-  r.layout.block_tokens = 1u << 30;
-  r.layout.chunk_tokens = 1u << 31;
+  r.layout.block_tokens = 1u << 19;
+  r.layout.chunk_tokens = kv::kMaxChunkTokens;
   r.layout.checkpoint = {};
+  r.planes = {{fake(0x10000000), 8192}, {fake(0x20000000), 8192}};
   REQUIRE(!r.check());
-  const kv::TokenRange t{0, static_cast<std::uint32_t>((1ull << 32) - (1ull << 30))};
-  REQUIRE(refused(r.check_load(spec(t, {0, 1, 2}, 0)), "expected 2 chunk keys, got 0"));
-  REQUIRE(!r.check_load(spec(t, {0, 1, 2}, 2)));
+  const kv::TokenRange t{0, static_cast<std::uint32_t>((1ull << 32) - (1ull << 19))};
+  std::vector<kv::BlockId> blocks(8191);
+  for (std::uint32_t i = 0; i < blocks.size(); ++i) blocks[i] = i;
+  REQUIRE(refused(r.check_load(spec(t, blocks, 4095)), "expected 4096 chunk keys, got 4095"));
+  REQUIRE(!r.check_load(spec(t, blocks, 4096)));
 }
 
 TEST_CASE("registration: sizes at the edges (0, 1, 2^31, 2^32-1, 2^63) are refused where they would wrap",
