@@ -9,6 +9,7 @@
 #include "connector_rig.hpp"
 #include "tier/arena.hpp"
 #include "tier/fd_passing.hpp"
+#include "protocol_session.hpp"
 #include "server_process.hpp"
 #include "support.hpp"
 #include "hip/sim_hooks.hpp"
@@ -269,6 +270,88 @@ TEST_CASE("node tier: a stopped server is fail-stop at the transfer's deadline, 
   const std::error_code code = wait_fail_stop(rig);
   srv.kill(SIGCONT);
   REQUIRE(code == TransferErrc::deadline_exceeded);
+}
+
+TEST_CASE("node tier: a hold of a server that restarted is never released on the new one, where its id names "
+          "another process's hold",
+          "[server][reactor][fault]") {
+  if (!device_present()) return;
+  ServerProcess srv(kServerFlags);
+  REQUIRE(ready_and_full(srv));
+  Rig rig(remote(srv));
+  rig.conn->save(rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8)));
+  REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
+  rig.conn->lookup(rig.keys(1, 0, 2));
+  const auto hit = rig.wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); }).lookups[0];
+  REQUIRE(hit.lease != 0);
+
+  srv.restart(kServerFlags);  // SIGKILLed: its holds are gone; the new one numbers holds afresh
+  REQUIRE(ready_and_full(srv));
+  Client other(srv.socket_path());  // another process: a reservation, then a lease, as the rig did
+  const std::uint32_t reg = open_session(other);
+  const auto stored = std::get<ReserveReply>(must_call(other, Reserve{reg, keys(7, 2), {0, 0}}).payload);
+  REQUIRE(must_call(other, Commit{stored.reservation, true}).status == Status::ok);
+  const auto theirs = std::get<LookupReply>(must_call(other, Lookup{reg, keys(7, 2)}).payload);
+  REQUIRE(theirs.lease == hit.lease);  // the premise: the same id names the other process's lease now
+
+  rig.conn->release_lookup(hit.lease);      // not sendable now: queued for the next connection
+  rig.conn->lookup(rig.keys(1, 0, 2));      // which this makes
+  rig.wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); });
+  std::this_thread::sleep_for(200ms);       // a release, had one been sent, has been served
+  const StatsReply st = stats(srv.socket_path());
+  CHECK(st.leases == 1);  // the other process's lease stands
+  CHECK(st.pinned == 2);
+}
+
+TEST_CASE("node tier: a save reserved on a server that restarted is never committed on the new one", "[server][reactor][fault][sim]") {
+  if (!device_present() || !sim_hooks_present()) return;
+  ServerProcess srv(kServerFlags);
+  REQUIRE(ready_and_full(srv));
+  Rig rig(remote(srv));
+  require_ok(hip::sim::hold_stream(*rig.node->save_stream()));  // reserved; the copy waits
+  rig.conn->save(rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8)));
+  const auto end = std::chrono::steady_clock::now() + 10s;
+  while (rig.conn->transfers().empty() || rig.conn->transfers()[0].state != reactor::TransferState::pending)
+    REQUIRE(std::chrono::steady_clock::now() < end);
+
+  srv.restart(kServerFlags);
+  REQUIRE(ready_and_full(srv));
+  Client other(srv.socket_path());  // its first hold gets the id the rig's reservation had
+  const std::uint32_t reg = open_session(other);
+  const auto theirs = std::get<ReserveReply>(must_call(other, Reserve{reg, keys(7, 2), {0, 0}}).payload);
+  rig.conn->lookup(rig.keys(9, 0, 1));  // the rig reconnects
+  rig.wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); });
+  require_ok(hip::sim::release_stream(*rig.node->save_stream()));
+  const auto f = rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); });
+  CHECK_FALSE(f.saves[0].ok);
+  CHECK(f.saves[0].reason.find("restarted") != std::string::npos);
+  // The other process's reservation was not committed under it: still its own to commit.
+  CHECK(must_call(other, Commit{theirs.reservation, true}).status == Status::ok);
+}
+
+TEST_CASE("node tier: a leased load needs no server: it copies exactly what was saved after the server died",
+          "[server][reactor][fault]") {
+  if (!device_present()) return;
+  ServerProcess srv(kServerFlags);
+  REQUIRE(ready_and_full(srv));
+  Rig rig(remote(srv));
+  const auto src = Rig::block_range(0, 8);
+  const auto before = rig.snapshot(src, {1});
+  rig.conn->save(rig.save_spec("a", 1, 0, 2, src));
+  REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
+  rig.conn->lookup(rig.keys(1, 0, 2));
+  const auto hit = rig.wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); }).lookups[0];
+  REQUIRE(hit.lease != 0);
+  srv.kill(SIGKILL);  // and not restarted: nothing answers on the socket
+  rig.randomize(2);
+  const auto dst = Rig::block_range(20, 8);
+  auto spec = rig.load_spec("a", 1, 0, 2, dst, 6);
+  spec.tier_lease = hit.lease;
+  rig.conn->load(spec);
+  const auto f = rig.wait_for([](const reactor::Finished& f) { return !f.loads.empty(); });
+  INFO(f.loads[0].reason);
+  REQUIRE(f.loads[0].ok);
+  REQUIRE(rig.snapshot(dst, {6}) == before);
 }
 
 TEST_CASE("node tier: a lease its server lost (killed, restarted) ends its load within 10 s: the bytes it was granted, "

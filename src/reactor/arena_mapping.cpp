@@ -39,6 +39,8 @@ std::unique_ptr<ArenaMapping> ArenaMapping::map(int fd, std::uint64_t bytes, std
   m->base_ = static_cast<std::byte*>(p);
   m->bytes_ = bytes;
   m->slab_bytes_ = slab_bytes;
+  m->dev_ = static_cast<std::uint64_t>(st.st_dev);
+  m->ino_ = static_cast<std::uint64_t>(st.st_ino);
   m->slabs_.resize(bytes / slab_bytes);
   return m;
 }

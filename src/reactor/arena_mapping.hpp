@@ -26,6 +26,10 @@ class ArenaMapping {
   ArenaMapping& operator=(const ArenaMapping&) = delete;
 
   std::byte* base() const noexcept { return base_; }
+  // Whether both map the same file: the same server's arena (a restarted
+  // server makes a new one). Exact while both mappings live: a file's
+  // identity is not reused while it is mapped.
+  bool same_file(const ArenaMapping& o) const noexcept { return dev_ == o.dev_ && ino_ == o.ino_; }
   std::uint64_t bytes() const noexcept { return bytes_; }
   std::uint64_t slab_bytes() const noexcept { return slab_bytes_; }
   // True when [offset, offset + n) lies inside the arena.
@@ -47,6 +51,7 @@ class ArenaMapping {
   std::byte* base_ = nullptr;
   std::uint64_t bytes_ = 0;
   std::uint64_t slab_bytes_ = 0;
+  std::uint64_t dev_ = 0, ino_ = 0;  // the mapped file's identity
   std::vector<std::optional<hip::HostRegistration>> slabs_;  // one per slab, set once pinned
   std::uint32_t prefix_ = 0;
 };

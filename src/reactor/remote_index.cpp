@@ -196,8 +196,10 @@ asio::awaitable<Failure> RemoteIndex::handshake() {
     if (Failure r = co_await register_one(i, until); r) co_return r;
   if (generation_ > 1) ++reconnects_;
   connected_ = true;
-  // Holds whose release could not be sent: the same server may still have them.
-  for (std::uint64_t hold : std::exchange(unsent_releases_, {})) send_only(Release{hold});
+  // Holds whose release could not be sent: the same server may still have
+  // them; a restarted one does not, and its own holds may have their ids.
+  for (auto& [hold, of] : std::exchange(unsent_releases_, {}))
+    if (current(of)) send_only(Release{hold});
   co_return Failure{};
 }
 
@@ -279,13 +281,17 @@ void RemoteIndex::send_only(Request req) {
   }
 }
 
-void RemoteIndex::release_hold(std::uint64_t hold) {
+void RemoteIndex::release_hold(std::uint64_t hold, const std::shared_ptr<ArenaMapping>& of) {
   if (hold == 0) return;
-  if (connected_) {
+  if (!connected_) {
+    unsent_releases_.emplace_back(hold, of);
+  } else if (current(of)) {
     send_only(Release{hold});
-  } else {
-    unsent_releases_.push_back(hold);
   }
+}
+
+bool RemoteIndex::current(const std::shared_ptr<void>& arena) const {
+  return arena && arena_ && static_cast<const ArenaMapping*>(arena.get())->same_file(*arena_);
 }
 
 asio::awaitable<void> RemoteIndex::write_loop(std::uint64_t generation) {
@@ -320,8 +326,8 @@ asio::awaitable<void> RemoteIndex::read_loop(std::uint64_t generation) {
     if (reply && reply->status == Status::ok) {
       if (auto a = abandoned_.find(h.request_id); a != abandoned_.end()) {
         abandoned_.erase(a);
-        if (auto* l = std::get_if<LookupReply>(&reply->payload)) release_hold(l->lease);
-        if (auto* r = std::get_if<ReserveReply>(&reply->payload)) release_hold(r->reservation);
+        if (auto* l = std::get_if<LookupReply>(&reply->payload)) release_hold(l->lease, arena_);
+        if (auto* r = std::get_if<ReserveReply>(&reply->payload)) release_hold(r->reservation, arena_);
         continue;
       }
     }
@@ -440,7 +446,7 @@ IndexPlane::LookupResult RemoteIndex::take_lease(std::uint32_t registration, con
   if (r.lease == 0 || n == 0) return LookupResult{r.hit, 0};
   if (n > keys.size() || r.offsets.size() != n) {
     spdlog::error("kvstrand: node tier: a lookup reply whose hit does not match its keys; treated as a miss");
-    release_hold(r.lease);
+    release_hold(r.lease, arena_);
     return LookupResult{};
   }
   Lease l;
@@ -475,7 +481,10 @@ asio::awaitable<IndexPlane::LookupResult> RemoteIndex::adopt(std::uint32_t regis
 }
 
 asio::awaitable<void> RemoteIndex::release_lookup(std::uint64_t lease) {
-  if (leases_.erase(lease) > 0) release_hold(lease);
+  if (auto it = leases_.find(lease); it != leases_.end()) {
+    release_hold(lease, it->second.arena);
+    leases_.erase(it);
+  }
   co_return;
 }
 
@@ -514,7 +523,7 @@ asio::awaitable<IndexPlane::Places> RemoteIndex::reserve(std::uint32_t registrat
   if ((p.failure = co_await exchange(std::move(request), deadline, &reply))) co_return p;
   const auto& rr = std::get<ReserveReply>(reply.payload);
   if (rr.chunks.size() != keys.size()) {
-    release_hold(rr.reservation);
+    release_hold(rr.reservation, arena_);
     p.failure = {TransferErrc::tier_unavailable, "a reserve reply for " + std::to_string(rr.chunks.size()) + " of " +
                                                      std::to_string(keys.size()) + " chunks"};
     co_return p;
@@ -530,7 +539,7 @@ asio::awaitable<IndexPlane::Places> RemoteIndex::reserve(std::uint32_t registrat
         // The server's offsets are checked like any other input: a bad one
         // must not make this process write outside the arena.
         if (!arena->contains(rr.offsets[i], object_bytes)) {
-          release_hold(rr.reservation);
+          release_hold(rr.reservation, arena_);
           p.failure = {TransferErrc::tier_unavailable,
                        "the server reserved offset " + std::to_string(rr.offsets[i]) + ", outside its arena"};
           p.objects.clear();
@@ -546,7 +555,7 @@ asio::awaitable<IndexPlane::Places> RemoteIndex::reserve(std::uint32_t registrat
     co_return p;
   }
   if (std::error_code ec = co_await pinned_up_to(arena, end)) {
-    release_hold(rr.reservation);
+    release_hold(rr.reservation, arena_);
     p.failure = {ec, "the arena could not be pinned: " + pin_error_};
     p.objects.clear();
     co_return p;
@@ -558,6 +567,11 @@ asio::awaitable<IndexPlane::Places> RemoteIndex::reserve(std::uint32_t registrat
 
 asio::awaitable<Failure> RemoteIndex::commit(std::uint32_t, const std::vector<kv::ChunkKey>&, const Places& places,
                                              bool copied, Clock::time_point deadline) {
+  // The reservation's id means something only to the server that granted
+  // it: a restarted one may have given it to another process's reservation.
+  if (!current(places.memory))
+    co_return Failure{TransferErrc::tier_unavailable,
+                      "kvstrand-server at " + opt_.socket + " restarted since this save was reserved: not committed"};
   Request commit = Commit{places.hold, copied};
   Reply reply;
   co_return co_await exchange(std::move(commit), deadline, &reply);
@@ -565,32 +579,34 @@ asio::awaitable<Failure> RemoteIndex::commit(std::uint32_t, const std::vector<kv
 
 asio::awaitable<IndexPlane::Held> RemoteIndex::hold(const kv::TransferSpec& s, Clock::time_point deadline) {
   Held h;
-  if ((h.failure = co_await ensure_connected())) co_return h;
   const Registration& reg = *regs_.at(s.registration);
   const std::uint64_t object_bytes = reg.object_bytes();
   const std::uint32_t ct = reg.layout.chunk_tokens;
   Lease lease;
   if (auto it = leases_.find(s.tier_lease);
       s.tier_lease != 0 && it != leases_.end() && it->second.registration == s.registration) {
+    // A lease this process holds needs no server: its objects are mapped
+    // and stay in place (a server that died meanwhile frees nothing under it).
     h.hold = it->first;
     lease = std::move(it->second);
     leases_.erase(it);
   } else {
     // No lease of this process's own lookup: lease exactly the spec's chunks.
+    if ((h.failure = co_await ensure_connected())) co_return h;
     Request req = Lookup{server_regs_.at(s.registration), s.keys};
     Reply reply;
     if ((h.failure = co_await exchange(std::move(req), deadline, &reply))) co_return h;
     auto& r = std::get<LookupReply>(reply.payload);
     h.hold = r.lease;
+    lease.arena = arena_;
     if (r.offsets.size() * ct != r.hit.tokens || r.hit.tokens / ct > s.keys.size()) {
-      release_hold(h.hold);
+      release_hold(h.hold, lease.arena);
       h.failure = {TransferErrc::tier_unavailable, "a lookup reply whose hit does not match its keys"};
       co_return h;
     }
     lease.keys.assign(s.keys.begin(), s.keys.begin() + static_cast<std::ptrdiff_t>(r.offsets.size()));
     lease.offsets = std::move(r.offsets);
     lease.checkpoints = std::move(r.hit.checkpoints);
-    lease.arena = arena_;
   }
   // Each of the spec's chunks in the lease, and whether an image is stored at its end.
   std::uint64_t end = 0;
@@ -606,7 +622,7 @@ asio::awaitable<IndexPlane::Held> RemoteIndex::hold(const kv::TransferSpec& s, C
     last = static_cast<std::size_t>(at - lease.keys.begin());
     const std::uint64_t off = lease.offsets[last];
     if (!lease.arena || !lease.arena->contains(off, object_bytes)) {
-      release_hold(h.hold);
+      release_hold(h.hold, lease.arena);
       h.failure = {TransferErrc::tier_unavailable,
                    "the server leased offset " + std::to_string(off) + ", outside its arena"};
       h.objects.clear();
@@ -620,7 +636,7 @@ asio::awaitable<IndexPlane::Held> RemoteIndex::hold(const kv::TransferSpec& s, C
   const bool whole = std::none_of(h.objects.begin(), h.objects.end(), [](std::byte* p) { return p == nullptr; });
   if (whole && lease.arena->pinned_bytes() < end) {
     if (std::error_code ec = co_await pinned_up_to(lease.arena, end)) {
-      release_hold(h.hold);
+      release_hold(h.hold, lease.arena);
       h.failure = {ec, "the arena could not be pinned" + (pin_error_.empty() ? std::string() : ": " + pin_error_)};
       h.objects.clear();
       co_return h;
@@ -630,13 +646,15 @@ asio::awaitable<IndexPlane::Held> RemoteIndex::hold(const kv::TransferSpec& s, C
   co_return h;
 }
 
-void RemoteIndex::release(const kv::TransferSpec&, const Held& held) { release_hold(held.hold); }
+void RemoteIndex::release(const kv::TransferSpec&, const Held& held) {
+  release_hold(held.hold, std::static_pointer_cast<ArenaMapping>(held.memory));
+}
 
 asio::awaitable<void> RemoteIndex::drain() {
   if (connected_) {
     // Leases no load named go back with the session's end (best effort: a
     // lost connection leaves them to the process's exit).
-    for (auto& [id, l] : std::exchange(leases_, {})) release_hold(id);
+    for (auto& [id, l] : std::exchange(leases_, {})) release_hold(id, l.arena);
     Request req = EndSession{};
     co_await call(std::move(req), Clock::now() + std::chrono::milliseconds(500));
   }

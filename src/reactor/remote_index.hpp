@@ -103,7 +103,12 @@ class RemoteIndex final : public IndexPlane {
                                                                             Clock::time_point until);
   // A request whose reply nobody waits for (releases).
   void send_only(proto::Request req);
-  void release_hold(std::uint64_t hold);
+  // Releases a hold granted by the server whose arena is `of`. A hold id
+  // means something only to the server that granted it: a restarted server
+  // numbers its holds afresh, so an old id may name another process's hold
+  // there. A hold of a server that is gone went with it: nothing is sent.
+  void release_hold(std::uint64_t hold, const std::shared_ptr<ArenaMapping>& of);
+  bool current(const std::shared_ptr<void>& arena) const;
   // A transfer's request bounded by its deadline; a refusal says why.
   boost::asio::awaitable<Failure> exchange(proto::Request req, Clock::time_point deadline, proto::Reply* out);
   boost::asio::awaitable<void> read_loop(std::uint64_t generation);
@@ -133,7 +138,8 @@ class RemoteIndex final : public IndexPlane {
   std::deque<std::vector<std::byte>> outbox_;
   bool writing_ = false;
   std::map<std::uint64_t, Lease> leases_;  // by lease id, until a load or a release names it
-  std::vector<std::uint64_t> unsent_releases_;  // holds to release once connected again
+  // Holds to release once connected again (to the server that granted them).
+  std::vector<std::pair<std::uint64_t, std::shared_ptr<ArenaMapping>>> unsent_releases_;
   std::shared_ptr<ArenaMapping> arena_;  // the current server's arena
 
   // Pinning progress of arena_: helper threads (pinning scales with cores:
