@@ -365,6 +365,9 @@ MUTANTS = [
     ("leased-load-connects", "src/reactor/remote_index.cpp",
      "  Held h;\n  const Registration& reg", "  Held h;\n  if ((h.failure = co_await ensure_connected())) co_return h;\n  const Registration& reg",
      [("test_node_tier", "*leased load needs no server*")], "a leased load fails because the server just died"),
+    ("l2-bad-value-kept", "src/server/l2_tier.cpp",
+     "        forget(l2::redis_key_of(keys[i]));\n", "",
+     [("test_l2_tier", "*altered in Redis*")], "a corrupt L2 value stays, fetched and refused on every lookup"),
     ("bounds-registration", "src/server/request_service.cpp",
      "  if (it == c.regs.end()) return fail(Status::unknown_registration, \"no such registration\");\n"
      "  const kv::Layout& l = it->second.layout;",

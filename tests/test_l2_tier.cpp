@@ -179,6 +179,20 @@ TEST_CASE("l2: a value altered in Redis is a miss, counted, never loaded", "[l2]
   REQUIRE(b.load(ks, wrote) == 2);  // chunks 0 and 1; never chunk 2's altered bytes
   REQUIRE(b.load(other, {}) == 0);
   REQUIRE(b.counter("bad_values_total") == 2);
+  // Both are deleted from Redis: not fetched and refused again on every lookup.
+  eventually([&] { return b.counter("bad_values_deleted_total") == 2; }, "the refused values deleted");
+  auto e = rc.run({{"EXISTS", l2::redis_key_of(ks[2])}, {"EXISTS", l2::redis_key_of(other[0])}});
+  REQUIRE(e[0].value.integer == 0);
+  REQUIRE(e[1].value.integer == 0);
+  REQUIRE(b.load(other, {}) == 0);
+  REQUIRE(b.counter("bad_values_total") == 2);
+  // A Redis error reply (here WRONGTYPE: a list under a chunk's key) is an
+  // error, not a corrupt value.
+  const auto listed = keys(4, 1);
+  REQUIRE(rc.run({{"LPUSH", l2::redis_key_of(listed[0]), "x"}})[0].answered());
+  REQUIRE(b.load(listed, {}) == 0);
+  REQUIRE(b.counter("error_replies_total") == 1);
+  REQUIRE(b.counter("bad_values_total") == 2);
 }
 
 TEST_CASE("l2: a master SIGKILLed: lookups of what it held miss, the rest hit, none waits past --l2-timeout",

@@ -73,6 +73,7 @@ common::HttpRoutes debug_routes(ServerState state) {
                              {"write_dropped", l.write_dropped}, {"promoted", l.promoted},
                              {"lookups", l.lookups},             {"lookup_misses", l.lookup_misses},
                              {"bad_values", l.bad_values},       {"unanswered", l.unanswered},
+                             {"bad_values_deleted", l.bad_values_deleted}, {"error_replies", l.error_replies},
                              {"moved", l.redis.moved},           {"asked", l.redis.asked}};
     }
     return common::HttpResponse{200, "application/json", json::serialize(o)};
@@ -111,6 +112,11 @@ common::HttpRoutes debug_routes(ServerState state) {
       p.counter("kvstrand_server_l2_lookup_misses_total", "Lookups L2 added nothing to", l.lookup_misses);
       p.counter("kvstrand_server_l2_bad_values_total", "L2 values refused (header, length or checksum)",
                 l.bad_values);
+      p.counter("kvstrand_server_l2_bad_values_deleted_total", "Refused L2 values deleted from Redis",
+                l.bad_values_deleted);
+      p.counter("kvstrand_server_l2_error_replies_total",
+                "L2 GETs Redis answered with an error (CLUSTERDOWN while a master rejoins, WRONGTYPE, ...)",
+                l.error_replies);
       p.counter("kvstrand_server_l2_unanswered_total", "L2 reads with no answer within --l2-timeout", l.unanswered);
       p.counter("kvstrand_server_l2_redirects_total", "MOVED and ASK redirections followed",
                 l.redis.moved + l.redis.asked);

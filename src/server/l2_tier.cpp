@@ -112,6 +112,18 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
     wake.cancel();
   }
 
+  // A value that will never load is deleted, so that it is not fetched and
+  // refused on every lookup that reaches it. (A writer's good value set just
+  // before the DEL is lost with it: a later miss, rewritten at its next save.)
+  void forget(std::string name) {
+    auto del = [](std::shared_ptr<Impl> self, std::string name) -> asio::awaitable<void> {
+      std::vector<std::vector<std::string>> cmd{{"DEL", std::move(name)}};
+      std::vector<l2::RedisResult> r = co_await self->cluster->run(std::move(cmd));
+      if (!r.empty() && r[0].answered() && !r[0].value.is_error()) ++self->st.bad_values_deleted;
+    };
+    gate.spawn(del(shared_from_this(), std::move(name)), common::LogEscaped{"an L2 DEL"});
+  }
+
   asio::awaitable<std::size_t> promote(tier::Index& idx, std::vector<kv::ChunkKey> keys) {
     auto keep = shared_from_this();
     if (!ready || stopped || keys.empty()) co_return 0;
@@ -129,12 +141,20 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
         break;
       }
       if (r.value.kind == l2::RedisValue::Kind::nil) break;
-      std::string why = "not a string reply";
-      std::optional<l2::ChunkValue> v;
-      if (r.value.kind == l2::RedisValue::Kind::string) v = l2::decode_chunk_value(r.value.str, keys[i], object_bytes, &why);
+      if (r.value.kind != l2::RedisValue::Kind::string) {
+        // Redis said no (CLUSTERDOWN while a master rejoins, WRONGTYPE, ...):
+        // an error, not a value anyone stored.
+        ++st.error_replies;
+        spdlog::debug("kvstrand-server: L2 GET of {}: {}", l2::redis_key_of(keys[i]),
+                      r.value.is_error() ? r.value.str : std::string("a reply that is not a string"));
+        break;
+      }
+      std::string why;
+      std::optional<l2::ChunkValue> v = l2::decode_chunk_value(r.value.str, keys[i], object_bytes, &why);
       if (!v) {
         ++st.bad_values;
-        spdlog::warn("kvstrand-server: L2 value of {} refused: {}", l2::redis_key_of(keys[i]), why);
+        spdlog::warn("kvstrand-server: L2 value of {} refused and deleted: {}", l2::redis_key_of(keys[i]), why);
+        forget(l2::redis_key_of(keys[i]));
         break;
       }
       found.push_back(*v);

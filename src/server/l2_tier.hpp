@@ -49,7 +49,9 @@ struct L2Stats {
   std::uint64_t promoted = 0;        // chunks copied from L2 into the arena
   std::uint64_t lookups = 0;         // lookups that asked L2
   std::uint64_t lookup_misses = 0;   // ... and found nothing after the arena's hit
-  std::uint64_t bad_values = 0;      // refused: header, length or checksum
+  std::uint64_t bad_values = 0;      // refused: header, length or checksum (then deleted from Redis)
+  std::uint64_t bad_values_deleted = 0;
+  std::uint64_t error_replies = 0;   // GETs Redis answered with an error (CLUSTERDOWN, WRONGTYPE, ...)
   std::uint64_t unanswered = 0;      // GETs with no answer in time (timeout, node down)
   std::size_t queue = 0;
   l2::RedisClusterStats redis;
