@@ -348,7 +348,7 @@ MUTANTS = [
      "      if (!S_ISSOCK(st.st_mode))\n", "      if (false)\n",
      [("test_server", "*replaces only a stale socket*")], "--socket replaces a regular file or a directory"),
     ("server-accept-spins", "src/server/tier_server.cpp",
-     "        co_await accept_backoff.failed(ec, \"kvstrand-server\");\n", "",
+     "        co_await accept_backoff.failed(ec.value(), \"kvstrand-server\");\n", "",
      [("test_server", "*accept backs off*")], "accept() failing with EMFILE is retried at once (a core spins)"),
     ("quota-reserve-counts-stored", "src/server/request_service.cpp",
      "index.absent(m.keys) * index.object_bytes()", "m.keys.size() * index.object_bytes()",

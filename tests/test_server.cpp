@@ -131,6 +131,13 @@ TEST_CASE("server: out of file descriptors, accept backs off instead of spinning
           "[server][fault]") {
   // 64 descriptors and 100 connections: accept() fails with EMFILE while
   // they stay open. Before the back-off its thread ran 88-100 % of a core.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  // Out of descriptors a sanitizer's own runtime cannot work (UBSan probes
+  // memory through a pipe for its vptr check, and reports a false error that
+  // halts the server): this case runs in the plain build.
+  WARN("skipped under a sanitizer: its runtime needs the descriptors this case takes away");
+  return;
+#endif
   const std::string socket = ServerProcess::fresh_socket_path();
   ChildProcess srv({"/bin/sh", "-c",
                     "ulimit -n 64 && exec " + sibling_binary("../kvstrand-server") + " --socket " + socket +

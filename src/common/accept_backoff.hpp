@@ -13,12 +13,12 @@
 #include <algorithm>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/awaitable.hpp>
-#include <boost/asio/error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <boost/system/error_code.hpp>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 
 #include "common/strand.hpp"
 
@@ -29,13 +29,17 @@ class AcceptBackoff {
   explicit AcceptBackoff(Strand& strand) : timer_(strand) {}
 
   // After a failed accept: returns when the loop may accept again (at once
-  // after cancel(), which the loop's stop calls).
-  boost::asio::awaitable<void> failed(const boost::system::error_code& ec, const char* who) {
+  // after cancel(), which the loop's stop calls). `errno_value`: the failed
+  // accept's ec.value() (an errno: accept's errors are the system's). Read
+  // as a number: comparing or describing it through Boost's error category
+  // trips UBSan's vptr check on that category under -fvisibility=hidden.
+  boost::asio::awaitable<void> failed(int errno_value, const char* who) {
     ++failures_;
-    if (ec == boost::asio::error::connection_aborted) co_return;
+    if (errno_value == ECONNABORTED) co_return;
     if (delay_.count() == 0) {
       delay_ = std::chrono::milliseconds(10);
-      spdlog::warn("{}: accept failed ({}); retrying with back-off until it succeeds", who, ec.message());
+      spdlog::warn("{}: accept failed ({}); retrying with back-off until it succeeds", who,
+                   std::strerror(errno_value));
     } else {
       delay_ = std::min<std::chrono::milliseconds>(delay_ * 2, std::chrono::seconds(1));
     }

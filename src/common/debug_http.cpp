@@ -78,7 +78,7 @@ struct DebugHttp::State : std::enable_shared_from_this<DebugHttp::State> {
       std::tuple<boost::system::error_code, tcp::socket> accepted = co_await acceptor.async_accept(kAwait);
       if (const auto ec = std::get<0>(accepted)) {
         if (stopped) co_return;
-        co_await backoff.failed(ec, "kvstrand debug endpoint");
+        co_await backoff.failed(ec.value(), "kvstrand debug endpoint");
         continue;
       }
       backoff.succeeded();

@@ -194,7 +194,7 @@ struct TierServer::Impl {
       auto& sock = std::get<1>(accepted);
       if (ec) {
         if (ec == asio::error::operation_aborted || stopping) co_return;
-        co_await accept_backoff.failed(ec, "kvstrand-server");
+        co_await accept_backoff.failed(ec.value(), "kvstrand-server");
         continue;
       }
       accept_backoff.succeeded();
