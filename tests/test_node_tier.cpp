@@ -147,6 +147,16 @@ class WrongReplyServer {
 
 const std::vector<std::string> kServerFlags = {"--tier-bytes", "32M", "--slab-bytes", "8M", "--chunk-tokens", "64"};
 
+// Saves prompt 1's chunks 0 and 1 from `src`, then looks them up: the
+// lookup's outcome (its lease held by this process).
+auto save_and_look_up(Rig& rig, const auto& src) {
+  rig.conn->save(rig.save_spec("a", 1, 0, 2, src));
+  REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
+  rig.conn->lookup(rig.keys(1, 0, 2));
+  return rig.wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); }).lookups[0];
+}
+
+
 // Polls finished() until it throws FailStop (its code) or `within` passes (none).
 std::error_code wait_fail_stop(Rig& rig, std::chrono::milliseconds within = 10s) {
   const auto end = std::chrono::steady_clock::now() + within;
@@ -200,10 +210,7 @@ TEST_CASE("node tier: a server SIGSTOPped during a load: the load completes exac
   Rig rig(remote(srv));
   const auto src = Rig::block_range(0, 8);
   const auto before = rig.snapshot(src, {1});
-  rig.conn->save(rig.save_spec("a", 1, 0, 2, src));
-  REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
-  rig.conn->lookup(rig.keys(1, 0, 2));
-  const auto lease = rig.wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); }).lookups[0].lease;
+  const auto lease = save_and_look_up(rig, src).lease;
   REQUIRE(lease != 0);
 
   srv.kill(SIGSTOP);  // returns once the server is stopped
@@ -279,10 +286,7 @@ TEST_CASE("node tier: a hold of a server that restarted is never released on the
   ServerProcess srv(kServerFlags);
   REQUIRE(ready_and_full(srv));
   Rig rig(remote(srv));
-  rig.conn->save(rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8)));
-  REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
-  rig.conn->lookup(rig.keys(1, 0, 2));
-  const auto hit = rig.wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); }).lookups[0];
+  const auto hit = save_and_look_up(rig, Rig::block_range(0, 8));
   REQUIRE(hit.lease != 0);
 
   srv.restart(kServerFlags);  // SIGKILLed: its holds are gone; the new one numbers holds afresh
@@ -337,10 +341,7 @@ TEST_CASE("node tier: a leased load needs no server: it copies exactly what was 
   Rig rig(remote(srv));
   const auto src = Rig::block_range(0, 8);
   const auto before = rig.snapshot(src, {1});
-  rig.conn->save(rig.save_spec("a", 1, 0, 2, src));
-  REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
-  rig.conn->lookup(rig.keys(1, 0, 2));
-  const auto hit = rig.wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); }).lookups[0];
+  const auto hit = save_and_look_up(rig, src);
   REQUIRE(hit.lease != 0);
   srv.kill(SIGKILL);  // and not restarted: nothing answers on the socket
   rig.randomize(2);
@@ -364,10 +365,7 @@ TEST_CASE("node tier: a lease its server lost (killed, restarted) ends its load 
   Rig rig(remote(*srv));  // a 60 s deadline: a load that hung would outlast wait_for's 10 s
   const auto src = Rig::block_range(0, 8);
   const auto before = rig.snapshot(src, {1});
-  rig.conn->save(rig.save_spec("a", 1, 0, 2, src));
-  REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
-  rig.conn->lookup(rig.keys(1, 0, 2));
-  const auto hit = rig.wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); }).lookups[0];
+  const auto hit = save_and_look_up(rig, src);
   REQUIRE(hit.hit.tokens == 128);
   REQUIRE(hit.lease != 0);
 
