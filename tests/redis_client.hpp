@@ -27,13 +27,17 @@ using Commands = std::vector<std::vector<std::string>>;
 // A RedisCluster on a strand of its own reactor thread, as the server has it.
 class RedisTestClient {
  public:
-  explicit RedisTestClient(const std::string& url, std::chrono::milliseconds timeout = 500ms) {
+  explicit RedisTestClient(const std::string& url, std::chrono::milliseconds timeout = 500ms,
+                           std::chrono::milliseconds retry_after = l2::RedisOptions{}.retry_after,
+                           std::size_t max_inflight = l2::RedisOptions{}.max_inflight) {
     std::string why;
     auto seeds = l2::parse_redis_url(url, &why);
     if (!seeds) throw std::runtime_error(why);
     l2::RedisOptions o;
     o.seeds = *seeds;
     o.timeout = timeout;
+    o.retry_after = retry_after;
+    o.max_inflight = max_inflight;
     thread_ = std::thread([this] { io_.run(); });
     on_strand([&] { cluster_.emplace(strand_, o); });
   }

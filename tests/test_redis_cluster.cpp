@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <csignal>
 #include <optional>
 #include <thread>
 
@@ -267,4 +268,53 @@ TEST_CASE("redis cluster: a master SIGSTOPped: its keys time out, the others ans
   REQUIRE(c.stats().timeouts > 30);
   redis.signal(stopped, SIGCONT);
   require_values(c.run(gets(300, "k")));  // all of them, the late answers to the stopped ones dropped
+}
+
+TEST_CASE("redis cluster: a MOVED reply moves its slot in the client's map at once, before any refresh",
+          "[l2][cluster]") {
+  if (!redis_present()) return;
+  RedisNodes redis(3, true);
+  // No refresh of the slot map for a minute after start: what routes the
+  // second GET is the MOVED reply alone.
+  RedisTestClient c(redis.url(), 500ms, 60s);
+  REQUIRE_FALSE(c.start());
+  const std::string a = "{moved}a";
+  require_stored(c.run({{"SET", a, value_of(1)}}));
+  const int from = redis.index_of(c.node_of(a));
+  const int to = (from + 1) % 3;
+  const std::string slot = std::to_string(l2::key_slot(a));
+  redis.cli(to, {"CLUSTER", "SETSLOT", slot, "IMPORTING", redis.node_id(from)});
+  redis.cli(from, {"CLUSTER", "SETSLOT", slot, "MIGRATING", redis.node_id(to)});
+  redis.cli(from, {"MIGRATE", "127.0.0.1", std::to_string(redis.port(to)), a, "0", "5000"});
+  for (int n = 0; n < 3; ++n) redis.cli(n, {"CLUSTER", "SETSLOT", slot, "NODE", redis.node_id(to)});
+  require_values(c.run({{"GET", a}}), 1);
+  REQUIRE(c.stats().moved == 1);
+  REQUIRE(c.stats().refreshes == 1);  // start's only
+  REQUIRE(redis.index_of(c.node_of(a)) == to);
+  require_values(c.run({{"GET", a}}), 1);
+  REQUIRE(c.stats().moved == 1);  // sent to `to` straight away
+}
+
+TEST_CASE("redis: commands in flight on a connection that is lost are uncounted: the node takes max_inflight again",
+          "[l2][fault]") {
+  if (!redis_present()) return;
+  RedisNodes redis(1, false);
+  RedisTestClient c(redis.url(), 200ms, 100ms, /*max_inflight*/ 4);
+  REQUIRE_FALSE(c.start());
+  redis.signal(0, SIGSTOP);
+  for (const auto& r : c.run(gets(4, "k"))) REQUIRE(r.ec == RedisErrc::timeout);  // all four still in flight
+  REQUIRE(c.run(gets(1, "k"))[0].ec == RedisErrc::overloaded);
+  redis.kill(0);  // the connection is lost with the four unanswered
+  redis.restart(0);
+  std::vector<RedisResult> r;
+  for (int tries = 0; tries < 50; ++tries) {  // until the client's retry interval has passed
+    r = c.run(gets(4, "k"));
+    if (std::all_of(r.begin(), r.end(), [](const RedisResult& x) { return x.answered(); })) break;
+    std::this_thread::sleep_for(100ms);
+  }
+  for (const auto& x : r) {
+    INFO(x.why);
+    REQUIRE(x.answered());
+    REQUIRE(x.value.kind == RedisValue::Kind::nil);
+  }
 }

@@ -283,6 +283,7 @@ struct RedisCluster::Impl : std::enable_shared_from_this<RedisCluster::Impl> {
       }
       if (apply_slots(r.value, n)) {
         cluster = true;
+        last_refresh = Clock::now();  // a map just learned: the next refresh waits retry_after like any other
         co_return std::error_code{};
       }
       last = nodes[n]->address() + " answered CLUSTER SLOTS with something else: " + r.value.str;
