@@ -4,6 +4,9 @@
 
 #include "l2/chunk_value.hpp"
 
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 using namespace kvstrand;
 
 namespace {
@@ -77,4 +80,16 @@ TEST_CASE("chunk value: keys carry namespace, rank and hash, the hash is the clu
   REQUIRE(a != l2::redis_key_of(other_ns));
   // Same content, other namespace: one slot (the tag is the hash), other keys.
   REQUIRE(a.substr(0, a.find('}')) == l2::redis_key_of(other_ns).substr(0, a.find('}')));
+}
+
+TEST_CASE("chunk value: a value of another format version is refused, even with a valid header checksum", "[l2]") {
+  const auto o = object(1024, 5);
+  std::string v = l2::encode_chunk_value(key(1), false, o);
+  v[8] = 2;  // version 2 (a later kvstrand's layout), little-endian
+  // Its header checksum made valid again, as a later writer's would be.
+  const std::uint64_t sum = XXH3_64bits(v.data(), 120);
+  for (int i = 0; i < 8; ++i) v[120 + i] = static_cast<char>((sum >> (8 * i)) & 0xff);
+  std::string why;
+  REQUIRE_FALSE(l2::decode_chunk_value(v, key(1), o.size(), &why).has_value());
+  REQUIRE(why == "format version 2");
 }

@@ -114,6 +114,17 @@ asio::awaitable<void> engine_step(Rig& rig, bool& fenced, std::thread::id& resum
   REQUIRE(!closed);
 }
 
+// Whether posting throws blocks_in_use.
+template <class Post>
+bool refused(Post&& post) {
+  try {
+    post();
+  } catch (const TransferRefused& e) {
+    return e.code() == TransferErrc::blocks_in_use;
+  }
+  return false;
+}
+
 }  // namespace
 
 TEST_CASE("connector: save then evict then load into other blocks restores KV and state byte for byte", "[reactor][gpu]") {
@@ -618,14 +629,6 @@ TEST_CASE("connector: a save and a load of the same blocks at once are refused (
   require_ok(hip::sim::hold_stream(rig.tier->load_stream()));
   rig.conn->load(rig.load_spec("in", 1, 0, 1, Rig::block_range(8, 4), 9));  // writes 8..11 and image slot 9
   rig.conn->save(rig.save_spec("out", 2, 0, 1, Rig::block_range(16, 4)));   // reads 16..19 and image slot 0
-  auto refused = [](auto&& post) {
-    try {
-      post();
-    } catch (const TransferRefused& e) {
-      return e.code() == TransferErrc::blocks_in_use;
-    }
-    return false;
-  };
   REQUIRE(refused([&] { rig.conn->save(rig.save_spec("a", 3, 0, 1, {20, 21, 22, 11})); }));  // 11 is being loaded
   REQUIRE(refused([&] { rig.conn->load(rig.load_spec("b", 1, 0, 1, {30, 31, 32, 19}, 1)); }));  // 19 is being saved
   REQUIRE(refused([&] { rig.conn->load(rig.load_spec("c", 1, 0, 1, {8, 40, 41, 42}, 1)); }));  // 8: two loads
@@ -820,4 +823,19 @@ TEST_CASE("connector: the coroutine forms of fence and close, from the engine's 
   REQUIRE(f.saves[1].ok);
   REQUIRE_THROWS_AS(rig.conn->save(rig.save_spec("c", 3, 0, 1, Rig::block_range(0, 4))), TransferRefused);
   rig.conn->close();  // stops the thread; waits for nothing now
+}
+
+TEST_CASE("connector: a refused batch leaves no claim behind: its blocks are free for the next transfer",
+          "[reactor][sim]") {
+  Rig rig;
+  // Two saves claim blocks 48..55; the third op, a load into 52..55, conflicts.
+  std::vector<reactor::Connector::Op> batch;
+  batch.push_back({reactor::TransferKind::save, rig.save_spec("d", 4, 0, 1, Rig::block_range(48, 4)), nullptr});
+  batch.push_back({reactor::TransferKind::save, rig.save_spec("e", 5, 0, 1, Rig::block_range(52, 4)), nullptr});
+  batch.push_back({reactor::TransferKind::load, rig.load_spec("f", 1, 0, 1, Rig::block_range(52, 4), 2), nullptr});
+  REQUIRE(refused([&] { rig.conn->submit(std::move(batch)); }));
+  REQUIRE(rig.conn->transfers().empty());
+  // Nothing of it was posted, and nothing of it is still counted: loads may write every block it named.
+  rig.conn->load(rig.load_spec("g", 1, 0, 1, Rig::block_range(48, 4), 2));
+  rig.conn->load(rig.load_spec("h", 2, 0, 1, Rig::block_range(52, 4), 3));
 }

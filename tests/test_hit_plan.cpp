@@ -180,3 +180,17 @@ TEST_CASE("prefill chunks end on the 256 grid, except at the prompt's end", "[kv
     f = e;
   }
 }
+
+TEST_CASE("hit plan: the largest usable checkpoint is taken whatever the order they come in", "[kv][plan]") {
+  const kv::Layout state = test::reference_layout();
+  // A source's checkpoints in no particular order (a union of several
+  // answers), with one past the hit and one off the chunk grid among them.
+  const std::vector<std::vector<std::uint32_t>> orders = {
+      {256, 1024, 4096, 300, 8192}, {4096, 256, 1024, 8192, 300}, {8192, 4096, 1024, 300, 256}, {300, 8192, 4096}};
+  for (const auto& cps : orders) {
+    INFO(cps.size() << " checkpoints, first " << cps.front());
+    REQUIRE(kv::resumable_end(state, HitSource{6912, cps}, 7000, state.chunk_tokens) == 4096);
+    const kv::HitPlan p = kv::plan_hit(state, {7097, {}, HitSource{6912, cps}, 0});
+    REQUIRE(p.load == TokenRange{0, 4096});
+  }
+}

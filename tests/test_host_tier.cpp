@@ -113,3 +113,36 @@ TEST_CASE("host tier: a save whose index answers after its deadline publishes no
   rig.conn->close();
   REQUIRE(rig.conn->never_ended() == 0);
 }
+
+TEST_CASE("host tier: a save whose device copy failed commits nothing: no half-written object is ever visible",
+          "[reactor][sim][fault]") {
+  if (!sim_hooks_present()) return;
+  Rig rig;
+  require_ok(hip::sim::fail_copies(rig.tier->save_stream(), hip::sim::FailAt::execute));
+  rig.conn->save(rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8)));
+  auto f = rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); });
+  REQUIRE_FALSE(f.saves[0].ok);
+  INFO(f.saves[0].reason);
+  REQUIRE(f.saves[0].reason.find("injected") != std::string::npos);
+  const tier::Index::Stats s = rig.conn->tier_stats();
+  REQUIRE(s.objects == 0);
+  REQUIRE(s.writing == 0);  // given back, not left reserved
+  rig.conn->lookup(rig.keys(1, 0, 2));
+  REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); }).lookups[0].hit.tokens == 0);
+}
+
+TEST_CASE("host tier: a load whose device copy failed unpins what it pinned", "[reactor][sim][fault]") {
+  if (!sim_hooks_present()) return;
+  Rig rig;
+  rig.conn->save(rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8)));
+  REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
+  require_ok(hip::sim::fail_copies(rig.tier->load_stream(), hip::sim::FailAt::execute));
+  rig.conn->load(rig.load_spec("b", 1, 0, 2, Rig::block_range(16, 8), 3));
+  auto f = rig.wait_for([](const reactor::Finished& f) { return !f.loads.empty(); });
+  REQUIRE_FALSE(f.loads[0].ok);
+  REQUIRE(rig.conn->tier_stats().pinned == 0);
+  // And the next load of the same chunks pins and copies them again.
+  rig.conn->load(rig.load_spec("c", 1, 0, 2, Rig::block_range(16, 8), 3));
+  REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.loads.empty(); }).loads[0].ok);
+  REQUIRE(rig.conn->tier_stats().pinned == 0);
+}

@@ -196,3 +196,79 @@ TEST_CASE("index: an owner's end frees its leases and aborts its reservations", 
   REQUIRE(s.release_owner(2) == 1);
   REQUIRE(s.stats().pinned == 0);
 }
+
+TEST_CASE("index: a pin that fails part-way (a later key missing) leaves nothing pinned", "[tier][index]") {
+  Index s(2 * 100, 100);
+  reserve_commit(s, 1);
+  const kv::ChunkKey ks[] = {key(1), key(2)};  // key 2 was never stored
+  REQUIRE_FALSE(s.pin(ks).has_value());
+  REQUIRE(s.stats().pinned == 0);
+  // So key 1 can still go when room is needed.
+  reserve_commit(s, 3);
+  reserve_commit(s, 4);
+  const kv::ChunkKey k1[] = {key(1)};
+  REQUIRE(s.present_run(k1) == 0);
+}
+
+TEST_CASE("index: eviction passes over an object being written, even where the hand meets it first", "[tier][index]") {
+  Index s(2 * 100, 100);
+  std::uint32_t writing = 0;
+  REQUIRE(s.reserve(key(1), false, &writing) == Index::Reserve::reserved);  // slot 0: its copy in flight
+  reserve_commit(s, 2);                                                     // slot 1: committed, unused
+  std::uint32_t slot = 0;
+  REQUIRE(s.reserve(key(3), false, &slot) == Index::Reserve::reserved);  // must evict key 2, not key 1
+  REQUIRE(slot != writing);
+  s.commit(key(1));  // the copy ends: key 1's object is whole and visible
+  const kv::ChunkKey k1[] = {key(1)}, k2[] = {key(2)};
+  REQUIRE(s.present_run(k1) == 1);
+  REQUIRE(s.present_run(k2) == 0);
+  REQUIRE(s.stats().evictions == 1);
+}
+
+namespace {
+// A key whose table position is `home` in a 16-entry table (the index's
+// smallest, for up to 8 slots); `n` tells keys of one home apart without
+// changing their hash.
+kv::ChunkKey homed(std::uint32_t home, int n) {
+  kv::ChunkKey k;
+  k.hash[2] = static_cast<std::byte>(home);  // hash_of: bits 16.. of the hash's first 8 bytes
+  k.hash[8] = static_cast<std::byte>(n);
+  k.hash[9] = static_cast<std::byte>(n >> 8);
+  return k;
+}
+}  // namespace
+
+TEST_CASE("index: removing a key from the table keeps every other key findable (collisions, wrap-around, long runs)",
+          "[tier][index]") {
+  // Keys piled on the table's last positions, so that probe runs collide,
+  // wrap past the end to its start, and run into keys homed there.
+  std::vector<kv::ChunkKey> keys;
+  for (std::uint32_t home : {13u, 14u, 15u, 0u, 1u})
+    for (int n = 0; n < 3; ++n) keys.push_back(homed(home, static_cast<int>(home) * 10 + n));
+  std::uint64_t rng = 12345;
+  const auto next = [&rng] {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<std::size_t>(rng >> 33);
+  };
+  for (int round = 0; round < 200; ++round) {
+    Index s(8 * 100, 100);
+    std::vector<bool> in(keys.size(), false);
+    for (int op = 0; op < 40; ++op) {
+      const std::size_t i = next() % keys.size();
+      std::uint32_t slot = 0;
+      if (in[i]) {
+        s.abort(keys[i]);  // not committed: frees its slot and its table entry
+        in[i] = false;
+      } else if (s.free_slots() > 0) {
+        REQUIRE(s.reserve(keys[i], false, &slot) == Index::Reserve::reserved);
+        in[i] = true;
+      }
+      for (std::size_t j = 0; j < keys.size(); ++j) {
+        INFO("round " << round << ", op " << op << ", key " << j);
+        // A key in the table is found (exists); one removed is not.
+        const kv::ChunkKey one[] = {keys[j]};
+        REQUIRE((s.absent(one) == 0) == in[j]);
+      }
+    }
+  }
+}

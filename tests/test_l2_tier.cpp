@@ -286,3 +286,22 @@ TEST_CASE("l2: bad --l2 flags are refused naming the flag", "[l2][server]") {
     REQUIRE(r.output.find("invalid " + flag + ":") != std::string::npos);
   }
 }
+
+TEST_CASE("l2: write-behind unpins what it wrote; a promotion stops at the first chunk Redis lacks", "[l2][server]") {
+  if (!redis_present() || !curl_present()) return;
+  RedisNodes redis(1, false);
+  Node a(redis.url()), b(redis.url());
+  RedisTestClient rc(redis.url());
+  REQUIRE_FALSE(rc.start());
+  const auto ks = keys(5, 4);
+  const auto wrote = a.store(ks, 5);
+  eventually([&] { return a.counter("written_total") == 4; }, "A wrote 4 objects behind");
+  // Its bytes taken, the writer holds nothing: every object can be evicted again.
+  REQUIRE(stats(a.srv.socket_path()).pinned == 0);
+  // Chunk 1 gone from Redis: chunks 2 and 3 follow a gap and are never
+  // promoted under earlier keys.
+  REQUIRE(rc.run({{"DEL", l2::redis_key_of(ks[1])}})[0].value.integer == 1);
+  REQUIRE(b.load(ks, wrote) == 1);
+  REQUIRE(b.counter("promoted_total") == 1);
+  REQUIRE(stats(b.srv.socket_path()).objects == 1);
+}

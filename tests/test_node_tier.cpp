@@ -9,6 +9,7 @@
 #include "connector_rig.hpp"
 #include "tier/arena.hpp"
 #include "tier/fd_passing.hpp"
+#include "proto/lease_handoff.hpp"
 #include "protocol_session.hpp"
 #include "server_process.hpp"
 #include "support.hpp"
@@ -567,5 +568,82 @@ TEST_CASE("node tier: a registration with no memory looks up and exports a lease
   } catch (const TransferRefused& e) {
     REQUIRE(e.code() == TransferErrc::bad_spec);
     REQUIRE(std::string(e.what()).find("serves lookups only") != std::string::npos);
+  }
+}
+
+namespace {
+// The server's stats, asked on a connection of its own.
+proto::StatsReply server_stats(const ServerProcess& srv) {
+  Client c(srv.socket_path());
+  REQUIRE(c.call(proto::Hello{proto::kMajor, proto::kMinor, "t"}).has_value());
+  return std::get<proto::StatsReply>(c.call(proto::Stats{})->payload);
+}
+}  // namespace
+
+TEST_CASE("node tier: a reserve granted after its save gave up is released when the late reply comes",
+          "[server][reactor][fault]") {
+  if (!device_present()) return;
+  ServerProcess srv(kServerFlags);
+  REQUIRE(ready_and_full(srv));
+  Rig rig(remote(srv, 300ms));
+  srv.kill(SIGSTOP);
+  rig.conn->save(rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8)));
+  REQUIRE(wait_fail_stop(rig) == TransferErrc::deadline_exceeded);
+  std::this_thread::sleep_for(200ms);  // past the request's own timeout (deadline + 50 ms): abandoned
+  srv.kill(SIGCONT);  // the server now grants the reserve; its reply finds no one waiting
+  const auto end = std::chrono::steady_clock::now() + 10s;
+  proto::StatsReply s = server_stats(srv);
+  while (s.reservations != 0 && std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(20ms);
+    s = server_stats(srv);
+  }
+  REQUIRE(s.reservations == 0);  // released by this process, not left until it exits
+  REQUIRE(s.objects == 0);
+  REQUIRE(s.sessions >= 2);  // the rig's connection is still open: nothing was freed by a close
+}
+
+TEST_CASE("node tier: a partial hit's exported lease names only the hit's chunks; a load that names a lease ends it",
+          "[server][reactor]") {
+  ServerProcess srv(kServerFlags);
+  REQUIRE(ready_and_full(srv));
+  Rig rig(remote(srv));
+  const auto hit = save_and_look_up(rig, Rig::block_range(0, 8));
+  REQUIRE(hit.hit.tokens == 128);
+  // Four chunks asked, two stored: the hand-off names the two it holds.
+  rig.conn->release_lookup(hit.lease);
+  rig.conn->lookup(rig.keys(1, 0, 4));
+  auto partial = rig.wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); }).lookups[0];
+  REQUIRE(partial.hit.tokens == 128);
+  const std::vector<std::byte> bytes = rig.conn->export_lease(partial.lease);
+  std::string why;
+  const auto handoff = proto::decode_lease_handoff(bytes, &why);
+  REQUIRE(handoff);
+  REQUIRE(handoff->keys == rig.keys(1, 0, 2));
+  // An adopter of it gets the two chunks (a hand-off of four would be refused as another lease's).
+  reactor::Connector adopter(remote(srv));
+  Registration plan_only;
+  plan_only.layout = rig.layout;
+  adopter.register_layout(plan_only);
+  adopter.adopt_lease(bytes);
+  reactor::Finished f;
+  for (auto end = std::chrono::steady_clock::now() + 10s; f.lookups.empty() && std::chrono::steady_clock::now() < end;
+       std::this_thread::sleep_for(5ms))
+    f = adopter.finished();
+  REQUIRE(f.lookups.size() == 1);
+  REQUIRE(f.lookups[0].hit.tokens == 128);
+
+  // A load that names its lookup's lease ends it: it cannot be exported or named again.
+  rig.conn->lookup(rig.keys(1, 0, 2));
+  auto looked = rig.wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); }).lookups[0];
+  REQUIRE(looked.lease != 0);
+  auto load = rig.load_spec("b", 1, 0, 2, Rig::block_range(30, 8), 4);
+  load.tier_lease = looked.lease;
+  rig.conn->load(load);
+  REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.loads.empty(); }).loads[0].ok);
+  try {
+    rig.conn->export_lease(looked.lease);
+    FAIL("a lease a load named was exported");
+  } catch (const TransferRefused& e) {
+    REQUIRE(e.code() == TransferErrc::bad_spec);
   }
 }

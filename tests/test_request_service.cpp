@@ -208,3 +208,44 @@ TEST_CASE("request service: a lease is adopted once, by a process naming exactly
   REQUIRE(f.classes.held_by(1).leases == 0);
   REQUIRE(f.service.handle(worker, Adopt{wreg, lease, keys(1, 2)}).status == Status::unknown_hold);  // once
 }
+
+TEST_CASE("request service: quotas are per process: more connections, or adopting leases, hold no more", "[server]") {
+  Fixture f(server::ServiceRules{64, 2 * kObject, 2 * kObject});
+  Client a = client(1, 1);
+  Client b = client(2, 1);  // a second connection of the same process
+  const std::uint32_t areg = f.start(a);
+  const std::uint32_t breg = f.start(b);
+  // Reservations: two objects on one connection fill the process's quota.
+  Reply held = f.service.handle(a, Reserve{areg, keys(1, 2), std::vector<std::uint8_t>(2, 0)});
+  REQUIRE(held.status == Status::ok);
+  Reply r = f.service.handle(b, Reserve{breg, keys(2, 1), {0}});
+  REQUIRE(r.status == Status::over_quota);
+  REQUIRE(f.classes.held_by(1).reservations == 1);
+  REQUIRE(f.service.handle(a, Commit{std::get<ReserveReply>(held.payload).reservation, true}).status == Status::ok);
+  // Leases: the same.
+  REQUIRE(f.service.handle(a, Lookup{areg, keys(1, 2)}).status == Status::ok);
+  r = f.service.handle(b, Lookup{breg, keys(1, 1)});
+  REQUIRE(r.status == Status::over_quota);
+  REQUIRE(f.classes.held_by(1).leases == 1);
+  // Another process's lease adopted by this one counts against this one's quota.
+  Client other = client(3, 2);
+  const std::uint32_t oreg = f.start(other);
+  Reply l = f.service.handle(other, Lookup{oreg, keys(1, 1)});
+  REQUIRE(l.status == Status::ok);
+  r = f.service.handle(b, Adopt{breg, std::get<LookupReply>(l.payload).lease, keys(1, 1)});
+  REQUIRE(r.status == Status::over_quota);
+  REQUIRE(f.classes.held_by(1).leased_bytes == 2 * kObject);
+  REQUIRE(f.classes.held_by(2).leases == 1);  // still the other process's
+}
+
+TEST_CASE("request service: a lookup's lease quota counts what its hit pins, not the keys asked", "[server]") {
+  Fixture f(server::ServiceRules{64, 2 * kObject, 4 * kObject});
+  Client c = client(1, 1);
+  const std::uint32_t reg = f.start(c);
+  f.store(c, reg, 1, 2);
+  // Five keys asked, two stored: the hit pins two objects, within the quota.
+  Reply r = f.service.handle(c, Lookup{reg, keys(1, 5)});
+  REQUIRE(r.status == Status::ok);
+  REQUIRE(std::get<LookupReply>(r.payload).hit.tokens == 128);
+  REQUIRE(f.classes.held_by(1).leased_bytes == 2 * kObject);
+}

@@ -102,3 +102,22 @@ TEST_CASE("size classes: with every slab given, a class evicts only its own obje
   REQUIRE(b->stats().evictions == 0);  // b's slab holds four
   REQUIRE(a->slots() == 2);
 }
+
+TEST_CASE("size classes: a reservation needing more than one slab takes every ready slab it needs before evicting",
+          "[tier]") {
+  SizeClasses c(kSlab);
+  for (std::uint32_t s = 0; s < 4; ++s) c.add_slab(s);
+  Index* idx = c.index(300);  // 3 a slab
+  REQUIRE(store(c, *idx, key(1)));
+  // Seven new keys at once: two free slots here, and two more slabs needed.
+  std::vector<kv::ChunkKey> keys;
+  for (int i = 10; i < 17; ++i) keys.push_back(key(i));
+  c.make_room(*idx, keys.size());
+  REQUIRE(c.free_slabs() == 1);
+  std::unique_ptr<bool[]> images(new bool[keys.size()]());
+  const Index::Reservation r = idx->reserve(keys, std::span<const bool>(images.get(), keys.size()), 1);
+  REQUIRE(r.reserved == 7);
+  REQUIRE(r.full == 0);
+  REQUIRE(idx->stats().evictions == 0);  // key 1 stays: there was room
+  REQUIRE(idx->present_run(std::vector{key(1)}) == 1);
+}
