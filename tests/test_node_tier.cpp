@@ -37,6 +37,8 @@ reactor::ConnectorOptions remote(const ServerProcess& srv, std::chrono::millisec
 // reply of another type (a lookup reply to a reserve, a reserve reply to
 // the rest). offsets_past(n): reserves and lookups are granted at offsets
 // n bytes past the last object that fits the arena (0: the last one).
+// It counts the releases it is sent, and drop() closes its connection
+// (the same server, and the same arena, stay for the next one).
 class WrongReplyServer {
  public:
   struct Mode {
@@ -66,6 +68,12 @@ class WrongReplyServer {
     ::unlink(path_.c_str());
   }
   const std::string& socket_path() const { return path_; }
+  // Releases received, and the last one's hold.
+  int releases() const { return releases_; }
+  std::uint64_t last_released() const { return last_released_; }
+  void drop() {
+    if (conn_ >= 0) ::shutdown(conn_, SHUT_RDWR);
+  }
 
  private:
   bool read_all(int fd, void* p, std::size_t n) {
@@ -99,6 +107,10 @@ class WrongReplyServer {
       auto req = decode_request(h.type, body, &why);
       if (!req) return;
       const Type type = type_of(*req);
+      if (type == Type::release) {
+        last_released_ = std::get<Release>(*req).hold;
+        ++releases_;
+      }
       std::vector<std::byte> out;
       if (type == Type::hello) {
         HelloReply hr{1, kMajor, kMinor, arena_.bytes(), arena_.slab_bytes(), arena_.bytes(), false};
@@ -143,6 +155,8 @@ class WrongReplyServer {
   tier::Arena arena_;
   int listen_ = -1;
   std::atomic<int> conn_{-1};
+  std::atomic<int> releases_{0};
+  std::atomic<std::uint64_t> last_released_{0};
   std::thread thread_;
 };
 
@@ -646,4 +660,29 @@ TEST_CASE("node tier: a partial hit's exported lease names only the hit's chunks
   } catch (const TransferRefused& e) {
     REQUIRE(e.code() == TransferErrc::bad_spec);
   }
+}
+
+TEST_CASE("node tier: a release that could not be sent while disconnected is sent on reconnecting to the same server",
+          "[server][reactor][fault]") {
+  WrongReplyServer srv(WrongReplyServer::offsets_past(0));  // answers lookups with lease 9
+  reactor::ConnectorOptions o;
+  o.server_socket = srv.socket_path();
+  o.server_request_timeout = 2s;
+  Rig rig(o);
+  rig.conn->lookup(rig.keys(1, 0, 2));
+  const auto looked = rig.wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); }).lookups[0];
+  REQUIRE(looked.lease == 9);
+  srv.drop();
+  std::this_thread::sleep_for(300ms);  // the client sees its connection end
+  rig.conn->release_lookup(looked.lease);  // cannot be sent now
+  std::this_thread::sleep_for(100ms);
+  REQUIRE(srv.releases() == 0);
+  // The next request reconnects to the same server (the same arena): the
+  // server may still hold lease 9, so it is released there.
+  rig.conn->lookup(rig.keys(2, 0, 1));
+  rig.wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); });
+  const auto end = std::chrono::steady_clock::now() + 10s;
+  while (srv.releases() == 0 && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(10ms);
+  REQUIRE(srv.releases() >= 1);
+  REQUIRE(srv.last_released() == 9);
 }
