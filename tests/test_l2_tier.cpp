@@ -287,7 +287,7 @@ TEST_CASE("l2: bad --l2 flags are refused naming the flag", "[l2][server]") {
   }
 }
 
-TEST_CASE("l2: write-behind unpins what it wrote; a promotion stops at the first chunk Redis lacks", "[l2][server]") {
+TEST_CASE("l2: write-behind unpins what it wrote, and a promotion stops at the first chunk Redis lacks", "[l2][server]") {
   if (!redis_present() || !curl_present()) return;
   RedisNodes redis(1, false);
   Node a(redis.url()), b(redis.url());

@@ -616,7 +616,7 @@ TEST_CASE("node tier: a reserve granted after its save gave up is released when 
   REQUIRE(s.sessions >= 2);  // the rig's connection is still open: nothing was freed by a close
 }
 
-TEST_CASE("node tier: a partial hit's exported lease names only the hit's chunks; a load that names a lease ends it",
+TEST_CASE("node tier: a partial hit's exported lease names only the hit's chunks, and a load that names a lease ends it",
           "[server][reactor]") {
   ServerProcess srv(kServerFlags);
   REQUIRE(ready_and_full(srv));
