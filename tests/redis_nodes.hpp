@@ -43,7 +43,8 @@ inline bool port_free(int port) {
 class RedisNodes {
  public:
   // `masters` servers; a cluster when `cluster`, else each one standalone.
-  RedisNodes(int masters, bool cluster) : cluster_(cluster) {
+  // With a `password`, each requires it (requirepass, and masterauth).
+  RedisNodes(int masters, bool cluster, std::string password = {}) : cluster_(cluster), password_(std::move(password)) {
     dir_ = std::filesystem::temp_directory_path() /
            ("kvstrand-redis-" + std::to_string(::getpid()) + "-" + std::to_string(counter()++));
     std::filesystem::create_directories(dir_);
@@ -62,6 +63,7 @@ class RedisNodes {
       std::vector<std::string> args = {"/usr/bin/redis-cli", "--cluster", "create"};
       for (int p : ports_) args.push_back("127.0.0.1:" + std::to_string(p));
       for (const char* a : {"--cluster-replicas", "0", "--cluster-yes"}) args.push_back(a);
+      add_auth(args);
       const ProcessResult r = run_process(args);
       if (r.exit_code != 0) throw std::runtime_error("redis-cli --cluster create failed:\n" + r.output);
       for (int i = 0; i < masters; ++i) wait_cluster_ok(i);
@@ -98,6 +100,7 @@ class RedisNodes {
   // redis-cli against node i; its output.
   std::string cli(int i, const std::vector<std::string>& args) const {
     std::vector<std::string> a = {"/usr/bin/redis-cli", "-p", std::to_string(ports_.at(i))};
+    add_auth(a);
     a.insert(a.end(), args.begin(), args.end());
     const ProcessResult r = run_process(a);
     if (r.exit_code != 0) throw std::runtime_error("redis-cli " + args.front() + " failed: " + r.output);
@@ -122,6 +125,10 @@ class RedisNodes {
   }
 
  private:
+  void add_auth(std::vector<std::string>& args) const {
+    if (password_.empty()) return;
+    for (const std::string& a : {std::string("-a"), password_, std::string("--no-auth-warning")}) args.push_back(a);
+  }
   static int& counter() {
     static int n = 0;
     return n;
@@ -140,11 +147,17 @@ class RedisNodes {
                                    std::string("--cluster-require-full-coverage"), std::string("no")})
         args.push_back(a);
     }
+    if (!password_.empty())
+      for (const std::string& a : {std::string("--requirepass"), password_, std::string("--masterauth"), password_})
+        args.push_back(a);
     if (servers_.size() <= static_cast<std::size_t>(i)) servers_.resize(i + 1);
     servers_[i] = std::make_unique<ChildProcess>(args);
     const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     for (;;) {
-      const ProcessResult r = run_process({"/usr/bin/redis-cli", "-p", p, "PING"});
+      std::vector<std::string> ping = {"/usr/bin/redis-cli", "-p", p};
+      add_auth(ping);
+      ping.push_back("PING");
+      const ProcessResult r = run_process(ping);
       if (r.output.find("PONG") != std::string::npos) return;
       if (std::chrono::steady_clock::now() > end) throw std::runtime_error("redis-server on " + p + " did not start");
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -152,6 +165,7 @@ class RedisNodes {
   }
 
   bool cluster_;
+  std::string password_;
   std::filesystem::path dir_;
   std::vector<int> ports_;
   std::vector<std::unique_ptr<ChildProcess>> servers_;

@@ -5,6 +5,11 @@
 // wait past --l2-timeout; a stopped Redis never delays a reply.
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <map>
 
 #include "curl.hpp"
@@ -277,7 +282,11 @@ TEST_CASE("l2: bad --l2 flags are refused naming the flag", "[l2][server]") {
            {{"--l2", "redis://127.0.0.1:6379", "--l2-timeout", "0"}, "--l2-timeout"},
            {{"--l2", "redis://127.0.0.1:6379", "--l2-max-inflight", "0"}, "--l2-max-inflight"},
            {{"--l2", "redis://127.0.0.1:6379", "--l2-ttl", "-1"}, "--l2-ttl"},
-           {{"--l2-timeout", "100"}, "--l2-timeout"}}) {
+           {{"--l2-timeout", "100"}, "--l2-timeout"},
+           {{"--l2-user", "kv"}, "--l2-user"},
+           {{"--l2", "redis://127.0.0.1:6379", "--l2-user", "kv"}, "--l2-user"},
+           {{"--l2", "redis://127.0.0.1:6379", "--l2-password-file", "/nonexistent/kvstrand-pw"}, "--l2-password-file"},
+           {{"--l2", "redis://127.0.0.1:6379", "--l2-password-file", "/etc/hostname"}, "--l2-password-file"}}) {
     std::vector<std::string> a = {bin, "--socket", ServerProcess::fresh_socket_path()};
     a.insert(a.end(), args.begin(), args.end());
     const ProcessResult r = run_process(a);
@@ -304,4 +313,77 @@ TEST_CASE("l2: write-behind unpins what it wrote, and a promotion stops at the f
   REQUIRE(b.load(ks, wrote) == 1);
   REQUIRE(b.counter("promoted_total") == 1);
   REQUIRE(stats(b.srv.socket_path()).objects == 1);
+}
+
+namespace {
+// A password file of `mode` holding `password`, removed with the object.
+struct PasswordFile {
+  PasswordFile(const std::string& password, ::mode_t mode)
+      : path(std::filesystem::temp_directory_path() /
+             ("kvstrand-l2-pw-" + std::to_string(::getpid()) + "-" + std::to_string(n()++))) {
+    std::ofstream(path) << password << "\n";
+    ::chmod(path.c_str(), mode);
+  }
+  ~PasswordFile() { std::filesystem::remove(path); }
+  static int& n() {
+    static int i = 0;
+    return i;
+  }
+  std::filesystem::path path;
+};
+}  // namespace
+
+TEST_CASE("l2: Redis with a password and an ACL user: the right credentials store and load, wrong ones are "
+          "refused once naming the options, and no password reaches the command line or the log",
+          "[l2][server]") {
+  if (!redis_present() || !curl_present()) return;
+  const std::string admin = "adm-Xq71", secret = "kv-s3cret-Zp42", wrong = "not-the-pw-Jk93";
+  RedisNodes redis(3, true, admin);
+  for (int n = 0; n < 3; ++n) redis.cli(n, {"ACL", "SETUSER", "kvstrand", "on", ">" + secret, "~kvstrand:*", "+@all"});
+  const PasswordFile good(secret, 0600), bad(wrong, 0600), open_file(secret, 0644);
+
+  // Node A reads the password from a file, node B from the environment.
+  Node a(redis.url(), {"--l2-user", "kvstrand", "--l2-password-file", good.path.string()});
+  ::setenv("KVSTRAND_L2_PASSWORD", secret.c_str(), 1);
+  Node b(redis.url(), {"--l2-user", "kvstrand"});
+  ::unsetenv("KVSTRAND_L2_PASSWORD");
+  const auto ks = keys(6, 4);
+  const auto wrote = a.store(ks, 6);
+  eventually([&] { return a.counter("written_total") == 4; }, "A wrote 4 objects behind as kvstrand");
+  REQUIRE(b.load(ks, wrote) == 4);
+  REQUIRE(b.counter("promoted_total") == 4);
+  REQUIRE(a.counter("auth_refused") == 0);
+
+  // Wrong password: the server serves without L2 and says so once, naming the options.
+  const std::uint16_t port = free_port();
+  std::vector<std::string> args = {sibling_binary("../kvstrand-server"), "--socket", ServerProcess::fresh_socket_path()};
+  for (const std::string& f : Node::flags(redis.url(), port, {"--l2-user", "kvstrand", "--l2-password-file",
+                                                              bad.path.string()}))
+    args.push_back(f);
+  ChildProcess refused(args);
+  REQUIRE(refused.wait_for_output("refused the credentials", 20s));
+  std::this_thread::sleep_for(1500ms);  // a retry or two: still said once
+  refused.wait_for_output("never printed", 100ms);
+  const std::string log = refused.output();
+  INFO(log);
+  REQUIRE(log.find("--l2-password-file") != std::string::npos);
+  REQUIRE(log.find("WRONGPASS") != std::string::npos);
+  const auto first = log.find("refused the credentials");
+  REQUIRE(log.find("refused the credentials", first + 1) == std::string::npos);
+  eventually([&] { return curl(port, "/metrics").body.find("kvstrand_server_l2_auth_refused 1") != std::string::npos; },
+             "the refusal on /metrics");
+  for (const std::string& pw : {secret, wrong, admin}) REQUIRE(log.find(pw) == std::string::npos);
+  for (const std::string& pw : {secret, wrong, admin})
+    for (const std::string& arg : args) REQUIRE(arg.find(pw) == std::string::npos);
+
+  // A password file others can read is refused at start, naming it.
+  std::vector<std::string> open_args = {sibling_binary("../kvstrand-server"), "--socket",
+                                        ServerProcess::fresh_socket_path(), "--l2", redis.url(), "--l2-password-file",
+                                        open_file.path.string()};
+  const ProcessResult r = run_process(open_args);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 2);
+  REQUIRE(r.output.find("invalid --l2-password-file:") != std::string::npos);
+  REQUIRE(r.output.find("chmod 600") != std::string::npos);
+  REQUIRE(r.output.find(secret) == std::string::npos);
 }

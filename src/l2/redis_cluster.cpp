@@ -101,7 +101,8 @@ struct RedisCluster::Impl : std::enable_shared_from_this<RedisCluster::Impl> {
   int node_index(const RedisAddress& a) {
     const std::string key = a.str();
     if (auto it = index.find(key); it != index.end()) return it->second;
-    nodes.push_back(std::make_unique<RedisConnection>(strand, a.host, a.port, opt.max_inflight, opt.retry_after));
+    nodes.push_back(
+        std::make_unique<RedisConnection>(strand, a.host, a.port, opt.max_inflight, opt.retry_after, opt.credentials));
     index[key] = static_cast<int>(nodes.size() - 1);
     return static_cast<int>(nodes.size() - 1);
   }
@@ -267,12 +268,22 @@ struct RedisCluster::Impl : std::enable_shared_from_this<RedisCluster::Impl> {
   asio::awaitable<std::error_code> learn(std::vector<int> candidates) {
     auto keep = shared_from_this();  // its RedisCluster may go while this waits
     std::string last = "no seed node";
+    bool refused = false;
     for (int n : candidates) {
       // Built before the co_await: GCC 12 cannot take a braced list there.
       std::vector<std::string> cmd = {"CLUSTER", "SLOTS"};
       RedisResult r = co_await ask(n, std::move(cmd));
       if (r.ec) {
         last = r.why.empty() ? r.ec.message() : r.why;
+        continue;
+      }
+      if (r.value.is_error() && (r.value.str.starts_with("NOAUTH") || r.value.str.starts_with("WRONGPASS") ||
+                                 r.value.str.starts_with("NOPERM"))) {
+        // The credentials (none, wrong, or a user without the rights): the
+        // AUTH's own answer says which, where one was sent.
+        const std::string& auth = nodes[n]->auth_error();
+        last = nodes[n]->address() + " refused the credentials: " + (auth.empty() ? r.value.str : auth);
+        refused = true;
         continue;
       }
       if (r.value.is_error() && r.value.str.find("cluster support disabled") != std::string::npos) {
@@ -288,8 +299,10 @@ struct RedisCluster::Impl : std::enable_shared_from_this<RedisCluster::Impl> {
       }
       last = nodes[n]->address() + " answered CLUSTER SLOTS with something else: " + r.value.str;
     }
-    spdlog::warn("kvstrand l2: no Redis node gave a slot map: {}", last);
-    co_return make_error_code(RedisErrc::unreachable);
+    // Quiet: the caller says it once (it retries every second).
+    spdlog::debug("kvstrand l2: no Redis node gave a slot map: {}", last);
+    last_error = last;
+    co_return make_error_code(refused ? RedisErrc::auth_refused : RedisErrc::unreachable);
   }
 
   void request_refresh() {
@@ -316,6 +329,7 @@ struct RedisCluster::Impl : std::enable_shared_from_this<RedisCluster::Impl> {
   bool refreshing = false;
   bool closed = false;  // the RedisCluster is gone: nothing new is sent
   Clock::time_point last_refresh{};
+  std::string last_error;  // why the last start found no slot map
   std::size_t next_ask = 0;
   RedisClusterStats stats;
 };
@@ -334,6 +348,8 @@ asio::awaitable<std::error_code> RedisCluster::start() {
   for (const RedisAddress& a : impl_->opt.seeds) seeds.push_back(impl_->node_index(a));
   co_return co_await impl_->learn(std::move(seeds));
 }
+
+std::string RedisCluster::last_error() const { return impl_->last_error; }
 
 asio::awaitable<std::vector<RedisResult>> RedisCluster::run(std::vector<std::vector<std::string>> commands) {
   auto impl = impl_;

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "l2/redis_connection.hpp"
 #include "l2/redis_value.hpp"
 #include "common/strand.hpp"
 
@@ -41,6 +42,7 @@ struct RedisOptions {
   std::chrono::milliseconds timeout{100};  // one batch, redirections included
   std::size_t max_inflight = 1024;         // unanswered commands per node before `overloaded`
   std::chrono::milliseconds retry_after{100};  // between attempts to reach a node that failed
+  RedisCredentials credentials;                 // sent on every connection made
 };
 
 struct RedisClusterStats {
@@ -66,6 +68,8 @@ class RedisCluster {
   // timeout; a seed with cluster support disabled is served alone. An error
   // when no seed answered.
   boost::asio::awaitable<std::error_code> start();
+  // Why the last start() failed, for a person (never a password).
+  std::string last_error() const;
 
   // Runs `commands` (each: name, key, arguments), each routed by its key,
   // pipelined per node; the results in the same order. The whole call ends

@@ -98,16 +98,18 @@ struct RedisConnection::Watch : std::enable_shared_from_this<Watch> {
 struct RedisConnection::Call {
   RedisConnection* conn;
   Done done;
-  bool counted;  // an ASKING's own reply is neither counted nor delivered
+  bool counted;       // an ASKING's or AUTH's own reply is neither counted nor delivered
+  bool auth = false;  // AUTH: its reply says whether the node took the credentials
 };
 
 RedisConnection::RedisConnection(common::Strand strand, std::string host, int port, std::size_t max_inflight,
-                                 std::chrono::milliseconds retry_after)
+                                 std::chrono::milliseconds retry_after, RedisCredentials credentials)
     : strand_(std::move(strand)),
       host_(std::move(host)),
       port_(port),
       max_inflight_(max_inflight),
-      retry_after_(retry_after) {}
+      retry_after_(retry_after),
+      credentials_(std::move(credentials)) {}
 
 RedisConnection::~RedisConnection() { drop(); }
 
@@ -150,6 +152,20 @@ bool RedisConnection::ensure_context(std::string* why) {
   ac_ = ac;
   connected_ = false;
   ++connects_;
+  if (!credentials_.password.empty()) {
+    // First on the connection: every command pipelined behind it runs as
+    // this user (or fails NOAUTH when the node refused it).
+    std::vector<const char*> argv = {"AUTH"};
+    std::vector<std::size_t> lens = {4};
+    if (!credentials_.username.empty()) {
+      argv.push_back(credentials_.username.data());
+      lens.push_back(credentials_.username.size());
+    }
+    argv.push_back(credentials_.password.data());
+    lens.push_back(credentials_.password.size());
+    redisAsyncCommandArgv(ac, &RedisConnection::on_reply, new Call{this, nullptr, false, true},
+                          static_cast<int>(argv.size()), argv.data(), lens.data());
+  }
   return true;
 }
 
@@ -201,6 +217,10 @@ void RedisConnection::submit(const std::vector<std::string>& argv, Done done, bo
 
 void RedisConnection::on_reply(redisAsyncContext* ac, void* reply, void* privdata) {
   std::unique_ptr<Call> call(static_cast<Call*>(privdata));
+  if (call->auth && reply != nullptr) {
+    const auto* r = static_cast<const redisReply*>(reply);
+    call->conn->auth_error_ = r->type == REDIS_REPLY_ERROR ? std::string(r->str, r->len) : std::string();
+  }
   if (!call->counted) return;
   RedisConnection* self = call->conn;
   --self->inflight_;

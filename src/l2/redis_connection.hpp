@@ -21,12 +21,20 @@ struct redisAsyncContext;
 
 namespace kvstrand::l2 {
 
+// An ACL user and its password, sent as AUTH first on every connection
+// made (no password: no AUTH; no user: Redis's default user). Never logged.
+struct RedisCredentials {
+  std::string username;
+  std::string password;
+};
+
 class RedisConnection {
  public:
   using Done = std::function<void(RedisResult)>;
 
   RedisConnection(common::Strand strand, std::string host, int port, std::size_t max_inflight,
-                  std::chrono::milliseconds retry_after = std::chrono::milliseconds(100));
+                  std::chrono::milliseconds retry_after = std::chrono::milliseconds(100),
+                  RedisCredentials credentials = {});
   ~RedisConnection();  // unanswered commands complete with `disconnected`
   RedisConnection(const RedisConnection&) = delete;
   RedisConnection& operator=(const RedisConnection&) = delete;
@@ -45,6 +53,8 @@ class RedisConnection {
   std::string address() const { return host_ + ":" + std::to_string(port_); }
   std::size_t inflight() const noexcept { return inflight_; }
   std::uint64_t connects() const noexcept { return connects_; }
+  // Why the node refused the last AUTH (its error reply), or empty.
+  const std::string& auth_error() const noexcept { return auth_error_; }
 
  private:
   struct Watch;
@@ -62,6 +72,8 @@ class RedisConnection {
   int port_;
   std::size_t max_inflight_;
   std::chrono::milliseconds retry_after_;
+  RedisCredentials credentials_;
+  std::string auth_error_;
   redisAsyncContext* ac_ = nullptr;
   bool connected_ = false;  // the connect callback said ok
   std::shared_ptr<Watch> watch_;

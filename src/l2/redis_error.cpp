@@ -13,6 +13,7 @@ struct Category : std::error_category {
       case RedisErrc::overloaded: return "the node has too many commands unanswered";
       case RedisErrc::redirected_too_often: return "redirected too many times";
       case RedisErrc::no_node: return "no node serves the key's slot";
+      case RedisErrc::auth_refused: return "the node refused the credentials";
     }
     return "unknown redis error";
   }

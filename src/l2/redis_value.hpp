@@ -29,6 +29,7 @@ enum class RedisErrc {
   overloaded,            // the node already has max_inflight commands unanswered
   redirected_too_often,  // MOVED/ASK more times than a slot migration can explain
   no_node,               // no node is known for the key's slot
+  auth_refused,          // the node refused this client's credentials (NOAUTH, WRONGPASS)
 };
 const std::error_category& redis_category() noexcept;
 inline std::error_code make_error_code(RedisErrc e) noexcept { return {static_cast<int>(e), redis_category()}; }

@@ -67,7 +67,8 @@ common::HttpRoutes debug_routes(ServerState state) {
     if (!st.fill_error.empty()) o["fill_error"] = st.fill_error;
     if (st.l2 != nullptr) {
       const L2Stats l = st.l2->stats();
-      o["l2"] = json::object{{"connected", l.connected},         {"redis_nodes", l.redis.nodes},
+      o["l2"] = json::object{{"connected", l.connected},         {"auth_refused", l.auth_refused},
+                             {"redis_nodes", l.redis.nodes},
                              {"cluster", l.redis.cluster},       {"write_queue", l.queue},
                              {"written", l.written},             {"write_failed", l.write_failed},
                              {"write_dropped", l.write_dropped}, {"promoted", l.promoted},
@@ -102,6 +103,8 @@ common::HttpRoutes debug_routes(ServerState state) {
     if (st.l2 != nullptr) {
       const L2Stats l = st.l2->stats();
       p.gauge("kvstrand_server_l2_connected", "1 once a Redis slot map was learned", l.connected ? 1 : 0);
+      p.gauge("kvstrand_server_l2_auth_refused", "1 while Redis refuses the credentials (--l2-user, --l2-password-file)",
+              l.auth_refused ? 1 : 0);
       p.counter("kvstrand_server_l2_written_total", "Objects written behind to L2", l.written);
       p.counter("kvstrand_server_l2_write_failed_total", "L2 writes that failed or got no answer", l.write_failed);
       p.counter("kvstrand_server_l2_write_dropped_total", "Objects not written to L2: the write queue was full",

@@ -41,6 +41,7 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
     r.seeds = opt.seeds;
     r.timeout = opt.timeout;
     r.max_inflight = opt.max_inflight;
+    r.credentials = opt.credentials;
     cluster.emplace(strand, std::move(r));
   }
 
@@ -50,7 +51,7 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
 
   asio::awaitable<void> connect() {
     auto keep = shared_from_this();
-    bool warned = false;
+    bool warned = false, refused = false;
     while (!stopped) {
       const std::error_code ec = co_await cluster->start();
       if (stopped) co_return;  // stop() closed the client meanwhile
@@ -60,8 +61,19 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
         ready = true;
         co_return;
       }
-      if (!warned) spdlog::warn("kvstrand-server: no L2 Redis node answers yet; serving without L2, retrying");
+      if (ec == l2::RedisErrc::auth_refused && !refused) {
+        // A configuration error, not an outage: said once, loudly.
+        spdlog::error("kvstrand-server: L2: {} Give a Redis ACL user and its password with --l2-user and "
+                      "--l2-password-file (or KVSTRAND_L2_PASSWORD); serving without L2, retrying",
+                      cluster->last_error());
+        refused = true;
+        warned = true;
+      }
+      if (!warned)
+        spdlog::warn("kvstrand-server: no L2 Redis node answers yet ({}); serving without L2, retrying",
+                     cluster->last_error());
       warned = true;
+      st.auth_refused = ec == l2::RedisErrc::auth_refused;
       // On `wake` (the writer starts only once connected): close() cancels it.
       wake.expires_after(std::chrono::seconds(1));
       co_await wake.async_wait(kAwait);

@@ -13,7 +13,8 @@
 //   rank, hash), this object size and format, and both checksums match
 //   (l2/chunk_value.hpp); anything else is a miss, counted.
 // - Redis unreachable at start: the server serves without it and keeps
-//   trying every second.
+//   trying every second. Redis refusing the credentials: the same, with an
+//   error naming the options that set them.
 // - A server stopping (SIGTERM) first drains the write queue, for at most a
 //   few seconds: another node may be about to ask for what it committed.
 //
@@ -39,10 +40,12 @@ struct L2Options {
   std::chrono::milliseconds timeout{100};
   std::size_t max_inflight = 256;  // objects queued for writing; commands unanswered per Redis node
   std::chrono::seconds ttl{0};     // 0: no expiry (Redis's maxmemory policy evicts)
+  l2::RedisCredentials credentials;  // --l2-user, --l2-password-file or KVSTRAND_L2_PASSWORD
 };
 
 struct L2Stats {
-  bool connected = false;  // a slot map was learned
+  bool connected = false;     // a slot map was learned
+  bool auth_refused = false;  // the last attempt: Redis refused the credentials
   std::uint64_t written = 0;
   std::uint64_t write_failed = 0;
   std::uint64_t write_dropped = 0;  // the queue was full

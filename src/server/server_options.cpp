@@ -1,7 +1,14 @@
 #include "server/server_options.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <iostream>
 
 #include <kvstrand/version.hpp>
@@ -11,6 +18,38 @@
 #include "tier/arena.hpp"
 
 namespace kvstrand::server {
+
+namespace {
+// The L2 password: the first line of `path`, a regular file no one but its
+// owner can read (the password must not leak where the command line would
+// not). Empty and a reason in `why` otherwise. The text is never logged.
+std::string read_password_file(const std::string& path, std::string* why) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) {
+    *why = path + ": " + std::strerror(errno);
+    return {};
+  }
+  struct stat st {};
+  std::string text;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    *why = path + " is not a regular file";
+  } else if ((st.st_mode & 077) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    *why = path + " can be read by group or others (mode " + mode + "): chmod 600 it";
+  } else {
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::read(fd, buf, sizeof buf)) > 0 && text.size() < 64 * 1024) text.append(buf, static_cast<std::size_t>(n));
+    if (n < 0) *why = path + ": " + std::strerror(errno);
+  }
+  ::close(fd);
+  if (!why->empty()) return {};
+  text = text.substr(0, text.find_first_of("\r\n"));
+  if (text.empty()) *why = path + " holds no password on its first line";
+  return text;
+}
+}  // namespace
 
 std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
   ServerOptions o;
@@ -52,6 +91,11 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
                  "Objects queued for writing to L2 (more are dropped, counted); commands unanswered per Redis node")
       ->capture_default_str();
   app.add_option("--l2-ttl", l2_ttl_s, "Seconds an object lives in L2 (0: until Redis evicts it)")->capture_default_str();
+  std::string l2_user, l2_password_file;
+  app.add_option("--l2-user", l2_user, "Redis ACL user for L2 (default: Redis's default user); needs a password");
+  app.add_option("--l2-password-file", l2_password_file,
+                 "File whose first line is the L2 Redis password (mode 0600 or stricter); or set KVSTRAND_L2_PASSWORD. "
+                 "Never on the command line");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -132,9 +176,22 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
     l2.timeout = std::chrono::milliseconds(l2_timeout_ms);
     l2.max_inflight = static_cast<std::size_t>(l2_inflight);
     l2.ttl = std::chrono::seconds(l2_ttl_s);
+    const char* env = std::getenv("KVSTRAND_L2_PASSWORD");
+    if (!l2_password_file.empty() && env != nullptr)
+      return refuse("--l2-password-file", "and KVSTRAND_L2_PASSWORD are both set: use one");
+    if (!l2_password_file.empty()) {
+      l2.credentials.password = read_password_file(l2_password_file, &why);
+      if (!why.empty()) return refuse("--l2-password-file", why);
+    } else if (env != nullptr) {
+      l2.credentials.password = env;
+      if (l2.credentials.password.empty()) return refuse("--l2-password-file", "KVSTRAND_L2_PASSWORD is set but empty");
+    }
+    if (!l2_user.empty() && l2.credentials.password.empty())
+      return refuse("--l2-user", "needs a password: --l2-password-file or KVSTRAND_L2_PASSWORD");
+    l2.credentials.username = l2_user;
     o.l2 = std::move(l2);
   } else {
-    for (const char* f : {"--l2-timeout", "--l2-max-inflight", "--l2-ttl"})
+    for (const char* f : {"--l2-timeout", "--l2-max-inflight", "--l2-ttl", "--l2-user", "--l2-password-file"})
       if (app.get_option(f)->count() > 0) return refuse(f, "needs --l2");
   }
   return o;
