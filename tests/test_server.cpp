@@ -317,6 +317,26 @@ TEST_CASE("server: a full tier refuses what does not fit with counts, leased obj
   REQUIRE(stats(srv.socket_path()).evictions == 2);
 }
 
+TEST_CASE("server: a reserve the arena cannot hold yet while its slabs become ready waits for them, never refused full",
+          "[server]") {
+  // Slabs ready one every 200 ms (a test hook of the server's filler): the
+  // first seconds of a server with a large arena, shortened.
+  ::setenv("KVSTRAND_TEST_FILL_DELAY_MS", "200", 1);
+  ServerProcess srv({"--tier-bytes", "16M", "--slab-bytes", "4M", "--chunk-tokens", "64", "--max-client-reserved",
+                     "16M"});
+  ::unsetenv("KVSTRAND_TEST_FILL_DELAY_MS");
+  REQUIRE(srv.ready());
+  Client c(srv.socket_path());
+  const auto reg = open_session(c);
+  const std::uint32_t per_slab = (4u << 20) / kObject;
+  const auto ks = keys(1, 2 * per_slab + 10);  // three slabs' worth
+  REQUIRE(stats(srv.socket_path()).ready_bytes < 12u << 20);  // asked before three are ready
+  const ReserveReply r = reserve(c, reg, ks);
+  REQUIRE(r.chunks == std::vector<ChunkState>(ks.size(), ChunkState::reserved));
+  REQUIRE(stats(srv.socket_path()).refused_full == 0);
+  REQUIRE(must_call(c, Commit{r.reservation, true}).status == Status::ok);
+}
+
 TEST_CASE("server: self-inconsistent and unknown requests get their own status", "[server]") {
   ServerProcess srv(kFlags);
   REQUIRE(srv.ready());

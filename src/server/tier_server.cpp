@@ -24,6 +24,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/use_future.hpp>
 #include <boost/asio/write.hpp>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -32,6 +33,7 @@
 #include <stdexcept>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "common/parse_bytes.hpp"
 #include "proto/protocol.hpp"
@@ -126,8 +128,13 @@ struct TierServer::Impl {
   // Populates the arena's slabs in order, off the strand; each one's
   // objects join the index on the strand once it is ready.
   void start_filler() {
-    filler = std::thread([this] {
+    // Fault injection for tests (an arena that becomes ready slowly): a
+    // pause before each slab.
+    const char* delay = std::getenv("KVSTRAND_TEST_FILL_DELAY_MS");
+    const auto pause = std::chrono::milliseconds(delay ? std::atoi(delay) : 0);
+    filler = std::thread([this, pause] {
       for (std::uint32_t i = 0; i < arena->slab_count() && !stop_filling.load(std::memory_order_relaxed); ++i) {
+        if (pause.count() > 0) std::this_thread::sleep_for(pause);
         std::string err = arena->populate(i);
         asio::post(strand, [this, i, err] { slab_ready(i, err); });
         if (!err.empty()) return;
@@ -140,16 +147,38 @@ struct TierServer::Impl {
       spdlog::error("kvstrand-server: slab {} of the arena could not be populated ({}); the tier stays at {} MiB",
                     slab, err, ready_bytes() >> 20);
       fill_error = err;
+      wake_slab_waiters();
       return;
     }
     ++ready_slabs;
     classes->add_slab(slab);
+    wake_slab_waiters();
     if (ready_slabs == arena->slab_count())
       spdlog::info("kvstrand-server: the arena's {} slabs are ready ({}) after {:.2f} s", ready_slabs,
                    common::format_bytes(arena->bytes()), std::chrono::duration<double>(Clock::now() - started).count());
   }
 
   std::uint64_t ready_bytes() const { return static_cast<std::uint64_t>(ready_slabs) * arena->slab_bytes(); }
+  bool growing() const { return ready_slabs < arena->slab_count() && fill_error.empty() && !stopping; }
+
+  void wake_slab_waiters() {
+    for (asio::steady_timer* t : std::exchange(slab_waiters, {})) t->cancel();
+  }
+
+  // A reserve the arena cannot hold yet while slabs are still becoming
+  // ready (the first seconds after a start) waits for them, at most
+  // kGrowWait, instead of being answered `full`. Only its session waits.
+  asio::awaitable<void> room_for(const std::shared_ptr<Session>& s, const Reserve& r) {
+    tier::Index* idx = service->index_of(s->client, r.registration);
+    if (idx == nullptr) co_return;
+    const auto until = Clock::now() + kGrowWait;
+    while (growing() && !s->closed && classes->room(*idx) < idx->absent(r.keys) && Clock::now() < until) {
+      asio::steady_timer t(strand, until);
+      slab_waiters.push_back(&t);
+      co_await t.async_wait(asio::as_tuple(asio::use_awaitable));  // cancelled by the next slab, or expired
+      std::erase(slab_waiters, &t);
+    }
+  }
 
   void shutdown() {
     if (stopping) return;
@@ -157,6 +186,7 @@ struct TierServer::Impl {
     if (acceptor) acceptor->close();
     accept_backoff.cancel();
     if (signals) signals->cancel();
+    wake_slab_waiters();
     auto all = sessions;
     for (auto& [id, s] : all) end_session(s, "server stopping");
     for (auto& [pid, p] : processes) {
@@ -304,7 +334,8 @@ struct TierServer::Impl {
           co_await l2->promote(*promote_into, std::move(rest));
         }
       }
-      if (s->closed) break;  // ended while L2 answered
+      if (auto* rv = std::get_if<Reserve>(&*req); rv && growing()) co_await room_for(s, *rv);
+      if (s->closed) break;  // ended while L2 answered, or while the arena grew
       Reply rep = service->handle(s->client, *req);
       count(type_of(*req), rep.status);
       const bool hello_ok = std::holds_alternative<Hello>(*req) && rep.status == Status::ok;
@@ -415,12 +446,14 @@ struct TierServer::Impl {
   common::Gate gate{strand};  // the acceptor and every session's reader and writer run inside it
   // How long stopping waits for them (their sockets are closed by then).
   static constexpr std::chrono::seconds kStopBound{2};
+  static constexpr std::chrono::seconds kGrowWait{1};  // room_for: a reserve waits this long at most
   std::thread loop;
   std::optional<tier::Arena> arena;
   std::thread filler;
   std::atomic<bool> stop_filling{false};  // a stop signal to the filler thread, not shared state
   std::uint32_t ready_slabs = 0;
   std::string fill_error;
+  std::vector<asio::steady_timer*> slab_waiters;  // reserves waiting for the next slab (room_for)
   std::optional<tier::SizeClasses> classes;  // with the arena: one index per object size
   std::byte* arena_map = nullptr;    // the server's own mapping, with --l2 only
   std::unique_ptr<L2Tier> l2;

@@ -77,6 +77,8 @@ class Index {
   void start_holds_at(HoldId first) noexcept { next_hold_ = first; }
   // Slots holding no object (a reserve takes these before evicting).
   std::size_t free_slots() const noexcept { return free_.size(); }
+  // Committed objects no hold pins: what eviction can free now.
+  std::size_t evictable() const noexcept { return evictable_; }
   std::uint64_t object_bytes() const noexcept { return object_bytes_; }
 
   // ---- objects ----------------------------------------------------------------

@@ -40,6 +40,12 @@ void SizeClasses::make_room(Index& idx, std::size_t want) {
   }
 }
 
+std::size_t SizeClasses::room(const Index& idx) const {
+  const std::size_t i = class_of(idx);
+  const std::size_t per_slab = i == classes_.size() ? 0 : classes_[i].per_slab;
+  return idx.free_slots() + idx.evictable() + free_slabs_.size() * per_slab;
+}
+
 std::uint64_t SizeClasses::offset_of(const Index& idx, std::uint32_t slot) const {
   const Class& c = classes_.at(class_of(idx));
   return static_cast<std::uint64_t>(c.slabs.at(slot / c.per_slab)) * slab_bytes_ +

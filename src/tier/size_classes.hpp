@@ -41,6 +41,9 @@ class SizeClasses {
   Index* index(std::uint64_t object_bytes);
   // Gives `idx` free slabs until it has `want` free slots, or none are left.
   void make_room(Index& idx, std::size_t want);
+  // How many objects `idx` could take now: its free slots, what it can
+  // evict, and the slots of the slabs no class has taken yet.
+  std::size_t room(const Index& idx) const;
   // Where slot `slot` of `idx` lies in the arena.
   std::uint64_t offset_of(const Index& idx, std::uint32_t slot) const;
   // The index a hold id belongs to; null for an id no class issued.
