@@ -158,11 +158,20 @@ class ChildProcess {
   void signal(int sig) {
     if (pid_ > 0) signal_and_wait(pid_, sig);
   }
-  // Reads the rest of the output and reaps the process.
-  ProcessResult wait() {
-    while (read_some(-1)) {
+  // Reads the rest of the output and reaps the process; one still running
+  // after `bound` is killed (exit_code -1): a test never hangs on a process
+  // that should have exited and did not.
+  ProcessResult wait(std::chrono::milliseconds bound = std::chrono::minutes(2)) {
+    const auto end = std::chrono::steady_clock::now() + bound;
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
+      if (left.count() <= 0 || !read_some(static_cast<int>(left.count()))) break;
     }
     ProcessResult r;
+    if (out_ >= 0 && pid_ > 0) {  // no EOF within the bound
+      ::kill(pid_, SIGKILL);
+      output_ += "\n[still running after " + std::to_string(bound.count()) + " ms: killed]\n";
+    }
     r.output = output_;
     if (pid_ > 0) {
       int status = 0;
@@ -194,6 +203,9 @@ class ChildProcess {
   std::string output_;
 };
 
-inline ProcessResult run_process(const std::vector<std::string>& args) { return ChildProcess(args).wait(); }
+inline ProcessResult run_process(const std::vector<std::string>& args,
+                                 std::chrono::milliseconds bound = std::chrono::minutes(2)) {
+  return ChildProcess(args).wait(bound);
+}
 
 }  // namespace kvstrand::test

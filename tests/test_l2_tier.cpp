@@ -289,7 +289,7 @@ TEST_CASE("l2: bad --l2 flags are refused naming the flag", "[l2][server]") {
            {{"--l2", "redis://127.0.0.1:6379", "--l2-password-file", "/etc/hostname"}, "--l2-password-file"}}) {
     std::vector<std::string> a = {bin, "--socket", ServerProcess::fresh_socket_path()};
     a.insert(a.end(), args.begin(), args.end());
-    const ProcessResult r = run_process(a);
+    const ProcessResult r = run_process(a, 20s);  // a flag wrongly accepted: a server that runs on, killed
     INFO(r.output);
     REQUIRE(r.exit_code == 2);
     REQUIRE(r.output.find("invalid " + flag + ":") != std::string::npos);
@@ -380,7 +380,7 @@ TEST_CASE("l2: Redis with a password and an ACL user: the right credentials stor
   std::vector<std::string> open_args = {sibling_binary("../kvstrand-server"), "--socket",
                                         ServerProcess::fresh_socket_path(), "--l2", redis.url(), "--l2-password-file",
                                         open_file.path.string()};
-  const ProcessResult r = run_process(open_args);
+  const ProcessResult r = run_process(open_args, 20s);
   INFO(r.output);
   REQUIRE(r.exit_code == 2);
   REQUIRE(r.output.find("invalid --l2-password-file:") != std::string::npos);
