@@ -79,12 +79,14 @@ test-sanitize: test-asan test-tsan
 BACKEND_TARGETS = kvstrand test_device_runtime test_public_api
 # A compile and link check, never run here: build type None (no -O, no -g)
 # compiles in half the time of Release; build-cuda stays gpu-pack's Release.
+# One directory for both backends: the cuda configure after the hip build
+# recompiles backend_gpu.cpp (and the kernel) and relinks, nothing more.
 check-backends:
 	@scripts/bootstrap.sh --hip
-	$(CONFIGURE) -B build-hip -DKVSTRAND_GPU=hip -DCMAKE_BUILD_TYPE=None -DKVSTRAND_PYTHON=OFF
-	cmake --build build-hip -j $(JOBS) --target $(BACKEND_TARGETS)
-	$(CONFIGURE) -B build-cuda-check -DKVSTRAND_GPU=cuda -DCMAKE_BUILD_TYPE=None -DKVSTRAND_PYTHON=OFF
-	cmake --build build-cuda-check -j $(JOBS) --target $(BACKEND_TARGETS)
+	$(CONFIGURE) -B build-backends -DKVSTRAND_GPU=hip -DCMAKE_BUILD_TYPE=None -DKVSTRAND_PYTHON=OFF
+	cmake --build build-backends -j $(JOBS) --target $(BACKEND_TARGETS)
+	$(CONFIGURE) -B build-backends -DKVSTRAND_GPU=cuda
+	cmake --build build-backends -j $(JOBS) --target $(BACKEND_TARGETS)
 	@echo "check-backends: hip and cuda backends compiled and linked"
 
 bench: build
@@ -116,4 +118,4 @@ fuzz:
 	./build-fuzz/fuzz_frame_decoder -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1 build-fuzz/corpus
 
 clean:
-	rm -rf build build-asan build-tsan build-hip build-cuda build-cuda-check build-fuzz
+	rm -rf build build-asan build-tsan build-backends build-cuda build-fuzz
