@@ -21,6 +21,37 @@ BLOCKS = 32
 BLOCK_BYTES = 4096
 
 
+def pytest_sessionstart(session):
+    """The tests import kvstrand from a build (PYTHONPATH), which holds a copy
+    of python/kvstrand: a copy older than the source would test code that is
+    no longer there. With KVSTRAND_SOURCE_DIR (CTest sets it), every
+    pure-Python file must be the source's own."""
+    src = os.environ.get("KVSTRAND_SOURCE_DIR")
+    if not src:
+        return
+    tree = os.path.join(src, "python", "kvstrand")
+    used = os.path.dirname(os.path.abspath(kvstrand.__file__))
+    stale = []
+    for root, _, files in os.walk(tree):
+        for f in files:
+            if not f.endswith((".py", ".pyi")):
+                continue
+            mine = os.path.join(root, f)
+            theirs = os.path.join(used, os.path.relpath(mine, tree))
+            with open(mine, "rb") as a:
+                want = a.read()
+            try:
+                with open(theirs, "rb") as b:
+                    same = b.read() == want
+            except FileNotFoundError:
+                same = False
+            if not same:
+                stale.append(os.path.relpath(mine, src))
+    if stale:
+        pytest.exit(f"kvstrand imported from {used} is not the source tree's: {', '.join(sorted(stale))} differ "
+                    "(rebuild: cmake --build build --target kvstrand_python)", returncode=3)
+
+
 def make_layout(**overrides):
     """One stateless group: 16-token blocks, 64-token chunks, one 4 KiB plane."""
     fields = dict(model_id="pytest", layout_name="pytest", planes=[kvstrand.Plane("kv", BLOCK_BYTES)],
