@@ -88,6 +88,7 @@ LoadOrder Connector::order_after_load(const std::string& request, NativeStream s
 }
 
 Finished Connector::finished() { return impl_->conn.finished(); }
+bool Connector::finished_pending() const noexcept { return impl_->conn.finished_pending(); }
 
 void Connector::fence(const std::vector<std::string>& requests, std::chrono::milliseconds timeout) {
   impl_->conn.fence(requests, timeout);

@@ -174,6 +174,7 @@ class Connector {
   // Everything that became terminal since the last call. Never waits. Once a
   // fail-stop error is set it throws FailStop on every call.
   Finished finished();
+  bool finished_pending() const noexcept;
 
   // Returns when every transfer of `requests` is terminal, whatever state it
   // was in. Throws FailStop when `timeout` passes first (and sets the

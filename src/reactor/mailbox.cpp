@@ -18,23 +18,28 @@ namespace kvstrand::reactor {
 void Mailbox::push(TransferOutcome o) {
   std::lock_guard lk(m_);
   (o.kind == TransferKind::save ? pending_.saves : pending_.loads).push_back(std::move(o));
+  pending_flag_.store(true, std::memory_order_release);
 }
 void Mailbox::push(SourceSafe s) {
   std::lock_guard lk(m_);
   pending_.source_safe.push_back(std::move(s));
+  pending_flag_.store(true, std::memory_order_release);
 }
 void Mailbox::push(LookupOutcome l) {
   std::lock_guard lk(m_);
   pending_.lookups.push_back(std::move(l));
+  pending_flag_.store(true, std::memory_order_release);
 }
 void Mailbox::set_fail_stop(std::error_code code, std::string what) {
   std::lock_guard lk(m_);
   if (!fail_) fail_ = FailStopState{code, std::move(what)};
+  pending_flag_.store(true, std::memory_order_release);
 }
 
 Finished Mailbox::drain() {
   std::lock_guard lk(m_);
   for (const auto& o : pending_.loads) queued_.erase({o.request, o.registration});
+  pending_flag_.store(fail_.has_value(), std::memory_order_release);
   return std::exchange(pending_, Finished{});
 }
 

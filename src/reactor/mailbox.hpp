@@ -6,6 +6,7 @@
 // the two threads, like the strand's own queue in the other direction.
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -39,6 +40,9 @@ class Mailbox {
   void set_fail_stop(std::error_code code, std::string what);
 
   Finished drain();
+  // Whether drain() would return anything, or a fail-stop is set: one
+  // atomic load, no lock (a push racing it is seen by the next call).
+  bool pending() const noexcept { return pending_flag_.load(std::memory_order_acquire); }
   std::optional<FailStopState> fail_stop() const;
   // The transfers whose outcome is here, not yet drained: terminal.
   std::vector<TransferKey> terminal() const;
@@ -49,6 +53,7 @@ class Mailbox {
 
  private:
   mutable std::mutex m_;
+  std::atomic<bool> pending_flag_{false};  // written under m_: pending_ is not empty, or fail_ is set
   Finished pending_;
   std::optional<FailStopState> fail_;
   std::map<std::pair<std::string, std::uint32_t>, std::shared_ptr<const hip::Event>> queued_;
