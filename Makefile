@@ -15,6 +15,7 @@
 
 SHELL := /bin/bash
 JOBS ?= $(shell nproc)
+TEST_JOBS ?= $(shell echo $$(( $$(nproc) * 2 )))
 GPU ?= sim
 CONFIGURE = cmake -S . -G Ninja -Wno-dev
 SAN_BUILD_OPTS = -DKVSTRAND_BENCH=OFF
@@ -52,20 +53,26 @@ python-demo: bootstrap
 	cmake --build build -j $(JOBS) --target kvstrand_python
 	PYTHONPATH=build/python /usr/bin/python3 examples/python/engine_loop.py $(PYTHON_DEMO_ARGS)
 
-test: build
+# Builds what the tests need (every test, the server, the demo, the Python
+# module; no benchmark): `make bench` and `make gpu-pack` build those.
+# The plain suite runs TEST_JOBS tests at once: most of them wait on
+# processes and sockets, so twice the cores keeps both busy.
+test: bootstrap
 	@scripts/bootstrap.sh --test
-	$(CTEST) build
+	$(CONFIGURE) -B build -DKVSTRAND_GPU=$(GPU)
+	cmake --build build -j $(JOBS) --target kvstrand-tests
+	ctest --output-on-failure -j $(TEST_JOBS) --test-dir build
 
 test-asan: bootstrap
 	@scripts/bootstrap.sh --test
 	$(CONFIGURE) -B build-asan -DKVSTRAND_GPU=sim -DKVSTRAND_SANITIZE=address $(SAN_BUILD_OPTS)
-	cmake --build build-asan -j $(JOBS)
+	cmake --build build-asan -j $(JOBS) --target kvstrand-tests
 	$(CTEST) build-asan
 
 test-tsan: bootstrap
 	@scripts/bootstrap.sh --test
 	$(CONFIGURE) -B build-tsan -DKVSTRAND_GPU=sim -DKVSTRAND_SANITIZE=thread $(SAN_BUILD_OPTS)
-	cmake --build build-tsan -j $(JOBS)
+	cmake --build build-tsan -j $(JOBS) --target kvstrand-tests
 	$(CTEST) build-tsan
 
 test-sanitize: test-asan test-tsan

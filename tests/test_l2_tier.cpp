@@ -287,7 +287,10 @@ TEST_CASE("l2: bad --l2 flags are refused naming the flag", "[l2][server]") {
            {{"--l2", "redis://127.0.0.1:6379", "--l2-user", "kv"}, "--l2-user"},
            {{"--l2", "redis://127.0.0.1:6379", "--l2-password-file", "/nonexistent/kvstrand-pw"}, "--l2-password-file"},
            {{"--l2", "redis://127.0.0.1:6379", "--l2-password-file", "/etc/hostname"}, "--l2-password-file"}}) {
+    // A small tier: the default 8G may be more than a busy machine has
+    // free, a refusal of its own that would hide the flag's.
     std::vector<std::string> a = {bin, "--socket", ServerProcess::fresh_socket_path()};
+    a.insert(a.end(), kFlags.begin(), kFlags.end());
     a.insert(a.end(), args.begin(), args.end());
     const ProcessResult r = run_process(a, 20s);  // a flag wrongly accepted: a server that runs on, killed
     INFO(r.output);
@@ -380,6 +383,7 @@ TEST_CASE("l2: Redis with a password and an ACL user: the right credentials stor
   std::vector<std::string> open_args = {sibling_binary("../kvstrand-server"), "--socket",
                                         ServerProcess::fresh_socket_path(), "--l2", redis.url(), "--l2-password-file",
                                         open_file.path.string()};
+  open_args.insert(open_args.end(), kFlags.begin(), kFlags.end());
   const ProcessResult r = run_process(open_args, 20s);
   INFO(r.output);
   REQUIRE(r.exit_code == 2);
