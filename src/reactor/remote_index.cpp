@@ -238,6 +238,11 @@ std::function<void(std::exception_ptr)> RemoteIndex::ends_connection(const char*
 }
 
 void RemoteIndex::drop_connection(const std::string& why) {
+  // A new generation: the dropped connection's reader and writer end at
+  // their next step without touching what is cleared here (a writer whose
+  // write had completed would otherwise pop the emptied outbox).
+  ++generation_;
+  writing_ = false;
   if (sock_) {
     boost::system::error_code ignored;
     sock_->close(ignored);
@@ -297,14 +302,14 @@ bool RemoteIndex::current(const std::shared_ptr<void>& arena) const {
 asio::awaitable<void> RemoteIndex::write_loop(std::uint64_t generation) {
   while (!outbox_.empty() && generation == generation_ && sock_) {
     auto [ec, n] = co_await asio::async_write(*sock_, asio::buffer(outbox_.front()), kAwait);
-    if (generation != generation_) break;
+    if (generation != generation_) co_return;  // dropped meanwhile: the outbox and `writing_` are the next one's
     if (ec) {
       drop_connection("write: " + ec.message());
-      break;
+      co_return;
     }
     outbox_.pop_front();
   }
-  writing_ = false;
+  if (generation == generation_) writing_ = false;
 }
 
 asio::awaitable<void> RemoteIndex::read_loop(std::uint64_t generation) {
