@@ -56,9 +56,10 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
       const std::error_code ec = co_await cluster->start();
       if (stopped) co_return;  // stop() closed the client meanwhile
       if (!ec) {
-        const auto st = cluster->stats();
-        spdlog::info("kvstrand-server: L2 on {} Redis node(s){}", st.nodes, st.cluster ? " (cluster)" : "");
+        const auto redis = cluster->stats();
+        spdlog::info("kvstrand-server: L2 on {} Redis node(s){}", redis.nodes, redis.cluster ? " (cluster)" : "");
         ready = true;
+        st.auth_refused = false;  // let in after all (the operator fixed Redis's ACL)
         co_return;
       }
       if (ec == l2::RedisErrc::auth_refused && !refused) {
