@@ -585,15 +585,6 @@ TEST_CASE("node tier: a registration with no memory looks up and exports a lease
   }
 }
 
-namespace {
-// The server's stats, asked on a connection of its own.
-proto::StatsReply server_stats(const ServerProcess& srv) {
-  Client c(srv.socket_path());
-  REQUIRE(c.call(proto::Hello{proto::kMajor, proto::kMinor, "t"}).has_value());
-  return std::get<proto::StatsReply>(c.call(proto::Stats{})->payload);
-}
-}  // namespace
-
 TEST_CASE("node tier: a reserve granted after its save gave up is released when the late reply comes",
           "[server][reactor][fault]") {
   if (!device_present()) return;
@@ -606,10 +597,10 @@ TEST_CASE("node tier: a reserve granted after its save gave up is released when 
   std::this_thread::sleep_for(200ms);  // past the request's own timeout (deadline + 50 ms): abandoned
   srv.kill(SIGCONT);  // the server now grants the reserve; its reply finds no one waiting
   const auto end = std::chrono::steady_clock::now() + 10s;
-  proto::StatsReply s = server_stats(srv);
+  proto::StatsReply s = stats(srv.socket_path());
   while (s.reservations != 0 && std::chrono::steady_clock::now() < end) {
     std::this_thread::sleep_for(20ms);
-    s = server_stats(srv);
+    s = stats(srv.socket_path());
   }
   REQUIRE(s.reservations == 0);  // released by this process, not left until it exits
   REQUIRE(s.objects == 0);
