@@ -165,3 +165,64 @@ TEST_CASE("registration: one with no memory at all serves lookups only, and its 
   r.layout.block_tokens = 0;
   REQUIRE(r.check().has_value());
 }
+
+// Two state memories (a hybrid engine's state layers, each with its own pool
+// and slot ids: vLLM's Mamba groups): an image is memory 0's slot bytes then
+// memory 1's, a spec names a slot in each.
+TEST_CASE("registration: an image kept in two state memories takes one slot in each, in the image's order",
+          "[reactor][registration]") {
+  Registration r = small();
+  r.state = {};
+  r.state_parts = {{fake(0x30000000), 8, 96}, {fake(0x40000000), 4, 32}};  // 96 + 32 = the image's 128 bytes
+  REQUIRE(!r.check());
+  REQUIRE(r.state_part_count() == 2);
+  SECTION("the memories must add up to the image, and come one way only") {
+    Registration bad = r;
+    bad.state_parts[1].slot_bytes = 33;
+    REQUIRE(refused(bad.check(), "add up to 129 bytes"));
+    bad = r;
+    bad.state_parts[1].slot_bytes = 0;
+    REQUIRE(refused(bad.check(), "state_parts[1] has no device memory"));
+    bad = r;
+    bad.state = {fake(0x50000000), 8};
+    REQUIRE(refused(bad.check(), "not both"));
+    bad = small();
+    bad.state.slot_bytes = 64;
+    REQUIRE(refused(bad.check(), "slot_bytes 64 is not the image's 128 bytes"));
+  }
+  SECTION("a save names a slot per chunk and memory; each memory bounds its own") {
+    REQUIRE(!r.check_save(spec({0, 128}, {0, 1, 2, 3, 4, 5, 6, 7}, 2, {-1, -1, 7, 3})));
+    REQUIRE(refused(r.check_save(spec({0, 128}, {0, 1, 2, 3, 4, 5, 6, 7}, 2, {-1, 3})), "per chunk and state memory"));
+    REQUIRE(refused(r.check_save(spec({0, 128}, {0, 1, 2, 3, 4, 5, 6, 7}, 2, {-1, -1, 7, 4})),
+                    "state slot 4 is outside the state memory state_parts[1]"));
+    REQUIRE(refused(r.check_save(spec({0, 128}, {0, 1, 2, 3, 4, 5, 6, 7}, 2, {-1, 2, 7, 3})),
+                    "chunk 0 names an image slot in some state memories"));
+    REQUIRE(!r.check_load(spec({0, 64}, {0, 1, 2, 3}, 1, {7, 3})));
+    REQUIRE(refused(r.check_load(spec({0, 64}, {0, 1, 2, 3}, 1, {7})), "one destination slot per state memory"));
+    REQUIRE(refused(r.check_load(spec({0, 64}, {0, 1, 2, 3}, 1, {7, -1})), "one destination slot per state memory"));
+  }
+  SECTION("segments: each memory's slot to its place in the image, after the blocks") {
+    std::vector<std::byte> objects(2 * r.object_bytes());
+    std::vector<std::byte*> at{objects.data(), objects.data() + r.object_bytes()};
+    const auto save = reactor::segments(r, spec({0, 128}, {0, 1, 2, 3, 4, 5, 6, 7}, 2, {-1, -1, 5, 3}), at, true,
+                                        {false, true});
+    REQUIRE(save.size() == 8 * 2 + 2);  // two planes' blocks, then the one image in two pieces
+    const auto& first = save[save.size() - 2];
+    const auto& second = save.back();
+    REQUIRE(first.src == fake(0x30000000 + 5 * 96));
+    REQUIRE(first.dst == at[1] + r.image_offset());
+    REQUIRE(first.bytes == 96);
+    REQUIRE(second.src == fake(0x40000000 + 3 * 32));
+    REQUIRE(second.dst == at[1] + r.image_offset() + 96);
+    REQUIRE(second.bytes == 32);
+    const auto load = reactor::segments(r, spec({0, 64}, {0, 1, 2, 3}, 1, {2, 1}), {at[0]}, false, {true});
+    REQUIRE(load.back().src == at[0] + r.image_offset() + 96);
+    REQUIRE(load.back().dst == fake(0x40000000 + 1 * 32));
+  }
+  SECTION("the Connector counts the slots of every memory apart") {
+    REQUIRE(reactor::state_slot_count(r) == 12);
+    const auto s = spec({0, 128}, {0, 1, 2, 3, 4, 5, 6, 7}, 2, {1, 1, 5, 3});
+    REQUIRE(reactor::slot_uses(r, s) == std::vector<std::int32_t>{1, 9, 5, 11});
+    REQUIRE(reactor::images_of(r, s) == 2);
+  }
+}

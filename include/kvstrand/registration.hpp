@@ -7,9 +7,11 @@
 // layouts so, and saves and loads naming it are refused.
 //
 // A tier object holds, plane after plane, that plane's bytes of the chunk's
-// blocks in block order, then the checkpoint image when it has one.
+// blocks in block order, then the checkpoint image when it has one: the
+// state memories' slots in their order.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -27,19 +29,32 @@ struct PlaneMemory {
 };
 
 struct StateMemory {
-  void* base = nullptr;  // device memory of image slot 0 (slots are image_bytes apart)
+  void* base = nullptr;  // device memory of image slot 0
   std::uint32_t slots = 0;
+  // Bytes of one slot, and the distance between slots. 0: the whole image
+  // (layout.checkpoint.image_bytes), the one-memory case.
+  std::uint64_t slot_bytes = 0;
 };
 
 struct Registration {
   kv::Layout layout;
   std::vector<PlaneMemory> planes;  // one per layout plane, same order
-  StateMemory state;                // used when layout.has_state()
+  StateMemory state;                // used when layout.has_state() and state_parts is empty
+  // An image kept in several memories, each with its own slots (a hybrid
+  // engine's state layers, one tensor and one block pool each: vLLM's Mamba
+  // groups): the image is their slots' bytes in this order, so their
+  // slot_bytes add up to image_bytes, and a spec names one slot per memory
+  // (TransferSpec::state_slots). Empty: `state` alone.
+  std::vector<StateMemory> state_parts;
 
   // Checks the memory against the layout; empty when they fit.
   std::optional<std::string> check() const;
 
-  bool lookup_only() const noexcept { return planes.empty() && state.base == nullptr && state.slots == 0; }
+  bool lookup_only() const noexcept {
+    return planes.empty() && state.base == nullptr && state.slots == 0 && state_parts.empty();
+  }
+  // The memories an image is kept in: 1, or state_parts' count.
+  std::size_t state_part_count() const noexcept { return state_parts.empty() ? 1 : state_parts.size(); }
 
   std::uint64_t object_bytes() const { return layout.object_bytes(layout.has_state()); }
   std::uint64_t image_offset() const { return layout.bytes_per_block() * layout.blocks_per_chunk(); }

@@ -27,7 +27,10 @@ struct TransferSpec {
   bool with_state = false;        // save: images at the chunk ends it covers; load: the image at tokens.end
   // Checkpoint image slots in the registered state memory. Save: one per key,
   // -1 where that chunk's end has no image. Load: one, the slot that
-  // receives the image at tokens.end.
+  // receives the image at tokens.end. A registration whose image is kept in
+  // several memories (Registration::state_parts) takes one slot per memory
+  // for each of those: key after key, memory after memory; a chunk's are all
+  // -1 or none is.
   std::vector<std::int32_t> state_slots;
   BlockLeases::LeaseId lease = 0; // a save's source lease, released when it is source-safe
   // A load: the tier lease its lookup returned (LookupOutcome::lease), which

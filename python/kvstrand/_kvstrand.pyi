@@ -256,13 +256,16 @@ class PlaneMemory:
 class StateMemory:
     base: int
     slots: int
-    def __init__(self, base: int = 0, slots: int = 0) -> None: ...
+    slot_bytes: int
+    def __init__(self, base: int = 0, slots: int = 0, slot_bytes: int = 0) -> None: ...
 
 class Registration:
     layout: Layout
     planes: list[PlaneMemory]
     state: StateMemory
-    def __init__(self, layout: Layout, planes: list[PlaneMemory] = ..., state: StateMemory = ...) -> None: ...
+    state_parts: list[StateMemory]
+    def __init__(self, layout: Layout, planes: list[PlaneMemory] = ..., state: StateMemory = ...,
+                 state_parts: list[StateMemory] = ...) -> None: ...
     @property
     def lookup_only(self) -> bool: ...
     @property

@@ -129,26 +129,36 @@ void bind_connector(py::module_& m) {
         return "PlaneMemory(base=" + std::to_string(address(p.base)) + ", num_blocks=" + std::to_string(p.num_blocks) +
                ")";
       });
-  py::class_<StateMemory>(m, "StateMemory", "Checkpoint image slots: slot 0's address and the number of slots.")
-      .def(py::init([](std::uintptr_t base, std::uint32_t slots) { return StateMemory{pointer(base), slots}; }),
-           "base"_a = 0, "slots"_a = 0)
+  py::class_<StateMemory>(m, "StateMemory",
+                          "Checkpoint image slots: slot 0's address, the number of slots, and the bytes of one slot "
+                          "(0: the whole image; a part of it where a Registration's state_parts keep it in several).")
+      .def(py::init([](std::uintptr_t base, std::uint32_t slots, std::uint64_t slot_bytes) {
+             return StateMemory{pointer(base), slots, slot_bytes};
+           }),
+           "base"_a = 0, "slots"_a = 0, "slot_bytes"_a = 0)
       .def_property(
           "base", [](const StateMemory& s) { return address(s.base); },
           [](StateMemory& s, std::uintptr_t a) { s.base = pointer(a); })
       .def_readwrite("slots", &StateMemory::slots)
+      .def_readwrite("slot_bytes", &StateMemory::slot_bytes)
       .def("__repr__", [](const StateMemory& s) {
-        return "StateMemory(base=" + std::to_string(address(s.base)) + ", slots=" + std::to_string(s.slots) + ")";
+        return "StateMemory(base=" + std::to_string(address(s.base)) + ", slots=" + std::to_string(s.slots) +
+               ", slot_bytes=" + std::to_string(s.slot_bytes) + ")";
       });
   py::class_<Registration>(m, "Registration",
                            "A KV-cache group: its layout and device memory. No memory at all (no planes, no state): "
-                           "it serves lookups only, as a scheduler process's does.")
-      .def(py::init([](kv::Layout l, std::vector<PlaneMemory> planes, StateMemory state) {
-             return Registration{std::move(l), std::move(planes), state};
+                           "it serves lookups only, as a scheduler process's does. An image kept in several memories "
+                           "(a hybrid model's state layers): state_parts, one StateMemory each, in the image's order.")
+      .def(py::init([](kv::Layout l, std::vector<PlaneMemory> planes, StateMemory state,
+                       std::vector<StateMemory> state_parts) {
+             return Registration{std::move(l), std::move(planes), state, std::move(state_parts)};
            }),
-           "layout"_a, "planes"_a = std::vector<PlaneMemory>{}, "state"_a = StateMemory{})
+           "layout"_a, "planes"_a = std::vector<PlaneMemory>{}, "state"_a = StateMemory{},
+           "state_parts"_a = std::vector<StateMemory>{})
       .def_readwrite("layout", &Registration::layout)
       .def_readwrite("planes", &Registration::planes)
       .def_readwrite("state", &Registration::state)
+      .def_readwrite("state_parts", &Registration::state_parts)
       .def_property_readonly("lookup_only", &Registration::lookup_only)
       .def_property_readonly("object_bytes", &Registration::object_bytes)
       .def("check", &Registration::check, "Why the memory does not fit the layout; None when it does.");

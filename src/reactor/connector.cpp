@@ -227,10 +227,8 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
   std::uint64_t bytes_of(const Transfer& t) const {
     if (t.spec.registration >= regs.size()) return 0;
     const kv::Layout& l = regs[t.spec.registration].layout;
-    std::uint64_t images = 0;
-    if (t.spec.with_state)
-      for (std::int32_t s : t.spec.state_slots) images += s >= 0;
-    return t.spec.blocks.size() * l.bytes_per_block() + images * l.checkpoint.image_bytes;
+    return t.spec.blocks.size() * l.bytes_per_block() +
+           std::uint64_t{images_of(regs[t.spec.registration], t.spec)} * l.checkpoint.image_bytes;
   }
 
   void deliver(const Transfer& t) {
@@ -441,8 +439,8 @@ std::uint32_t Connector::register_layout(Registration registration) {
   for (const auto& p : registration.planes) blocks = std::max(blocks, p.num_blocks);
   in_use.reading.assign(blocks, 0);
   in_use.writing.assign(blocks, 0);
-  in_use.reading_slots.assign(registration.state.slots, 0);
-  in_use.writing_slots.assign(registration.state.slots, 0);
+  in_use.reading_slots.assign(state_slot_count(registration), 0);
+  in_use.writing_slots.assign(state_slot_count(registration), 0);
   in_use_.push_back(std::move(in_use));
   registrations_.push_back(std::move(registration));
   return id;
@@ -515,7 +513,7 @@ void Connector::submit(std::vector<Op> ops) {
   for (const Op& op : ops) {
     const bool load = op.kind == TransferKind::load;
     live_[TransferKey{op.spec.request, op.kind, op.spec.registration}] =
-        Uses{op.spec.registration, load, op.spec.blocks, slots_of(op)};
+        Uses{op.spec.registration, load, op.spec.blocks, slot_uses(registrations_[op.spec.registration], op.spec)};
     // A load naming a lease ends it: no other load, export or release may.
     if (load && op.spec.tier_lease != 0) leases_held_.erase(op.spec.tier_lease);
   }
@@ -647,12 +645,10 @@ std::optional<std::string> Connector::conflict(const Op& op) const {
     const bool written = u.writing[b] > 0;
     if (written || (load && u.reading[b] > 0)) return why("block " + std::to_string(b), written);
   }
-  if (op.spec.with_state)
-    for (std::int32_t s : op.spec.state_slots) {
-      if (s < 0) continue;
-      const bool written = u.writing_slots[s] > 0;
-      if (written || (load && u.reading_slots[s] > 0)) return why("image slot " + std::to_string(s), written);
-    }
+  for (std::int32_t s : slot_uses(registrations_[op.spec.registration], op.spec)) {
+    const bool written = u.writing_slots[s] > 0;
+    if (written || (load && u.reading_slots[s] > 0)) return why("image slot " + std::to_string(s), written);
+  }
   return std::nullopt;
 }
 
@@ -666,9 +662,8 @@ void Connector::count(const Op& op, int delta) {
   InUse& in = in_use_[op.spec.registration];
   const bool load = op.kind == TransferKind::load;
   for (kv::BlockId b : op.spec.blocks) (load ? in.writing : in.reading)[b] += delta;
-  if (op.spec.with_state)
-    for (std::int32_t s : op.spec.state_slots)
-      if (s >= 0) (load ? in.writing_slots : in.reading_slots)[s] += delta;
+  for (std::int32_t s : slot_uses(registrations_[op.spec.registration], op.spec))
+    (load ? in.writing_slots : in.reading_slots)[s] += delta;
 }
 
 std::optional<std::string> Connector::claim(const std::vector<Op>& ops) {
@@ -693,15 +688,6 @@ void Connector::forget_uses(const std::vector<TransferKey>& terminal) {
   }
 }
 
-// The image slots an op touches: a save's (>= 0) it reads, a load's
-// destination it writes.
-std::vector<std::int32_t> Connector::slots_of(const Op& op) {
-  std::vector<std::int32_t> out;
-  if (!op.spec.with_state) return out;
-  for (std::int32_t s : op.spec.state_slots)
-    if (s >= 0) out.push_back(s);
-  return out;
-}
 
 void Connector::forget_drained(const Finished& f) {
   std::vector<TransferKey> ended;

@@ -256,7 +256,6 @@ class Connector {
                                                    std::vector<kv::ChunkKey> keys);
   std::uint64_t start_lookup(std::uint32_t registration);
   void forget_drained(const Finished& f);
-  static std::vector<std::int32_t> slots_of(const Op& op);
   const Registration& registration_of(const kv::TransferSpec& spec) const;
   void check_open_and_registered(std::uint32_t registration) const;
   // Why `op` cannot use its blocks and slots now; none if it can.
@@ -295,7 +294,7 @@ class Connector {
     std::uint32_t registration = 0;
     bool load = false;
     std::vector<kv::BlockId> blocks;
-    std::vector<std::int32_t> slots;
+    std::vector<std::int32_t> slots;  // numbered across state memories (slot_uses)
   };
   std::map<TransferKey, Uses> live_;
   // How many live transfers read (a save) or write (a load) each block and

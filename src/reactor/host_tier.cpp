@@ -79,7 +79,8 @@ asio::awaitable<TierOutcome> HostTier::save(TierJob job) {
   if (!index_->stores(s.registration)) co_return o;  // another rank stores the one copy
   const Registration& reg = *regs_[s.registration];
   std::vector<bool> images(s.keys.size(), false);
-  for (std::size_t i = 0; i < s.keys.size(); ++i) images[i] = s.with_state && s.state_slots[i] >= 0;
+  for (std::size_t i = 0; i < s.keys.size(); ++i)
+    images[i] = s.with_state && s.state_slots[i * reg.state_part_count()] >= 0;
   IndexPlane::Places places = co_await index_->reserve(s.registration, s.keys, images, job.deadline);
   if (places.failure) {
     o.fail(std::move(places.failure));

@@ -2,6 +2,7 @@
 
 #include <kvstrand/transfer_spec.hpp>
 
+#include <algorithm>
 #include <cstdint>
 
 namespace kvstrand {
@@ -21,13 +22,34 @@ std::optional<std::string> Registration::check() const {
       return "register_layout: plane '" + layout.planes[p].name + "': num_blocks x bytes_per_block runs past the "
              "address space";
   }
-  if (layout.has_state()) {
+  if (!layout.has_state()) {
+    if (!state_parts.empty()) return "register_layout: state memories were given for a layout without recurrent state";
+    return std::nullopt;
+  }
+  if (state_parts.empty()) {
     if (state.base == nullptr || state.slots == 0)
       return "register_layout: the layout has recurrent state but no state memory was given";
-    if (__builtin_mul_overflow(std::uint64_t{state.slots}, layout.checkpoint.image_bytes, &end) ||
-        __builtin_add_overflow(reinterpret_cast<std::uintptr_t>(state.base), end, &end))
-      return "register_layout: state: slots x checkpoint.image_bytes runs past the address space";
+    if (state.slot_bytes != 0 && state.slot_bytes != layout.checkpoint.image_bytes)
+      return "register_layout: state: slot_bytes " + std::to_string(state.slot_bytes) + " is not the image's " +
+             std::to_string(layout.checkpoint.image_bytes) + " bytes (0 means the whole image)";
+  } else if (state.base != nullptr || state.slots != 0) {
+    return "register_layout: give the state memory as `state` or as `state_parts`, not both";
   }
+  std::uint64_t image = 0;
+  for (std::size_t p = 0; p < state_part_count(); ++p) {
+    const StateMemory& m = reactor::state_part(*this, p);
+    const std::uint64_t bytes = reactor::state_part_bytes(*this, p);
+    const std::string name = state_parts.empty() ? "state" : "state_parts[" + std::to_string(p) + "]";
+    if (m.base == nullptr || m.slots == 0 || bytes == 0)
+      return "register_layout: " + name + " has no device memory (base, slots and slot_bytes are needed)";
+    if (__builtin_mul_overflow(std::uint64_t{m.slots}, bytes, &end) ||
+        __builtin_add_overflow(reinterpret_cast<std::uintptr_t>(m.base), end, &end) ||
+        __builtin_add_overflow(image, bytes, &image))
+      return "register_layout: " + name + ": slots x slot_bytes runs past the address space";
+  }
+  if (image != layout.checkpoint.image_bytes)
+    return "register_layout: the state memories' slot_bytes add up to " + std::to_string(image) +
+           " bytes, the layout's checkpoint.image_bytes is " + std::to_string(layout.checkpoint.image_bytes);
   return std::nullopt;
 }
 
@@ -51,9 +73,13 @@ std::optional<std::string> check_common(const Registration& r, const kv::Transfe
       if (b >= r.planes[p].num_blocks)
         return "block " + std::to_string(b) + " is outside plane '" + l.planes[p].name + "' (" +
                std::to_string(r.planes[p].num_blocks) + " blocks)";
-  for (std::int32_t slot : s.state_slots)
-    if (slot >= 0 && static_cast<std::uint32_t>(slot) >= r.state.slots)
-      return "state slot " + std::to_string(slot) + " is outside the state memory";
+  const std::size_t parts = r.state_part_count();
+  for (std::size_t i = 0; i < s.state_slots.size(); ++i) {
+    const std::int32_t slot = s.state_slots[i];
+    if (slot >= 0 && static_cast<std::uint32_t>(slot) >= reactor::state_part(r, i % parts).slots)
+      return "state slot " + std::to_string(slot) + " is outside the state memory" +
+             (parts > 1 ? " state_parts[" + std::to_string(i % parts) + "]" : std::string());
+  }
   return std::nullopt;
 }
 }  // namespace
@@ -62,7 +88,15 @@ std::optional<std::string> Registration::check_save(const kv::TransferSpec& s) c
   if (auto e = check_common(*this, s)) return e;
   if (s.tokens.begin % layout.chunk_tokens != 0 || s.tokens.end % layout.chunk_tokens != 0)
     return "a save covers whole chunks";
-  if (s.with_state && s.state_slots.size() != s.keys.size()) return "a save with state needs one slot per chunk";
+  if (!s.with_state) return std::nullopt;
+  const std::size_t parts = state_part_count();
+  if (s.state_slots.size() != s.keys.size() * parts)
+    return parts == 1 ? std::string("a save with state needs one slot per chunk")
+                      : "a save with state needs one slot per chunk and state memory (" + std::to_string(parts) + ")";
+  for (std::size_t c = 0; c < s.keys.size(); ++c)
+    for (std::size_t p = 1; p < parts; ++p)
+      if ((s.state_slots[c * parts] >= 0) != (s.state_slots[c * parts + p] >= 0))
+        return "chunk " + std::to_string(c) + " names an image slot in some state memories and not in others";
   return std::nullopt;
 }
 
@@ -70,7 +104,11 @@ std::optional<std::string> Registration::check_load(const kv::TransferSpec& s) c
   if (auto e = check_common(*this, s)) return e;
   if (s.with_state) {
     if (s.tokens.end % layout.chunk_tokens != 0) return "a load with state ends on a chunk boundary";
-    if (s.state_slots.size() != 1 || s.state_slots[0] < 0) return "a load with state needs one destination slot";
+    const std::size_t parts = state_part_count();
+    if (s.state_slots.size() != parts ||
+        std::any_of(s.state_slots.begin(), s.state_slots.end(), [](std::int32_t slot) { return slot < 0; }))
+      return parts == 1 ? std::string("a load with state needs one destination slot")
+                        : "a load with state needs one destination slot per state memory (" + std::to_string(parts) + ")";
   }
   return std::nullopt;
 }
@@ -101,16 +139,54 @@ std::vector<hip::Segment> segments(const Registration& reg, const kv::TransferSp
     }
     plane_off += bpb;
   }
-  auto* state = static_cast<std::byte*>(reg.state.base);
+  const std::size_t parts = reg.state_part_count();
   for (std::size_t c = 0; c < objects.size(); ++c) {
     if (objects[c] == nullptr || !images[c]) continue;
-    const std::int32_t slot = save ? s.state_slots[c] : s.state_slots[0];
-    std::byte* dev = state + static_cast<std::uint64_t>(slot) * l.checkpoint.image_bytes;
     std::byte* obj = objects[c] + reg.image_offset();
-    segs.push_back(save ? hip::Segment{dev, obj, l.checkpoint.image_bytes}
-                        : hip::Segment{obj, dev, l.checkpoint.image_bytes});
+    for (std::size_t p = 0; p < parts; ++p) {
+      const std::int32_t slot = save ? s.state_slots[c * parts + p] : s.state_slots[p];
+      const std::uint64_t bytes = state_part_bytes(reg, p);
+      std::byte* dev = static_cast<std::byte*>(state_part(reg, p).base) + static_cast<std::uint64_t>(slot) * bytes;
+      segs.push_back(save ? hip::Segment{dev, obj, bytes} : hip::Segment{obj, dev, bytes});
+      obj += bytes;
+    }
   }
   return segs;
+}
+
+const StateMemory& state_part(const Registration& reg, std::size_t p) {
+  return reg.state_parts.empty() ? reg.state : reg.state_parts[p];
+}
+
+std::uint64_t state_part_bytes(const Registration& reg, std::size_t p) {
+  if (reg.state_parts.empty()) return reg.layout.checkpoint.image_bytes;
+  return reg.state_parts[p].slot_bytes;
+}
+
+std::uint32_t state_slot_count(const Registration& reg) {
+  std::uint32_t n = 0;
+  for (std::size_t p = 0; p < reg.state_part_count(); ++p) n += state_part(reg, p).slots;
+  return n;
+}
+
+std::vector<std::int32_t> slot_uses(const Registration& reg, const kv::TransferSpec& s) {
+  std::vector<std::int32_t> out;
+  if (!s.with_state) return out;
+  const std::size_t parts = reg.state_part_count();
+  for (std::size_t i = 0; i < s.state_slots.size(); ++i) {
+    if (s.state_slots[i] < 0) continue;
+    std::int32_t first = 0;  // the memory's first slot in the flat numbering
+    for (std::size_t p = 0; p < i % parts; ++p) first += static_cast<std::int32_t>(state_part(reg, p).slots);
+    out.push_back(first + s.state_slots[i]);
+  }
+  return out;
+}
+
+std::uint32_t images_of(const Registration& reg, const kv::TransferSpec& s) {
+  if (!s.with_state) return 0;
+  std::uint32_t n = 0;
+  for (std::int32_t slot : s.state_slots) n += slot >= 0;
+  return n / static_cast<std::uint32_t>(reg.state_part_count());
 }
 
 }  // namespace kvstrand::reactor

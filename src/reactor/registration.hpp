@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include <kvstrand/registration.hpp>
@@ -21,5 +22,16 @@ using kvstrand::StateMemory;
 // the last object.
 std::vector<hip::Segment> segments(const Registration& reg, const kv::TransferSpec& s,
                                    const std::vector<std::byte*>& objects, bool save, const std::vector<bool>& images);
+
+// State memory p of the registration (its `state` when it has no
+// state_parts), and the bytes of one of its slots.
+const StateMemory& state_part(const Registration& reg, std::size_t p);
+std::uint64_t state_part_bytes(const Registration& reg, std::size_t p);
+// Every state memory's slots, numbered one after another (memory 0's
+// first): how the Connector counts the slots live transfers use.
+std::uint32_t state_slot_count(const Registration& reg);
+std::vector<std::int32_t> slot_uses(const Registration& reg, const kv::TransferSpec& s);
+// Images the spec moves (chunks with a slot named, each in every memory).
+std::uint32_t images_of(const Registration& reg, const kv::TransferSpec& s);
 
 }  // namespace kvstrand::reactor
