@@ -34,7 +34,22 @@ keeps of vLLM, each a place where a connector's bugs hide:
 
 Where vLLM at 00024d3 itself cannot run a connector, the miniature does as
 vLLM does: with several KV-cache groups its load-failure path reads one
-group and raises (hybrid_invalid_blocks=False), as vLLM's does.
+group and raises (hybrid_invalid_blocks=False), as vLLM's does; with Mamba
+groups its scheduler asserts that no external KV is loaded
+(mamba_external_assert=True, vLLM issue #39702; deployments patch it out).
+
+Mamba groups as --mamba-cache-mode align runs them (MambaManager and
+Scheduler._mamba_block_aligned_split): a prefill step's token count is cut
+to whole blocks (the prompt's last whole block forced to be a step end);
+each step allocates at most one block, at the index of the block its end
+falls in, with the null block before it; the block at index i holds the
+state at the end of the last step that ended in it, and is cached once full
+(the state at (i + 1) * block_size); every block before the current state's
+is freed at the request's next allocation (remove_skipped_blocks and the
+"last state block", two steps after the step that wrote it). The
+forward pass reads the state it resumes from out of the block of its first
+token and writes the new state into the block of its end, and checks the
+state it read: a wrong restored state is a mismatch.
 
 Each TP rank's KV cache is one tensor per layer, of FlashAttention's shape
 (2, num_blocks, block_size, heads, head_size) or MLA's single region per
@@ -91,6 +106,14 @@ class MambaSpec(SimpleNamespace):
     pass
 
 
+def model_state(req, end, group, layer, rank, size):
+    """The toy model's recurrent state after the prefix [0, end): a function
+    of the tokens, their extra keys, the group, the layer and the rank."""
+    seed = hashlib.blake2b(np.asarray(req.all_token_ids[:end], dtype=np.uint32).tobytes() + req.extra_key(end) +
+                           b"state" + bytes([group, layer, rank]), digest_size=8).digest()
+    return np.random.default_rng(int.from_bytes(seed, "little")).integers(0, 256, size, dtype=np.uint8)
+
+
 def kv_shape(planes, num_blocks):
     """A layer's KV cache tensor: FlashAttention's (2, num_blocks, block_size,
     heads, head_size), or one region per block (MLA's latent cache) for a
@@ -143,6 +166,45 @@ class FakeTensor:
 
     def is_contiguous(self):
         return True
+
+
+class FakeStateTensor:
+    """A Mamba layer's state cache as kvstrand.vllm reads it: one page per
+    block (vLLM's conv and SSM state views start at the page; the first is
+    what register_kv_caches is given, in a list as vLLM gives it)."""
+
+    def __init__(self, num_blocks, page):
+        self.shape, self.page = (num_blocks, page), page
+        if kvstrand.sim.available():
+            self.memory = kvstrand.sim.allocate(num_blocks * page)
+            self.view = np.frombuffer(self.memory, dtype=np.uint8)
+        else:
+            self.memory = kvstrand.DeviceMemory(num_blocks * page)
+            self.view = None
+
+    @property
+    def tensor(self):
+        return [self]
+
+    def write(self, block, data):
+        if self.view is not None:
+            self.view[block * self.page:(block + 1) * self.page] = data
+        else:
+            self.memory.write(block * self.page, data)
+
+    def read(self, block):
+        if self.view is not None:
+            return self.view[block * self.page:(block + 1) * self.page]
+        return np.frombuffer(self.memory.read(block * self.page, self.page), dtype=np.uint8)
+
+    def data_ptr(self):
+        return self.memory.address
+
+    def element_size(self):
+        return 1
+
+    def stride(self, dim):
+        return self.page if dim == 0 else 1
 
 
 class KVCacheBlocks:
@@ -225,7 +287,7 @@ def token_for(req):
 
 
 def configs(socket, tp, num_blocks, layers, chunk_tokens, groups=None, policy="recompute", spec_tokens=0,
-            cache_dtype="auto", kv_events=False, **extra):
+            cache_dtype="auto", kv_events=False, mamba_cache_mode="align", **extra):
     """vLLM's config objects as kvstrand.vllm reads them. `groups`: a list of
     (kind, layers, window) per KV-cache group; default one full-attention
     group of `layers` layers."""
@@ -244,10 +306,12 @@ def configs(socket, tp, num_blocks, layers, chunk_tokens, groups=None, policy="r
         kv_events_config=SimpleNamespace(enable_kv_cache_events=kv_events))
     kv_groups, n = [], 0
     for kind, count, window in groups:
-        names = [f"model.layers.{n + i}.self_attn.attn" for i in range(count)]
+        names = [f"model.layers.{n + i}.{'mixer' if kind == 'mamba' else 'self_attn.attn'}" for i in range(count)]
         n += count
         spec = {"full": FullAttentionSpec, "sliding": SlidingWindowSpec, "mamba": MambaSpec}[kind](
             block_size=BLOCK, page_size_bytes=page, sliding_window=window or None)
+        if kind == "mamba":
+            spec.mamba_cache_mode = mamba_cache_mode
         kv_groups.append(SimpleNamespace(layer_names=names, kv_cache_spec=spec))
     kv_cache_config = SimpleNamespace(num_blocks=num_blocks, kv_cache_groups=kv_groups)
     return vllm_config, kv_cache_config
@@ -290,9 +354,10 @@ class BlockPool:
 
 
 class KVCacheManager:
-    def __init__(self, num_blocks, windows, caching=True):
+    def __init__(self, num_blocks, windows, caching=True, mamba=()):
         self.pool = BlockPool(num_blocks)
         self.windows = windows      # per group: 0 for full attention, else the sliding window
+        self.mamba = set(mamba)     # Mamba groups (align mode)
         self.caching = caching
         self.blocks = {}            # request id -> per group list of block ids
         self.cached_upto = {}       # request id -> per group blocks already in the prefix cache
@@ -301,6 +366,8 @@ class KVCacheManager:
         return block_hashes(req, n)
 
     def skipped_blocks(self, g, computed):
+        if g in self.mamba:  # only the state of the last computed token is needed
+            return max(0, computed - 1) // BLOCK
         window = self.windows[g]
         return max(0, computed - window + 1) // BLOCK if window else 0
 
@@ -334,12 +401,21 @@ class KVCacheManager:
         computed = req.num_computed_tokens + num_new_computed_tokens + num_external_computed_tokens
         self.remove_skipped_blocks(req.request_id, computed)
         have = self.blocks.get(req.request_id) or [[] for _ in self.windows]
-        hit = new_computed_blocks or [[] for _ in self.windows]
+        hit = [list(ids) for ids in (new_computed_blocks or [[] for _ in self.windows])]
         need = -(-(computed + num_new_tokens + num_lookahead_tokens) // BLOCK)
         plan = []
         for g in range(len(self.windows)):
-            start = len(have[g]) + len(hit[g])
             skipped = self.skipped_blocks(g, computed)
+            # Hit blocks the computed tokens (external ones too) have passed
+            # are not taken (allocate_new_computed_blocks).
+            hit[g] = [NULL if len(have[g]) + i < skipped else b for i, b in enumerate(hit[g])]
+            start = len(have[g]) + len(hit[g])
+            if g in self.mamba:
+                # Align mode: lookahead tokens get no block; one block, where
+                # the end of what is computed (or loaded) falls.
+                last = -(-(computed + num_new_tokens) // BLOCK) - 1
+                plan.append([None if i == last else NULL for i in range(start, last + 1)])
+                continue
             plan.append([NULL if i < skipped else None for i in range(start, need)])
         touched_free = sum(1 for ids in hit for b in ids if b != NULL and self.pool.ref[b] == 0)
         if sum(p.count(None) for p in plan) > self.pool.num_free() - touched_free:
@@ -354,7 +430,9 @@ class KVCacheManager:
             self.cached_upto[req.request_id][g] = max(self.cached_upto[req.request_id][g], len(hit[g]))
             fresh = [NULL if b == NULL else self.pool.take() for b in plan[g]]
             blocks[g].extend(fresh)
-            new.append([b for b in fresh if b != NULL])
+            # A Mamba group's new entries come back whole, null blocks
+            # included (MambaManager.allocate_new_blocks returns them).
+            new.append(fresh if g in self.mamba else [b for b in fresh if b != NULL])
         if not delay_cache_blocks:
             self.cache_blocks(req, min(computed + num_new_tokens, req.num_tokens))
         return KVCacheBlocks(new)
@@ -389,10 +467,12 @@ class KVCacheManager:
 class MiniVllm:
     def __init__(self, socket, tp=1, num_blocks=64, layers=2, chunk_tokens=64, stream_provider=None, groups=None,
                  order="new", policy="recompute", hybrid_invalid_blocks=False, spec_tokens=0, budget=64,
-                 caching=True, max_running=16, planes=2, tensor=FakeTensor, **extra):
+                 caching=True, max_running=16, planes=2, tensor=FakeTensor, state_tensor=FakeStateTensor,
+                 mamba_external_assert=True, **extra):
         """`tensor(planes, num_blocks)` makes a layer's KV cache: an object with
         write/read (above) whose `tensor` attribute, or itself, is what
-        register_kv_caches is given."""
+        register_kv_caches is given; `state_tensor(num_blocks, page)` a Mamba
+        layer's (FakeStateTensor's write/read)."""
         if planes != 2:
             extra["planes_per_layer"] = planes
         vllm_config, kv_cache_config = configs(socket, tp, num_blocks, layers, chunk_tokens, groups=groups,
@@ -404,13 +484,18 @@ class MiniVllm:
         for rank in range(tp):
             w = KvstrandConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config, tp_rank=rank,
                                   stream_provider=stream_provider)
-            caches = [[tensor(planes, num_blocks) for _ in g.layer_names] for g in kv_cache_config.kv_cache_groups]
+            caches = [[state_tensor(num_blocks, g.kv_cache_spec.page_size_bytes)
+                       if isinstance(g.kv_cache_spec, MambaSpec) else tensor(planes, num_blocks)
+                       for _ in g.layer_names] for g in kv_cache_config.kv_cache_groups]
             w.register_kv_caches({name: getattr(t, "tensor", t) for g, ts in zip(kv_cache_config.kv_cache_groups, caches)
                                   for name, t in zip(g.layer_names, ts)})
             self.workers.append(w)
             self.caches.append(caches)
         windows = [int(getattr(g.kv_cache_spec, "sliding_window", 0) or 0) for g in kv_cache_config.kv_cache_groups]
-        self.kv = KVCacheManager(num_blocks, windows, caching)
+        self.mamba = [g for g, group in enumerate(kv_cache_config.kv_cache_groups)
+                      if isinstance(group.kv_cache_spec, MambaSpec)]
+        self.kv = KVCacheManager(num_blocks, windows, caching, self.mamba)
+        self.mamba_external_assert = mamba_external_assert
         self.num_blocks, self.tp, self.order, self.budget = num_blocks, tp, order, budget
         self.recompute = policy == "recompute"
         self.hybrid_invalid_blocks = hybrid_invalid_blocks
@@ -499,7 +584,7 @@ class MiniVllm:
             req.num_computed_tokens = n
             self.stats["resumed"] += 1
             self.stats["loaded_tokens"] += req.loaded[1] - req.loaded[0]
-            self.stats["mismatches"] += self.check(req, *req.loaded)
+            self.stats["mismatches"] += self.check(req, *req.loaded) + self.check_state(req, req.loaded[1])
         self.finished_recving_kv_req_ids.remove(req.request_id)
         return True
 
@@ -517,7 +602,7 @@ class MiniVllm:
         i = 0
         while i < len(self.running) and budget > 0:
             req = self.running[i]
-            n = min(req.num_tokens - req.num_computed_tokens, budget)
+            n = self._mamba_block_aligned_split(req, min(req.num_tokens - req.num_computed_tokens, budget))
             if n <= 0:
                 i += 1
                 continue
@@ -561,8 +646,11 @@ class MiniVllm:
                     computed = local + ext
                 else:
                     hit_blocks, local, computed = None, 0, req.num_computed_tokens
-                n = 0 if load_async else min(req.num_tokens - computed, budget)
-                assert load_async or n > 0
+                n = self._mamba_block_aligned_split(req, min(req.num_tokens - computed, budget), local, ext)
+                if load_async:
+                    n = 0
+                elif n == 0:  # no whole block fits the budget: a later step
+                    break
                 blocks = self.kv.allocate_slots(req, n, local, hit_blocks,
                                                 0 if req.num_computed_tokens == 0 else lookahead, ext,
                                                 delay_cache_blocks=load_async)
@@ -603,6 +691,24 @@ class MiniVllm:
         self.finished_req_ids = set()
         return output
 
+    def _mamba_block_aligned_split(self, req, n, local=0, ext=0):
+        """Scheduler._mamba_block_aligned_split: a prefill step ends on the
+        block grid, and the prompt's last whole block is a step end."""
+        if not self.mamba:
+            return n
+        if self.mamba_external_assert:
+            assert ext == 0, "External KV connector is not verified yet"
+        computed = req.num_computed_tokens + local + ext
+        if computed < max(req.num_prompt_tokens, req.num_tokens - 1):
+            last = req.num_tokens - req.num_tokens % BLOCK
+            if self.spec_tokens:  # EAGLE drops the last matched block
+                last = max(last - BLOCK, 0)
+            if computed + n < last:
+                n = n // BLOCK * BLOCK
+            elif computed < last < computed + n:
+                n = last - computed
+        return n
+
     # ---- the workers ----
     def _block_kv(self, ranks, req, begin, end):
         """(tensor, half, block, the model's bytes, where) for every K and V of
@@ -612,7 +718,7 @@ class MiniVllm:
             for rank in ranks:
                 for g, layers in enumerate(self.caches[rank]):
                     block = self.kv.blocks[req.request_id][g][i]
-                    if block == NULL:
+                    if block == NULL or g in self.mamba:
                         continue
                     for layer, t in enumerate(layers):
                         for half in (0, 1):
@@ -620,9 +726,33 @@ class MiniVllm:
                                    (req.request_id, i, block, rank, g, layer, half))
 
     def forward(self, rank, req, begin, end):
-        """Writes the KV of every block that [begin, end) completes."""
+        """Writes the KV of every block that [begin, end) completes, and each
+        Mamba layer's state: read from the block of token `begin` (checked:
+        a wrong state would make every later token wrong), written to the
+        block of token `end`."""
         for t, half, block, data, _ in self._block_kv([rank], req, begin, end):
             t.write(half, block, data)
+        for g in self.mamba:
+            ids = self.kv.blocks[req.request_id][g]
+            for layer, t in enumerate(self.caches[rank][g]):
+                if begin > 0:
+                    self.stats["mismatches"] += self._state_differs(req, begin, g, layer, rank)
+                t.write(ids[-(-end // BLOCK) - 1], model_state(req, end, g, layer, rank, t.page))
+
+    def _state_differs(self, req, at, g, layer, rank):
+        """Whether the state the block of token `at` holds is not the model's
+        state after [0, at) (noted in self.mismatched)."""
+        t = self.caches[rank][g][layer]
+        block = self.kv.blocks[req.request_id][g][-(-at // BLOCK) - 1]
+        if block != NULL and np.array_equal(t.read(block), model_state(req, at, g, layer, rank, t.page)):
+            return 0
+        self.mismatched.append((req.request_id, "state", at, block, rank, g, layer))
+        return 1
+
+    def check_state(self, req, at):
+        """Mamba states at token `at` on every rank that differ from the model's."""
+        return sum(self._state_differs(req, at, g, layer, rank)
+                   for rank in range(self.tp) for g in self.mamba for layer in range(len(self.caches[rank][g])))
 
     def check(self, req, begin, end):
         """Blocks of [begin, end) (full ones, not null) that differ from the

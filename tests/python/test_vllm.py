@@ -22,6 +22,9 @@ from mini_vllm import NULL, MiniVllm, Request, block_hashes, configs
 PREFIX = list(range(1000, 1256))  # four 64-token chunks
 needs_sim_hooks = pytest.mark.skipif(not kvstrand.sim.available(), reason="needs the sim backend's stream hooks")
 HYBRID = [("full", 2, 0), ("sliding", 1, 32)]
+# The seed's shape: attention plus single-layer Mamba groups as vLLM's
+# --mamba-cache-mode align presents them.
+MAMBA = [("full", 2, 0), ("mamba", 1, 0), ("mamba", 1, 0)]
 
 
 def test_the_interface_is_vllms_or_the_local_copy_of_the_version_cited():
@@ -44,7 +47,9 @@ def test_the_interface_is_vllms_or_the_local_copy_of_the_version_cited():
     (dict(min_load_tokens="many"), "kv_connector_extra_config.min_load_tokens"),
     (dict(max_load_failures=-1), "kv_connector_extra_config.max_load_failures"),
     (dict(policy="fail"), "kv_transfer_config.kv_load_failure_policy"),
-    (dict(groups=[("full", 1, 0), ("mamba", 1, 0)]), "kv_cache_config.kv_cache_groups[1].kv_cache_spec"),
+    (dict(groups=[("full", 1, 0), ("mamba", 1, 0)], mamba_cache_mode="all"),
+     "kv_cache_config.kv_cache_groups[1].kv_cache_spec"),
+    (dict(groups=[("sliding", 1, 32), ("mamba", 1, 0)]), "kv_cache_config.kv_cache_groups"),
 ])
 def test_a_configuration_it_cannot_serve_is_refused_at_start_naming_the_option(extra, option):
     extra = dict(extra)
@@ -54,10 +59,51 @@ def test_a_configuration_it_cannot_serve_is_refused_at_start_naming_the_option(e
     assert e.value.option == option and option in str(e.value)
 
 
-def test_a_mamba_group_is_refused_saying_why():
-    vllm_config, kv_cache_config = configs("/nonexistent.sock", 1, 16, 2, 64, groups=[("full", 1, 0), ("mamba", 1, 0)])
-    with pytest.raises(kvstrand.ConfigError, match="External KV connector is not verified yet"):
+def test_a_mamba_group_outside_align_mode_is_refused_saying_why():
+    vllm_config, kv_cache_config = configs("/nonexistent.sock", 1, 16, 2, 64, groups=[("full", 1, 0), ("mamba", 1, 0)],
+                                           mamba_cache_mode="none")
+    with pytest.raises(kvstrand.ConfigError, match="--mamba-cache-mode align"):
         kv_vllm.KvstrandConnector(vllm_config, kv_vllm.KVConnectorRole.WORKER, kv_cache_config, tp_rank=0)
+
+
+def installed_vllm_scheduler(monkeypatch, scheduler):
+    """Makes `scheduler` the Scheduler class of an importable vLLM, for the
+    start-up checks that read its source."""
+    for name in ("vllm", "vllm.v1", "vllm.v1.core", "vllm.v1.core.sched"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    module = types.ModuleType("vllm.v1.core.sched.scheduler")
+    module.Scheduler = scheduler
+    monkeypatch.setitem(sys.modules, "vllm.v1.core.sched.scheduler", module)
+
+
+class _MambaSplitAsReleased:
+    """The shape of Scheduler._mamba_block_aligned_split through vLLM 0.22."""
+
+    def _mamba_block_aligned_split(self, request, num_new_tokens, num_new_local_computed_tokens=0,
+                                   num_external_computed_tokens=0):
+        assert num_external_computed_tokens == 0, "External KV connector is not verified yet"
+        return num_new_tokens
+
+
+class _MambaSplitPatched:
+    def _mamba_block_aligned_split(self, request, num_new_tokens, num_new_local_computed_tokens=0,
+                                   num_external_computed_tokens=0):
+        return num_new_tokens
+
+
+@pytest.mark.parametrize("scheduler, refused", [(_MambaSplitAsReleased, True), (_MambaSplitPatched, False)])
+def test_mamba_groups_are_refused_where_vllms_scheduler_asserts_no_external_kv(monkeypatch, scheduler, refused):
+    installed_vllm_scheduler(monkeypatch, scheduler)
+    vllm_config, kv_cache_config = configs("/nonexistent.sock", 1, 16, 2, 16, groups=MAMBA)
+    if refused:
+        with pytest.raises(kvstrand.ConfigError) as e:
+            ConnectorConfig.from_vllm(vllm_config, kv_cache_config)
+        assert e.value.option == "kv_cache_config.kv_cache_groups[1].kv_cache_spec"
+        assert "External KV connector is not verified yet" in str(e.value) and "#39702" in str(e.value)
+    else:
+        cfg = ConnectorConfig.from_vllm(vllm_config, kv_cache_config)
+        assert len(cfg.groups) == 1 and [g.index for g in cfg.state_groups] == [1, 2]
+        assert cfg.layout(0).checkpoint.image_bytes == 2 * cfg.state_layers[0].page_size_bytes
 
 
 class _SchedulerOf00024d3:
@@ -78,11 +124,7 @@ class _SchedulerOfAnotherVersion:
 
 @pytest.mark.parametrize("scheduler, refused", [(_SchedulerOf00024d3, True), (_SchedulerOfAnotherVersion, False)])
 def test_several_groups_are_refused_where_vllms_failure_path_reads_one(monkeypatch, scheduler, refused):
-    for name in ("vllm", "vllm.v1", "vllm.v1.core", "vllm.v1.core.sched"):
-        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
-    module = types.ModuleType("vllm.v1.core.sched.scheduler")
-    module.Scheduler = scheduler
-    monkeypatch.setitem(sys.modules, "vllm.v1.core.sched.scheduler", module)
+    installed_vllm_scheduler(monkeypatch, scheduler)
     vllm_config, kv_cache_config = configs("/nonexistent.sock", 1, 16, 2, 64, groups=HYBRID)
     if refused:
         with pytest.raises(kvstrand.ConfigError) as e:
@@ -554,6 +596,108 @@ def test_a_hybrid_models_failed_load_is_recomputed_where_vllm_can(server):
     vllm.run()
     assert vllm.stats["load_errors"] >= 1 and vllm.stats["resumed"] == 0
     assert vllm.stats["mismatches"] == 0 and vllm.all_blocks_free()
+    vllm.shutdown()
+
+
+@pytest.fixture
+def block_server():
+    """A server whose chunks are one 16-token block: every step end of a
+    Mamba model's block-aligned prefill is a chunk end."""
+    s = Server(chunk_tokens=16)
+    yield s
+    s.stop()
+
+
+def mamba_engine(server, **kw):
+    """A Mamba-hybrid model under a vLLM without the external-KV assert, no
+    local prefix cache (so a second request of a prompt loads from the tier)."""
+    kw.setdefault("chunk_tokens", 16)
+    kw.setdefault("budget", 64)
+    return MiniVllm(server.socket, caching=False, groups=MAMBA, hybrid_invalid_blocks=True,
+                    mamba_external_assert=False, **kw)
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_the_seeds_shape_resumes_kv_and_mamba_state_byte_exact_from_the_tier(block_server, tp):
+    # Steps end on the block grid (64-token budget): 0-64, 64-128, then the
+    # prompt's last whole block 128-144 (vLLM forces it to be a step end),
+    # then 144-150. Each save carries the state of the chunk its step ended
+    # on, so the tier holds 144 tokens with checkpoints at 64, 128 and 144.
+    vllm = mamba_engine(block_server, tp=tp)
+    loads = []
+    vllm.meta_hook = lambda meta: loads.extend(meta.loads)
+    prompt = PREFIX[:150]
+    vllm.add("a", prompt)
+    vllm.run()
+    b = vllm.add("b", prompt)
+    vllm.run()
+    assert b.loaded == (0, 144) and vllm.stats["resumed"] == 1
+    assert vllm.stats["mismatches"] == 0 and not vllm.mismatched and vllm.all_blocks_free()
+    (job,) = loads
+    (part,) = job.parts  # the attention group's blocks, and the state into each Mamba group's block at 144
+    assert (part.group, part.begin, part.end) == (0, 0, 144) and len(part.state_slots) == 2
+    assert NULL not in part.state_slots
+    vllm.shutdown()
+
+
+def test_a_tier_hit_is_capped_to_a_chunk_end_whose_state_is_stored(server):
+    # 64-token chunks: steps end at 64, 128 and 144, so chunk ends 64 and
+    # 128 have a state and the tier's KV hit of a prompt sharing 140 tokens
+    # (128) is loaded whole; one sharing 100 tokens holds KV to 64 only.
+    # One sharing 40: its hit (none: chunk 0 is 64 tokens) loads nothing.
+    vllm = mamba_engine(server, chunk_tokens=64)
+    vllm.add("a", PREFIX[:150])
+    vllm.run()
+    loaded = {}
+    for name, shared in (("b", 140), ("c", 100), ("d", 40)):
+        loaded[name] = vllm.add(name, PREFIX[:shared] + list(range(5000, 5030)))
+        vllm.run()
+    assert [loaded[n].loaded for n in "bcd"] == [(0, 128), (0, 64), None]
+    assert vllm.stats["mismatches"] == 0 and vllm.all_blocks_free()
+    vllm.shutdown()
+
+
+def test_a_checkpoint_is_only_where_a_step_ended(block_server):
+    # A 40-token budget cuts prefill at 32, 64, 96, 128, 144: with 16-token
+    # chunks the saves of [0, 32) carry no state at 16. A prompt sharing 24
+    # tokens finds KV at 16 but no state there: nothing is loaded, nothing
+    # is wrong.
+    vllm = mamba_engine(block_server, budget=40)
+    vllm.add("a", PREFIX[:150])
+    vllm.run()
+    b = vllm.add("b", PREFIX[:24] + list(range(7000, 7040)))
+    vllm.run()
+    c = vllm.add("c", PREFIX[:40] + list(range(7000, 7040)))
+    vllm.run()
+    assert b.loaded is None and c.loaded == (0, 32)
+    assert vllm.stats["mismatches"] == 0 and vllm.all_blocks_free()
+    vllm.shutdown()
+
+
+@pytest.mark.parametrize("spec_tokens, loaded", [(0, (0, 144)), (1, (0, 128))])
+def test_speculative_decoding_keeps_a_prefill_tail_of_two_tokens(block_server, spec_tokens, loaded):
+    # A 145-token prompt: without speculation the hit may end at 144 (one
+    # token left to compute); under speculative decoding at least two are
+    # left, so the hit falls back to the checkpoint at 128.
+    vllm = mamba_engine(block_server, spec_tokens=spec_tokens)
+    vllm.add("a", PREFIX[:145])
+    vllm.run()
+    b = vllm.add("b", PREFIX[:145])
+    vllm.run()
+    assert b.loaded == loaded
+    assert vllm.stats["mismatches"] == 0 and vllm.all_blocks_free()
+    vllm.shutdown()
+
+
+def test_a_vllm_that_asserts_no_external_kv_for_mamba_stops_as_kvstrand_refuses_it_at_start(block_server):
+    # Why the start-up check exists: the miniature asserts as vLLM through
+    # 0.22 does, and the first tier hit stops the engine core.
+    vllm = MiniVllm(block_server.socket, caching=False, groups=MAMBA, hybrid_invalid_blocks=True, chunk_tokens=16)
+    vllm.add("a", PREFIX[:150])
+    vllm.run()
+    vllm.add("b", PREFIX[:150])
+    with pytest.raises(AssertionError, match="External KV connector is not verified yet"):
+        vllm.run()
     vllm.shutdown()
 
 

@@ -47,6 +47,48 @@ class TorchKV:
         return self.bytes[at:at + self.half_bytes].cpu().numpy()
 
 
+class TorchState:
+    """A Mamba layer's state cache as vLLM lays it out in align mode: one page
+    per block of a raw bf16 tensor, the conv state's view at the page's start
+    and the SSM state's after it (torch.as_strided, a page apart), given to
+    register_kv_caches as the list [conv, ssm]. Writes queued late on the
+    current stream, as TorchKV's."""
+
+    def __init__(self, num_blocks, page):
+        self.page = page
+        raw = torch.empty(num_blocks * page // 2, dtype=torch.bfloat16, device="cuda")
+        conv = page // 8  # elements: a quarter of the page, the rest SSM state
+        self.tensor = [torch.as_strided(raw, (num_blocks, conv), (page // 2, 1)),
+                       torch.as_strided(raw, (num_blocks, page // 2 - conv), (page // 2, 1), conv)]
+        self.bytes = raw.view(torch.uint8)
+
+    def write(self, block, data):
+        torch.cuda._sleep(200_000)
+        src = torch.from_numpy(np.ascontiguousarray(data)).pin_memory()
+        self.bytes[block * self.page:(block + 1) * self.page].copy_(src, non_blocking=True)
+
+    def read(self, block):
+        torch.cuda.current_stream().synchronize()
+        return self.bytes[block * self.page:(block + 1) * self.page].cpu().numpy()
+
+
+@needs_torch_gpu
+@pytest.mark.parametrize("tp", [1, 2])
+def test_torch_mamba_state_views_resume_byte_exact(server, tp):
+    # The seed's shape on torch tensors: attention plus two single-layer Mamba
+    # groups whose states are strided views of a page per block.
+    vllm = MiniVllm(server.socket, tp=tp, groups=[("full", 2, 0), ("mamba", 1, 0), ("mamba", 1, 0)], caching=False,
+                    tensor=TorchKV, state_tensor=TorchState, hybrid_invalid_blocks=True, chunk_tokens=16, budget=64,
+                    mamba_external_assert=False)
+    vllm.add("a", PREFIX[:150])
+    vllm.run(timeout=60)
+    b = vllm.add("b", PREFIX[:150])
+    vllm.run(timeout=60)
+    assert b.loaded == (0, 144) and vllm.stats["resumed"] == 1
+    assert vllm.stats["mismatches"] == 0 and vllm.all_blocks_free(), vllm.mismatched
+    vllm.shutdown()
+
+
 @needs_torch_gpu
 @pytest.mark.parametrize("tp, planes, groups", [
     (1, 2, None), (2, 2, None),                          # FlashAttention's (2, num_blocks, block, heads, head)

@@ -19,10 +19,17 @@ Extra config keys (a demanding default for each but the socket):
   tenant_salt          isolates tenants' keys (default "")
   replicated_across_tp every TP rank holds the same KV (MLA): one copy stored
 
-KV-cache groups: one kvstrand registration per group vLLM's (hybrid)
-allocator presents, full attention and sliding window. A group kvstrand
-cannot serve correctly (Mamba state, chunked local attention, cross
-attention) is refused here, naming the group and the reason.
+KV-cache groups: one kvstrand registration per attention group vLLM's
+(hybrid) allocator presents, full attention and sliding window. Mamba /
+linear-attention groups under --mamba-cache-mode align (vLLM keeps a state
+per block boundary a step ends on) are served as checkpoints: their state
+at a chunk end rides in the first full-attention group's object of that
+chunk (its registration's state_parts, one per Mamba layer), the hit is
+capped to a chunk end whose state is stored, and a load writes the state
+into the block vLLM allocated for it. A group kvstrand cannot serve
+correctly (Mamba state outside align mode, or under a vLLM whose scheduler
+asserts no external KV for it; chunked local attention; cross attention) is
+refused here, naming the group and the reason.
 """
 
 import re
@@ -45,7 +52,9 @@ def spec_kind(spec):
     the spec's class name. By class name along the MRO, so vLLM's classes and
     look-alikes (tests) are read the same way."""
     names = [c.__name__ for c in type(spec).__mro__]
-    for refused in ("MambaSpec", "ChunkedLocalAttentionSpec", "CrossAttentionSpec", "EncoderOnlyAttentionSpec"):
+    if "MambaSpec" in names:
+        return "mamba"
+    for refused in ("ChunkedLocalAttentionSpec", "CrossAttentionSpec", "EncoderOnlyAttentionSpec"):
         if refused in names:
             return refused
     if "SlidingWindowSpec" in names:
@@ -56,9 +65,6 @@ def spec_kind(spec):
 
 
 _REFUSAL = {
-    "MambaSpec": "Mamba/linear-attention state: vLLM's scheduler asserts that no external KV is loaded for it "
-                 "(Scheduler._mamba_block_aligned_split, 'External KV connector is not verified yet') and, outside "
-                 "mamba_cache_mode 'align', keeps no state per block boundary to store",
     "ChunkedLocalAttentionSpec": "chunked local attention hands out the null block inside the prompt; a chunk's KV "
                                  "is not a function of its prefix kvstrand could key",
     "CrossAttentionSpec": "encoder-decoder cross attention (vLLM refuses KV connectors for it too)",
@@ -66,26 +72,46 @@ _REFUSAL = {
 }
 
 
-def vllm_recovers_hybrid_load_errors():
-    """Whether the installed vLLM's scheduler can take load errors when it
-    runs several KV-cache groups: True, False, or None where vLLM is not
-    importable (nothing to ask; a driver other than vLLM decides)."""
+def _vllm_scheduler_source(method):
+    """The source of the installed vLLM's Scheduler.`method`, or None where
+    vLLM is not importable or the method is not there (nothing to ask; a
+    driver other than vLLM decides)."""
     try:
         import inspect  # noqa: PLC0415
 
         from vllm.v1.core.sched.scheduler import Scheduler  # type: ignore # noqa: PLC0415
     except ImportError:
         return None
-    method = getattr(Scheduler, "_update_requests_with_invalid_blocks", None)
-    if method is None:
+    found = getattr(Scheduler, method, None)
+    if found is None:
         return None
     try:
-        source = inspect.getsource(method)
+        return inspect.getsource(found)
     except (OSError, TypeError):
+        return None
+
+
+def vllm_recovers_hybrid_load_errors():
+    """Whether the installed vLLM's scheduler can take load errors when it
+    runs several KV-cache groups: True, False, or None (see above)."""
+    source = _vllm_scheduler_source("_update_requests_with_invalid_blocks")
+    if source is None:
         return None
     # vLLM at 00024d3: "(req_block_ids,) = self.kv_cache_manager.get_block_ids(req_id)"
     # unpacks exactly one group and raises on more.
     return re.search(r"\(\s*req_block_ids\s*,\s*\)\s*=", source) is None
+
+
+def vllm_loads_external_mamba_state():
+    """Whether the installed vLLM's scheduler lets a connector load into a
+    request with Mamba groups: False where
+    Scheduler._mamba_block_aligned_split asserts num_external_computed_tokens
+    == 0 (vLLM issue #39702, 'External KV connector is not verified yet';
+    deployments patch it out), None where there is nothing to ask."""
+    source = _vllm_scheduler_source("_mamba_block_aligned_split")
+    if source is None:
+        return None
+    return re.search(r"assert\s+num_external_computed_tokens\s*==\s*0", source) is None
 
 
 @dataclass
@@ -96,9 +122,10 @@ class LayerSpec:
 
 @dataclass
 class GroupSpec:
-    kind: str              # "full" or "sliding"
+    kind: str              # "full", "sliding" or "mamba"
     sliding_window: int    # tokens; 0 for full attention
     layers: list
+    index: int = 0         # vLLM's index of the group (its block ids' position)
 
 
 @dataclass
@@ -117,7 +144,8 @@ class ConnectorConfig:
     tp_size: int
     replicated_across_tp: bool
     num_blocks: int
-    groups: list = field(default_factory=list)
+    groups: list = field(default_factory=list)        # attention groups: one registration each
+    state_groups: list = field(default_factory=list)  # Mamba groups (align mode): checkpoints of groups[0]
     speculative_tokens: int = 0
     speculative_method: str = ""
     kv_events: bool = False  # vLLM publishes KV events (kv_events_config.enable_kv_cache_events)
@@ -158,11 +186,14 @@ class ConnectorConfig:
         planes = get("planes_per_layer", 2, int)
         if planes not in (1, 2):
             raise config_error(OPTION_PREFIX + "planes_per_layer", f"{planes} is not 1 or 2")
-        groups = []
+        groups, state_groups = [], []
         for i, group in enumerate(list(getattr(kv_cache_config, "kv_cache_groups", []) or [])):
             option = f"{GROUPS_OPTION}[{i}].kv_cache_spec"
             spec = group.kv_cache_spec
             kind = spec_kind(spec)
+            if kind == "mamba":
+                state_groups.append(_mamba_group(vllm_config, spec, group, i, option, block_size))
+                continue
             if kind not in ("full", "sliding"):
                 raise config_error(option, f"kvstrand.vllm cannot serve a {kind} group: "
                                            f"{_REFUSAL.get(kind, 'not an attention KV cache it knows')}")
@@ -174,12 +205,15 @@ class ConnectorConfig:
                 raise config_error(OPTION_PREFIX + "planes_per_layer",
                                     f"a block of {page} bytes does not split in {planes}")
             window = int(getattr(spec, "sliding_window", 0) or 0) if kind == "sliding" else 0
-            groups.append(GroupSpec(kind, window, [LayerSpec(n, page) for n in group.layer_names]))
+            groups.append(GroupSpec(kind, window, [LayerSpec(n, page) for n in group.layer_names], i))
         if not groups:
             raise config_error(GROUPS_OPTION, "no KV-cache group to serve")
-        if len(groups) > 1 and vllm_recovers_hybrid_load_errors() is False:
+        if state_groups and groups[0].kind != "full":
+            raise config_error(GROUPS_OPTION, "Mamba groups need a full-attention group to carry their checkpoints "
+                                              "(the first attention group is a sliding window here)")
+        if len(groups) + len(state_groups) > 1 and vllm_recovers_hybrid_load_errors() is False:
             raise config_error(GROUPS_OPTION,
-                                f"{len(groups)} groups, and this vLLM cannot recover a failed KV load under its hybrid "
+                                f"{len(groups) + len(state_groups)} groups, and this vLLM cannot recover a failed KV load under its hybrid "
                                 "allocator (Scheduler._update_requests_with_invalid_blocks reads one group's blocks): a "
                                 "load lost with a restarted kvstrand-server would stop the engine. Serve one group "
                                 "(--disable-hybrid-kv-cache-manager) or use a vLLM whose scheduler handles every group")
@@ -204,6 +238,7 @@ class ConnectorConfig:
             replicated_across_tp=get("replicated_across_tp", False, bool),
             num_blocks=int(getattr(kv_cache_config, "num_blocks", 0)),
             groups=groups,
+            state_groups=state_groups,
             speculative_tokens=int(getattr(spec_cfg, "num_speculative_tokens", 0) or 0) if spec_cfg else 0,
             speculative_method=str(getattr(spec_cfg, "method", "") or "") if spec_cfg else "",
             kv_events=bool(getattr(getattr(vllm_config, "kv_events_config", None), "enable_kv_cache_events", False)),
@@ -229,8 +264,44 @@ class ConnectorConfig:
             block_tokens=self.block_size, chunk_tokens=self.chunk_tokens, sliding_window=g.sliding_window,
             dtype=self.dtype, tenant_salt=self.tenant_salt, tp_size=self.tp_size, tp_rank=tp_rank,
             replicated_across_tp=self.replicated_across_tp,
-            speculative=kvstrand.SpeculativeConfig(self.speculative_method, self.speculative_tokens))
+            speculative=kvstrand.SpeculativeConfig(self.speculative_method, self.speculative_tokens),
+            checkpoint=self.checkpoint() if group == 0 else kvstrand.CheckpointSpec())
+
+    @property
+    def state_layers(self):
+        return [layer for g in self.state_groups for layer in g.layers]
+
+    def checkpoint(self):
+        """The Mamba groups' state at a chunk end, carried by group 0: one
+        block of every Mamba layer (its whole page, conv and SSM state), in
+        the groups' order. None without Mamba groups."""
+        image = sum(layer.page_size_bytes for layer in self.state_layers)
+        if not image:
+            return kvstrand.CheckpointSpec()
+        return kvstrand.CheckpointSpec("vllm-mamba-align", image, self.chunk_tokens)
 
     def connector_options(self):
         return kvstrand.ConnectorOptions(server_socket=self.server_socket, transfer_deadline=self.transfer_deadline_s,
                                          server_request_timeout=self.request_timeout_s)
+
+
+def _mamba_group(vllm_config, spec, group, index, option, block_size):
+    """A Mamba group as kvstrand serves it (align mode, a vLLM that loads
+    external state), or a ConfigError naming why not."""
+    mode = str(getattr(spec, "mamba_cache_mode", None) or
+               getattr(vllm_config.cache_config, "mamba_cache_mode", None) or "none")
+    if mode != "align":
+        raise config_error(option, f"kvstrand.vllm cannot serve a Mamba group under mamba_cache_mode {mode!r}: only "
+                                   "'align' (--enable-prefix-caching --mamba-cache-mode align) keeps a state at the "
+                                   "block boundaries a step ends on, which is what a chunk's checkpoint needs")
+    if vllm_loads_external_mamba_state() is False:
+        raise config_error(option, "kvstrand.vllm cannot serve a Mamba group under this vLLM: its scheduler asserts "
+                                   "that no external KV is loaded for it (Scheduler._mamba_block_aligned_split, "
+                                   "'External KV connector is not verified yet', vLLM issue #39702). Use a vLLM "
+                                   "without that assert (the function already counts external tokens)")
+    if int(spec.block_size) != block_size:
+        raise config_error(option + ".block_size", f"{spec.block_size} differs from cache_config.block_size {block_size}")
+    page = int(spec.page_size_bytes)
+    if page <= 0:
+        raise config_error(option + ".page_size_bytes", f"{page} is not a page size")
+    return GroupSpec("mamba", 0, [LayerSpec(n, page) for n in group.layer_names], index)

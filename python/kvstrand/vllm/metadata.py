@@ -19,6 +19,10 @@ class GroupPart:
     block_ids: list              # one per block of [begin, end), none of them the null block
     chunk_hashes: list           # one per chunk the range touches
     handoff: dict = field(default_factory=dict)  # loads: TP rank -> the lease exported for it (bytes)
+    # Group 0 with Mamba groups: the Mamba blocks holding the checkpoint. A
+    # save: per chunk, one per Mamba layer (-1 for a chunk end no step ended
+    # on); a load: one per Mamba layer, written with the state at `end`.
+    state_slots: list = field(default_factory=list)
 
 
 @dataclass
@@ -30,7 +34,8 @@ class LoadJob:
 
     @property
     def block_ids(self):
-        return [b for p in self.parts for b in p.block_ids]
+        """Every block it writes, Mamba state blocks included."""
+        return [b for p in self.parts for b in p.block_ids] + [s for p in self.parts for s in p.state_slots if s > 0]
 
 
 @dataclass
@@ -43,7 +48,8 @@ class SaveJob:
 
     @property
     def block_ids(self):
-        return [b for p in self.parts for b in p.block_ids]
+        """Every block it reads, Mamba state blocks included."""
+        return [b for p in self.parts for b in p.block_ids] + [s for p in self.parts for s in p.state_slots if s > 0]
 
 
 @dataclass

@@ -13,7 +13,13 @@ Block rules vLLM's bookkeeping imposes (vllm/v1/core/sched/scheduler.py):
   finished_recving; request_finished must then answer False, or the same id
   would come back as sent after vLLM deleted the request (its assertion).
 - The null block (id 0) stands for a sliding-window group's slots outside
-  the window: it is never saved or loaded into.
+  the window, and for a Mamba group's blocks that hold no state: it is never
+  saved or loaded into.
+- Mamba groups (--mamba-cache-mode align): the block at index i of a Mamba
+  group holds the state at (i + 1) * block_size when a step ended there.
+  A save carries that state for the chunk its step ended on; a load writes
+  the state at its end into the block vLLM allocated for it (index
+  end / block_size - 1); a local hit ends where such a state is cached.
 """
 
 import logging
@@ -53,6 +59,7 @@ class SchedulerSide:
         self.stats = stats
         self.conn = kvstrand.Connector(cfg.connector_options())
         self.ngroups = len(cfg.groups)
+        self.vllm_groups = len(cfg.groups) + len(cfg.state_groups)  # Mamba groups have blocks, not registrations
         # layouts[rank][group]; registration id = rank * ngroups + group.
         self.layouts = [[cfg.layout(rank, g) for g in range(self.ngroups)] for rank in range(cfg.tp_size)]
         for per_rank in self.layouts:
@@ -143,13 +150,15 @@ class SchedulerSide:
             self.by_lookup[lookup] = (r.id, rank, g)
 
     def _group_hits(self, r):
-        """Per group, what every rank holds from token 0. A hit the server did
-        not lease (its per-client bound) cannot be handed over: none."""
+        """Per group, what every rank holds from token 0 (and the chunk ends
+        every rank holds a checkpoint for). A hit the server did not lease
+        (its per-client bound) cannot be handed over: none."""
         hits = [None] * self.ngroups
         for (rank, g), a in r.answers.items():
-            tokens = a.hit.tokens if a.lease else 0
-            hits[g] = tokens if hits[g] is None else min(hits[g], tokens)
-        return [h or 0 for h in hits]
+            tokens, points = (a.hit.tokens, set(a.hit.checkpoints)) if a.lease else (0, set())
+            hits[g] = (tokens, points) if hits[g] is None else (min(hits[g][0], tokens), hits[g][1] & points)
+        return [kvstrand.HitSource(h[0], sorted(p for p in h[1] if p <= h[0])) if h else kvstrand.HitSource(0)
+                for h in hits]
 
     # ---- vLLM's calls ----
     def get_num_new_matched_tokens(self, request, num_computed_tokens):
@@ -170,9 +179,10 @@ class SchedulerSide:
             self._post_lookups(r)  # those not posted yet (too many live before)
             return None, False  # not known yet: vLLM asks again at a later step
         hits = self._group_hits(r)
+        # vLLM's local hit ends where every Mamba group has the state cached.
+        local = kvstrand.HitSource(num_computed_tokens, [num_computed_tokens] if num_computed_tokens else [])
         plan = kvstrand.plan_groups(
-            [kvstrand.GroupHitInputs(self.layouts[0][g], hbm=kvstrand.HitSource(num_computed_tokens),
-                                     tier=kvstrand.HitSource(hits[g])) for g in range(self.ngroups)],
+            [kvstrand.GroupHitInputs(self.layouts[0][g], hbm=local, tier=hits[g]) for g in range(self.ngroups)],
             len(r.prompt), self.cfg.min_load_tokens)
         n = 0
         if plan.frontier > num_computed_tokens and all(
@@ -200,7 +210,7 @@ class SchedulerSide:
                 r.load_blocks = set(job.block_ids)
             return
         if r.answers:
-            r.tracker.note_stored(min(self._group_hits(r)))
+            r.tracker.note_stored(min(h.tokens for h in self._group_hits(r)))
         self._release(r)
         r.tracker.spend_tier_attempt()
         r.load_decided = True
@@ -211,32 +221,60 @@ class SchedulerSide:
         range: the slots the window has passed)."""
         bs, ct = self.cfg.block_size, self.cfg.chunk_tokens
         parts = []
-        for g in range(self.ngroups):
-            ids = r.block_ids[g][begin // bs:end // bs]
+        for g, group in enumerate(self.cfg.groups):
+            ids = r.block_ids[group.index][begin // bs:end // bs]
             first = next((i for i, b in enumerate(ids) if b != NULL_BLOCK), len(ids))
             group_keys = [(rank, g) for rank in range(self.cfg.tp_size)]
             if first == len(ids) or NULL_BLOCK in ids[first:]:
                 self._release(r, group_keys)  # nothing of this group to write
                 continue
             b = begin + first * bs
+            slots = self._state_blocks(r, end) if g == 0 and self.cfg.state_groups else []
+            if NULL_BLOCK in slots:
+                # vLLM allocates the block a load's state goes to; without it the
+                # load cannot restore the state: it fails (no lease handed), and
+                # vLLM recomputes.
+                log.error("kvstrand.vllm: %s: no Mamba block allocated at token %d to load the state into",
+                          r.id, end)
+                self._release(r, group_keys)
+                parts.append(GroupPart(g, b, end, ids[first:], r.hashes[g][b // ct:-(-end // ct)], {}))
+                continue
             handoff = {rank: self.conn.export_lease(r.answers.pop((rank, g)).lease) for rank, _ in group_keys}
-            parts.append(GroupPart(g, b, end, ids[first:], r.hashes[g][b // ct:-(-end // ct)], handoff))
+            parts.append(GroupPart(g, b, end, ids[first:], r.hashes[g][b // ct:-(-end // ct)], handoff, slots))
         return LoadJob(r.id, begin, end, parts)
 
-    def _save_parts(self, r, begin, end, computed_before):
+    def _state_blocks(self, r, at):
+        """Every Mamba layer's block holding the state at token `at` (a block
+        boundary), in the checkpoint image's order; the null block where a
+        group has none there."""
+        i = at // self.cfg.block_size - 1
+        out = []
+        for group in self.cfg.state_groups:
+            ids = r.block_ids[group.index] if group.index < len(r.block_ids) else []
+            out.extend([ids[i] if 0 <= i < len(ids) else NULL_BLOCK] * len(group.layers))
+        return out
+
+    def _save_parts(self, r, begin, end, computed_before, step_end):
         """Each group's part of saving [begin, end). A sliding-window group's
         blocks the window had passed when this step was scheduled may be
         freed (vLLM nulls them): such a group saves nothing of the range, and
-        its hits end before it."""
+        its hits end before it. With Mamba groups, group 0's part carries the
+        state of the chunk this step ends on (`step_end`): the only chunk end
+        whose state the Mamba blocks hold now."""
         bs, ct = self.cfg.block_size, self.cfg.chunk_tokens
         parts = []
         for g, group in enumerate(self.cfg.groups):
-            ids = r.block_ids[g][begin // bs:end // bs] if g < len(r.block_ids) else []
+            ids = r.block_ids[group.index][begin // bs:end // bs] if group.index < len(r.block_ids) else []
             if len(ids) != (end - begin) // bs or NULL_BLOCK in ids:
                 continue
             if group.sliding_window and begin // bs < max(0, computed_before - group.sliding_window + 1) // bs:
                 continue
-            parts.append(GroupPart(g, begin, end, ids, r.hashes[g][begin // ct:end // ct]))
+            slots = []
+            if g == 0 and self.cfg.state_groups and end == step_end:
+                at_end = self._state_blocks(r, end)
+                if NULL_BLOCK not in at_end:
+                    slots = [-1] * (len(at_end) * ((end - begin) // ct - 1)) + at_end
+            parts.append(GroupPart(g, begin, end, ids, r.hashes[g][begin // ct:end // ct], state_slots=slots))
         return parts
 
     def build_connector_meta(self, scheduler_output):
@@ -272,7 +310,7 @@ class SchedulerSide:
             if r is None:
                 continue
             if req_id in resumed:
-                r.block_ids = [list(ids) for ids in new_ids] if new_ids else [[] for _ in range(self.ngroups)]
+                r.block_ids = [list(ids) for ids in new_ids] if new_ids else [[] for _ in range(self.vllm_groups)]
             elif new_ids:
                 for g, ids in enumerate(new_ids):
                     r.block_ids[g].extend(ids)
@@ -287,7 +325,8 @@ class SchedulerSide:
             save = r.tracker.next_save(done)
             if save is None:
                 continue
-            parts = self._save_parts(r, save.begin, save.end, before)
+            parts = self._save_parts(r, save.begin, save.end, before,
+                                     before + scheduler_output.num_scheduled_tokens.get(req_id, 0))
             # Best effort, as a cache is: a save that fails is a later miss,
             # so the next chunks are planned without waiting for its outcome.
             r.tracker.save_settled(bool(parts))

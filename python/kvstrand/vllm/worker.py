@@ -95,7 +95,28 @@ class WorkerSide:
                                         f"region(s) of {cfg.num_blocks} blocks of {per_plane} bytes")
                 for p in range(cfg.planes_per_layer):
                     planes.append(kvstrand.PlaneMemory(t.data_ptr() + p * cfg.num_blocks * per_plane, cfg.num_blocks))
-            self.registrations.append(self.conn.register_layout(kvstrand.Registration(self.layouts[g], planes)))
+            state = self._state_parts(kv_caches) if g == 0 else []
+            self.registrations.append(
+                self.conn.register_layout(kvstrand.Registration(self.layouts[g], planes, state_parts=state)))
+
+    def _state_parts(self, kv_caches):
+        """Every Mamba layer's state memory: its blocks' pages (vLLM's conv
+        and SSM state views start at the page; the first is at its start),
+        one slot per block."""
+        cfg, parts = self.cfg, []
+        for layer in cfg.state_layers:
+            if layer.name not in kv_caches:
+                raise config_error("kv_caches", f"no state tensor for Mamba layer '{layer.name}'")
+            t = kv_caches[layer.name]
+            if isinstance(t, (list, tuple)):
+                t = t[0]  # vLLM: [conv_state, ssm_state], views of one page per block
+            shape, elem = tuple(t.shape), t.element_size()
+            stride = t.stride(0) * elem if hasattr(t, "stride") else math.prod(shape[1:]) * elem
+            if not shape or shape[0] != cfg.num_blocks or stride != layer.page_size_bytes:
+                raise config_error("kv_caches", f"Mamba layer '{layer.name}': a state tensor of shape {shape} is not "
+                                                f"{cfg.num_blocks} blocks {layer.page_size_bytes} bytes apart")
+            parts.append(kvstrand.StateMemory(t.data_ptr(), cfg.num_blocks, layer.page_size_bytes))
+        return parts
 
     # ---- per step ----
     def _producer(self):
@@ -108,7 +129,9 @@ class WorkerSide:
         return kvstrand.TransferSpec(
             request=req_id, registration=self.registrations[part.group], tokens=kvstrand.TokenRange(part.begin, part.end),
             keys=[kvstrand.ChunkKey(self.namespaces[part.group], self.kv_rank, h) for h in part.chunk_hashes],
-            blocks=list(part.block_ids), tier_lease=tier_lease)
+            blocks=list(part.block_ids), tier_lease=tier_lease,
+            with_state=any(s >= 0 for s in part.state_slots),
+            state_slots=list(part.state_slots) if any(s >= 0 for s in part.state_slots) else [])
 
     def _part_ended(self, live, group, why=None):
         """One group's load ended (landed, or failed with `why`); the load
