@@ -180,3 +180,12 @@ def server():
     s = Server()
     yield s
     s.stop()
+
+
+@pytest.fixture
+def block_server():
+    """A server whose chunks are one 16-token block: every step end of a
+    Mamba model's block-aligned prefill is a chunk end (test_vllm*.py)."""
+    s = Server(chunk_tokens=16)
+    yield s
+    s.stop()

@@ -599,15 +599,6 @@ def test_a_hybrid_models_failed_load_is_recomputed_where_vllm_can(server):
     vllm.shutdown()
 
 
-@pytest.fixture
-def block_server():
-    """A server whose chunks are one 16-token block: every step end of a
-    Mamba model's block-aligned prefill is a chunk end."""
-    s = Server(chunk_tokens=16)
-    yield s
-    s.stop()
-
-
 def mamba_engine(server, **kw):
     """A Mamba-hybrid model under a vLLM without the external-KV assert, no
     local prefix cache (so a second request of a prompt loads from the tier)."""

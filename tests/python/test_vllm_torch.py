@@ -74,10 +74,10 @@ class TorchState:
 
 @needs_torch_gpu
 @pytest.mark.parametrize("tp", [1, 2])
-def test_torch_mamba_state_views_resume_byte_exact(server, tp):
+def test_torch_mamba_state_views_resume_byte_exact(block_server, tp):
     # The seed's shape on torch tensors: attention plus two single-layer Mamba
     # groups whose states are strided views of a page per block.
-    vllm = MiniVllm(server.socket, tp=tp, groups=[("full", 2, 0), ("mamba", 1, 0), ("mamba", 1, 0)], caching=False,
+    vllm = MiniVllm(block_server.socket, tp=tp, groups=[("full", 2, 0), ("mamba", 1, 0), ("mamba", 1, 0)], caching=False,
                     tensor=TorchKV, state_tensor=TorchState, hybrid_invalid_blocks=True, chunk_tokens=16, budget=64,
                     mamba_external_assert=False)
     vllm.add("a", PREFIX[:150])
