@@ -29,7 +29,8 @@ class RedisTestClient {
  public:
   explicit RedisTestClient(const std::string& url, std::chrono::milliseconds timeout = 500ms,
                            std::chrono::milliseconds retry_after = l2::RedisOptions{}.retry_after,
-                           std::size_t max_inflight = l2::RedisOptions{}.max_inflight) {
+                           std::size_t max_inflight = l2::RedisOptions{}.max_inflight,
+                           l2::RedisCredentials credentials = {}) {
     std::string why;
     auto seeds = l2::parse_redis_url(url, &why);
     if (!seeds) throw std::runtime_error(why);
@@ -38,6 +39,7 @@ class RedisTestClient {
     o.timeout = timeout;
     o.retry_after = retry_after;
     o.max_inflight = max_inflight;
+    o.credentials = std::move(credentials);
     thread_ = std::thread([this] { io_.run(); });
     on_strand([&] { cluster_.emplace(strand_, o); });
   }

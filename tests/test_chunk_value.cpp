@@ -25,6 +25,16 @@ std::vector<std::byte> object(std::size_t n, std::uint32_t seed) {
   return o;
 }
 
+// Both XXH3 checksums recomputed, as anyone who knows the format can: the
+// object's (at 92) and the header's (at 120).
+void reseal(std::string& v) {
+  auto put = [&](std::size_t at, std::uint64_t x) {
+    for (int i = 0; i < 8; ++i) v[at + i] = static_cast<char>((x >> (8 * i)) & 0xff);
+  };
+  put(92, XXH3_64bits(v.data() + l2::kChunkHeaderBytes, v.size() - l2::kChunkHeaderBytes));
+  put(120, XXH3_64bits(v.data(), 120));
+}
+
 }  // namespace
 
 TEST_CASE("chunk value: a round trip gives the object's bytes and its image flag", "[l2]") {
@@ -86,10 +96,58 @@ TEST_CASE("chunk value: a value of another format version is refused, even with 
   const auto o = object(1024, 5);
   std::string v = l2::encode_chunk_value(key(1), false, o);
   v[8] = 2;  // version 2 (a later kvstrand's layout), little-endian
-  // Its header checksum made valid again, as a later writer's would be.
-  const std::uint64_t sum = XXH3_64bits(v.data(), 120);
-  for (int i = 0; i < 8; ++i) v[120 + i] = static_cast<char>((sum >> (8 * i)) & 0xff);
+  reseal(v);  // its header checksum made valid again, as a later writer's would be
   std::string why;
   REQUIRE_FALSE(l2::decode_chunk_value(v, key(1), o.size(), &why).has_value());
   REQUIRE(why == "format version 2");
+}
+
+TEST_CASE("chunk value: with a MAC key a value loads only if written under that key, whatever its checksums say",
+          "[l2]") {
+  const l2::MacKey mine{std::string(32, 'k')}, theirs{std::string(32, 'o')};
+  const auto o = object(8192, 11);
+  const std::string v = l2::encode_chunk_value(key(1), true, o, &mine);
+  REQUIRE(v.size() == l2::kChunkHeaderBytes + o.size());
+  std::string why;
+  l2::Refusal refusal = l2::Refusal::corrupt;
+  auto d = l2::decode_chunk_value(v, key(1), o.size(), &why, &mine, &refusal);
+  INFO(why);
+  REQUIRE(d.has_value());
+  REQUIRE(d->has_image);
+  REQUIRE(std::equal(d->object.begin(), d->object.end(), o.begin(), o.end()));
+  SECTION("another key's value, and a node without a key, refuse it; it is not called corrupt") {
+    REQUIRE_FALSE(l2::decode_chunk_value(v, key(1), o.size(), &why, &theirs, &refusal).has_value());
+    REQUIRE(why.find("MAC does not match") != std::string::npos);
+    REQUIRE(refusal == l2::Refusal::unauthenticated);
+    REQUIRE_FALSE(l2::decode_chunk_value(v, key(1), o.size(), &why, nullptr, &refusal).has_value());
+    REQUIRE(why.find("no key to check it") != std::string::npos);
+    REQUIRE(refusal == l2::Refusal::unauthenticated);
+  }
+  SECTION("a value without a MAC is refused where one is required") {
+    const std::string plain = l2::encode_chunk_value(key(1), true, o);
+    REQUIRE_FALSE(l2::decode_chunk_value(plain, key(1), o.size(), &why, &mine, &refusal).has_value());
+    REQUIRE(why.find("carries no MAC") != std::string::npos);
+    REQUIRE(refusal == l2::Refusal::unauthenticated);
+  }
+  SECTION("a writer who knows the format but not the key: its altered object fails the MAC") {
+    std::string forged = v;
+    forged[l2::kChunkHeaderBytes + 100] = static_cast<char>(forged[l2::kChunkHeaderBytes + 100] ^ 1);
+    reseal(forged);
+    REQUIRE_FALSE(l2::decode_chunk_value(forged, key(1), o.size(), &why, &mine, &refusal).has_value());
+    REQUIRE(why.find("MAC does not match") != std::string::npos);
+    // Its MAC flag cleared and resealed: a node without a key (XXH3 only)
+    // takes it, which is what the MAC is for; a node with one does not.
+    forged[12] = static_cast<char>(forged[12] & ~2);
+    reseal(forged);
+    REQUIRE(l2::decode_chunk_value(forged, key(1), o.size(), &why).has_value());
+    REQUIRE_FALSE(l2::decode_chunk_value(forged, key(1), o.size(), &why, &mine, &refusal).has_value());
+  }
+  SECTION("every byte of the header and a spread of the object, flipped, is refused") {
+    for (std::size_t at = 0; at < v.size(); at += at < l2::kChunkHeaderBytes ? 1 : 331) {
+      std::string bad = v;
+      bad[at] = static_cast<char>(bad[at] ^ 0x04);
+      INFO("byte " << at);
+      REQUIRE_FALSE(l2::decode_chunk_value(bad, key(1), o.size(), &why, &mine).has_value());
+    }
+  }
 }

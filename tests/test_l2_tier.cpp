@@ -14,6 +14,9 @@
 #include <fstream>
 #include <map>
 
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 #include "curl.hpp"
 #include "l2/chunk_value.hpp"
 #include "protocol_session.hpp"
@@ -394,4 +397,71 @@ TEST_CASE("l2: Redis with a password and an ACL user: the right credentials stor
   REQUIRE(r.output.find("invalid --l2-password-file:") != std::string::npos);
   REQUIRE(r.output.find("chmod 600") != std::string::npos);
   REQUIRE(r.output.find(secret) == std::string::npos);
+}
+
+TEST_CASE("l2: with a MAC key, a value rewritten by a client that has the Redis password but not the key is a "
+          "counted miss, never loaded, and a node without the key loads none",
+          "[l2][server][fault]") {
+  if (!redis_present() || !curl_present()) return;
+  const std::string admin = "adm-Mc55";
+  RedisNodes redis(3, true, admin);
+  const PasswordFile pw(admin, 0600), key("b7c1e0d9a4f2c8e6b5a3d1f0e9c7b2a4d6f8e0c1b3a5d7f9e2c4b6a8d0f1e3c5", 0600);
+  const PasswordFile short_key("tooshort", 0600), open_key("b7c1e0d9a4f2c8e6b5a3d1f0e9c7b2a4d6f8e0c1", 0644);
+  const std::vector<std::string> keyed = {"--l2-password-file", pw.path.string(), "--l2-mac-key-file",
+                                          key.path.string()};
+  Node a(redis.url(), keyed), b(redis.url(), keyed);
+  Node keyless(redis.url(), {"--l2-password-file", pw.path.string()});
+  const auto ks = keys(7, 3);
+  const auto wrote = a.store(ks, 7);
+  eventually([&] { return a.counter("written_total") == 3; }, "A wrote 3 MACed objects behind");
+  REQUIRE(b.load(ks, wrote) == 3);  // B has the key: every chunk, byte for byte
+  REQUIRE(b.counter("unauthenticated_total") == 0);
+  // A node without the key cannot tell these from forgeries: it loads none,
+  // counts them, and leaves them in Redis for the nodes that can.
+  REQUIRE(keyless.load(ks, {}) == 0);
+  REQUIRE(keyless.counter("unauthenticated_total") == 1);
+  REQUIRE(keyless.counter("bad_values_total") == 0);
+
+  // The forger knows the Redis password and the format, not the key: it
+  // alters chunk 1's object (both XXH3 checksums made valid again) and
+  // rewrites chunk 2 as a value with no MAC at all.
+  RedisTestClient rc(redis.url(), 500ms, l2::RedisOptions{}.retry_after, l2::RedisOptions{}.max_inflight,
+                     l2::RedisCredentials{"", admin});
+  REQUIRE_FALSE(rc.start());
+  const std::string v1 = rc.run({{"GET", l2::redis_key_of(ks[1])}})[0].value.str;
+  REQUIRE(v1.size() == l2::kChunkHeaderBytes + kObject);
+  std::string forged = v1;
+  forged[l2::kChunkHeaderBytes + 7] = static_cast<char>(forged[l2::kChunkHeaderBytes + 7] ^ 0x5a);
+  auto put = [&](std::size_t at, std::uint64_t x) {
+    for (int i = 0; i < 8; ++i) forged[at + i] = static_cast<char>((x >> (8 * i)) & 0xff);
+  };
+  put(92, XXH3_64bits(forged.data() + l2::kChunkHeaderBytes, kObject));
+  put(120, XXH3_64bits(forged.data(), 120));
+  std::vector<std::byte> other(kObject, std::byte{0x42});
+  auto r = rc.run({{"SET", l2::redis_key_of(ks[1]), forged},
+                   {"SET", l2::redis_key_of(ks[2]), l2::encode_chunk_value(ks[2], false, other)}});
+  REQUIRE(r[0].answered());
+  REQUIRE(r[1].answered());
+  // A node whose arena never held them (C) loads chunk 0 only.
+  Node c(redis.url(), keyed);
+  REQUIRE(c.load(ks, wrote) == 1);
+  REQUIRE(c.counter("unauthenticated_total") == 1);  // the lookup stops at chunk 1
+  const auto rest = std::vector<kv::ChunkKey>{ks[2]};
+  REQUIRE(c.load(rest, {}) == 0);
+  REQUIRE(c.counter("unauthenticated_total") == 2);
+  REQUIRE(c.counter("bad_values_total") == 0);
+  REQUIRE(c.counter("promoted_total") == 1);
+
+  // A key file others can read, or one too short, is refused at start.
+  for (const PasswordFile* f : {&open_key, &short_key}) {
+    std::vector<std::string> args = {sibling_binary("../kvstrand-server"), "--socket",
+                                     ServerProcess::fresh_socket_path(), "--l2", redis.url(), "--l2-mac-key-file",
+                                     f->path.string()};
+    args.insert(args.end(), kFlags.begin(), kFlags.end());
+    const ProcessResult bad = run_process(args, 20s);
+    INFO(bad.output);
+    REQUIRE(bad.exit_code == 2);
+    REQUIRE(bad.output.find("invalid --l2-mac-key-file:") != std::string::npos);
+    REQUIRE(bad.output.find(f == &open_key ? "chmod 600" : "at least 32") != std::string::npos);
+  }
 }

@@ -3,6 +3,12 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+
+#include <algorithm>
 #include <cstring>
 
 namespace kvstrand::l2 {
@@ -11,10 +17,15 @@ namespace {
 
 constexpr char kMagic[8] = {'K', 'V', 'S', 'T', 'R', 'L', '2', '\0'};
 
-// Field offsets in the header (little-endian integers).
+// Field offsets in the header (little-endian integers). A value with a MAC
+// keeps its nonce where the object's checksum would be (the MAC covers the
+// object), then its tag.
 constexpr std::size_t kVersionAt = 8, kFlagsAt = 12, kLengthAt = 16, kNsAt = 24, kRankAt = 56, kHashAt = 60,
-                      kPayloadSumAt = 92, kHeaderSumAt = 120;  // 100..119: zero, reserved
-static_assert(kHeaderSumAt + 8 == kChunkHeaderBytes);
+                      kPayloadSumAt = 92, kHeaderSumAt = 120;  // 100..119: zero, reserved, without a MAC
+constexpr std::size_t kNonceAt = 92, kNonceBytes = 12, kTagAt = 104, kTagBytes = 16;
+static_assert(kNonceAt + kNonceBytes == kTagAt && kTagAt + kTagBytes == kHeaderSumAt &&
+              kHeaderSumAt + 8 == kChunkHeaderBytes);
+constexpr std::uint32_t kFlagImage = 1u, kFlagMac = 2u;
 
 template <class T>
 void put(char* at, T v) {
@@ -27,30 +38,82 @@ T get(const char* at) {
   return static_cast<T>(v);
 }
 
+// The MAC of a value: GMAC (AES-256-GCM over additional data only) of the
+// header's first kNonceAt bytes and the object, under a key of its own,
+// HMAC-SHA-256(key, "kvstrand-l2-mac" || nonce), with the value's random
+// 96-bit nonce as GCM's IV. GHASH runs at several times SHA-256's speed
+// (docs/PERFORMANCE.md, "L2 on Redis"); a key used for one value only keeps
+// GCM's limit on random IVs per key out of reach. Into `tag`; false if
+// OpenSSL failed (the caller writes no MAC, or refuses).
+bool tag_of(const MacKey& key, const char* header, std::span<const std::byte> object, unsigned char* tag) {
+  static constexpr char kLabel[] = "kvstrand-l2-mac";
+  unsigned char in[sizeof kLabel - 1 + kNonceBytes];
+  std::memcpy(in, kLabel, sizeof kLabel - 1);
+  std::memcpy(in + sizeof kLabel - 1, header + kNonceAt, kNonceBytes);
+  unsigned char subkey[EVP_MAX_MD_SIZE];
+  unsigned int subkey_bytes = 0;
+  if (HMAC(EVP_sha256(), key.secret.data(), static_cast<int>(key.secret.size()), in, sizeof in, subkey,
+           &subkey_bytes) == nullptr || subkey_bytes != 32)
+    return false;
+  EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
+  int n = 0;
+  bool ok = ctx != nullptr &&
+            EVP_EncryptInit_ex(ctx, EVP_aes_256_gcm(), nullptr, subkey,
+                               reinterpret_cast<const unsigned char*>(header + kNonceAt)) == 1 &&
+            EVP_EncryptUpdate(ctx, nullptr, &n, reinterpret_cast<const unsigned char*>(header), kNonceAt) == 1;
+  // Additional data in pieces an int can count.
+  for (std::size_t at = 0; ok && at < object.size(); at += 1u << 30) {
+    const int piece = static_cast<int>(std::min<std::size_t>(object.size() - at, 1u << 30));
+    ok = EVP_EncryptUpdate(ctx, nullptr, &n, reinterpret_cast<const unsigned char*>(object.data()) + at, piece) == 1;
+  }
+  unsigned char none[16];
+  ok = ok && EVP_EncryptFinal_ex(ctx, none, &n) == 1 &&
+       EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, static_cast<int>(kTagBytes), tag) == 1;
+  EVP_CIPHER_CTX_free(ctx);
+  OPENSSL_cleanse(subkey, sizeof subkey);
+  return ok;
+}
+
 }  // namespace
 
 std::string redis_key_of(const kv::ChunkKey& key) {
   return "kvstrand:v1:{" + kv::to_hex(key.hash) + "}:" + kv::to_hex(key.ns) + ":" + std::to_string(key.kv_rank);
 }
 
-std::string encode_chunk_value(const kv::ChunkKey& key, bool has_image, std::span<const std::byte> object) {
+std::string encode_chunk_value(const kv::ChunkKey& key, bool has_image, std::span<const std::byte> object,
+                               const MacKey* mac) {
   std::string v(kChunkHeaderBytes + object.size(), '\0');
   char* h = v.data();
   std::memcpy(h, kMagic, sizeof kMagic);
   put<std::uint32_t>(h + kVersionAt, kChunkValueVersion);
-  put<std::uint32_t>(h + kFlagsAt, has_image ? 1u : 0u);
+  put<std::uint32_t>(h + kFlagsAt, has_image ? kFlagImage : 0u);
   put<std::uint64_t>(h + kLengthAt, object.size());
   std::memcpy(h + kNsAt, key.ns.data(), key.ns.size());
   put<std::uint32_t>(h + kRankAt, key.kv_rank);
   std::memcpy(h + kHashAt, key.hash.data(), key.hash.size());
   std::memcpy(h + kChunkHeaderBytes, object.data(), object.size());
-  put<std::uint64_t>(h + kPayloadSumAt, XXH3_64bits(h + kChunkHeaderBytes, object.size()));
+  // With a key: the flag first (the MAC covers it), a fresh nonce, the tag.
+  // A MAC OpenSSL could not make is left out, flag and all: nodes with the
+  // key refuse such a value (a miss), never trust it.
+  bool macd = false;
+  if (mac != nullptr) {
+    put<std::uint32_t>(h + kFlagsAt, get<std::uint32_t>(h + kFlagsAt) | kFlagMac);
+    macd = RAND_bytes(reinterpret_cast<unsigned char*>(h + kNonceAt), kNonceBytes) == 1 &&
+           tag_of(*mac, h, object, reinterpret_cast<unsigned char*>(h + kTagAt));
+    if (!macd) {
+      put<std::uint32_t>(h + kFlagsAt, get<std::uint32_t>(h + kFlagsAt) & ~kFlagMac);
+      std::memset(h + kNonceAt, 0, kNonceBytes + kTagBytes);
+    }
+  }
+  if (!macd) put<std::uint64_t>(h + kPayloadSumAt, XXH3_64bits(h + kChunkHeaderBytes, object.size()));
   put<std::uint64_t>(h + kHeaderSumAt, XXH3_64bits(h, kHeaderSumAt));
   return v;
 }
 
 std::optional<ChunkValue> decode_chunk_value(std::string_view value, const kv::ChunkKey& key,
-                                             std::uint64_t object_bytes, std::string* why) {
+                                             std::uint64_t object_bytes, std::string* why, const MacKey* mac,
+                                             Refusal* refusal) {
+  if (refusal != nullptr) *refusal = Refusal::corrupt;
   if (value.size() < kChunkHeaderBytes) {
     *why = "shorter than a header (" + std::to_string(value.size()) + " B)";
     return std::nullopt;
@@ -80,13 +143,33 @@ std::optional<ChunkValue> decode_chunk_value(std::string_view value, const kv::C
     return std::nullopt;
   }
   const char* payload = h + kChunkHeaderBytes;
-  if (get<std::uint64_t>(h + kPayloadSumAt) != XXH3_64bits(payload, length)) {
+  const std::span<const std::byte> object{reinterpret_cast<const std::byte*>(payload), length};
+  const std::uint32_t flags = get<std::uint32_t>(h + kFlagsAt);
+  const bool has_tag = (flags & kFlagMac) != 0;
+  if (mac != nullptr || has_tag) {
+    if (refusal != nullptr) *refusal = Refusal::unauthenticated;
+    if (mac == nullptr) {
+      *why = "it carries a MAC and this node has no key to check it (--l2-mac-key-file)";
+      return std::nullopt;
+    }
+    if (!has_tag) {
+      *why = "it carries no MAC and this node requires one (--l2-mac-key-file)";
+      return std::nullopt;
+    }
+    // Constant time: a forger learns nothing from how long a refusal took.
+    // The MAC covers the object, so its checksum adds nothing here.
+    unsigned char tag[kTagBytes];
+    if (!tag_of(*mac, h, object, tag) || CRYPTO_memcmp(tag, h + kTagAt, kTagBytes) != 0) {
+      *why = "its MAC does not match: not written under this node's --l2-mac-key-file";
+      return std::nullopt;
+    }
+  } else if (get<std::uint64_t>(h + kPayloadSumAt) != XXH3_64bits(payload, length)) {
     *why = "payload checksum mismatch";
     return std::nullopt;
   }
   ChunkValue out;
-  out.has_image = (get<std::uint32_t>(h + kFlagsAt) & 1u) != 0;
-  out.object = {reinterpret_cast<const std::byte*>(payload), length};
+  out.has_image = (flags & kFlagImage) != 0;
+  out.object = object;
   return out;
 }
 

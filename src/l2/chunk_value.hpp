@@ -7,11 +7,21 @@
 //        or tenants never share a key.
 // Value: a 128-byte header, then the object's bytes:
 //        magic "KVSTRL2\0", format version, flags (bit 0: carries a state
-//        image), object length, the full chunk key (namespace, rank, hash),
-//        XXH3-64 of the object, 20 reserved zero bytes, XXH3-64 of all the
-//        header before it.
+//        image; bit 1: carries a MAC), object length, the full chunk key
+//        (namespace, rank, hash), XXH3-64 of the object then 20 reserved
+//        zero bytes (without a MAC) or the MAC's 12-byte nonce and 16-byte
+//        tag (with one), XXH3-64 of all the header before it.
 // A value whose header, length or checksum does not match what the reader
 // expects is refused: a miss, never loaded.
+//
+// What each protects against: the XXH3 checksums catch accidents (a torn or
+// truncated value, a value of another format or chunk), not a writer who
+// recomputes them. With a node-shared secret (MacKey, --l2-mac-key-file)
+// every value instead carries a MAC over the header's first 92 bytes and the
+// object (GMAC under a key derived for that value from the secret and the
+// value's random nonce, chunk_value.cpp): a Redis client that can write
+// values but has not the secret can neither forge nor alter one that a node
+// loads. Neither hides the values: whoever reads Redis reads the KV.
 #pragma once
 
 #include <cstdint>
@@ -27,18 +37,39 @@ namespace kvstrand::l2 {
 inline constexpr std::uint32_t kChunkValueVersion = 1;
 inline constexpr std::size_t kChunkHeaderBytes = 128;
 
+inline constexpr std::size_t kMinMacKeyBytes = 32;
+
+// The node-shared secret: at least kMinMacKeyBytes bytes (the first line of
+// --l2-mac-key-file). Every node that shares the L2 needs the same one.
+struct MacKey {
+  std::string secret;
+};
+
 std::string redis_key_of(const kv::ChunkKey& key);
 
-// The header and the object's bytes, in one string (the SET's value).
-std::string encode_chunk_value(const kv::ChunkKey& key, bool has_image, std::span<const std::byte> object);
+// The header and the object's bytes, in one string (the SET's value); with a
+// MAC under `mac` when given.
+std::string encode_chunk_value(const kv::ChunkKey& key, bool has_image, std::span<const std::byte> object,
+                               const MacKey* mac = nullptr);
 
 struct ChunkValue {
   bool has_image = false;
   std::span<const std::byte> object;  // into the value given to decode
 };
+
+enum class Refusal {
+  corrupt,          // torn, truncated, of another format or chunk: worth deleting
+  unauthenticated,  // its MAC fails, or it has none where one is required (or one where this node has no key):
+                    // another deployment's, or forged; left in Redis
+};
+
 // The object in `value` if it is the chunk `key` of `object_bytes` bytes,
-// whole and unaltered; else none, with the reason in `why`.
+// whole and unaltered, and (with `mac`) written under that key; else none,
+// with the reason in `why` and its kind in `refusal` (when given). Without a
+// key a value carrying a MAC is refused too: nodes sharing an L2 must share
+// the key, and a node without it cannot tell a forged value from a real one.
 std::optional<ChunkValue> decode_chunk_value(std::string_view value, const kv::ChunkKey& key,
-                                             std::uint64_t object_bytes, std::string* why);
+                                             std::uint64_t object_bytes, std::string* why,
+                                             const MacKey* mac = nullptr, Refusal* refusal = nullptr);
 
 }  // namespace kvstrand::l2

@@ -74,7 +74,8 @@ common::HttpRoutes debug_routes(ServerState state) {
                              {"write_dropped", l.write_dropped}, {"promoted", l.promoted},
                              {"lookups", l.lookups},             {"lookup_misses", l.lookup_misses},
                              {"bad_values", l.bad_values},       {"unanswered", l.unanswered},
-                             {"bad_values_deleted", l.bad_values_deleted}, {"error_replies", l.error_replies},
+                             {"bad_values_deleted", l.bad_values_deleted}, {"unauthenticated", l.unauthenticated},
+                             {"error_replies", l.error_replies},
                              {"moved", l.redis.moved},           {"asked", l.redis.asked}};
     }
     return common::HttpResponse{200, "application/json", json::serialize(o)};
@@ -117,6 +118,9 @@ common::HttpRoutes debug_routes(ServerState state) {
                 l.bad_values);
       p.counter("kvstrand_server_l2_bad_values_deleted_total", "Refused L2 values deleted from Redis",
                 l.bad_values_deleted);
+      p.counter("kvstrand_server_l2_unauthenticated_total",
+                "L2 values refused by their MAC, or for lacking one (--l2-mac-key-file); left in Redis",
+                l.unauthenticated);
       p.counter("kvstrand_server_l2_error_replies_total",
                 "L2 GETs Redis answered with an error (CLUSTERDOWN while a master rejoins, WRONGTYPE, ...)",
                 l.error_replies);

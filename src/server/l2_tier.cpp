@@ -57,7 +57,8 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
       if (stopped) co_return;  // stop() closed the client meanwhile
       if (!ec) {
         const auto redis = cluster->stats();
-        spdlog::info("kvstrand-server: L2 on {} Redis node(s){}", redis.nodes, redis.cluster ? " (cluster)" : "");
+        spdlog::info("kvstrand-server: L2 on {} Redis node(s){}, values {}", redis.nodes, redis.cluster ? " (cluster)" : "",
+                     opt.mac ? "MACed (GMAC, a key per value)" : "checksummed (XXH3; no MAC key)");
         ready = true;
         st.auth_refused = false;  // let in after all (the operator fixed Redis's ACL)
         co_return;
@@ -95,7 +96,8 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
         queue.pop_front();
         const std::uint64_t object_bytes = q.index->object_bytes();
         items.emplace_back(l2::redis_key_of(q.key),
-                           l2::encode_chunk_value(q.key, q.image, {object_at(*q.index, q.slot), object_bytes}));
+                           l2::encode_chunk_value(q.key, q.image, {object_at(*q.index, q.slot), object_bytes},
+                                                  opt.mac ? &*opt.mac : nullptr));
         q.index->unpin(std::span<const kv::ChunkKey>(&q.key, 1));  // its bytes are taken
       }
       in_flight = items.size();
@@ -163,7 +165,16 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
         break;
       }
       std::string why;
-      std::optional<l2::ChunkValue> v = l2::decode_chunk_value(r.value.str, keys[i], object_bytes, &why);
+      l2::Refusal refusal = l2::Refusal::corrupt;
+      std::optional<l2::ChunkValue> v =
+          l2::decode_chunk_value(r.value.str, keys[i], object_bytes, &why, opt.mac ? &*opt.mac : nullptr, &refusal);
+      if (!v && refusal == l2::Refusal::unauthenticated) {
+        // Left in Redis: another deployment's (another key, or none) as likely
+        // as a forgery, and a writer that can forge can delete anyway.
+        ++st.unauthenticated;
+        spdlog::warn("kvstrand-server: L2 value of {} refused: {}", l2::redis_key_of(keys[i]), why);
+        break;
+      }
       if (!v) {
         ++st.bad_values;
         spdlog::warn("kvstrand-server: L2 value of {} refused and deleted: {}", l2::redis_key_of(keys[i]), why);

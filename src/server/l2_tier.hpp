@@ -25,9 +25,11 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
+#include "l2/chunk_value.hpp"
 #include "l2/redis_cluster.hpp"
 #include "common/strand.hpp"
 #include "tier/index.hpp"
@@ -41,6 +43,7 @@ struct L2Options {
   std::size_t max_inflight = 256;  // objects queued for writing; commands unanswered per Redis node
   std::chrono::seconds ttl{0};     // 0: no expiry (Redis's maxmemory policy evicts)
   l2::RedisCredentials credentials;  // --l2-user, --l2-password-file or KVSTRAND_L2_PASSWORD
+  std::optional<l2::MacKey> mac;     // --l2-mac-key-file: values carry a MAC under it, and must
 };
 
 struct L2Stats {
@@ -54,6 +57,7 @@ struct L2Stats {
   std::uint64_t lookup_misses = 0;   // ... and found nothing after the arena's hit
   std::uint64_t bad_values = 0;      // refused: header, length or checksum (then deleted from Redis)
   std::uint64_t bad_values_deleted = 0;
+  std::uint64_t unauthenticated = 0;  // refused by their MAC (or its absence); left in Redis
   std::uint64_t error_replies = 0;   // GETs Redis answered with an error (CLUSTERDOWN, WRONGTYPE, ...)
   std::uint64_t unanswered = 0;      // GETs with no answer in time (timeout, node down)
   std::size_t queue = 0;

@@ -20,10 +20,11 @@
 namespace kvstrand::server {
 
 namespace {
-// The L2 password: the first line of `path`, a regular file no one but its
-// owner can read (the password must not leak where the command line would
-// not). Empty and a reason in `why` otherwise. The text is never logged.
-std::string read_password_file(const std::string& path, std::string* why) {
+// A secret (the L2 password, the L2 MAC key): the first line of `path`, a
+// regular file no one but its owner can read (a secret must not leak where
+// the command line would not). Empty and a reason in `why` otherwise. The
+// text is never logged.
+std::string read_secret_file(const std::string& path, std::string* why) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) {
     *why = path + ": " + std::strerror(errno);
@@ -46,7 +47,7 @@ std::string read_password_file(const std::string& path, std::string* why) {
   ::close(fd);
   if (!why->empty()) return {};
   text = text.substr(0, text.find_first_of("\r\n"));
-  if (text.empty()) *why = path + " holds no password on its first line";
+  if (text.empty()) *why = path + " holds nothing on its first line";
   return text;
 }
 }  // namespace
@@ -91,11 +92,15 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
                  "Objects queued for writing to L2 (more are dropped, counted); commands unanswered per Redis node")
       ->capture_default_str();
   app.add_option("--l2-ttl", l2_ttl_s, "Seconds an object lives in L2 (0: until Redis evicts it)")->capture_default_str();
-  std::string l2_user, l2_password_file;
+  std::string l2_user, l2_password_file, l2_mac_key_file;
   app.add_option("--l2-user", l2_user, "Redis ACL user for L2 (default: Redis's default user); needs a password");
   app.add_option("--l2-password-file", l2_password_file,
                  "File whose first line is the L2 Redis password (mode 0600 or stricter); or set KVSTRAND_L2_PASSWORD. "
                  "Never on the command line");
+  app.add_option("--l2-mac-key-file", l2_mac_key_file,
+                 "File whose first line (at least 32 bytes, mode 0600 or stricter) is the key every L2 value is "
+                 "MACed under (GMAC, a key per value): a Redis writer without it cannot forge or alter what is loaded. "
+                 "Every node sharing the L2 needs the same key");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -180,7 +185,7 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
     if (!l2_password_file.empty() && env != nullptr)
       return refuse("--l2-password-file", "and KVSTRAND_L2_PASSWORD are both set: use one");
     if (!l2_password_file.empty()) {
-      l2.credentials.password = read_password_file(l2_password_file, &why);
+      l2.credentials.password = read_secret_file(l2_password_file, &why);
       if (!why.empty()) return refuse("--l2-password-file", why);
     } else if (env != nullptr) {
       l2.credentials.password = env;
@@ -189,9 +194,19 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
     if (!l2_user.empty() && l2.credentials.password.empty())
       return refuse("--l2-user", "needs a password: --l2-password-file or KVSTRAND_L2_PASSWORD");
     l2.credentials.username = l2_user;
+    if (!l2_mac_key_file.empty()) {
+      l2::MacKey key{read_secret_file(l2_mac_key_file, &why)};
+      if (!why.empty()) return refuse("--l2-mac-key-file", why);
+      if (key.secret.size() < l2::kMinMacKeyBytes)
+        return refuse("--l2-mac-key-file", l2_mac_key_file + " holds " + std::to_string(key.secret.size()) +
+                                               " bytes on its first line; a key needs at least " +
+                                               std::to_string(l2::kMinMacKeyBytes) + " (openssl rand -hex 32)");
+      l2.mac = std::move(key);
+    }
     o.l2 = std::move(l2);
   } else {
-    for (const char* f : {"--l2-timeout", "--l2-max-inflight", "--l2-ttl", "--l2-user", "--l2-password-file"})
+    for (const char* f :
+         {"--l2-timeout", "--l2-max-inflight", "--l2-ttl", "--l2-user", "--l2-password-file", "--l2-mac-key-file"})
       if (app.get_option(f)->count() > 0) return refuse(f, "needs --l2");
   }
   return o;
