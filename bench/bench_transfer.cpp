@@ -18,11 +18,21 @@
 // 2-chunk prompts (32 blocks + 2 images, 25.8 MB) back to back, 2 in flight,
 // during the same window; aggregate GB/s = bytes of the saves completed in
 // the window / window. The server is the kvstrand-server built beside this
-// benchmark (../kvstrand-server), on a private socket.
+// benchmark (../kvstrand-server), on a private socket. Baseline, in the same
+// run: as many raw clients, each copying the same 25.8 MB with one
+// contiguous D2H copy, 2 in flight, into its own slots of one shared host
+// arena (a memfd every client maps and pins, as kvstrand clients map and
+// pin the server's arena): what the GPU and the host give N processes
+// without kvstrand.
+//
+// --client-path per-segment: the scaling clients copy one segment at a time
+// (the copy engines) instead of the backend's fastest batch path (a
+// gather/scatter kernel on a GPU), to tell the two apart.
 //
 // usage: bench_transfer [--iterations N] [--pool-blocks N] [--clients 1,2,4,8]
-//                       [--seconds S] [--no-server]
+//                       [--seconds S] [--no-server] [--client-path fastest|per-segment]
 #include <spawn.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -41,6 +51,7 @@
 #include "hip/device.hpp"
 #include "hip/device_buffer.hpp"
 #include "hip/event.hpp"
+#include "hip/host_registration.hpp"
 #include "hip/pinned_buffer.hpp"
 #include "hip/stream.hpp"
 #include <kvstrand/chunk_keys.hpp>
@@ -270,17 +281,62 @@ int save_client(const std::string& socket, int index, std::int64_t start_ns, dou
   return failed ? 1 : 0;
 }
 
-// Runs n save clients at once; aggregate GB/s.
-double save_scaling(const std::string& socket, int n, double seconds) {
+// The baseline of save_client: the same bytes a save moves, as one
+// contiguous D2H copy from a device buffer into slot (index, k) of the
+// shared arena on memfd `fd` (mapped and pinned here, as a kvstrand client
+// pins the server's arena), 2 in flight on one stream, from `start` for
+// `seconds`; prints the bytes of the copies that completed in the window.
+int raw_client(int fd, int index, std::int64_t start_ns, double seconds) {
+  const std::uint64_t bytes_per_save = 32 * kBlockBytes + 2 * kImageBytes;
+  const std::size_t arena = static_cast<std::size_t>(::lseek(fd, 0, SEEK_END));
+  void* p = ::mmap(nullptr, arena, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED || arena < (index + 1) * 2 * bytes_per_save) die("raw client: cannot map the shared arena");
+  auto pinned = must(hip::HostRegistration::register_range(p, arena), "host registration");
+  auto dev = must(hip::DeviceBuffer::allocate(bytes_per_save), "device");
+  auto stream = must(hip::Stream::create(), "stream");
+  std::vector<hip::Event> events;
+  for (int k = 0; k < 2; ++k) events.push_back(must(hip::Event::create(), "event"));
+  const auto start = Clock::time_point(std::chrono::nanoseconds(start_ns));
+  const auto stop = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  std::this_thread::sleep_until(start);
+  bool busy[2] = {false, false};
+  std::uint64_t done = 0;
+  while (Clock::now() < stop || busy[0] || busy[1]) {
+    for (int k = 0; k < 2; ++k) {
+      if (busy[k]) {
+        const hip::Status q = events[k].query();
+        if (q.code() == hip::Errc::not_ready) continue;
+        if (!q.ok()) die("raw client: a copy failed");
+        busy[k] = false;
+        if (Clock::now() <= stop) done += bytes_per_save;
+      }
+      if (Clock::now() < stop) {
+        std::byte* slot = pinned.data() + (static_cast<std::size_t>(index) * 2 + k) * bytes_per_save;
+        if (!hip::copy_d2h(stream, slot, dev.data(), bytes_per_save).ok() || !events[k].record(stream).ok())
+          die("raw client: cannot queue a copy");
+        busy[k] = true;
+      }
+    }
+    std::this_thread::sleep_for(50us);  // as save_client: leave the cores to the copies
+  }
+  std::printf("%llu\n", static_cast<unsigned long long>(done));
+  return 0;
+}
+
+// Runs n save clients at once (raw clients on memfd `raw_fd` when >= 0);
+// aggregate GB/s.
+double save_scaling(const std::string& socket, int n, double seconds, const std::string& client_path,
+                    int raw_fd = -1) {
   const auto start = Clock::now() + 1500ms;  // every client registered by then
   const auto start_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count();
   std::vector<pid_t> pids;
   std::vector<std::string> outs;
   std::vector<FILE*> pipes;
   for (int i = 0; i < n; ++i) {
-    const std::string cmd = self_dir() + "/bench_transfer --save-client " + socket + " --index " +
-                            std::to_string(i) + " --start-ns " + std::to_string(start_ns) + " --seconds " +
-                            std::to_string(seconds);
+    const std::string who = raw_fd >= 0 ? "--raw-client " + std::to_string(raw_fd) : "--save-client " + socket;
+    const std::string cmd = self_dir() + "/bench_transfer " + who + " --index " + std::to_string(i) +
+                            " --start-ns " + std::to_string(start_ns) + " --seconds " + std::to_string(seconds) +
+                            " --client-path " + client_path;
     pipes.push_back(::popen(cmd.c_str(), "r"));
     if (!pipes.back()) die("cannot start a save client");
   }
@@ -303,7 +359,8 @@ int main(int argc, char** argv) {
   double seconds = 2.0;
   bool use_server = true;
   std::string client_socket;
-  int client_index = 0;
+  int client_index = 0, raw_fd = -1;
+  std::string client_path = "fastest";
   std::int64_t start_ns = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -317,13 +374,20 @@ int main(int argc, char** argv) {
     else if (a == "--seconds") seconds = std::max(0.2, std::stod(value()));
     else if (a == "--no-server") use_server = false;
     else if (a == "--save-client") client_socket = value();
+    else if (a == "--raw-client") raw_fd = std::stoi(value());
+    else if (a == "--client-path") client_path = value();
     else if (a == "--index") client_index = std::stoi(value());
     else if (a == "--start-ns") start_ns = std::stoll(value());
     else die("unknown argument " + a + " (see the file header)");
   }
   if (auto n = hip::device_count(); !n.ok() || *n == 0) die(std::string("no ") + hip::backend_name() + " device");
   (void)hip::select_device(0);
-  if (!client_socket.empty()) return save_client(client_socket, client_index, start_ns, seconds);
+  if (client_path != "fastest" && client_path != "per-segment") die("--client-path: fastest or per-segment");
+  if (!client_socket.empty()) {
+    if (client_path == "per-segment") hip::set_batch_path(hip::BatchPath::per_segment);
+    return save_client(client_socket, client_index, start_ns, seconds);
+  }
+  if (raw_fd >= 0) return raw_client(raw_fd, client_index, start_ns, seconds);
 
   const kv::Layout l = reference_layout();
   std::printf("bench_transfer: backend %s, pool %u blocks x 739840 B, load of 28 blocks + 1 MiB image, %d loads\n",
@@ -357,14 +421,28 @@ int main(int argc, char** argv) {
     served = report("node tier (kvstrand-server)", measure_loads(*conn, pool, l, iterations));
     conn->close();
   }
-  std::printf("  save scaling, %.1f s window, 2 saves in flight per client, 25.8 MB each:\n", seconds);
+  std::printf("  save scaling, %.1f s window, 2 saves in flight per client, 25.8 MB each, clients' batch path %s; "
+              "raw: one contiguous D2H copy per save into one shared pinned arena, the same run:\n",
+              seconds, client_path == "fastest" ? hip::fastest_batch_path() : "one copy a segment");
+  std::vector<int> counts;
   std::stringstream list(clients_list);
-  for (std::string item; std::getline(list, item, ',');) {
-    const int n = std::max(1, std::stoi(item));
-    std::printf("    %d client process%s: %6.2f GB/s aggregate\n", n, n == 1 ? "" : "es",
-                save_scaling(server.socket, n, seconds));
+  for (std::string item; std::getline(list, item, ',');) counts.push_back(std::max(1, std::stoi(item)));
+  // Inherited by the raw clients (no CLOEXEC): two save slots per client.
+  const int arena_fd = ::memfd_create("bench_transfer-raw", 0);
+  const std::uint64_t slot = 32 * kBlockBytes + 2 * kImageBytes;
+  const std::uint64_t arena_bytes = 2 * slot * static_cast<std::uint64_t>(*std::max_element(counts.begin(), counts.end()));
+  if (arena_fd < 0 || ::ftruncate(arena_fd, static_cast<off_t>(arena_bytes)) != 0)
+    die("cannot make the raw clients' shared arena");
+  double one = 0, one_raw = 0;
+  for (const int n : counts) {
+    const double kv = save_scaling(server.socket, n, seconds, client_path);
+    const double raw = save_scaling("", n, seconds, client_path, arena_fd);
+    if (n == counts.front()) one = kv, one_raw = raw;
+    std::printf("    %d client process%s: %6.2f GB/s aggregate (%.2f of %d), raw %6.2f GB/s (%.2f of %d)\n", n,
+                n == 1 ? "" : "es", kv, kv / one, counts.front(), raw, raw / one_raw, counts.front());
     std::fflush(stdout);
   }
+  ::close(arena_fd);
   std::printf("load latency ratio to one contiguous copy: embedded %.2f (one copy a segment: %.2f), node %.2f "
               "(node/embedded %.3f)\n",
               embedded, plain, served, served / embedded);
