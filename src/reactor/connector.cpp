@@ -645,11 +645,13 @@ std::optional<std::string> Connector::conflict(const Op& op) const {
     const bool written = u.writing[b] > 0;
     if (written || (load && u.reading[b] > 0)) return why("block " + std::to_string(b), written);
   }
-  for (std::int32_t s : slot_uses(registrations_[op.spec.registration], op.spec)) {
+  std::optional<std::string> refusal;
+  any_slot_use(registrations_[op.spec.registration], op.spec, [&](std::int32_t s) {
     const bool written = u.writing_slots[s] > 0;
-    if (written || (load && u.reading_slots[s] > 0)) return why("image slot " + std::to_string(s), written);
-  }
-  return std::nullopt;
+    if (written || (load && u.reading_slots[s] > 0)) refusal = why("image slot " + std::to_string(s), written);
+    return refusal.has_value();
+  });
+  return refusal;
 }
 
 void Connector::count(const Uses& u, int delta) {
@@ -662,8 +664,10 @@ void Connector::count(const Op& op, int delta) {
   InUse& in = in_use_[op.spec.registration];
   const bool load = op.kind == TransferKind::load;
   for (kv::BlockId b : op.spec.blocks) (load ? in.writing : in.reading)[b] += delta;
-  for (std::int32_t s : slot_uses(registrations_[op.spec.registration], op.spec))
+  any_slot_use(registrations_[op.spec.registration], op.spec, [&](std::int32_t s) {
     (load ? in.writing_slots : in.reading_slots)[s] += delta;
+    return false;
+  });
 }
 
 std::optional<std::string> Connector::claim(const std::vector<Op>& ops) {

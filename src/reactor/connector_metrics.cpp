@@ -132,7 +132,10 @@ std::string prometheus(const ConnectorMetrics& m, const Histogram& step_calls, c
   p.histogram("kvstrand_save_seconds", "Save latency, posted to completion", m.save_seconds);
   p.histogram("kvstrand_producer_wait_seconds", "Time transfers waited for the engine's producer event",
               m.producer_wait_seconds);
-  p.histogram("kvstrand_step_call_seconds", "Step-thread time inside kvstrand calls (a finished() with nothing to drain, one atomic load, is not timed)", step_calls);
+  p.histogram("kvstrand_step_call_seconds",
+              "Step-thread time inside kvstrand calls (a finished() with nothing to drain, one atomic load, is not "
+              "timed)",
+              step_calls);
   return p.str();
 }
 

@@ -171,14 +171,10 @@ std::uint32_t state_slot_count(const Registration& reg) {
 
 std::vector<std::int32_t> slot_uses(const Registration& reg, const kv::TransferSpec& s) {
   std::vector<std::int32_t> out;
-  if (!s.with_state) return out;
-  const std::size_t parts = reg.state_part_count();
-  for (std::size_t i = 0; i < s.state_slots.size(); ++i) {
-    if (s.state_slots[i] < 0) continue;
-    std::int32_t first = 0;  // the memory's first slot in the flat numbering
-    for (std::size_t p = 0; p < i % parts; ++p) first += static_cast<std::int32_t>(state_part(reg, p).slots);
-    out.push_back(first + s.state_slots[i]);
-  }
+  any_slot_use(reg, s, [&](std::int32_t slot) {
+    out.push_back(slot);
+    return false;
+  });
   return out;
 }
 

@@ -30,6 +30,21 @@ std::uint64_t state_part_bytes(const Registration& reg, std::size_t p);
 // Every state memory's slots, numbered one after another (memory 0's
 // first): how the Connector counts the slots live transfers use.
 std::uint32_t state_slot_count(const Registration& reg);
+// Calls f(slot in that numbering) for every slot the spec names; stops at
+// the first call that returns true, and returns whether one did. Allocates
+// nothing: the Connector's checks run on the step thread.
+template <class F>
+bool any_slot_use(const Registration& reg, const kv::TransferSpec& s, F&& f) {
+  if (!s.with_state) return false;
+  const std::size_t parts = reg.state_part_count();
+  std::int32_t first = 0;  // state memory (i % parts)'s first slot
+  for (std::size_t i = 0; i < s.state_slots.size(); ++i) {
+    if (i % parts == 0) first = 0;
+    if (s.state_slots[i] >= 0 && f(first + s.state_slots[i])) return true;
+    first += static_cast<std::int32_t>(state_part(reg, i % parts).slots);
+  }
+  return false;
+}
 std::vector<std::int32_t> slot_uses(const Registration& reg, const kv::TransferSpec& s);
 // Images the spec moves (chunks with a slot named, each in every memory).
 std::uint32_t images_of(const Registration& reg, const kv::TransferSpec& s);

@@ -126,12 +126,12 @@ class WorkerSide:
         return kvstrand.Producer.after_stream(stream) if stream is not None else kvstrand.Producer()
 
     def _spec(self, req_id, part, tier_lease=0):
+        with_state = any(s >= 0 for s in part.state_slots)  # a save's chunks may all lack an image
         return kvstrand.TransferSpec(
             request=req_id, registration=self.registrations[part.group], tokens=kvstrand.TokenRange(part.begin, part.end),
             keys=[kvstrand.ChunkKey(self.namespaces[part.group], self.kv_rank, h) for h in part.chunk_hashes],
             blocks=list(part.block_ids), tier_lease=tier_lease,
-            with_state=any(s >= 0 for s in part.state_slots),
-            state_slots=list(part.state_slots) if any(s >= 0 for s in part.state_slots) else [])
+            with_state=with_state, state_slots=list(part.state_slots) if with_state else [])
 
     def _part_ended(self, live, group, why=None):
         """One group's load ended (landed, or failed with `why`); the load
