@@ -10,11 +10,12 @@
 #include <map>
 #include <thread>
 
+#include <kvstrand/sim.hpp>
+
+#include "curl.hpp"
 #include "engine.hpp"
 #include "kv_pool.hpp"
-#include "reactor/local_tier.hpp"
 #include "server_process.hpp"
-#include "support.hpp"
 
 using namespace kvstrand;
 using namespace kvstrand::engine;
@@ -55,14 +56,22 @@ Workload small_workload(std::uint32_t distinct) {
   return w;
 }
 
-// A make_tier hook: an embedded LocalTier the test can reach (its streams,
-// for the sim's fault hooks) through `into`.
-std::function<std::unique_ptr<reactor::Tier>(reactor::Reactor&)> local_tier_into(reactor::LocalTier*& into) {
-  return [&into](reactor::Reactor& r) {
-    auto t = std::make_unique<reactor::LocalTier>(r, 64ull << 20);
-    into = t.get();
-    return t;
-  };
+// The engine reaches kvstrand through libkvstrand.so alone, and so does
+// this test: a device is one the public API can open a stream on.
+bool device_present() {
+  try {
+    (void)DeviceStream::create();
+    return true;
+  } catch (const std::exception& e) {
+    WARN("skipped: no device for the " << backend() << " backend on this machine: " << e.what());
+    return false;
+  }
+}
+
+bool sim_hooks_present() {
+  if (sim::available()) return true;
+  WARN("skipped: needs the sim backend's injection hooks (this build: " << backend() << ")");
+  return false;
 }
 
 void require_exact(const RunStats& st) {
@@ -169,15 +178,14 @@ TEST_CASE("engine: a preemption whose fence times out is fail-stop: the request'
   c.preempt_loading_every = 1;  // and a loading request is preempted at once
   c.fence_timeout = 100ms;
   c.transfer_deadline = 2s;  // bounds the close after the test
-  reactor::LocalTier* tier = nullptr;
-  c.make_tier = local_tier_into(tier);
   Engine e(c, small_workload(24));
-  REQUIRE(tier != nullptr);
+  REQUIRE(e.connector() != nullptr);
   // Saves go on; every load's copy waits on its held stream: the first
   // preemption's fence cannot cover its load.
-  require_ok(hip::sim::hold_stream(tier->load_stream()));
-  REQUIRE_THROWS_AS(e.run(0, 1e9, 80), reactor::FailStop);
-  require_ok(hip::sim::release_stream(tier->load_stream()));
+  const NativeStream loads = sim::load_stream(*e.connector());
+  sim::hold_stream(loads);
+  REQUIRE_THROWS_AS(e.run(0, 1e9, 80), FailStop);
+  sim::release_stream(loads);
   INFO("loads " << e.stats().loads << ", preemptions " << e.stats().preemptions);
   REQUIRE(e.stats().loads > 0);
   REQUIRE(e.stats().preemptions == 0);  // the preemption stopped before freeing the blocks
@@ -215,15 +223,13 @@ TEST_CASE("engine: a failed load reports its own cause and the request is recomp
   if (!device_present() || !sim_hooks_present()) return;
   auto c = small_config(true);
   c.pool_blocks = 150;
-  reactor::LocalTier* tier = nullptr;
-  c.make_tier = local_tier_into(tier);
   Engine e(c, small_workload(24));
-  REQUIRE(tier != nullptr);
+  REQUIRE(e.connector() != nullptr);
   // The first load's first copy runs and fails on the tier's load stream:
   // one group's (the target's or the draft cache's); the other group's copy
   // lands, and the load as a whole fails and is recomputed.
   REQUIRE(c.draft_cache);
-  require_ok(hip::sim::fail_copies(tier->load_stream(), hip::sim::FailAt::execute, hip::Errc::injected_fault, 1));
+  sim::fail_copies(sim::load_stream(*e.connector()), 1);
   RunStats st = e.run(0, 1e9, 80);
   require_exact(st);
   REQUIRE(st.loads_failed == 1);
@@ -243,20 +249,26 @@ TEST_CASE("engine: the draft model's cache is a second registration, stored, loa
     auto c = small_config(true);
     c.draft_cache = draft;
     c.pool_blocks = 150;
+    c.debug_port = 0;  // the tier's object count, from its /metrics
     Engine e(c, small_workload(24));
     RunStats st = e.run(0, 1e9, 80);
     require_exact(st);  // with the draft cache: its KV of every resumed request too
-    const auto tier = e.connector()->tier_stats();
-    return std::pair{st, tier};
+    const std::string metrics = curl(e.connector()->debug_port(), "/metrics").body;
+    const std::string gauge = "\nkvstrand_tier_objects ";
+    const auto at = metrics.find(gauge);
+    INFO(metrics);
+    REQUIRE(at != std::string::npos);
+    return std::pair{st, std::stoull(metrics.substr(at + gauge.size()))};
   };
-  const auto [with, with_tier] = run(true);
-  const auto [without, without_tier] = run(false);
+  if (!curl_present()) return;
+  const auto [with, with_objects] = run(true);
+  const auto [without, without_objects] = run(false);
   REQUIRE(with.loads > 0);
   REQUIRE(with.loads_failed == 0);
   REQUIRE(with.verified > 0);
   // Every stored chunk of the target has its draft twin: twice the objects.
-  REQUIRE(without_tier.objects > 0);
-  REQUIRE(with_tier.objects == 2 * without_tier.objects);
+  REQUIRE(without_objects > 0);
+  REQUIRE(with_objects == 2 * without_objects);
 }
 
 TEST_CASE("engine: a working set that fits HBM pays nothing for the tier (F31)", "[engine][gpu]") {

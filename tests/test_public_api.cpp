@@ -158,6 +158,74 @@ TEST_CASE("public api: an engine's own event is waited for (Producer::after_even
   REQUIRE_THROWS_AS(e.conn.save(e.spec("s", 0), Producer::after_event(0)), TransferRefused);
 }
 
+TEST_CASE("public api: queued copies through HostMemory, device to device, and an event waited for", "[api][sim]") {
+  if (!sim_backend()) return;
+  DeviceMemory mem = DeviceMemory::allocate(4 * kBlockBytes);
+  DeviceStream stream = DeviceStream::create();
+  HostMemory host = HostMemory::allocate(2 * kBlockBytes);
+  REQUIRE(host.size() == 2 * kBlockBytes);
+  const auto bytes = pattern(kBlockBytes, 5);
+  std::memcpy(host.data(), bytes.data(), kBlockBytes);
+  DeviceEvent done = DeviceEvent::create();
+  sim::hold_stream(stream.native());
+  mem.write_async(0, {host.data(), kBlockBytes}, stream);
+  mem.copy_async(2 * kBlockBytes, mem, 0, kBlockBytes, stream);  // after the write, on the same stream
+  mem.read_async(2 * kBlockBytes, {host.data() + kBlockBytes, kBlockBytes}, stream);
+  done.record(stream);
+  std::this_thread::sleep_for(20ms);
+  REQUIRE(std::memcmp(host.data() + kBlockBytes, bytes.data(), kBlockBytes) != 0);  // held: nothing ran yet
+  sim::release_stream(stream.native());
+  done.synchronize();
+  REQUIRE(std::memcmp(host.data() + kBlockBytes, bytes.data(), kBlockBytes) == 0);
+  REQUIRE_THROWS_AS(mem.copy_async(3 * kBlockBytes, mem, 0, 2 * kBlockBytes, stream), std::out_of_range);
+  REQUIRE_THROWS_AS(mem.read_async(4 * kBlockBytes, {host.data(), 1}, stream), std::out_of_range);
+}
+
+TEST_CASE("public api: a test of an engine holds or fails its Connector's loads (sim::load_stream)", "[api][sim][fault]") {
+  if (!sim_backend()) return;
+  Engine e;
+  e.plane.write(0, pattern(8 * kBlockBytes, 6));
+  e.conn.save(e.spec("r", 0));
+  REQUIRE(e.wait(1, 0).saves[0].ok);
+  const NativeStream loads = sim::load_stream(e.conn);
+  REQUIRE(loads != 0);
+  // Held: the load cannot end; released: it lands.
+  sim::hold_stream(loads);
+  e.conn.load(e.spec("a", 16));
+  std::this_thread::sleep_for(50ms);
+  REQUIRE(e.conn.finished().loads.empty());
+  sim::release_stream(loads);
+  REQUIRE(e.wait(0, 1).loads[0].ok);
+  // Failed where it runs: the load fails with the injected cause.
+  sim::fail_copies(loads, 1);
+  e.conn.load(e.spec("b", 16));
+  const auto f = e.wait(0, 1);
+  INFO(f.loads[0].reason);
+  REQUIRE_FALSE(f.loads[0].ok);
+  REQUIRE(f.loads[0].reason.find("injected") != std::string::npos);
+  e.conn.close();
+  REQUIRE_THROWS_AS(sim::load_stream(e.conn), std::runtime_error);
+}
+
+TEST_CASE("public api: one submit's ops after the same stream wait for one point of it", "[api][sim]") {
+  if (!sim_backend()) return;
+  Engine e;
+  sim::hold_stream(e.stream.native());
+  const auto step = pattern(16 * kBlockBytes, 7);
+  e.plane.write_async(0, step, e.stream);
+  std::vector<Op> ops;
+  ops.push_back({TransferKind::save, e.spec("r", 0), Producer::after_stream(e.stream.native())});
+  ops.push_back({TransferKind::save, e.spec("s", 8), Producer::after_stream(e.stream.native())});
+  ops[1].spec.keys = kv::chunk_keys(e.layout, kv::namespace_of(e.layout), std::vector<std::uint32_t>(128, 9));
+  e.conn.submit(std::move(ops));
+  std::this_thread::sleep_for(50ms);
+  REQUIRE(e.conn.finished().saves.empty());  // both wait for the held forward pass
+  sim::release_stream(e.stream.native());
+  const auto f = e.wait(2, 0);
+  REQUIRE(f.saves[0].ok);
+  REQUIRE(f.saves[1].ok);
+}
+
 TEST_CASE("public api: refusals are caught by their own types across the library", "[api]") {
   Engine e;
   kv::TransferSpec s = e.spec("r", 0);

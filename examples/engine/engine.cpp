@@ -2,8 +2,11 @@
 
 #include <spdlog/spdlog.h>
 
+#include <boost/asio/async_result.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <array>
@@ -12,14 +15,8 @@
 #include <list>
 #include <stdexcept>
 
-#include "hip/copy.hpp"
-#include "hip/device_buffer.hpp"
-#include "hip/event.hpp"
-#include "hip/shared_events.hpp"
-#include "hip/pinned_buffer.hpp"
-#include "hip/sim_hooks.hpp"
-#include "hip/stream.hpp"
 #include <kvstrand/chunk_keys.hpp>
+#include <kvstrand/sim.hpp>
 #include <kvstrand/hit_plan.hpp>
 #include <kvstrand/namespace_id.hpp>
 #include <kvstrand/save_tracker.hpp>
@@ -143,31 +140,26 @@ struct Engine::Impl {
   KvPool pool;
   kv::Digest ns{};
   kv::ChunkHasher hasher;
-  hip::Stream stream;
+  DeviceStream stream;
   // The step's device writes go through pinned staging, in two halves used
   // by alternate steps: a step's copies may still be queued while the next
   // step fills the other half. Before a half is reused, the step that last
   // used it must have run (its event, two steps old: complete in the
   // steady state). The engine's stream is never synchronized per step.
-  std::optional<hip::PinnedBuffer> staging;
+  std::optional<HostMemory> staging;
   std::size_t half_bytes = 0;
   std::uint32_t side = 0;   // the half this step writes through
   std::size_t staged = 0;   // bytes of it used
-  std::array<std::shared_ptr<hip::Event>, 2> half_done;
-  // Recorded on the engine's stream after each step: what a save posted
-  // after it waits for (its blocks were written by then). Loads wait for a
-  // point recorded when they are posted (engine_point()).
-  std::shared_ptr<const hip::Event> step_done;
-  hip::SharedEvents events;  // reused once the Connector let go
-  std::optional<hip::PinnedBuffer> readback;
+  std::array<std::optional<DeviceEvent>, 2> half_done;
+  std::optional<HostMemory> readback;
   // The draft model's cache (EngineConfig::draft_cache): a second
   // registration over the same block ids as the target's pool.
   std::optional<kv::Layout> draft_layout;
   std::optional<ToyModel> draft_model;
-  std::optional<hip::DeviceBuffer> draft_plane;
+  std::optional<DeviceMemory> draft_plane;
   kv::Digest draft_ns{};
   std::uint32_t draft_reg = 0;
-  std::unique_ptr<reactor::Connector> conn;
+  std::unique_ptr<Connector> conn;
   std::map<std::uint32_t, ToyModel::Reference> references;
   std::map<std::uint32_t, std::vector<std::uint32_t>> prompts;
 
@@ -205,34 +197,34 @@ struct Engine::Impl {
         pool(cfg.layout, cfg.pool_blocks, cfg.concurrency,
              cfg.checkpoint_slots ? cfg.checkpoint_slots : cfg.pool_blocks / cfg.layout.blocks_per_chunk(),
              cfg.hbm_cache),
-        ns(kv::namespace_of(cfg.layout)), stream(must(hip::Stream::create())) {
+        ns(kv::namespace_of(cfg.layout)), stream(DeviceStream::create()) {
     std::uint64_t per_token = 0;
     for (std::size_t p = 0; p < cfg.layout.planes.size(); ++p) per_token += model.bytes_per_token(p);
     if (cfg.draft_cache) {
       draft_layout.emplace(draft_layout_of(cfg.layout));
       draft_model.emplace(*draft_layout);
-      draft_plane.emplace(must(hip::DeviceBuffer::allocate(std::uint64_t{cfg.pool_blocks} *
-                                                           draft_layout->planes[0].bytes_per_block)));
+      draft_plane.emplace(
+          DeviceMemory::allocate(std::uint64_t{cfg.pool_blocks} * draft_layout->planes[0].bytes_per_block));
       draft_ns = kv::namespace_of(*draft_layout);
       per_token += draft_model->bytes_per_token(0);
     }
     const std::uint64_t tokens = cfg.max_batched_tokens + 2ull * cfg.concurrency;
     half_bytes =
         tokens * per_token + (tokens / cfg.layout.chunk_tokens + 2 * cfg.concurrency + 2) * cfg.layout.checkpoint.image_bytes;
-    staging.emplace(must(hip::PinnedBuffer::allocate(2 * half_bytes)));
-    if (cfg.sim_stream_delay.count() > 0) must(hip::sim::set_stream_delay(stream, cfg.sim_stream_delay));
+    staging.emplace(HostMemory::allocate(2 * half_bytes));
+    if (cfg.sim_stream_delay.count() > 0) sim::set_stream_delay(stream.native(), cfg.sim_stream_delay);
     if (cfg.tier) {
-      reactor::ConnectorOptions o;
+      ConnectorOptions o;
       o.transfer_deadline = cfg.transfer_deadline;
       o.tier_bytes = cfg.tier_bytes;
       o.server_socket = cfg.server_socket;
       o.server_request_timeout = std::chrono::milliseconds(5000);
-      o.make_tier = cfg.make_tier;
-      o.http = cfg.http;
-      conn = std::make_unique<reactor::Connector>(o);
+      o.debug_port = cfg.debug_port;
+      o.debug_address = cfg.debug_address;
+      conn = std::make_unique<Connector>(o);
       conn->register_layout(pool.registration());
       if (draft_layout) {
-        reactor::Registration draft;
+        Registration draft;
         draft.layout = *draft_layout;
         draft.planes = {{draft_plane->data(), cfg.pool_blocks}};
         draft_reg = conn->register_layout(draft);
@@ -242,22 +234,19 @@ struct Engine::Impl {
 
   // Copies out of the staging area may still be queued (no step waits for
   // its own): they run before the staging area is freed.
-  ~Impl() { (void)stream.synchronize(); }
-
-  template <class T>
-  static T must(hip::Result<T> r) {
-    if (!r.ok()) throw std::runtime_error("engine: " + r.status().describe());
-    return std::move(r).value();
-  }
-  static void must(const hip::Status& s) {
-    if (!s.ok()) throw std::runtime_error("engine: " + s.describe());
+  ~Impl() {
+    try {
+      stream.synchronize();
+    } catch (const std::exception& e) {
+      spdlog::error("engine: the stream's last copies: {}", e.what());
+    }
   }
 
   // ---- device writes through the step's staging area ----------------------
 
   std::byte* stage(std::size_t n) {
     if (staged + n > half_bytes) {  // full: let every queued copy drain, start over
-      must(stream.synchronize());
+      stream.synchronize();
       staged = 0;
     }
     std::byte* p = staging->data() + side * half_bytes + staged;
@@ -265,41 +254,37 @@ struct Engine::Impl {
     return p;
   }
 
-  // An event recorded on the engine's stream now: everything queued on it
-  // so far.
-  std::shared_ptr<hip::Event> engine_point() {
-    std::shared_ptr<hip::Event> ev = must(events.acquire());
-    must(ev->record(stream));
-    return ev;
-  }
+  // What a transfer posted now waits for: everything queued on the
+  // engine's stream so far (a save: the step's writes of its blocks; a
+  // load: every write queued to blocks that may have been another
+  // request's). kvstrand records its own event there at the post.
+  Producer engine_point() const { return Producer::after_stream(stream.native()); }
 
-  // The end of a step's device work: saves wait for it, and its staging
-  // half is free once it has run.
+  // The end of a step's device work: its staging half is free once it has run.
   void end_step() {
-    auto ev = engine_point();
-    step_done = ev;
-    half_done[side] = ev;
+    if (!half_done[side]) half_done[side].emplace(DeviceEvent::create());
+    half_done[side]->record(stream);
     side ^= 1;
     staged = 0;
-    if (half_done[side]) must(half_done[side]->synchronize());  // two steps old
+    if (half_done[side]) half_done[side]->synchronize();  // two steps old
   }
   void write_image(std::int32_t slot, const ToyState& s) {
     const auto img = model.image(s);
     std::byte* p = stage(img.size());
     std::memcpy(p, img.data(), img.size());
-    must(hip::copy_h2d(stream, pool.slot(slot), p, img.size()));
+    pool.state().write_async(pool.slot_offset(slot), {p, img.size()}, stream);
   }
   ToyState read_image(std::int32_t slot) {
     const std::uint64_t n = cfg.layout.checkpoint.image_bytes;
     auto& buf = readback_buffer(n);
-    must(hip::copy_d2h(stream, buf.data(), pool.slot(slot), n));
-    must(stream.synchronize());
+    pool.state().read_async(pool.slot_offset(slot), {buf.data(), n}, stream);
+    stream.synchronize();
     ToyState s;
     if (!ToyModel::from_image({buf.data(), n}, &s)) s.cursor = ~0ull;  // garbage: the verify step says so
     return s;
   }
-  hip::PinnedBuffer& readback_buffer(std::uint64_t n) {
-    if (!readback || readback->size() < n) readback.emplace(must(hip::PinnedBuffer::allocate(n)));
+  HostMemory& readback_buffer(std::uint64_t n) {
+    if (!readback || readback->size() < n) readback.emplace(HostMemory::allocate(n));
     return *readback;
   }
 
@@ -330,11 +315,11 @@ struct Engine::Impl {
       }
       const kv::BlockId dev = r.table[block];
       for (std::size_t p = 0; p < l.planes.size(); ++p)
-        must(hip::copy_h2d(stream, pool.plane(p) + dev * l.planes[p].bytes_per_block + off * model.bytes_per_token(p),
-                           dst[p], (end - t) * model.bytes_per_token(p)));
+        pool.plane(p).write_async(dev * l.planes[p].bytes_per_block + off * model.bytes_per_token(p),
+                                  {dst[p], (end - t) * model.bytes_per_token(p)}, stream);
       if (draft_model)
-        must(hip::copy_h2d(stream, draft_plane->data() + dev * draft_layout->planes[0].bytes_per_block + off * dbpt,
-                           draft_dst, (end - t) * dbpt));
+        draft_plane->write_async(dev * draft_layout->planes[0].bytes_per_block + off * dbpt, {draft_dst, (end - t) * dbpt},
+                                 stream);
       if (end % l.block_tokens == 0 && end <= r.prompt()) pool.commit(dev, r.block_hashes[block]);
       t = end;
     }
@@ -504,11 +489,11 @@ struct Engine::Impl {
       s.with_state = true;
       s.state_slots = {r.slot};
       s.tier_lease = std::exchange(r.tier_lease, 0);  // the load ends the lease once it has copied
-      std::vector<reactor::Connector::Op> ops;
+      std::vector<Op> ops;
       if (draft_layout) {  // the draft group's blocks are the same ids: the same range, its own keys and lease
         kv::TransferSpec d = draft_spec(r, s);
         d.tier_lease = std::exchange(r.draft_lease, 0);
-        ops.push_back({reactor::TransferKind::load, std::move(d), nullptr});
+        ops.push_back({TransferKind::load, std::move(d), {}});
       }
       const std::uint64_t id = load_seq++;
       pool.committed().record_load(id, std::move(dests));
@@ -523,9 +508,8 @@ struct Engine::Impl {
       in_flight.outcomes_left = 1 + static_cast<int>(ops.size());
       // The blocks it writes may have been another request's until now:
       // the load waits for every write the engine queued to them.
-      std::shared_ptr<const hip::Event> producer = engine_point();
-      ops.insert(ops.begin(), reactor::Connector::Op{reactor::TransferKind::load, std::move(s), producer});
-      for (auto& op : ops) op.producer = producer;
+      ops.insert(ops.begin(), Op{TransferKind::load, std::move(s), {}});
+      for (auto& op : ops) op.producer = engine_point();
       timed([&] { conn->submit(std::move(ops)); });
       ++stats.loads;
       if (plan.load->begin == 0) ++stats.loads_from_zero;
@@ -538,12 +522,29 @@ struct Engine::Impl {
       write_image(r.slot, r.state);
     } else {
       const auto src = pool.checkpoint(r.block_hashes[plan.frontier / l.block_tokens - 1]);
-      must(hip::copy_d2d(stream, pool.slot(r.slot), pool.slot(*src), l.checkpoint.image_bytes));
+      pool.state().copy_async(pool.slot_offset(r.slot), pool.state(), pool.slot_offset(*src), l.checkpoint.image_bytes,
+                              stream);
       r.state = read_image(r.slot);  // the device's copy is the state
     }
     r.rec.resumed = plan.frontier > 0;
     r.phase = Request::Phase::running;
     return true;
+  }
+
+  // The Connector's fence, co_awaited from this loop: its completion runs on
+  // kvstrand's reactor thread and only posts the result here. The exception
+  // is moved, never copied, so this thread holds its last reference.
+  asio::awaitable<void> fence(std::vector<std::string> requests) {
+    // The wait counts as work: run() must not return while the fence is out.
+    auto ex = asio::prefer(co_await asio::this_coro::executor, asio::execution::outstanding_work.tracked);
+    auto start = [this, ex, requests = std::move(requests)](auto handler) mutable {
+      auto h = std::make_shared<decltype(handler)>(std::move(handler));
+      conn->fence_async(std::move(requests), cfg.fence_timeout, [ex, h](std::exception_ptr e) {
+        asio::post(ex, [h, e = std::move(e)]() mutable { std::move (*h)(std::move(e)); });
+      });
+    };
+    // use_awaitable rethrows a non-null exception_ptr here.
+    co_await asio::async_initiate<decltype(asio::use_awaitable), void(std::exception_ptr)>(start, asio::use_awaitable);
   }
 
   // Frees what a running request holds and puts it back at the front of the
@@ -553,7 +554,7 @@ struct Engine::Impl {
   asio::awaitable<void> preempt(Request& r) {
     if (r.phase == Request::Phase::loading) {
       std::vector<std::string> names{r.load_name};
-      co_await conn->async_fence(std::move(names), cfg.fence_timeout, asio::use_awaitable);
+      co_await fence(std::move(names));
       // Its outcome, still in the mailbox, names the old generation: ignored.
       settle_record(loads.at(r.load_name), false);
       r.tracker.load_settled(kv::LoadOutcome::failed);
@@ -581,7 +582,8 @@ struct Engine::Impl {
     const kv::Digest& hash = r.block_hashes[end / l.block_tokens - 1];
     if (!pool.cached(hash) || pool.checkpoint(hash)) return;
     if (auto s = pool.checkpoint_slot_for(hash))
-      must(hip::copy_d2d(stream, pool.slot(*s), pool.slot(r.slot), l.checkpoint.image_bytes));
+      pool.state().copy_async(pool.slot_offset(*s), pool.state(), pool.slot_offset(r.slot), l.checkpoint.image_bytes,
+                              stream);
   }
 
   void settle_record(LoadInFlight& l, bool landed) {
@@ -603,7 +605,7 @@ struct Engine::Impl {
 
   void drain() {
     if (!conn) return;
-    reactor::Finished f = timed([&] { return conn->finished(); });
+    Finished f = timed([&] { return conn->finished(); });
     for (const auto& lk : f.lookups) {
       auto it = lookup_owner.find(lk.id);
       if (it == lookup_owner.end()) continue;
@@ -646,7 +648,7 @@ struct Engine::Impl {
     }
   }
 
-  void on_load(const reactor::TransferOutcome& outcome) {
+  void on_load(const TransferOutcome& outcome) {
     auto entry = loads.find(outcome.request);
     if (entry == loads.end()) return;
     // Every group's outcome first: the load landed only if each group's did.
@@ -655,7 +657,7 @@ struct Engine::Impl {
     if (--entry->second.outcomes_left > 0) return;
     LoadInFlight load = entry->second;
     loads.erase(entry);
-    reactor::TransferOutcome o = outcome;
+    TransferOutcome o = outcome;
     o.ok = load.ok;
     o.reason = load.reason;
     const std::uint64_t n = load.request;
@@ -748,8 +750,8 @@ struct Engine::Impl {
     SaveInFlight in_flight{n, specs.front().lease, std::move(pinned)};
     in_flight.outcomes_left = in_flight.unsafe_left = static_cast<int>(specs.size());
     saves[specs.front().request] = std::move(in_flight);
-    std::vector<reactor::Connector::Op> ops;
-    for (auto& s : specs) ops.push_back({reactor::TransferKind::save, std::move(s), step_done});
+    std::vector<Op> ops;
+    for (auto& s : specs) ops.push_back({TransferKind::save, std::move(s), engine_point()});
     timed([&] { conn->submit(std::move(ops)); });
   }
 
@@ -771,13 +773,13 @@ struct Engine::Impl {
     for (const auto& p : l.planes) per_block += p.bytes_per_block;
     const std::uint32_t blocks = (r.prompt() + l.block_tokens - 1) / l.block_tokens;
     auto& buf = readback_buffer(std::max<std::uint64_t>(blocks * per_block, l.checkpoint.image_bytes));
-    must(stream.synchronize());
+    stream.synchronize();
     std::uint64_t off = 0;
     for (std::size_t p = 0; p < l.planes.size(); ++p)
       for (std::uint32_t b = 0; b < blocks; ++b, off += l.planes[p].bytes_per_block)
-        must(hip::copy_d2h(stream, buf.data() + off, pool.plane(p) + r.table[b] * l.planes[p].bytes_per_block,
-                           l.planes[p].bytes_per_block));
-    must(stream.synchronize());
+        pool.plane(p).read_async(r.table[b] * l.planes[p].bytes_per_block, {buf.data() + off, l.planes[p].bytes_per_block},
+                                 stream);
+    stream.synchronize();
     std::string bad;
     std::vector<std::byte> expect;
     off = 0;
@@ -795,16 +797,16 @@ struct Engine::Impl {
     }
     if (bad.empty()) {
       const auto img = model.image(ref.prompt_state);
-      must(hip::copy_d2h(stream, buf.data(), pool.slot(r.slot), img.size()));
-      must(stream.synchronize());
+      pool.state().read_async(pool.slot_offset(r.slot), {buf.data(), img.size()}, stream);
+      stream.synchronize();
       if (std::memcmp(buf.data(), img.data(), img.size()) != 0) bad = "state image at the prompt's end";
     }
     if (bad.empty() && draft_model) {  // the draft group's KV, in the same blocks of its own pool
       const std::uint64_t dbpb = draft_layout->planes[0].bytes_per_block, dbpt = draft_model->bytes_per_token(0);
       auto& dbuf = readback_buffer(std::max<std::uint64_t>(blocks * dbpb, blocks * per_block));
       for (std::uint32_t b = 0; b < blocks; ++b)
-        must(hip::copy_d2h(stream, dbuf.data() + b * dbpb, draft_plane->data() + r.table[b] * dbpb, dbpb));
-      must(stream.synchronize());
+        draft_plane->read_async(r.table[b] * dbpb, {dbuf.data() + b * dbpb, dbpb}, stream);
+      stream.synchronize();
       expect.resize(dbpt);
       for (std::uint32_t t = 0; t < r.prompt() && bad.empty(); ++t) {
         draft_model->token_kv(ref.hashes[t] ^ kDraftSalt, 0, expect.data());
@@ -1002,7 +1004,15 @@ struct Engine::Impl {
       }
     }
     stats.end_at = clock;
-    if (conn) co_await conn->async_close(asio::use_awaitable);
+    // Everything posted has settled when run() returns; the Connector stays
+    // open (its debug endpoint too) until the Engine goes.
+    if (conn) {
+      std::vector<std::string> names;
+      for (const auto& [name, save] : saves)
+        if (!save.settled) names.push_back(name);
+      for (const auto& [name, load] : loads) names.push_back(name);
+      co_await fence(std::move(names));
+    }
   }
 };
 
@@ -1015,14 +1025,12 @@ Engine::~Engine() {
   if (!impl_ || !impl_->conn) return;
   impl_->conn->close();
   // A copy never seen to end (F13) may still read or write the pool: it is
-  // never freed, the rule a fail-stop puts on every engine.
-  if (impl_->conn->never_ended() != 0) {
-    static auto* forever = new std::vector<std::unique_ptr<Impl>>;
-    forever->push_back(std::move(impl_));
-  }
+  // never freed (nor destroyed) while the process runs, the rule a
+  // fail-stop puts on every engine.
+  if (impl_->conn->never_ended() != 0) static_cast<void>(impl_.release());
 }
 
-reactor::Connector* Engine::connector() { return impl_->conn.get(); }
+Connector* Engine::connector() { return impl_->conn.get(); }
 
 const RunStats& Engine::stats() const { return impl_->stats; }
 

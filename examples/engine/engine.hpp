@@ -24,8 +24,8 @@
 #include <string>
 #include <vector>
 
+#include <kvstrand/connector.hpp>
 #include <kvstrand/layout.hpp>
-#include "reactor/connector.hpp"
 #include "workload.hpp"
 
 namespace kvstrand::engine {
@@ -41,7 +41,9 @@ struct EngineConfig {
   std::string server_socket;  // tier through kvstrand-server instead of the embedded LocalTier
   std::uint64_t tier_bytes = 1ull << 30;
   std::uint32_t min_load_tokens = 256;
-  std::optional<common::HttpOptions> http;  // the connector's debug endpoint (tier arms)
+  // The connector's debug endpoint (tier arms): off when negative, 0 for any free port.
+  int debug_port = -1;
+  std::string debug_address = "127.0.0.1";
   std::chrono::milliseconds transfer_deadline{30'000};
   std::chrono::milliseconds fence_timeout{30'000};  // a preemption's fence of its load
   // 1: steps of the measured window take their modeled time for real (the
@@ -58,9 +60,7 @@ struct EngineConfig {
   // draft model does. Every save, lookup and load is posted for both groups.
   bool draft_cache = true;
   CostModel cost;
-  // Tests: the tier to use (e.g. a LocalTier whose streams inject faults),
-  // and a preemption of the newest loading request every N steps (0: off).
-  std::function<std::unique_ptr<reactor::Tier>(reactor::Reactor&)> make_tier;
+  // Tests: a preemption of the newest loading request every N steps (0: off).
   std::uint32_t preempt_loading_every = 0;
   // Tests, sim backend only: every operation on the engine's own stream
   // waits this long (copies stay queued while the step goes on).
@@ -121,7 +121,8 @@ class Engine {
   // adds the number checked to stats.
   std::uint64_t verify_checkpoints(RunStats& stats);
 
-  reactor::Connector* connector();
+  // Null when the configuration has no tier.
+  Connector* connector();
 
   // What run() had counted so far; after run() threw, what happened before.
   const RunStats& stats() const;

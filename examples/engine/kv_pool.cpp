@@ -5,28 +5,20 @@
 
 namespace kvstrand::engine {
 
-namespace {
-hip::DeviceBuffer must_alloc(std::uint64_t bytes) {
-  auto b = hip::DeviceBuffer::allocate(bytes);
-  if (!b.ok()) throw std::runtime_error("KV pool: " + b.status().describe());
-  return std::move(b).value();
-}
-}  // namespace
-
 KvPool::KvPool(const kv::Layout& layout, std::uint32_t blocks, std::uint32_t running_slots,
                std::uint32_t checkpoint_slots, bool cache_enabled)
     : layout_(layout), blocks_(blocks), cache_(cache_enabled), running_slots_(running_slots), refs_(blocks, 0),
       hash_of_(blocks), committed_as_(blocks) {
-  for (const auto& p : layout.planes) planes_.push_back(must_alloc(p.bytes_per_block * blocks));
-  state_.emplace(must_alloc(layout.checkpoint.image_bytes * (running_slots + checkpoint_slots)));
+  for (const auto& p : layout.planes) planes_.push_back(DeviceMemory::allocate(p.bytes_per_block * blocks));
+  state_.emplace(DeviceMemory::allocate(layout.checkpoint.image_bytes * (running_slots + checkpoint_slots)));
   for (kv::BlockId b = blocks; b-- > 0;) free_.push_back(b);
   for (std::int32_t s = static_cast<std::int32_t>(running_slots); s-- > 0;) running_free_.push_back(s);
   for (std::uint32_t i = checkpoint_slots; i-- > 0;)
     ckpt_free_.push_back(static_cast<std::int32_t>(running_slots + i));
 }
 
-reactor::Registration KvPool::registration() {
-  reactor::Registration reg;
+Registration KvPool::registration() {
+  Registration reg;
   reg.layout = layout_;
   for (auto& p : planes_) reg.planes.push_back({p.data(), blocks_});
   reg.state = {state_->data(),

@@ -22,13 +22,12 @@
 #include <unordered_map>
 #include <vector>
 
-#include "hip/device_buffer.hpp"
-#include "hip/stream.hpp"
+#include <kvstrand/device_memory.hpp>
 #include <kvstrand/block_leases.hpp>
 #include <kvstrand/committed_blocks.hpp>
 #include <kvstrand/digest.hpp>
 #include <kvstrand/layout.hpp>
-#include "reactor/registration.hpp"
+#include <kvstrand/registration.hpp>
 
 namespace kvstrand::engine {
 
@@ -37,10 +36,15 @@ class KvPool {
   KvPool(const kv::Layout& layout, std::uint32_t blocks, std::uint32_t running_slots, std::uint32_t checkpoint_slots,
          bool cache_enabled);
 
-  reactor::Registration registration();
+  Registration registration();
   const kv::Layout& layout() const { return layout_; }
-  std::byte* plane(std::size_t p) { return planes_[p].data(); }
-  std::byte* slot(std::int32_t s) { return state_->data() + static_cast<std::uint64_t>(s) * layout_.checkpoint.image_bytes; }
+  // Plane p's memory (block b at b x its bytes per block), and the state
+  // memory (slot s at slot_offset(s)).
+  DeviceMemory& plane(std::size_t p) { return planes_[p]; }
+  DeviceMemory& state() { return *state_; }
+  std::uint64_t slot_offset(std::int32_t s) const {
+    return static_cast<std::uint64_t>(s) * layout_.checkpoint.image_bytes;
+  }
   std::uint32_t blocks() const { return blocks_; }
 
   // ---- blocks ----
@@ -86,8 +90,8 @@ class KvPool {
   kv::Layout layout_;
   std::uint32_t blocks_;
   bool cache_;
-  std::vector<hip::DeviceBuffer> planes_;
-  std::optional<hip::DeviceBuffer> state_;
+  std::vector<DeviceMemory> planes_;
+  std::optional<DeviceMemory> state_;
   std::uint32_t running_slots_;
   std::vector<std::uint32_t> refs_;
   std::vector<std::optional<kv::Digest>> hash_of_;        // cached under (by_hash_)

@@ -15,9 +15,8 @@
 #include "demo_redis.hpp"
 #include "demo_server.hpp"
 #include "engine.hpp"
-#include "hip/device.hpp"
-#include "common/parse_bytes.hpp"
-#include "reactor/transfer_error.hpp"
+#include <kvstrand/errors.hpp>
+#include <kvstrand/version.hpp>
 #include "report.hpp"
 #include "toy_model.hpp"
 
@@ -42,6 +41,26 @@ kv::Layout seed_layout(std::uint32_t bytes_scale, bool speculative) {
   l.dtype = "fp8";
   if (speculative) l.speculative = {"mtp", 1, {}};
   return l;
+}
+
+// "1G", "512M", "4096": a size as the flags take it (K, M, G, T: powers of
+// 1024); none for anything else.
+std::optional<std::uint64_t> size_of(const std::string& text) {
+  static const std::string units = "KMGT";
+  if (text.empty() || !std::isdigit(static_cast<unsigned char>(text[0]))) return std::nullopt;
+  std::size_t used = 0;
+  unsigned long long n = 0;
+  try {
+    n = std::stoull(text, &used);
+  } catch (const std::out_of_range&) {
+    return std::nullopt;
+  }
+  if (used == text.size()) return n;
+  const auto unit = units.find(static_cast<char>(std::toupper(static_cast<unsigned char>(text[used]))));
+  if (unit == std::string::npos || used + 1 != text.size()) return std::nullopt;
+  const unsigned shift = 10 * static_cast<unsigned>(unit + 1);
+  if (n > (~0ull >> shift)) return std::nullopt;
+  return n << shift;
 }
 
 }  // namespace
@@ -100,19 +119,26 @@ int main(int argc, char** argv) {
     seconds = 180;
     time_scale = 1.0;
   }
-  const auto tier_bytes = kvstrand::common::parse_bytes(tier_bytes_text);
+  const auto tier_bytes = size_of(tier_bytes_text);
   if (!tier_bytes || *tier_bytes == 0) {
     std::fprintf(stderr, "kvstrand-engine-demo: invalid --tier-bytes: '%s' is not a size like 1G\n",
                  tier_bytes_text.c_str());
     return 2;
   }
-  std::optional<common::HttpOptions> http;
+  // --http ADDR:PORT: the Connector's debug_address and debug_port (it
+  // refuses an address that is not loopback when the tier arm starts).
+  std::string http_address;
+  int http_port = -1;
   if (!http_text.empty()) {
-    http = common::parse_http_address(http_text);
-    if (!http || common::validate(*http)) {
-      std::fprintf(stderr, "kvstrand-engine-demo: invalid --http: '%s' is not a loopback ADDR:PORT\n", http_text.c_str());
+    const auto colon = http_text.rfind(':');
+    const std::string port_text = colon == std::string::npos ? "" : http_text.substr(colon + 1);
+    if (colon == 0 || port_text.empty() || port_text.size() > 5 ||
+        port_text.find_first_not_of("0123456789") != std::string::npos || std::stoi(port_text) > 65535) {
+      std::fprintf(stderr, "kvstrand-engine-demo: invalid --http: '%s' is not ADDR:PORT\n", http_text.c_str());
       return 2;
     }
+    http_address = http_text.substr(0, colon);
+    http_port = std::stoi(port_text);
   }
   if (prompts == 0 || fit_prompts == 0) {
     std::fprintf(stderr, "kvstrand-engine-demo: invalid --prompts / --fit-prompts: must be > 0\n");
@@ -133,17 +159,18 @@ int main(int argc, char** argv) {
         return 2;
       }
   }
-  if (auto n = hip::device_count(); !n.ok() || *n == 0) {
-    std::fprintf(stderr, "kvstrand-engine-demo: no %s device\n", hip::backend_name());
+  try {
+    (void)DeviceStream::create();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kvstrand-engine-demo: no %s device: %s\n", backend(), e.what());
     return 1;
   }
-  (void)hip::select_device(0);
 
   Workload w;
   std::printf("kvstrand-engine-demo: %s backend; %u prompts (%u prefixes x %u + tails of %u tokens on average), "
               "%u outputs, "
               "concurrency %u, pool %u blocks of %llu B%s, %g modeled s measured per arm%s\n",
-              hip::backend_name(), prompts, w.prefixes, w.prefix_tokens, w.tail_tokens, w.output_tokens, concurrency,
+              backend(), prompts, w.prefixes, w.prefix_tokens, w.tail_tokens, w.output_tokens, concurrency,
               pool_blocks, static_cast<unsigned long long>(seed_layout(bytes_scale, false).bytes_per_block()),
               no_draft ? "" : " + a draft model's cache (a second registration)", seconds, server.empty() ? "" : (", tier: kvstrand-server at " + server).c_str());
   std::printf("  tier arms first run one pass over every prompt (warm-up, as fast as the host can), then measure "
@@ -171,7 +198,10 @@ int main(int argc, char** argv) {
     c.time_scale = time_scale;
     c.verify = !no_verify;
     c.draft_cache = !no_draft;
-    if (c.tier) c.http = http;
+    if (c.tier && http_port >= 0) {
+      c.debug_port = http_port;
+      c.debug_address = http_address;
+    }
     try {
       // tier-restart: another engine fills a node tier with one pass (the
       // demo's own server unless --server names one), then the measured
@@ -197,7 +227,7 @@ int main(int argc, char** argv) {
           EngineConfig fill = c;
           fill.server_socket = node_a.socket_path();
           fill.time_scale = 0;
-          fill.http.reset();
+          fill.debug_port = -1;
           Engine(fill, w).run(w.distinct, 0);
         }
         own_server.emplace(server_binary, *tier_bytes, c.layout.chunk_tokens, l2_flags);
@@ -210,13 +240,13 @@ int main(int argc, char** argv) {
         }
         EngineConfig fill = c;
         fill.time_scale = 0;
-        fill.http.reset();
+        fill.debug_port = -1;
         Engine(fill, w).run(w.distinct, 0);
       }
       Engine engine(c, w);
-      if (engine.connector() && engine.connector()->http_port() != 0) {
-        std::printf("  %s: debug endpoint on http://%s:%u/debug\n", arm.c_str(), c.http->address.c_str(),
-                    engine.connector()->http_port());
+      if (engine.connector() && engine.connector()->debug_port() != 0) {
+        std::printf("  %s: debug endpoint on http://%s:%u/debug\n", arm.c_str(), c.debug_address.c_str(),
+                    engine.connector()->debug_port());
         std::fflush(stdout);
       }
       double printed = -100;
@@ -237,7 +267,7 @@ int main(int argc, char** argv) {
       mismatches += st.mismatches;
       for (const auto& d : st.mismatch_details) std::fprintf(stderr, "  mismatch: %s\n", d.c_str());
       for (const auto& f : st.load_failures) std::fprintf(stderr, "  failed load: %s\n", f.c_str());
-    } catch (const reactor::FailStop& e) {
+    } catch (const FailStop& e) {
       std::fprintf(stderr, "kvstrand-engine-demo: arm %s stopped: %s\n", arm.c_str(), e.what());
       return 1;
     } catch (const std::exception& e) {
@@ -250,7 +280,7 @@ int main(int argc, char** argv) {
   std::filesystem::create_directories(out);
   const std::string json = out + "/engine-demo.json";
   std::ostringstream cfg;
-  cfg << "{\"backend\": \"" << hip::backend_name() << "\", \"prompts\": " << prompts << ", \"seconds\": " << seconds
+  cfg << "{\"backend\": \"" << backend() << "\", \"prompts\": " << prompts << ", \"seconds\": " << seconds
       << ", \"fit_prompts\": " << fit_prompts << ", \"bytes_scale\": " << bytes_scale << ", \"pool_blocks\": " << pool_blocks
       << ", \"concurrency\": " << concurrency << ", \"server\": " << (server.empty() ? "false" : "true") << "}";
   std::ofstream(json) << to_json(results, cfg.str());

@@ -42,6 +42,11 @@
 #pragma GCC visibility push(default)  // the library's ABI; the rest of it is hidden
 namespace kvstrand {
 
+class Connector;
+namespace sim {
+NativeStream load_stream(Connector& connector);  // <kvstrand/sim.hpp>
+}
+
 struct ConnectorOptions {
   // Every transfer's own deadline; passing it is fail-stop. Must be > 0.
   std::chrono::milliseconds transfer_deadline{60'000};
@@ -165,6 +170,7 @@ class Connector {
   std::uint16_t debug_port() const noexcept;
 
  private:
+  friend NativeStream sim::load_stream(Connector& connector);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
@@ -179,7 +185,7 @@ class Connector::FenceAwaitable {
     // after `resume` is called the frame may be gone, so the callback owns
     // its own copy of `resume` and touches nothing of `this` after it.
     c_.fence_async(std::move(requests_), timeout_, [this, h, resume = resume_](std::exception_ptr e) {
-      error_ = e;
+      error_ = std::move(e);  // the engine's thread holds the only reference
       resume([h] { h.resume(); });
     });
   }

@@ -51,6 +51,9 @@ class DeviceEvent {
   NativeEvent native() const noexcept;
   // Marks the point after everything queued on `stream` so far.
   void record(DeviceStream& stream);
+  // Blocks until the point last recorded has run (a host buffer's reuse,
+  // set-up; never what the step thread waits for per step).
+  void synchronize();
 
  private:
   struct Impl;
@@ -77,10 +80,36 @@ class DeviceMemory {
   void read(std::size_t offset, std::span<std::byte> to) const;
   // Queued on `stream`; `from` must stay valid until the stream has run it.
   void write_async(std::size_t offset, std::span<const std::byte> from, DeviceStream& stream);
+  // Queued on `stream`; `to` holds the bytes once the stream has run it.
+  void read_async(std::size_t offset, std::span<std::byte> to, DeviceStream& stream) const;
+  // Queued on `stream`: [offset, offset + n) of this memory becomes
+  // [from_offset, from_offset + n) of `from` (which may be this memory; the
+  // ranges must not overlap).
+  void copy_async(std::size_t offset, const DeviceMemory& from, std::size_t from_offset, std::size_t n,
+                  DeviceStream& stream);
 
  private:
   struct Impl;
   explicit DeviceMemory(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Page-locked host memory: what write_async and read_async copy from and to
+// without the runtime staging it (a pageable buffer is copied through a
+// staging buffer of the runtime's, and the call may wait for that).
+class HostMemory {
+ public:
+  static HostMemory allocate(std::size_t bytes);
+  ~HostMemory();
+  HostMemory(HostMemory&&) noexcept;
+  HostMemory& operator=(HostMemory&&) noexcept;
+
+  std::byte* data() const noexcept;
+  std::size_t size() const noexcept;
+
+ private:
+  struct Impl;
+  explicit HostMemory(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 

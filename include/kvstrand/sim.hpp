@@ -12,6 +12,10 @@
 #include <kvstrand/device_memory.hpp>
 
 #pragma GCC visibility push(default)  // the library's ABI; the rest of it is hidden
+namespace kvstrand {
+class Connector;
+}
+
 namespace kvstrand::sim {
 
 bool available() noexcept;
@@ -23,6 +27,17 @@ void set_stream_delay(NativeStream stream, std::chrono::microseconds delay);
 // Destroying the stream releases it.
 void hold_stream(NativeStream stream);
 void release_stream(NativeStream stream);
+
+// The next `count` copies queued on `stream` move nothing, and the next
+// event recorded on it after them completes with an injected fault (the
+// failed transfer's reason says "injected").
+void fail_copies(NativeStream stream, int count = 1);
+
+// The stream `connector`'s tier queues its loads' copies on (the embedded
+// tier's and the node tier's alike): hold it and a load cannot end, fail its
+// copies and a load fails where it runs. Throws once the connector is
+// closed, or before its first register_layout() (the tier has no stream yet).
+NativeStream load_stream(Connector& connector);
 
 }  // namespace kvstrand::sim
 #pragma GCC visibility pop

@@ -2,6 +2,7 @@
 // Connector behind a boundary that names no Boost and no vendor type.
 // Native handles become borrowed hip::Stream / hip::Event here.
 #include <kvstrand/connector.hpp>
+#include <kvstrand/sim.hpp>
 
 #include <stdexcept>
 
@@ -68,7 +69,23 @@ void Connector::load(kv::TransferSpec spec, Producer producer) {
 void Connector::submit(std::vector<Op> ops) {
   std::vector<reactor::Connector::Op> in;
   in.reserve(ops.size());
-  for (Op& op : ops) in.push_back({op.kind, std::move(op.spec), impl_->producer(op.producer)});
+  // Ops after the same stream share one event: "what is queued on it now"
+  // is one point for the whole step.
+  NativeStream shared_stream = 0;
+  std::shared_ptr<const hip::Event> shared;
+  for (Op& op : ops) {
+    std::shared_ptr<const hip::Event> ev;
+    if (op.producer.kind() == Producer::Kind::stream && shared && op.producer.handle() == shared_stream) {
+      ev = shared;
+    } else {
+      ev = impl_->producer(op.producer);
+      if (op.producer.kind() == Producer::Kind::stream) {
+        shared_stream = op.producer.handle();
+        shared = ev;
+      }
+    }
+    in.push_back({op.kind, std::move(op.spec), std::move(ev)});
+  }
   impl_->conn.submit(std::move(in));
 }
 
@@ -97,7 +114,11 @@ void Connector::fence(const std::vector<std::string>& requests, std::chrono::mil
 void Connector::fence_async(std::vector<std::string> requests, std::chrono::milliseconds timeout,
                             std::function<void(std::exception_ptr)> done) {
   if (!done) throw std::invalid_argument("fence_async: no completion function");
-  impl_->conn.async_fence(std::move(requests), timeout, [done = std::move(done)](std::exception_ptr e) { done(e); });
+  impl_->conn.async_fence(std::move(requests), timeout, [done = std::move(done)](std::exception_ptr e) {
+    // Moved, not copied: the engine's thread is to hold the last reference
+    // (an exception_ptr released last on this thread is a race TSan reports).
+    done(std::move(e));
+  });
 }
 
 void Connector::close() { impl_->conn.close(); }
@@ -105,5 +126,15 @@ void Connector::close() { impl_->conn.close(); }
 std::size_t Connector::never_ended() const noexcept { return impl_->conn.never_ended(); }
 
 std::uint16_t Connector::debug_port() const noexcept { return impl_->conn.http_port(); }
+
+NativeStream sim::load_stream(Connector& connector) {
+  if (!sim::available()) throw std::runtime_error("kvstrand::sim::load_stream: not the sim backend (" +
+                                                  std::string(backend()) + ")");
+  void* s = connector.impl_->conn.load_stream_native();
+  if (s == nullptr)
+    throw std::runtime_error("kvstrand::sim::load_stream: the connector's tier has no load stream (closed, or no "
+                             "layout registered yet)");
+  return reinterpret_cast<NativeStream>(s);
+}
 
 }  // namespace kvstrand

@@ -53,6 +53,7 @@ DeviceEvent::DeviceEvent(DeviceEvent&&) noexcept = default;
 DeviceEvent& DeviceEvent::operator=(DeviceEvent&&) noexcept = default;
 NativeEvent DeviceEvent::native() const noexcept { return reinterpret_cast<NativeEvent>(impl_->event.native()); }
 void DeviceEvent::record(DeviceStream& stream) { must(impl_->event.record(stream.impl_->stream)); }
+void DeviceEvent::synchronize() { must(impl_->event.synchronize()); }
 
 struct DeviceMemory::Impl {
   hip::DeviceBuffer buffer;
@@ -100,5 +101,33 @@ void DeviceMemory::write_async(std::size_t offset, std::span<const std::byte> fr
   if (from.empty()) return;
   must(hip::copy_h2d(stream.impl_->stream, impl_->buffer.data() + offset, from.data(), from.size()));
 }
+
+void DeviceMemory::read_async(std::size_t offset, std::span<std::byte> to, DeviceStream& stream) const {
+  impl_->check(offset, to.size());
+  if (to.empty()) return;
+  must(hip::copy_d2h(stream.impl_->stream, to.data(), impl_->buffer.data() + offset, to.size()));
+}
+
+void DeviceMemory::copy_async(std::size_t offset, const DeviceMemory& from, std::size_t from_offset, std::size_t n,
+                              DeviceStream& stream) {
+  impl_->check(offset, n);
+  from.impl_->check(from_offset, n);
+  if (n == 0) return;
+  must(hip::copy_d2d(stream.impl_->stream, impl_->buffer.data() + offset, from.impl_->buffer.data() + from_offset, n));
+}
+
+struct HostMemory::Impl {
+  hip::PinnedBuffer buffer;
+};
+
+HostMemory::HostMemory(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+HostMemory HostMemory::allocate(std::size_t bytes) {
+  return HostMemory(std::make_unique<Impl>(Impl{must(hip::PinnedBuffer::allocate(bytes))}));
+}
+HostMemory::~HostMemory() = default;
+HostMemory::HostMemory(HostMemory&&) noexcept = default;
+HostMemory& HostMemory::operator=(HostMemory&&) noexcept = default;
+std::byte* HostMemory::data() const noexcept { return impl_->buffer.data(); }
+std::size_t HostMemory::size() const noexcept { return impl_->buffer.size(); }
 
 }  // namespace kvstrand

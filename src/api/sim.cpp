@@ -40,4 +40,9 @@ void release_stream(NativeStream stream) {
   must(hip::sim::release_stream(s), "release_stream");
 }
 
+void fail_copies(NativeStream stream, int count) {
+  hip::Stream s = borrowed(stream, "fail_copies");
+  must(hip::sim::fail_copies(s, hip::sim::FailAt::execute, hip::Errc::injected_fault, count), "fail_copies");
+}
+
 }  // namespace kvstrand::sim

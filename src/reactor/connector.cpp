@@ -820,6 +820,15 @@ tier::Index::Stats Connector::tier_stats() {
   return reactor_->call([core = core_]() -> asio::awaitable<tier::Index::Stats> { co_return core->tier->stats(); });
 }
 
+void* Connector::load_stream_native() {
+  if (stopped_) return nullptr;
+  return reactor_->call([core = core_]() -> asio::awaitable<void*> {
+    auto* host = dynamic_cast<HostTier*>(core->tier.get());
+    hip::Stream* s = host ? host->load_stream() : nullptr;
+    co_return s ? s->native() : nullptr;
+  });
+}
+
 PollerStats Connector::poller_stats() {
   if (stopped_) return {};
   return reactor_->call([r = reactor_.get()]() -> asio::awaitable<PollerStats> { co_return r->poller().stats(); });

@@ -235,6 +235,10 @@ class Connector {
   tier::Index::Stats tier_stats();
   PollerStats poller_stats();
   hip::EventPool::Stats event_stats();
+  // The native stream the tier queues loads' copies on (null: a tier with
+  // none, or none yet): what the sim's fault hooks hold or fail in tests of
+  // an engine that reaches kvstrand through its public API only.
+  void* load_stream_native();
   // The debug endpoint's port (0 when it is off).
   std::uint16_t http_port() const noexcept { return http_ ? http_->port() : 0; }
 
