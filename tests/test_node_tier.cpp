@@ -473,6 +473,30 @@ TEST_CASE("node tier: a load whose lookup the server never answers ends at its d
   REQUIRE(code == TransferErrc::deadline_exceeded);
 }
 
+TEST_CASE("node tier: close() while the stopped server holds a lookup answers it (a miss) before returning",
+          "[server][reactor][fault]") {
+  if (!device_present()) return;
+  ServerProcess srv(kServerFlags);
+  REQUIRE(ready_and_full(srv));
+  auto o = remote(srv, 1s);
+  o.server_request_timeout = 30s;  // the lookup's own bound is far off: close() is what ends it
+  Rig rig(o);
+  srv.kill(SIGSTOP);
+  const std::uint64_t id = rig.conn->lookup(rig.keys(1, 0, 2));
+  std::this_thread::sleep_for(50ms);  // the request is on the wire
+  const auto t0 = std::chrono::steady_clock::now();
+  rig.conn->close();
+  const auto took = std::chrono::steady_clock::now() - t0;
+  srv.kill(SIGCONT);
+  REQUIRE(took < reactor::close_bound(1s));
+  // Every lookup id gets its answer, also across close(): the engine may be
+  // deferring a request on it.
+  const reactor::Finished f = rig.conn->finished();
+  REQUIRE(f.lookups.size() == 1);
+  REQUIRE(f.lookups[0].id == id);
+  REQUIRE(f.lookups[0].hit.tokens == 0);
+}
+
 TEST_CASE("node tier: a lookup whose hit is not loaded gives its lease back at once (F20)", "[server][reactor][gpu]") {
   if (!device_present()) return;
   ServerProcess srv(kServerFlags);

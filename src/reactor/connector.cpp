@@ -1,3 +1,4 @@
+#include "common/gate.hpp"
 #include "common/log_escaped.hpp"
 #include "reactor/connector.hpp"
 
@@ -96,7 +97,7 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
   };
 
   Core(Reactor& r, std::unique_ptr<Tier> t, std::shared_ptr<Mailbox> m, std::chrono::milliseconds d)
-      : reactor(r), tier(std::move(t)), mailbox(std::move(m)), deadline(d) {}
+      : reactor(r), tier(std::move(t)), mailbox(std::move(m)), deadline(d), gate(r.strand()) {}
 
   void start(Op op) {
     auto t = std::make_shared<Transfer>();
@@ -135,7 +136,13 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
       }
       self->finish(*t, TransferErrc::device_error);
     };
-    asio::co_spawn(reactor.strand(), run(shared_from_this(), t), std::move(escaped));
+    // The engine thread refuses posts after close(), and close's own work is
+    // posted after every earlier post: a closing gate here is a bug caught
+    // as a refusal, not a transfer left running past close.
+    if (!gate.spawn(run(shared_from_this(), t), std::move(escaped))) {
+      t->reason = "the connector is closed";
+      finish(*t, TransferErrc::closed);
+    }
   }
 
   // One transfer: producer event -> submit -> completion -> terminal.
@@ -359,6 +366,10 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
   std::unique_ptr<Tier> tier;
   std::shared_ptr<Mailbox> mailbox;
   std::chrono::milliseconds deadline;
+  // Every coroutine the Connector starts (transfers, lookups, adoptions,
+  // lease releases) runs inside it; close() closes it. Each one's
+  // completion holds the Core, so the gate outlives what it counts.
+  common::Gate gate;
   std::deque<Registration> regs;  // by id; a deque: tiers keep pointers to them
   hip::SharedEvents queued_events;
   std::uint64_t next_id = 1;
@@ -546,7 +557,11 @@ std::uint64_t Connector::lookup(std::vector<kv::ChunkKey> keys, std::uint32_t re
     LogEscaped{"a lookup"}(e);
     core->mailbox->push(LookupOutcome{id, {}, 0, registration});
   };
-  asio::co_spawn(reactor_->strand(), answer_lookup(core_, id, registration, std::move(keys)), std::move(escaped));
+  auto start = [core = core_, id, registration, keys = std::move(keys), escaped = std::move(escaped)]() mutable {
+    if (!core->gate.spawn(answer_lookup(core, id, registration, std::move(keys)), std::move(escaped)))
+      core->mailbox->push(LookupOutcome{id, {}, 0, registration});  // closing: a miss, still an answer
+  };
+  asio::post(reactor_->strand(), std::move(start));
   return id;
 }
 
@@ -598,7 +613,12 @@ std::uint64_t Connector::adopt_lease(std::span<const std::byte> handoff) {
     LogEscaped{"a lease adoption"}(e);
     core->mailbox->push(LookupOutcome{id, {}, 0, r});
   };
-  asio::co_spawn(reactor_->strand(), answer_adopt(core_, id, *reg, h->lease, std::move(h->keys)), std::move(escaped));
+  auto start = [core = core_, id, r = *reg, lease = h->lease, keys = std::move(h->keys),
+                escaped = std::move(escaped)]() mutable {
+    if (!core->gate.spawn(answer_adopt(core, id, r, lease, std::move(keys)), std::move(escaped)))
+      core->mailbox->push(LookupOutcome{id, {}, 0, r});
+  };
+  asio::post(reactor_->strand(), std::move(start));
   return id;
 }
 
@@ -624,7 +644,12 @@ void Connector::release_lookup(std::uint64_t lease) {
   CallTimer timed(step_calls_.get());
   if (closed_ || lease == 0) return;
   leases_held_.erase(lease);
-  asio::co_spawn(reactor_->strand(), release_on_strand(core_, lease), LogEscaped{"a lease release"});
+  auto start = [core = core_, lease] {
+    (void)core->gate.spawn(release_on_strand(core, lease), [core](std::exception_ptr e) {
+      LogEscaped{"a lease release"}(e);
+    });
+  };
+  asio::post(reactor_->strand(), std::move(start));
 }
 
 asio::awaitable<void> Connector::release_on_strand(std::shared_ptr<Core> core, std::uint64_t lease) {
@@ -758,18 +783,26 @@ void Connector::fence(const std::vector<std::string>& requests, std::chrono::mil
 
 namespace {
 // On the strand: resumes once every live transfer is terminal (settled, or
-// failed by its own deadline), then lets the tier drain.
+// failed by its own deadline), lets the tier drain (a lookup waiting on the
+// server ends with it), then closes the gate: what else runs inside it
+// ends, within the same bound.
 template <class Core, class Handler>
 asio::awaitable<void> settle_all(std::shared_ptr<Core> core) {
+  const auto bound = close_bound(core->deadline) - std::chrono::milliseconds(500);
+  const auto until = std::chrono::steady_clock::now() + bound;
   // Built before the co_await: GCC 12 miscompiles a capturing lambda
   // written inside the co_await expression.
-  auto wait_all = [core](auto handler) {
-    core->fence({}, close_bound(core->deadline) - std::chrono::milliseconds(500), true, Handler(std::move(handler)));
-  };
+  auto wait_all = [core, bound](auto handler) { core->fence({}, bound, true, Handler(std::move(handler))); };
   asio::use_awaitable_t<> token;
   std::error_code ec = co_await asio::async_initiate<decltype(token), void(std::error_code)>(wait_all, token);
   (void)ec;  // a fail-stop, if any, is already in the mailbox
+  // A transfer whose copy was never seen to end stays inside the gate for
+  // good (it is kept as stuck): waiting for it would only spend the bound.
   co_await core->tier->drain();
+  const auto left = core->stuck.empty() ? until - std::chrono::steady_clock::now() : std::chrono::steady_clock::duration{};
+  const bool emptied = co_await core->gate.close(left);
+  if (!emptied && core->stuck.empty())
+    spdlog::warn("kvstrand: close: {} lookup(s) or release(s) still running at close's bound", core->gate.inside());
 }
 }  // namespace
 
