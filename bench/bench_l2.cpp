@@ -146,9 +146,8 @@ int main(int argc, char** argv) {
     url = own->url();
     std::this_thread::sleep_for(300ms);  // listening
   }
-  std::string why;
-  auto seeds = l2::parse_redis_url(url, &why);
-  if (!seeds) die("--l2: " + why);
+  auto seeds = l2::parse_redis_url(url);
+  if (!seeds) die("--l2: " + seeds.why());
 
   const kv::Layout layout = reference_layout();
   const std::uint64_t object = layout.object_bytes(true);

@@ -88,8 +88,9 @@ std::optional<proto::StatsReply> stats(const std::string& socket) {
     std::vector<std::byte> body(h.body_bytes);
     if (!body.empty() && ::recv(fd, body.data(), body.size(), MSG_WAITALL) != static_cast<ssize_t>(body.size()))
       return {};
-    std::string why;
-    return proto::decode_reply(h.type, body, &why);  // the hello's arena fd is dropped by recv
+    auto reply = proto::decode_reply(h.type, body);  // the hello's arena fd is dropped by recv
+    if (!reply) return std::nullopt;
+    return std::move(*reply);
   };
   std::optional<proto::StatsReply> out;
   if (auto hello = exchange(proto::Hello{proto::kMajor, proto::kMinor, "bench_node"});

@@ -31,9 +31,8 @@ class RedisTestClient {
                            std::chrono::milliseconds retry_after = l2::RedisOptions{}.retry_after,
                            std::size_t max_inflight = l2::RedisOptions{}.max_inflight,
                            l2::RedisCredentials credentials = {}) {
-    std::string why;
-    auto seeds = l2::parse_redis_url(url, &why);
-    if (!seeds) throw std::runtime_error(why);
+    auto seeds = l2::parse_redis_url(url);
+    if (!seeds) throw std::runtime_error(seeds.why());
     l2::RedisOptions o;
     o.seeds = *seeds;
     o.timeout = timeout;

@@ -177,8 +177,9 @@ class Client {
       return std::nullopt;
     std::vector<std::byte> body(h.body_bytes);
     if (!read_exact(body.data(), body.size())) return std::nullopt;
-    std::string why;
-    return proto::decode_reply(h.type, body, &why);
+    auto reply = proto::decode_reply(h.type, body);
+    if (!reply) return std::nullopt;
+    return std::move(*reply);
   }
 
   std::optional<proto::Reply> call(const proto::Request& req) {
@@ -214,8 +215,9 @@ class Client {
     std::vector<std::byte> body(h.body_bytes);
     if (!read_exact(body.data(), body.size())) return std::nullopt;
     if (expect_id != 0 && h.request_id != expect_id) return std::nullopt;
-    std::string why;
-    return proto::decode_reply(h.type, body, &why);
+    auto reply = proto::decode_reply(h.type, body);
+    if (!reply) return std::nullopt;
+    return std::move(*reply);
   }
 
  private:

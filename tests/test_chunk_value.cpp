@@ -11,6 +11,15 @@ using namespace kvstrand;
 
 namespace {
 
+// Why `value` is refused as chunk `k` of `bytes` bytes (the REQUIRE fails
+// when it is not).
+std::string refused(std::string_view value, const kv::ChunkKey& k, std::uint64_t bytes,
+                    const l2::MacKey* mac = nullptr, l2::Refusal* refusal = nullptr) {
+  const auto d = l2::decode_chunk_value(value, k, bytes, mac, refusal);
+  REQUIRE_FALSE(d.has_value());
+  return d.why();
+}
+
 kv::ChunkKey key(std::uint8_t n, std::uint32_t rank = 0) {
   kv::ChunkKey k;
   for (std::size_t i = 0; i < k.ns.size(); ++i) k.ns[i] = static_cast<std::byte>(0xA0 + i);
@@ -42,9 +51,8 @@ TEST_CASE("chunk value: a round trip gives the object's bytes and its image flag
   for (bool image : {false, true}) {
     const std::string v = l2::encode_chunk_value(key(1), image, o);
     REQUIRE(v.size() == l2::kChunkHeaderBytes + o.size());
-    std::string why;
-    auto d = l2::decode_chunk_value(v, key(1), o.size(), &why);
-    INFO(why);
+    auto d = l2::decode_chunk_value(v, key(1), o.size());
+    INFO(d.why());
     REQUIRE(d.has_value());
     REQUIRE(d->has_image == image);
     REQUIRE(std::equal(d->object.begin(), d->object.end(), o.begin(), o.end()));
@@ -54,30 +62,25 @@ TEST_CASE("chunk value: a round trip gives the object's bytes and its image flag
 TEST_CASE("chunk value: any changed byte, another chunk, size or truncation is refused with a reason", "[l2]") {
   const auto o = object(4096, 3);
   const std::string v = l2::encode_chunk_value(key(1), true, o);
-  std::string why;
   // Every byte of the header and a spread of the payload, flipped one at a time.
   for (std::size_t at = 0; at < v.size(); at += at < l2::kChunkHeaderBytes ? 1 : 97) {
     std::string bad = v;
     bad[at] = static_cast<char>(bad[at] ^ 0x20);
     INFO("byte " << at);
-    REQUIRE_FALSE(l2::decode_chunk_value(bad, key(1), o.size(), &why).has_value());
+    REQUIRE_FALSE(l2::decode_chunk_value(bad, key(1), o.size()).has_value());
   }
-  REQUIRE_FALSE(l2::decode_chunk_value(v, key(2), o.size(), &why).has_value());  // another hash
-  REQUIRE(why == "another chunk's value");
-  REQUIRE_FALSE(l2::decode_chunk_value(v, key(1, 1), o.size(), &why).has_value());  // another rank
+  REQUIRE(refused(v, key(2), o.size()) == "another chunk's value");  // another hash
+  REQUIRE_FALSE(l2::decode_chunk_value(v, key(1, 1), o.size()).has_value());  // another rank
   kv::ChunkKey other_ns = key(1);
   other_ns.ns[31] = std::byte{0};
-  REQUIRE_FALSE(l2::decode_chunk_value(v, other_ns, o.size(), &why).has_value());  // another model or tenant
-  REQUIRE_FALSE(l2::decode_chunk_value(v, key(1), o.size() + 1, &why).has_value());  // another object size
-  REQUIRE(why.find("expected 4097 B") != std::string::npos);
-  REQUIRE_FALSE(l2::decode_chunk_value(v.substr(0, v.size() - 1), key(1), o.size(), &why).has_value());
-  REQUIRE_FALSE(l2::decode_chunk_value(v.substr(0, 100), key(1), o.size(), &why).has_value());
-  REQUIRE(why.find("shorter than a header") != std::string::npos);
-  REQUIRE_FALSE(l2::decode_chunk_value("garbage", key(1), o.size(), &why).has_value());
+  REQUIRE_FALSE(l2::decode_chunk_value(v, other_ns, o.size()).has_value());  // another model or tenant
+  REQUIRE(refused(v, key(1), o.size() + 1).find("expected 4097 B") != std::string::npos);  // another object size
+  REQUIRE_FALSE(l2::decode_chunk_value(v.substr(0, v.size() - 1), key(1), o.size()).has_value());
+  REQUIRE(refused(v.substr(0, 100), key(1), o.size()).find("shorter than a header") != std::string::npos);
+  REQUIRE_FALSE(l2::decode_chunk_value("garbage", key(1), o.size()).has_value());
   std::string payload_changed = v;
   payload_changed.back() = static_cast<char>(payload_changed.back() ^ 1);
-  REQUIRE_FALSE(l2::decode_chunk_value(payload_changed, key(1), o.size(), &why).has_value());
-  REQUIRE(why == "payload checksum mismatch");
+  REQUIRE(refused(payload_changed, key(1), o.size()) == "payload checksum mismatch");
 }
 
 TEST_CASE("chunk value: keys carry namespace, rank and hash, the hash is the cluster hash tag", "[l2]") {
@@ -97,9 +100,7 @@ TEST_CASE("chunk value: a value of another format version is refused, even with 
   std::string v = l2::encode_chunk_value(key(1), false, o);
   v[8] = 2;  // version 2 (a later kvstrand's layout), little-endian
   reseal(v);  // its header checksum made valid again, as a later writer's would be
-  std::string why;
-  REQUIRE_FALSE(l2::decode_chunk_value(v, key(1), o.size(), &why).has_value());
-  REQUIRE(why == "format version 2");
+  REQUIRE(refused(v, key(1), o.size()) == "format version 2");
 }
 
 TEST_CASE("chunk value: with a MAC key a value loads only if written under that key, whatever its checksums say",
@@ -108,46 +109,41 @@ TEST_CASE("chunk value: with a MAC key a value loads only if written under that 
   const auto o = object(8192, 11);
   const std::string v = l2::encode_chunk_value(key(1), true, o, &mine);
   REQUIRE(v.size() == l2::kChunkHeaderBytes + o.size());
-  std::string why;
   l2::Refusal refusal = l2::Refusal::corrupt;
-  auto d = l2::decode_chunk_value(v, key(1), o.size(), &why, &mine, &refusal);
-  INFO(why);
+  auto d = l2::decode_chunk_value(v, key(1), o.size(), &mine, &refusal);
+  INFO(d.why());
   REQUIRE(d.has_value());
   REQUIRE(d->has_image);
   REQUIRE(std::equal(d->object.begin(), d->object.end(), o.begin(), o.end()));
   SECTION("another key's value, and a node without a key, refuse it; it is not called corrupt") {
-    REQUIRE_FALSE(l2::decode_chunk_value(v, key(1), o.size(), &why, &theirs, &refusal).has_value());
-    REQUIRE(why.find("MAC does not match") != std::string::npos);
+    REQUIRE(refused(v, key(1), o.size(), &theirs, &refusal).find("MAC does not match") != std::string::npos);
     REQUIRE(refusal == l2::Refusal::unauthenticated);
-    REQUIRE_FALSE(l2::decode_chunk_value(v, key(1), o.size(), &why, nullptr, &refusal).has_value());
-    REQUIRE(why.find("no key to check it") != std::string::npos);
+    REQUIRE(refused(v, key(1), o.size(), nullptr, &refusal).find("no key to check it") != std::string::npos);
     REQUIRE(refusal == l2::Refusal::unauthenticated);
   }
   SECTION("a value without a MAC is refused where one is required") {
     const std::string plain = l2::encode_chunk_value(key(1), true, o);
-    REQUIRE_FALSE(l2::decode_chunk_value(plain, key(1), o.size(), &why, &mine, &refusal).has_value());
-    REQUIRE(why.find("carries no MAC") != std::string::npos);
+    REQUIRE(refused(plain, key(1), o.size(), &mine, &refusal).find("carries no MAC") != std::string::npos);
     REQUIRE(refusal == l2::Refusal::unauthenticated);
   }
   SECTION("a writer who knows the format but not the key: its altered object fails the MAC") {
     std::string forged = v;
     forged[l2::kChunkHeaderBytes + 100] = static_cast<char>(forged[l2::kChunkHeaderBytes + 100] ^ 1);
     reseal(forged);
-    REQUIRE_FALSE(l2::decode_chunk_value(forged, key(1), o.size(), &why, &mine, &refusal).has_value());
-    REQUIRE(why.find("MAC does not match") != std::string::npos);
+    REQUIRE(refused(forged, key(1), o.size(), &mine, &refusal).find("MAC does not match") != std::string::npos);
     // Its MAC flag cleared and resealed: a node without a key (XXH3 only)
     // takes it, which is what the MAC is for; a node with one does not.
     forged[12] = static_cast<char>(forged[12] & ~2);
     reseal(forged);
-    REQUIRE(l2::decode_chunk_value(forged, key(1), o.size(), &why).has_value());
-    REQUIRE_FALSE(l2::decode_chunk_value(forged, key(1), o.size(), &why, &mine, &refusal).has_value());
+    REQUIRE(l2::decode_chunk_value(forged, key(1), o.size()).has_value());
+    REQUIRE_FALSE(l2::decode_chunk_value(forged, key(1), o.size(), &mine, &refusal).has_value());
   }
   SECTION("every byte of the header and a spread of the object, flipped, is refused") {
     for (std::size_t at = 0; at < v.size(); at += at < l2::kChunkHeaderBytes ? 1 : 331) {
       std::string bad = v;
       bad[at] = static_cast<char>(bad[at] ^ 0x04);
       INFO("byte " << at);
-      REQUIRE_FALSE(l2::decode_chunk_value(bad, key(1), o.size(), &why, &mine).has_value());
+      REQUIRE_FALSE(l2::decode_chunk_value(bad, key(1), o.size(), &mine).has_value());
     }
   }
 }

@@ -103,8 +103,7 @@ class WrongReplyServer {
       if (decode_header(head, kDefaultMaxBody, &h) != HeaderError::none) return;
       std::vector<std::byte> body(h.body_bytes);
       if (!read_all(conn_, body.data(), body.size())) return;
-      std::string why;
-      auto req = decode_request(h.type, body, &why);
+      auto req = decode_request(h.type, body);
       if (!req) return;
       const Type type = type_of(*req);
       if (type == Type::release) {
@@ -644,8 +643,7 @@ TEST_CASE("node tier: a partial hit's exported lease names only the hit's chunks
   auto partial = rig.wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); }).lookups[0];
   REQUIRE(partial.hit.tokens == 128);
   const std::vector<std::byte> bytes = rig.conn->export_lease(partial.lease);
-  std::string why;
-  const auto handoff = proto::decode_lease_handoff(bytes, &why);
+  const auto handoff = proto::decode_lease_handoff(bytes);
   REQUIRE(handoff);
   REQUIRE(handoff->keys == rig.keys(1, 0, 2));
   // An adopter of it gets the two chunks (a hand-off of four would be refused as another lease's).

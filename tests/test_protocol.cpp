@@ -52,9 +52,8 @@ TEST_CASE("protocol: every request round-trips through its frame", "[kv][protoco
     auto [h, body] = split(frame);
     REQUIRE(h.request_id == 1234);
     REQUIRE(h.type == static_cast<std::uint16_t>(type_of(req)));
-    std::string why;
-    auto back = decode_request(h.type, body, &why);
-    INFO(why);
+    auto back = decode_request(h.type, body);
+    INFO(back.why());
     REQUIRE(back.has_value());
     REQUIRE(encode_request(*back, 1234) == frame);  // decoded == encoded, field for field
   }
@@ -64,15 +63,15 @@ TEST_CASE("protocol: a request cut short at any byte is refused, never read past
   for (const Request& req : every_request()) {
     auto [h, body] = split(encode_request(req, 1));
     for (std::size_t n = 0; n < body.size(); ++n) {
-      std::string why;
       INFO(to_string(type_of(req)) << " cut at " << n << " of " << body.size());
-      REQUIRE_FALSE(decode_request(h.type, std::span(body).first(n), &why).has_value());
-      REQUIRE(!why.empty());
+      const auto cut = decode_request(h.type, std::span(body).first(n));
+      REQUIRE_FALSE(cut.has_value());
+      REQUIRE(!cut.why().empty());
     }
     body.push_back(std::byte{0});  // and one byte too many
-    std::string why;
-    REQUIRE_FALSE(decode_request(h.type, body, &why).has_value());
-    REQUIRE(why.find("unexpected bytes") != std::string::npos);
+    const auto longer = decode_request(h.type, body);
+    REQUIRE_FALSE(longer.has_value());
+    REQUIRE(longer.why().find("unexpected bytes") != std::string::npos);
   }
 }
 
@@ -80,11 +79,11 @@ TEST_CASE("protocol: impossible counts and unknown types are refused before allo
   proto::wire::Writer w;
   w.u32(3);           // registration
   w.u32(0xffffffff);  // four billion keys in a 8-byte body
-  std::string why;
-  REQUIRE_FALSE(decode_request(static_cast<std::uint16_t>(Type::lookup), w.buffer(), &why).has_value());
-  REQUIRE_FALSE(decode_request(999, {}, &why).has_value());
-  REQUIRE(why.find("unknown request type 999") != std::string::npos);
-  REQUIRE_FALSE(decode_request(0, {}, &why).has_value());
+  REQUIRE_FALSE(decode_request(static_cast<std::uint16_t>(Type::lookup), w.buffer()).has_value());
+  const auto unknown = decode_request(999, {});
+  REQUIRE_FALSE(unknown.has_value());
+  REQUIRE(unknown.why().find("unknown request type 999") != std::string::npos);
+  REQUIRE_FALSE(decode_request(0, {}).has_value());
 }
 
 TEST_CASE("protocol: headers with another magic, another major version or an oversize body", "[kv][protocol]") {
@@ -130,14 +129,13 @@ TEST_CASE("protocol: replies round-trip, and errors carry their message", "[kv][
     const auto frame = encode_reply(type, 77, rep);
     auto [h, body] = split(frame);
     REQUIRE((h.type & kReplyBit) != 0);
-    std::string why;
-    auto back = decode_reply(h.type, body, &why);
-    INFO(why);
+    auto back = decode_reply(h.type, body);
+    INFO(back.why());
     REQUIRE(back.has_value());
     REQUIRE(back->status == rep.status);
     REQUIRE(back->message == rep.message);
     REQUIRE(encode_reply(type, 77, *back) == frame);
     for (std::size_t n = 0; n < body.size(); ++n)
-      REQUIRE_FALSE(decode_reply(h.type, std::span(body).first(n), &why).has_value());
+      REQUIRE_FALSE(decode_reply(h.type, std::span(body).first(n)).has_value());
   }
 }

@@ -113,11 +113,10 @@ TEST_CASE("redis: key slots are CRC16 (XMODEM) of the key or its hash tag, modul
 }
 
 TEST_CASE("redis: seed URLs are parsed, or refused saying why", "[l2]") {
-  std::string why;
-  auto one = l2::parse_redis_url("redis://127.0.0.1:7000", &why);
+  auto one = l2::parse_redis_url("redis://127.0.0.1:7000");
   REQUIRE(one.has_value());
   REQUIRE(*one == std::vector<l2::RedisAddress>{{"127.0.0.1", 7000}});
-  auto three = l2::parse_redis_url("redis://10.0.0.1:1,10.0.0.2:65535,127.0.0.1:6379", &why);
+  auto three = l2::parse_redis_url("redis://10.0.0.1:1,10.0.0.2:65535,127.0.0.1:6379");
   REQUIRE(three.has_value());
   REQUIRE(three->size() == 3);
   REQUIRE((*three)[1] == l2::RedisAddress{"10.0.0.2", 65535});
@@ -125,13 +124,11 @@ TEST_CASE("redis: seed URLs are parsed, or refused saying why", "[l2]") {
                           "redis://127.0.0.1:65536", "redis://127.0.0.1:70x", "redis://localhost:6379",
                           "redis://127.0.0.1:7000,", "redis://:7000"}) {
     INFO(bad);
-    why.clear();
-    REQUIRE_FALSE(l2::parse_redis_url(bad, &why).has_value());
-    REQUIRE_FALSE(why.empty());
+    const auto refused = l2::parse_redis_url(bad);
+    REQUIRE_FALSE(refused.has_value());
+    REQUIRE_FALSE(refused.why().empty());
   }
-  why.clear();
-  l2::parse_redis_url("redis://localhost:6379", &why);
-  REQUIRE(why.find("host names are not resolved") != std::string::npos);
+  REQUIRE(l2::parse_redis_url("redis://localhost:6379").why().find("host names are not resolved") != std::string::npos);
 }
 
 TEST_CASE("redis: one non-cluster server: pipelined SET and GET are byte-exact, a missing key is nil", "[l2]") {

@@ -110,37 +110,30 @@ std::string encode_chunk_value(const kv::ChunkKey& key, bool has_image, std::spa
   return v;
 }
 
-std::optional<ChunkValue> decode_chunk_value(std::string_view value, const kv::ChunkKey& key,
-                                             std::uint64_t object_bytes, std::string* why, const MacKey* mac,
-                                             Refusal* refusal) {
+common::Expected<ChunkValue> decode_chunk_value(std::string_view value, const kv::ChunkKey& key,
+                                                std::uint64_t object_bytes, const MacKey* mac, Refusal* refusal) {
   if (refusal != nullptr) *refusal = Refusal::corrupt;
   if (value.size() < kChunkHeaderBytes) {
-    *why = "shorter than a header (" + std::to_string(value.size()) + " B)";
-    return std::nullopt;
+    return common::unexpected("shorter than a header (" + std::to_string(value.size()) + " B)");
   }
   const char* h = value.data();
   if (std::memcmp(h, kMagic, sizeof kMagic) != 0) {
-    *why = "no kvstrand magic";
-    return std::nullopt;
+    return common::unexpected("no kvstrand magic");
   }
   if (get<std::uint64_t>(h + kHeaderSumAt) != XXH3_64bits(h, kHeaderSumAt)) {
-    *why = "header checksum mismatch";
-    return std::nullopt;
+    return common::unexpected("header checksum mismatch");
   }
   if (get<std::uint32_t>(h + kVersionAt) != kChunkValueVersion) {
-    *why = "format version " + std::to_string(get<std::uint32_t>(h + kVersionAt));
-    return std::nullopt;
+    return common::unexpected("format version " + std::to_string(get<std::uint32_t>(h + kVersionAt)));
   }
   const auto length = get<std::uint64_t>(h + kLengthAt);
   if (length != object_bytes || value.size() - kChunkHeaderBytes != length) {
-    *why = "object of " + std::to_string(length) + " B in a value of " + std::to_string(value.size()) +
-           " B, expected " + std::to_string(object_bytes) + " B";
-    return std::nullopt;
+    return common::unexpected("object of " + std::to_string(length) + " B in a value of " + std::to_string(value.size()) +
+           " B, expected " + std::to_string(object_bytes) + " B");
   }
   if (std::memcmp(h + kNsAt, key.ns.data(), key.ns.size()) != 0 || get<std::uint32_t>(h + kRankAt) != key.kv_rank ||
       std::memcmp(h + kHashAt, key.hash.data(), key.hash.size()) != 0) {
-    *why = "another chunk's value";
-    return std::nullopt;
+    return common::unexpected("another chunk's value");
   }
   const char* payload = h + kChunkHeaderBytes;
   const std::span<const std::byte> object{reinterpret_cast<const std::byte*>(payload), length};
@@ -149,23 +142,19 @@ std::optional<ChunkValue> decode_chunk_value(std::string_view value, const kv::C
   if (mac != nullptr || has_tag) {
     if (refusal != nullptr) *refusal = Refusal::unauthenticated;
     if (mac == nullptr) {
-      *why = "it carries a MAC and this node has no key to check it (--l2-mac-key-file)";
-      return std::nullopt;
+      return common::unexpected("it carries a MAC and this node has no key to check it (--l2-mac-key-file)");
     }
     if (!has_tag) {
-      *why = "it carries no MAC and this node requires one (--l2-mac-key-file)";
-      return std::nullopt;
+      return common::unexpected("it carries no MAC and this node requires one (--l2-mac-key-file)");
     }
     // Constant time: a forger learns nothing from how long a refusal took.
     // The MAC covers the object, so its checksum adds nothing here.
     unsigned char tag[kTagBytes];
     if (!tag_of(*mac, h, object, tag) || CRYPTO_memcmp(tag, h + kTagAt, kTagBytes) != 0) {
-      *why = "its MAC does not match: not written under this node's --l2-mac-key-file";
-      return std::nullopt;
+      return common::unexpected("its MAC does not match: not written under this node's --l2-mac-key-file");
     }
   } else if (get<std::uint64_t>(h + kPayloadSumAt) != XXH3_64bits(payload, length)) {
-    *why = "payload checksum mismatch";
-    return std::nullopt;
+    return common::unexpected("payload checksum mismatch");
   }
   ChunkValue out;
   out.has_image = (flags & kFlagImage) != 0;

@@ -24,6 +24,7 @@
 // loads. Neither hides the values: whoever reads Redis reads the KV.
 #pragma once
 
+#include "common/expected.hpp"
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -65,11 +66,11 @@ enum class Refusal {
 
 // The object in `value` if it is the chunk `key` of `object_bytes` bytes,
 // whole and unaltered, and (with `mac`) written under that key; else none,
-// with the reason in `why` and its kind in `refusal` (when given). Without a
+// with the reason, and its kind in `refusal` (when given). Without a
 // key a value carrying a MAC is refused too: nodes sharing an L2 must share
 // the key, and a node without it cannot tell a forged value from a real one.
-std::optional<ChunkValue> decode_chunk_value(std::string_view value, const kv::ChunkKey& key,
-                                             std::uint64_t object_bytes, std::string* why,
-                                             const MacKey* mac = nullptr, Refusal* refusal = nullptr);
+common::Expected<ChunkValue> decode_chunk_value(std::string_view value, const kv::ChunkKey& key,
+                                                std::uint64_t object_bytes, const MacKey* mac = nullptr,
+                                                Refusal* refusal = nullptr);
 
 }  // namespace kvstrand::l2

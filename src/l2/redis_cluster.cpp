@@ -49,11 +49,10 @@ std::optional<RedisAddress> parse_address(std::string_view s) {
 
 }  // namespace
 
-std::optional<std::vector<RedisAddress>> parse_redis_url(std::string_view url, std::string* why) {
+common::Expected<std::vector<RedisAddress>> parse_redis_url(std::string_view url) {
   constexpr std::string_view scheme = "redis://";
   if (!url.starts_with(scheme)) {
-    *why = "'" + std::string(url) + "' does not start with redis://";
-    return std::nullopt;
+    return common::unexpected("'" + std::string(url) + "' does not start with redis://");
   }
   url.remove_prefix(scheme.size());
   std::vector<RedisAddress> out;
@@ -63,20 +62,17 @@ std::optional<std::vector<RedisAddress>> parse_redis_url(std::string_view url, s
     auto a = parse_address(one);
     if (!a) {
       // A host name would be resolved synchronously, on the strand.
-      *why = "'" + std::string(one) + "' is not IPV4:PORT (host names are not resolved)";
-      return std::nullopt;
+      return common::unexpected("'" + std::string(one) + "' is not IPV4:PORT (host names are not resolved)");
     }
     out.push_back(*a);
     if (comma == std::string_view::npos) break;
     url.remove_prefix(comma + 1);
     if (url.empty()) {
-      *why = "a seed list ends with ','";
-      return std::nullopt;
+      return common::unexpected("a seed list ends with ','");
     }
   }
   if (out.empty()) {
-    *why = "no seed node after redis://";
-    return std::nullopt;
+    return common::unexpected("no seed node after redis://");
   }
   return out;
 }

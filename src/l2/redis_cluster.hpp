@@ -9,6 +9,7 @@
 // (RedisResult), never exceptions.
 #pragma once
 
+#include "common/expected.hpp"
 #include <boost/asio/awaitable.hpp>
 #include <chrono>
 #include <cstdint>
@@ -35,7 +36,7 @@ struct RedisAddress {
 
 // "redis://HOST:PORT[,HOST:PORT...]": the seed nodes. None and a reason in
 // `why` when the text is not that.
-std::optional<std::vector<RedisAddress>> parse_redis_url(std::string_view url, std::string* why);
+common::Expected<std::vector<RedisAddress>> parse_redis_url(std::string_view url);
 
 struct RedisOptions {
   std::vector<RedisAddress> seeds;

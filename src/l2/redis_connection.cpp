@@ -125,19 +125,15 @@ void RedisConnection::post(Done done, RedisResult r) {
   asio::post(strand_, [d = std::move(done), r = std::move(r)]() mutable { d(std::move(r)); });
 }
 
-bool RedisConnection::ensure_context(std::string* why) {
-  if (ac_ != nullptr) return true;
-  if (Clock::now() < retry_at_) {
-    *why = "not retried yet after: " + last_error_;
-    return false;
-  }
+common::Expected<void> RedisConnection::ensure_context() {
+  if (ac_ != nullptr) return {};
+  if (Clock::now() < retry_at_) return common::unexpected("not retried yet after: " + last_error_);
   redisAsyncContext* ac = redisAsyncConnect(host_.c_str(), port_);
   if (ac == nullptr || ac->err) {
     last_error_ = ac ? ac->errstr : "out of memory";
-    *why = last_error_;
     if (ac) redisAsyncFree(ac);
     retry_at_ = Clock::now() + retry_after_;
-    return false;
+    return common::unexpected(last_error_);
   }
   ac->data = this;
   watch_ = std::make_shared<Watch>(strand_, ac->c.fd, ac);
@@ -166,7 +162,7 @@ bool RedisConnection::ensure_context(std::string* why) {
     redisAsyncCommandArgv(ac, &RedisConnection::on_reply, new Call{this, nullptr, false, true},
                           static_cast<int>(argv.size()), argv.data(), lens.data());
   }
-  return true;
+  return {};
 }
 
 void RedisConnection::send(const std::vector<std::string>& argv, Done done) { submit(argv, std::move(done), false); }
@@ -183,10 +179,9 @@ void RedisConnection::submit(const std::vector<std::string>& argv, Done done, bo
     post(std::move(done), std::move(fail));
     return;
   }
-  std::string why;
-  if (!ensure_context(&why)) {
+  if (auto context = ensure_context(); !context) {
     fail.ec = RedisErrc::unreachable;
-    fail.why = address() + ": " + why;
+    fail.why = address() + ": " + context.why();
     post(std::move(done), std::move(fail));
     return;
   }

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/expected.hpp"
 #include "l2/redis_value.hpp"
 #include "common/strand.hpp"
 
@@ -59,7 +60,7 @@ class RedisConnection {
  private:
   struct Watch;
   struct Call;
-  bool ensure_context(std::string* why);
+  common::Expected<void> ensure_context();  // a connected (or connecting) context, or why not
   void submit(const std::vector<std::string>& argv, Done done, bool asking);
   void post(Done done, RedisResult r);
   static void on_reply(redisAsyncContext* ac, void* reply, void* privdata);

@@ -19,15 +19,13 @@ std::vector<std::byte> encode_lease_handoff(const LeaseHandoff& h) {
   return w.take();
 }
 
-std::optional<LeaseHandoff> decode_lease_handoff(std::span<const std::byte> bytes, std::string* why) {
+common::Expected<LeaseHandoff> decode_lease_handoff(std::span<const std::byte> bytes) {
   wire::Reader r(bytes);
   if (r.u32() != kMagic || !r.ok()) {
-    *why = "not a kvstrand lease handoff";
-    return std::nullopt;
+    return common::unexpected("not a kvstrand lease handoff");
   }
   if (const std::uint8_t v = r.u8(); v != kVersion) {
-    *why = "a lease handoff of version " + std::to_string(v) + " (this kvstrand reads " + std::to_string(kVersion) + ")";
-    return std::nullopt;
+    return common::unexpected("a lease handoff of version " + std::to_string(v) + " (this kvstrand reads " + std::to_string(kVersion) + ")");
   }
   LeaseHandoff h;
   h.lease = r.u64();
@@ -35,12 +33,10 @@ std::optional<LeaseHandoff> decode_lease_handoff(std::span<const std::byte> byte
   h.keys.resize(n);
   for (ChunkKey& k : h.keys) k = wire::get_key(r);
   if (!r.done()) {
-    *why = "a truncated or overlong lease handoff";
-    return std::nullopt;
+    return common::unexpected("a truncated or overlong lease handoff");
   }
   if (h.lease == 0 || h.keys.empty()) {
-    *why = "a lease handoff naming no lease or no chunk";
-    return std::nullopt;
+    return common::unexpected("a lease handoff naming no lease or no chunk");
   }
   return h;
 }

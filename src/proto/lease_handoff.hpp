@@ -9,6 +9,7 @@
 // since ended, is a miss).
 #pragma once
 
+#include "common/expected.hpp"
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -29,6 +30,6 @@ struct LeaseHandoff {
 
 std::vector<std::byte> encode_lease_handoff(const LeaseHandoff& h);
 // None, with why, for bytes that are not a whole handoff of this version.
-std::optional<LeaseHandoff> decode_lease_handoff(std::span<const std::byte> bytes, std::string* why);
+common::Expected<LeaseHandoff> decode_lease_handoff(std::span<const std::byte> bytes);
 
 }  // namespace kvstrand::proto

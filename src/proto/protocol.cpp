@@ -246,7 +246,7 @@ std::vector<std::byte> encode_request(const Request& req, std::uint64_t request_
   return framed(static_cast<std::uint16_t>(type_of(req)), request_id, w);
 }
 
-std::optional<Request> decode_request(std::uint16_t type, std::span<const std::byte> body, std::string* why) {
+common::Expected<Request> decode_request(std::uint16_t type, std::span<const std::byte> body) {
   wire::Reader r(body);
   Request out;
   switch (static_cast<Type>(type)) {
@@ -297,17 +297,14 @@ std::optional<Request> decode_request(std::uint16_t type, std::span<const std::b
       break;
     }
     default:
-      *why = "unknown request type " + std::to_string(type);
-      return std::nullopt;
+      return common::unexpected("unknown request type " + std::to_string(type));
   }
   if (!r.ok()) {
-    *why = std::string("truncated or malformed ") + to_string(static_cast<Type>(type)) + " request";
-    return std::nullopt;
+    return common::unexpected(std::string("truncated or malformed ") + to_string(static_cast<Type>(type)) + " request");
   }
   if (!r.done()) {
-    *why = std::to_string(r.remaining()) + " unexpected bytes after a " + to_string(static_cast<Type>(type)) +
-           " request";
-    return std::nullopt;
+    return common::unexpected(std::to_string(r.remaining()) + " unexpected bytes after a " + to_string(static_cast<Type>(type)) +
+           " request");
   }
   return out;
 }
@@ -354,10 +351,9 @@ std::vector<std::byte> encode_reply(Type type, std::uint64_t request_id, const R
   return framed(static_cast<std::uint16_t>(static_cast<std::uint16_t>(type) | kReplyBit), request_id, w, major);
 }
 
-std::optional<Reply> decode_reply(std::uint16_t type, std::span<const std::byte> body, std::string* why) {
+common::Expected<Reply> decode_reply(std::uint16_t type, std::span<const std::byte> body) {
   if ((type & kReplyBit) == 0) {
-    *why = "not a reply";
-    return std::nullopt;
+    return common::unexpected("not a reply");
   }
   wire::Reader r(body);
   Reply rep;
@@ -420,13 +416,11 @@ std::optional<Reply> decode_reply(std::uint16_t type, std::span<const std::byte>
       case Type::end_session:
       case Type::ping: break;
       default:
-        *why = "reply to unknown request type " + std::to_string(type & ~kReplyBit);
-        return std::nullopt;
+        return common::unexpected("reply to unknown request type " + std::to_string(type & ~kReplyBit));
     }
   }
   if (!r.ok() || !r.done()) {
-    *why = "truncated or malformed reply";
-    return std::nullopt;
+    return common::unexpected("truncated or malformed reply");
   }
   return rep;
 }

@@ -8,6 +8,7 @@
 // frame yields an error, never a crash (tests/fuzz_frame_decoder.cpp).
 #pragma once
 
+#include "common/expected.hpp"
 #include <array>
 #include <cstdint>
 #include <optional>
@@ -120,9 +121,8 @@ using Request = std::variant<Hello, RegisterLayout, Unregister, Lookup, Release,
 
 Type type_of(const Request& r) noexcept;
 std::vector<std::byte> encode_request(const Request& r, std::uint64_t request_id);
-// Decodes a request body of a frame of type `type`. On failure returns none
-// and says why in `why`.
-std::optional<Request> decode_request(std::uint16_t type, std::span<const std::byte> body, std::string* why);
+// Decodes a request body of a frame of type `type`, or says why it cannot.
+common::Expected<Request> decode_request(std::uint16_t type, std::span<const std::byte> body);
 
 // ---- replies ----------------------------------------------------------------
 
@@ -187,6 +187,6 @@ struct Reply {
 // `major`: the header's version. A refused_version reply carries the
 // client's own, so a client of another major version can read it.
 std::vector<std::byte> encode_reply(Type type, std::uint64_t request_id, const Reply& r, std::uint8_t major = kMajor);
-std::optional<Reply> decode_reply(std::uint16_t type, std::span<const std::byte> body, std::string* why);
+common::Expected<Reply> decode_reply(std::uint16_t type, std::span<const std::byte> body);
 
 }  // namespace kvstrand::proto

@@ -10,30 +10,26 @@
 
 namespace kvstrand::reactor {
 
-std::unique_ptr<ArenaMapping> ArenaMapping::map(int fd, std::uint64_t bytes, std::uint64_t slab_bytes,
-                                                std::string* why) {
+common::Expected<std::unique_ptr<ArenaMapping>> ArenaMapping::map(int fd, std::uint64_t bytes,
+                                                                  std::uint64_t slab_bytes) {
   struct Closer {
     int fd;
     ~Closer() { ::close(fd); }  // the mapping keeps the file alive
   } closer{fd};
   const int seals = ::fcntl(fd, F_GET_SEALS);
   if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW)) {
-    *why = "the arena is not sealed against resize";
-    return nullptr;
+    return common::unexpected("the arena is not sealed against resize");
   }
   struct stat st {};
   if (::fstat(fd, &st) != 0 || static_cast<std::uint64_t>(st.st_size) != bytes) {
-    *why = "the arena's size is not the " + std::to_string(bytes) + " B the server announced";
-    return nullptr;
+    return common::unexpected("the arena's size is not the " + std::to_string(bytes) + " B the server announced");
   }
   if (slab_bytes == 0 || bytes % slab_bytes != 0) {
-    *why = "the arena is not a whole number of slabs";
-    return nullptr;
+    return common::unexpected("the arena is not a whole number of slabs");
   }
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
-    *why = std::string("mmap: ") + std::strerror(errno);
-    return nullptr;
+    return common::unexpected(std::string("mmap: ") + std::strerror(errno));
   }
   std::unique_ptr<ArenaMapping> m(new ArenaMapping);
   m->base_ = static_cast<std::byte*>(p);

@@ -5,6 +5,7 @@
 // the last copy on it was seen complete (or never, when one was not).
 #pragma once
 
+#include "common/expected.hpp"
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -20,7 +21,7 @@ class ArenaMapping {
   // Maps `fd` (taken over: closed here whatever happens). Refuses, saying
   // why, a file that is not sealed against resize (a peer could shrink it
   // under this mapping) or whose size is not `bytes`.
-  static std::unique_ptr<ArenaMapping> map(int fd, std::uint64_t bytes, std::uint64_t slab_bytes, std::string* why);
+  static common::Expected<std::unique_ptr<ArenaMapping>> map(int fd, std::uint64_t bytes, std::uint64_t slab_bytes);
   ~ArenaMapping();
   ArenaMapping(const ArenaMapping&) = delete;
   ArenaMapping& operator=(const ArenaMapping&) = delete;

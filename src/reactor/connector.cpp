@@ -593,9 +593,8 @@ std::vector<std::byte> Connector::export_lease(std::uint64_t lease) {
 
 std::uint64_t Connector::adopt_lease(std::span<const std::byte> handoff) {
   CallTimer timed(step_calls_.get());
-  std::string why;
-  auto h = proto::decode_lease_handoff(handoff, &why);
-  if (!h) throw TransferRefused(TransferErrc::bad_spec, "adopt_lease: " + why);
+  auto h = proto::decode_lease_handoff(handoff);
+  if (!h) throw TransferRefused(TransferErrc::bad_spec, "adopt_lease: " + h.why());
   if (options_.server_socket.empty())
     throw TransferRefused(TransferErrc::bad_spec, "adopt_lease: only the node tier (server_socket) can adopt a lease");
   // The registration whose layout makes these keys.

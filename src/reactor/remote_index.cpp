@@ -154,21 +154,20 @@ asio::awaitable<Failure> RemoteIndex::hello(Clock::time_point until) {
   auto [rec, rn] = co_await asio::async_read(*sock_, asio::buffer(body), kAwait);
   if (rec) co_return unreachable("reading the hello reply: " + rec.message());
   guard.cancel();
-  std::string why;
-  auto reply = decode_reply(h.type, body, &why);
+  auto reply = decode_reply(h.type, body);
   if (!reply || reply->status != Status::ok || !std::holds_alternative<HelloReply>(reply->payload)) {
-    co_return unreachable("it refused the hello: " + (reply ? reply->message : why));
+    co_return unreachable("it refused the hello: " + (reply ? reply->message : reply.why()));
   }
   const auto& hr = std::get<HelloReply>(reply->payload);
   if (fd < 0) {
     co_return unreachable("its hello reply came without its arena");
   }
   const int arena_fd = std::exchange(fd, -1);
-  auto mapping = ArenaMapping::map(arena_fd, hr.arena_bytes, hr.slab_bytes, &why);
+  auto mapping = ArenaMapping::map(arena_fd, hr.arena_bytes, hr.slab_bytes);
   if (!mapping) {
-    co_return unreachable("its arena cannot be mapped: " + why);
+    co_return unreachable("its arena cannot be mapped: " + mapping.why());
   }
-  arena_ = std::move(mapping);
+  arena_ = std::move(*mapping);
   pin_want_ = 0;
   pin_next_ = 0;
   pins_running_ = 0;
@@ -326,8 +325,7 @@ asio::awaitable<void> RemoteIndex::read_loop(std::uint64_t generation) {
     }
     const Header& h = f.h;
     const std::vector<std::byte>& body = f.body;
-    std::string why;
-    auto reply = decode_reply(h.type, body, &why);
+    auto reply = decode_reply(h.type, body);
     if (reply && reply->status == Status::ok) {
       if (auto a = abandoned_.find(h.request_id); a != abandoned_.end()) {
         abandoned_.erase(a);
@@ -347,7 +345,7 @@ asio::awaitable<void> RemoteIndex::read_loop(std::uint64_t generation) {
     }
     if (!reply) {
       it->second->failure = TransferErrc::tier_unavailable;
-      spdlog::error("kvstrand: node tier: malformed reply: {}", why);
+      spdlog::error("kvstrand: node tier: malformed reply: {}", reply.why());
     } else if (reply->status == Status::ok && reply->payload.index() == 0 &&
                (it->second->type == Type::lookup || it->second->type == Type::adopt || it->second->type == Type::reserve ||
                 it->second->type == Type::register_layout || it->second->type == Type::hello)) {

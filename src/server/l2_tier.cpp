@@ -164,20 +164,19 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
                       r.value.is_error() ? r.value.str : std::string("a reply that is not a string"));
         break;
       }
-      std::string why;
       l2::Refusal refusal = l2::Refusal::corrupt;
-      std::optional<l2::ChunkValue> v =
-          l2::decode_chunk_value(r.value.str, keys[i], object_bytes, &why, opt.mac ? &*opt.mac : nullptr, &refusal);
+      common::Expected<l2::ChunkValue> v =
+          l2::decode_chunk_value(r.value.str, keys[i], object_bytes, opt.mac ? &*opt.mac : nullptr, &refusal);
       if (!v && refusal == l2::Refusal::unauthenticated) {
         // Left in Redis: another deployment's (another key, or none) as likely
         // as a forgery, and a writer that can forge can delete anyway.
         ++st.unauthenticated;
-        spdlog::warn("kvstrand-server: L2 value of {} refused: {}", l2::redis_key_of(keys[i]), why);
+        spdlog::warn("kvstrand-server: L2 value of {} refused: {}", l2::redis_key_of(keys[i]), v.why());
         break;
       }
       if (!v) {
         ++st.bad_values;
-        spdlog::warn("kvstrand-server: L2 value of {} refused and deleted: {}", l2::redis_key_of(keys[i]), why);
+        spdlog::warn("kvstrand-server: L2 value of {} refused and deleted: {}", l2::redis_key_of(keys[i]), v.why());
         forget(l2::redis_key_of(keys[i]));
         break;
       }

@@ -22,32 +22,28 @@ namespace kvstrand::server {
 namespace {
 // A secret (the L2 password, the L2 MAC key): the first line of `path`, a
 // regular file no one but its owner can read (a secret must not leak where
-// the command line would not). Empty and a reason in `why` otherwise. The
-// text is never logged.
-std::string read_secret_file(const std::string& path, std::string* why) {
+// the command line would not), or why not. The text is never logged.
+common::Expected<std::string> read_secret_file(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) {
-    *why = path + ": " + std::strerror(errno);
-    return {};
-  }
+  if (fd < 0) return common::unexpected(path + ": " + std::strerror(errno));
   struct stat st {};
-  std::string text;
+  std::string text, why;
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    *why = path + " is not a regular file";
+    why = path + " is not a regular file";
   } else if ((st.st_mode & 077) != 0) {
     char mode[8];
     std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
-    *why = path + " can be read by group or others (mode " + mode + "): chmod 600 it";
+    why = path + " can be read by group or others (mode " + mode + "): chmod 600 it";
   } else {
     char buf[4096];
     ssize_t n;
     while ((n = ::read(fd, buf, sizeof buf)) > 0 && text.size() < 64 * 1024) text.append(buf, static_cast<std::size_t>(n));
-    if (n < 0) *why = path + ": " + std::strerror(errno);
+    if (n < 0) why = path + ": " + std::strerror(errno);
   }
   ::close(fd);
-  if (!why->empty()) return {};
+  if (!why.empty()) return common::unexpected(why);
   text = text.substr(0, text.find_first_of("\r\n"));
-  if (text.empty()) *why = path + " holds nothing on its first line";
+  if (text.empty()) return common::unexpected(path + " holds nothing on its first line");
   return text;
 }
 }  // namespace
@@ -170,9 +166,8 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
     return refuse("--http-allow-remote", "needs --http");
   }
   if (!l2_url.empty()) {
-    std::string why;
-    auto seeds = l2::parse_redis_url(l2_url, &why);
-    if (!seeds) return refuse("--l2", why);
+    auto seeds = l2::parse_redis_url(l2_url);
+    if (!seeds) return refuse("--l2", seeds.why());
     if (l2_timeout_ms <= 0 || l2_timeout_ms > 60'000) return refuse("--l2-timeout", "must be 1 to 60000 ms");
     if (l2_inflight <= 0 || l2_inflight > 1'000'000) return refuse("--l2-max-inflight", "must be 1 to 1000000");
     if (l2_ttl_s < 0) return refuse("--l2-ttl", "must be >= 0 s");
@@ -185,8 +180,9 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
     if (!l2_password_file.empty() && env != nullptr)
       return refuse("--l2-password-file", "and KVSTRAND_L2_PASSWORD are both set: use one");
     if (!l2_password_file.empty()) {
-      l2.credentials.password = read_secret_file(l2_password_file, &why);
-      if (!why.empty()) return refuse("--l2-password-file", why);
+      auto password = read_secret_file(l2_password_file);
+      if (!password) return refuse("--l2-password-file", password.why());
+      l2.credentials.password = std::move(*password);
     } else if (env != nullptr) {
       l2.credentials.password = env;
       if (l2.credentials.password.empty()) return refuse("--l2-password-file", "KVSTRAND_L2_PASSWORD is set but empty");
@@ -195,8 +191,9 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
       return refuse("--l2-user", "needs a password: --l2-password-file or KVSTRAND_L2_PASSWORD");
     l2.credentials.username = l2_user;
     if (!l2_mac_key_file.empty()) {
-      l2::MacKey key{read_secret_file(l2_mac_key_file, &why)};
-      if (!why.empty()) return refuse("--l2-mac-key-file", why);
+      auto secret = read_secret_file(l2_mac_key_file);
+      if (!secret) return refuse("--l2-mac-key-file", secret.why());
+      l2::MacKey key{std::move(*secret)};
       if (key.secret.size() < l2::kMinMacKeyBytes)
         return refuse("--l2-mac-key-file", l2_mac_key_file + " holds " + std::to_string(key.secret.size()) +
                                                " bytes on its first line; a key needs at least " +

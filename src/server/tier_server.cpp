@@ -313,12 +313,11 @@ struct TierServer::Impl {
       }
       const std::vector<std::byte>& body = f.body;
       ++s->requests;
-      std::string why;
-      auto req = decode_request(h.type, body, &why);
+      auto req = decode_request(h.type, body);
       const Type type = static_cast<Type>(h.type & ~kReplyBit);
       if (!req) {
         count(type, Status::bad_request);
-        send(s, encode_reply(type, h.request_id, fail(Status::bad_request, why)));
+        send(s, encode_reply(type, h.request_id, fail(Status::bad_request, req.why())));
         continue;
       }
       tier::Index* promote_into = nullptr;
