@@ -119,48 +119,12 @@ namespace kvstrand::reactor {
 
 std::vector<hip::Segment> segments(const Registration& reg, const kv::TransferSpec& s,
                                    const std::vector<std::byte*>& objects, bool save, const std::vector<bool>& images) {
-  const kv::Layout& l = reg.layout;
-  const std::uint32_t bpc = l.blocks_per_chunk();
-  const std::uint32_t first_chunk = s.tokens.begin / l.chunk_tokens;
   std::vector<hip::Segment> segs;
   segs.reserve(s.blocks.size() * reg.planes.size() + objects.size());
-  std::uint64_t plane_off = 0;
-  for (std::size_t p = 0; p < reg.planes.size(); ++p) {
-    const std::uint64_t bpb = l.planes[p].bytes_per_block;
-    auto* plane = static_cast<std::byte*>(reg.planes[p].base);
-    for (std::size_t i = 0; i < s.blocks.size(); ++i) {
-      const std::uint32_t block_index = s.tokens.begin / l.block_tokens + static_cast<std::uint32_t>(i);
-      const std::uint32_t chunk = block_index / bpc - first_chunk;
-      const std::uint32_t in_chunk = block_index % bpc;
-      if (objects[chunk] == nullptr) continue;  // chunk skipped (already stored)
-      std::byte* dev = plane + static_cast<std::uint64_t>(s.blocks[i]) * bpb;
-      std::byte* obj = objects[chunk] + plane_off * bpc + in_chunk * bpb;
-      segs.push_back(save ? hip::Segment{dev, obj, bpb} : hip::Segment{obj, dev, bpb});
-    }
-    plane_off += bpb;
-  }
-  const std::size_t parts = reg.state_part_count();
-  for (std::size_t c = 0; c < objects.size(); ++c) {
-    if (objects[c] == nullptr || !images[c]) continue;
-    std::byte* obj = objects[c] + reg.image_offset();
-    for (std::size_t p = 0; p < parts; ++p) {
-      const std::int32_t slot = save ? s.state_slots[c * parts + p] : s.state_slots[p];
-      const std::uint64_t bytes = state_part_bytes(reg, p);
-      std::byte* dev = static_cast<std::byte*>(state_part(reg, p).base) + static_cast<std::uint64_t>(slot) * bytes;
-      segs.push_back(save ? hip::Segment{dev, obj, bytes} : hip::Segment{obj, dev, bytes});
-      obj += bytes;
-    }
-  }
+  tier::for_each_piece(reg, s, objects, save, images, [&](std::byte* dev, std::byte* obj, std::uint64_t bytes) {
+    segs.push_back(save ? hip::Segment{dev, obj, bytes} : hip::Segment{obj, dev, bytes});
+  });
   return segs;
-}
-
-const StateMemory& state_part(const Registration& reg, std::size_t p) {
-  return reg.state_parts.empty() ? reg.state : reg.state_parts[p];
-}
-
-std::uint64_t state_part_bytes(const Registration& reg, std::size_t p) {
-  if (reg.state_parts.empty()) return reg.layout.checkpoint.image_bytes;
-  return reg.state_parts[p].slot_bytes;
 }
 
 std::uint32_t state_slot_count(const Registration& reg) {

@@ -1,6 +1,6 @@
-// The mapping from a TransferSpec to copy segments between a registration's
-// device blocks and one tier object per chunk (the object's format is in
-// include/kvstrand/registration.hpp).
+// The copies of a TransferSpec between a registration's device blocks and
+// one tier object per chunk (the object's format: tier/object_format.hpp),
+// and what the Connector counts of a spec's state slots.
 #pragma once
 
 #include <cstddef>
@@ -9,6 +9,7 @@
 
 #include <kvstrand/registration.hpp>
 #include "hip/copy.hpp"
+#include "tier/object_format.hpp"
 
 namespace kvstrand::reactor {
 
@@ -23,10 +24,8 @@ using kvstrand::StateMemory;
 std::vector<hip::Segment> segments(const Registration& reg, const kv::TransferSpec& s,
                                    const std::vector<std::byte*>& objects, bool save, const std::vector<bool>& images);
 
-// State memory p of the registration (its `state` when it has no
-// state_parts), and the bytes of one of its slots.
-const StateMemory& state_part(const Registration& reg, std::size_t p);
-std::uint64_t state_part_bytes(const Registration& reg, std::size_t p);
+using tier::state_part;
+using tier::state_part_bytes;
 // Every state memory's slots, numbered one after another (memory 0's
 // first): how the Connector counts the slots live transfers use.
 std::uint32_t state_slot_count(const Registration& reg);
