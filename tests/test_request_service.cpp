@@ -40,7 +40,8 @@ struct Fixture {
   RequestService service;
 
   explicit Fixture(server::ServiceRules rules = {64, 8 * kObject, 8 * kObject})
-      : service(rules, server::ServerFacts{4 * kSlab, kSlab, false, [] { return 4 * kSlab; }, [] { return 2; }}, classes,
+      : service(rules, server::ServerFacts{4 * kSlab, kSlab, false, [] { return 4 * kSlab; }, [] { return 2; }, 0x5eed},
+                classes,
                 [this](tier::Index&, std::span<const std::uint32_t> slots) { committed_objects += slots.size(); }) {
     for (std::uint32_t s = 0; s < 4; ++s) classes.add_slab(s);
   }
@@ -82,7 +83,12 @@ TEST_CASE("request service: nothing before hello, hello once, and the hello desc
   REQUIRE(h.session == 7);
   REQUIRE(h.arena_bytes == 4 * kSlab);
   REQUIRE(h.slab_bytes == kSlab);
+  REQUIRE(h.server_id == 0x5eed);  // Hello{} speaks this version: told the server's life
   REQUIRE(f.service.handle(c, Hello{}).status == Status::bad_request);
+  // A 2.1 client is not told (its decoder refuses bytes it does not know).
+  Client old = client(8, 2);
+  const Reply old_hello = f.service.handle(old, Hello{proto::kMajor, 1, "2.1"});
+  REQUIRE(std::get<HelloReply>(old_hello.payload).server_id == 0);
 }
 
 TEST_CASE("request service: a layout the server cannot serve is refused naming the flag", "[server]") {

@@ -1007,11 +1007,11 @@ struct Engine::Impl {
     // Everything posted has settled when run() returns; the Connector stays
     // open (its debug endpoint too) until the Engine goes.
     if (conn) {
-      std::vector<std::string> names;
+      std::vector<std::string> in_flight;
       for (const auto& [name, save] : saves)
-        if (!save.settled) names.push_back(name);
-      for (const auto& [name, load] : loads) names.push_back(name);
-      co_await fence(std::move(names));
+        if (!save.settled) in_flight.push_back(name);
+      for (const auto& [name, load] : loads) in_flight.push_back(name);
+      co_await fence(std::move(in_flight));
     }
   }
 };

@@ -325,6 +325,7 @@ std::vector<std::byte> encode_reply(Type type, std::uint64_t request_id, const R
                             w.u64(m.slab_bytes);
                             w.u64(m.ready_bytes);
                             w.u8(m.huge_pages ? 1 : 0);
+                            if (m.server_id != 0) w.u64(m.server_id);  // 2.2; a 2.1 client is sent none
                           },
                           [&](const RegisterReply& m) {
                             w.u32(m.registration);
@@ -374,6 +375,7 @@ common::Expected<Reply> decode_reply(std::uint16_t type, std::span<const std::by
         const std::uint8_t huge = r.u8();
         if (huge > 1) r.fail();
         m.huge_pages = huge == 1;
+        if (r.ok() && r.remaining() >= 8) m.server_id = r.u64();  // 2.2: absent from a 2.1 server
         rep.payload = m;
         break;
       }

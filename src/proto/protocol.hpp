@@ -32,7 +32,7 @@ using kv::Plane;
 
 inline constexpr std::uint32_t kMagic = 0x5453564b;  // "KVST" on the wire
 inline constexpr std::uint8_t kMajor = 2;
-inline constexpr std::uint8_t kMinor = 1;  // 2.1: adopt
+inline constexpr std::uint8_t kMinor = 2;  // 2.1: adopt; 2.2: the hello reply's server_id
 inline constexpr std::size_t kHeaderBytes = 20;
 inline constexpr std::uint32_t kDefaultMaxBody = 16u << 20;
 inline constexpr std::uint16_t kReplyBit = 0x8000;
@@ -146,6 +146,10 @@ struct HelloReply {
   std::uint64_t slab_bytes = 0;
   std::uint64_t ready_bytes = 0;  // slabs populated so far
   bool huge_pages = false;
+  // 2.2: this server's life (random at its start), sent to clients of 2.2
+  // and later: a client that reconnects tells a restarted server (whose
+  // hold ids mean other holds) from the same one. 0: not said (a 2.1 server).
+  std::uint64_t server_id = 0;
 };
 struct RegisterReply {
   std::uint32_t registration = 0;

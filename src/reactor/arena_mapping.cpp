@@ -16,13 +16,16 @@ common::Expected<std::unique_ptr<ArenaMapping>> ArenaMapping::map(int fd, std::u
     int fd;
     ~Closer() { ::close(fd); }  // the mapping keeps the file alive
   } closer{fd};
-  const int seals = ::fcntl(fd, F_GET_SEALS);
-  if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW)) {
-    return common::unexpected("the arena is not sealed against resize");
-  }
   struct stat st {};
   if (::fstat(fd, &st) != 0 || static_cast<std::uint64_t>(st.st_size) != bytes) {
     return common::unexpected("the arena's size is not the " + std::to_string(bytes) + " B the server announced");
+  }
+  const int seals = ::fcntl(fd, F_GET_SEALS);
+  const bool sealed = seals >= 0 && (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) == (F_SEAL_SHRINK | F_SEAL_GROW);
+  const bool named = S_ISREG(st.st_mode) && st.st_uid == ::geteuid() && (st.st_mode & 077) == 0;
+  if (!sealed && !named) {
+    return common::unexpected("the arena is not sealed against resize, nor a file of this user that no one else may "
+                              "open");
   }
   if (slab_bytes == 0 || bytes % slab_bytes != 0) {
     return common::unexpected("the arena is not a whole number of slabs");
@@ -39,6 +42,12 @@ common::Expected<std::unique_ptr<ArenaMapping>> ArenaMapping::map(int fd, std::u
   m->ino_ = static_cast<std::uint64_t>(st.st_ino);
   m->slabs_.resize(bytes / slab_bytes);
   return m;
+}
+
+bool ArenaMapping::is_file(int fd) const noexcept {
+  struct stat st {};
+  return ::fstat(fd, &st) == 0 && static_cast<std::uint64_t>(st.st_dev) == dev_ &&
+         static_cast<std::uint64_t>(st.st_ino) == ino_ && static_cast<std::uint64_t>(st.st_size) == bytes_;
 }
 
 ArenaMapping::~ArenaMapping() {

@@ -19,8 +19,10 @@ namespace kvstrand::reactor {
 class ArenaMapping {
  public:
   // Maps `fd` (taken over: closed here whatever happens). Refuses, saying
-  // why, a file that is not sealed against resize (a peer could shrink it
-  // under this mapping) or whose size is not `bytes`.
+  // why, a file whose size is not `bytes`, and one that is not sealed
+  // against resize (a peer could shrink it under this mapping) unless it is
+  // a named arena (kvstrand-server --arena-path): a regular file of this
+  // user that no one else may open.
   static common::Expected<std::unique_ptr<ArenaMapping>> map(int fd, std::uint64_t bytes, std::uint64_t slab_bytes);
   ~ArenaMapping();
   ArenaMapping(const ArenaMapping&) = delete;
@@ -31,6 +33,9 @@ class ArenaMapping {
   // server makes a new one). Exact while both mappings live: a file's
   // identity is not reused while it is mapped.
   bool same_file(const ArenaMapping& o) const noexcept { return dev_ == o.dev_ && ino_ == o.ino_; }
+  // Whether `fd` is this mapping's file, whole: a server restarted on a
+  // named arena hands over the file this process has mapped and pinned.
+  bool is_file(int fd) const noexcept;
   std::uint64_t bytes() const noexcept { return bytes_; }
   std::uint64_t slab_bytes() const noexcept { return slab_bytes_; }
   // True when [offset, offset + n) lies inside the arena.

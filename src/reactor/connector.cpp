@@ -861,6 +861,14 @@ void* Connector::load_stream_native() {
   });
 }
 
+Connector::ArenaMappings Connector::arena_mappings() {
+  if (stopped_) return {};
+  return reactor_->call([core = core_]() -> asio::awaitable<ArenaMappings> {
+    auto* node = dynamic_cast<NodeTier*>(core->tier.get());
+    co_return node ? ArenaMappings{node->arena_mapped(), node->arena_kept(), node->reconnects()} : ArenaMappings{};
+  });
+}
+
 PollerStats Connector::poller_stats() {
   if (stopped_) return {};
   return reactor_->call([r = reactor_.get()]() -> asio::awaitable<PollerStats> { co_return r->poller().stats(); });

@@ -239,6 +239,12 @@ class Connector {
   // none, or none yet): what the sim's fault hooks hold or fail in tests of
   // an engine that reaches kvstrand through its public API only.
   void* load_stream_native();
+  // The node tier's arena: how many times it was mapped and pinned, and how
+  // many server restarts kept it (a named arena); zeros for another tier.
+  struct ArenaMappings {
+    std::uint64_t mapped = 0, kept = 0, reconnects = 0;
+  };
+  ArenaMappings arena_mappings();
   // The debug endpoint's port (0 when it is off).
   std::uint16_t http_port() const noexcept { return http_ ? http_->port() : 0; }
 

@@ -17,6 +17,8 @@ class NodeTier final : public HostTier {
       : HostTier(reactor, std::make_unique<RemoteIndex>(reactor, std::move(options))) {}
 
   std::uint64_t reconnects() const noexcept { return remote().reconnects(); }
+  std::uint64_t arena_mapped() const noexcept { return remote().arena_mapped(); }
+  std::uint64_t arena_kept() const noexcept { return remote().arena_kept(); }
   // The current arena's size and how much of it is pinned (on the strand).
   std::uint64_t arena_bytes() const noexcept { return remote().arena_bytes(); }
   std::uint64_t pinned_bytes() const noexcept { return remote().pinned_bytes(); }

@@ -163,16 +163,37 @@ asio::awaitable<Failure> RemoteIndex::hello(Clock::time_point until) {
     co_return unreachable("its hello reply came without its arena");
   }
   const int arena_fd = std::exchange(fd, -1);
-  auto mapping = ArenaMapping::map(arena_fd, hr.arena_bytes, hr.slab_bytes);
-  if (!mapping) {
-    co_return unreachable("its arena cannot be mapped: " + mapping.why());
+  // The same server again (a connection lost, not a restart): its holds
+  // and its arena are what they were. A 2.1 server says no id; its arena,
+  // a memfd of its own life, says who it is.
+  const bool same_life = mapping_ && (hr.server_id != 0 ? hr.server_id == server_id_ : mapping_->is_file(arena_fd));
+  if (same_life) {
+    ::close(arena_fd);
+    co_return Failure{};
   }
-  arena_ = std::move(*mapping);
-  pin_want_ = 0;
-  pin_next_ = 0;
-  pins_running_ = 0;
-  pinning_ = false;
-  pin_error_.clear();
+  server_id_ = hr.server_id;
+  if (mapping_ && mapping_->is_file(arena_fd)) {
+    // A server restarted on the named arena this process has mapped and
+    // pinned (--arena-path): kept as it is, pinning included.
+    ::close(arena_fd);
+    ++arena_kept_;
+  } else {
+    auto mapping = ArenaMapping::map(arena_fd, hr.arena_bytes, hr.slab_bytes);
+    if (!mapping) {
+      co_return unreachable("its arena cannot be mapped: " + mapping.why());
+    }
+    mapping_ = std::move(*mapping);
+    ++arena_mapped_;
+    pin_want_ = 0;
+    pin_next_ = 0;
+    pins_running_ = 0;
+    pinning_ = false;
+    pin_error_.clear();
+  }
+  // This server life's token: an alias of the mapping (arena_-> is the
+  // mapping) with an owner of its own, so that holds of an earlier life
+  // are told apart (current()) even when the mapping is the same.
+  arena_ = std::shared_ptr<ArenaMapping>(std::make_shared<std::shared_ptr<ArenaMapping>>(mapping_), mapping_.get());
   // Pin the whole arena in the background (pages the server has not
   // populated yet are allocated by the first toucher, this process or the
   // server); a copy waits only for its own slab's prefix.
@@ -295,7 +316,8 @@ void RemoteIndex::release_hold(std::uint64_t hold, const std::shared_ptr<ArenaMa
 }
 
 bool RemoteIndex::current(const std::shared_ptr<void>& arena) const {
-  return arena && arena_ && static_cast<const ArenaMapping*>(arena.get())->same_file(*arena_);
+  // One owner per server life (see hello()): the same owner, the same life.
+  return arena && arena_ && !arena.owner_before(arena_) && !arena_.owner_before(arena);
 }
 
 asio::awaitable<void> RemoteIndex::write_loop(std::uint64_t generation) {

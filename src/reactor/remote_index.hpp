@@ -69,6 +69,10 @@ class RemoteIndex final : public IndexPlane {
   boost::asio::awaitable<void> drain() override;
 
   std::uint64_t reconnects() const noexcept { return reconnects_; }
+  // Arenas mapped and pinned, and server restarts whose named arena was
+  // kept as it was (no new mapping, no pinning again).
+  std::uint64_t arena_mapped() const noexcept { return arena_mapped_; }
+  std::uint64_t arena_kept() const noexcept { return arena_kept_; }
   // The current arena's size and how much of it is pinned (on the strand).
   std::uint64_t arena_bytes() const noexcept { return arena_ ? arena_->bytes() : 0; }
   std::uint64_t pinned_bytes() const noexcept { return arena_ ? arena_->pinned_bytes() : 0; }
@@ -140,7 +144,11 @@ class RemoteIndex final : public IndexPlane {
   std::map<std::uint64_t, Lease> leases_;  // by lease id, until a load or a release names it
   // Holds to release once connected again (to the server that granted them).
   std::vector<std::pair<std::uint64_t, std::shared_ptr<ArenaMapping>>> unsent_releases_;
-  std::shared_ptr<ArenaMapping> arena_;  // the current server's arena
+  std::shared_ptr<ArenaMapping> mapping_;  // the arena as this process mapped and pinned it
+  std::shared_ptr<ArenaMapping> arena_;    // the current server life's token: an alias of mapping_
+  std::uint64_t server_id_ = 0;            // the current server life's id (0: a 2.1 server says none)
+  std::uint64_t arena_mapped_ = 0;         // arenas mapped (and pinned): one per server life but where kept
+  std::uint64_t arena_kept_ = 0;           // server restarts whose named arena was kept mapped and pinned
 
   // Pinning progress of arena_: helper threads (pinning scales with cores:
   // each slab is faulted in and registered on its own) and the signal its

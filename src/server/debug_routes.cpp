@@ -65,6 +65,16 @@ common::HttpRoutes debug_routes(ServerState state) {
                    {"lookup_chunk_hits", t.lookup_hits}, {"lookup_misses", t.lookup_misses},
                    {"freed_at_process_exit", st.orphans_freed}, {"accept_errors", st.accept.failures()}};
     if (!st.fill_error.empty()) o["fill_error"] = st.fill_error;
+    if (st.recovery.named) {
+      json::object rec{{"path", st.arena.path()},
+                       {"reopened", st.recovery.reopened},
+                       {"objects_recovered", st.recovery.objects},
+                       {"dropped_uncommitted", st.recovery.dropped_uncommitted},
+                       {"dropped_corrupt", st.recovery.dropped_corrupt},
+                       {"seconds", st.recovery.seconds}};
+      if (!st.recovery.started_empty.empty()) rec["started_empty"] = st.recovery.started_empty;
+      o["arena_recovery"] = std::move(rec);
+    }
     if (st.l2 != nullptr) {
       const L2Stats l = st.l2->stats();
       o["l2"] = json::object{{"connected", l.connected},         {"auth_refused", l.auth_refused},
@@ -101,6 +111,15 @@ common::HttpRoutes debug_routes(ServerState state) {
     p.gauge("kvstrand_server_tier_ready_bytes", "Arena bytes populated so far", static_cast<double>(st.ready_bytes()));
     p.gauge("kvstrand_server_tier_used_bytes", "Tier bytes in use", static_cast<double>(t.used_bytes));
     p.gauge("kvstrand_server_tier_objects", "Objects committed", static_cast<double>(t.objects));
+    if (st.recovery.named) {
+      p.counter("kvstrand_server_arena_recovered_objects_total",
+                "Committed objects a restarted server found in its named arena (--arena-path)", st.recovery.objects);
+      p.counter("kvstrand_server_arena_dropped_objects_total", "Objects of the named arena dropped at start, by reason",
+                common::LabeledCounter{{"reason=\"uncommitted\"", st.recovery.dropped_uncommitted},
+                                       {"reason=\"corrupt\"", st.recovery.dropped_corrupt}});
+      p.gauge("kvstrand_server_arena_recovery_seconds", "Time the start spent reading the named arena's tables",
+              st.recovery.seconds);
+    }
     if (st.l2 != nullptr) {
       const L2Stats l = st.l2->stats();
       p.gauge("kvstrand_server_l2_connected", "1 once a Redis slot map was learned", l.connected ? 1 : 0);

@@ -14,6 +14,7 @@
 #include "common/accept_backoff.hpp"
 #include "common/debug_http.hpp"
 #include "common/metrics.hpp"
+#include "server/arena_recovery.hpp"
 #include "server/l2_tier.hpp"
 #include "server/session.hpp"
 #include "tier/arena.hpp"
@@ -33,6 +34,7 @@ struct ServerState {
   const std::uint64_t& orphans_freed;
   const common::AcceptBackoff& accept;
   const std::string& fill_error;
+  const Recovery& recovery;
   std::function<std::uint64_t()> ready_bytes;
   std::string socket;
 };

@@ -23,9 +23,12 @@ Reply RequestService::handle(Client& c, const Request& req) {
   if (std::holds_alternative<Hello>(req)) {
     if (c.hello) return fail(Status::bad_request, "hello was already said on this connection");
     c.hello = true;
+    // A 2.1 client reads no server_id: it refuses bytes it does not know.
+    const bool says_id = std::get<Hello>(req).minor >= 2;
     return Reply{Status::ok, "",
                  HelloReply{c.session, kMajor, kMinor, facts_.arena_bytes, facts_.slab_bytes,
-                            facts_.ready_bytes ? facts_.ready_bytes() : 0, facts_.huge_pages}};
+                            facts_.ready_bytes ? facts_.ready_bytes() : 0, facts_.huge_pages,
+                            says_id ? facts_.server_id : 0}};
   }
   if (!c.hello) return fail(Status::bad_request, "send hello first");
   if (const auto* m = std::get_if<RegisterLayout>(&req)) return register_layout(c, *m);

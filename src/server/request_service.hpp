@@ -32,6 +32,7 @@ struct ServerFacts {
   bool huge_pages = false;
   std::function<std::uint64_t()> ready_bytes;  // of the arena, slabs ready so far
   std::function<std::size_t()> sessions;       // connected now
+  std::uint64_t server_id = 0;                 // this server's life (HelloReply::server_id)
 };
 
 // One client connection, as the service knows it.

@@ -64,6 +64,10 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
                  "2M; auto: a sixteenth of --tier-bytes, from 2M to 1G)")
       ->capture_default_str();
   app.add_flag("--no-huge-pages", no_huge, "Plain pages even where huge pages are reserved");
+  app.add_option("--arena-path", o.arena_path,
+                 "Keep the arena in this file (on tmpfs, e.g. /dev/shm/kvstrand-arena, or hugetlbfs) so that a "
+                 "restarted server finds its objects again and clients keep their pinned mappings; mode 0600, "
+                 "this user only. Unset: the arena lives as long as this server");
   app.add_option("--chunk-tokens", o.chunk_tokens, "Tokens per stored chunk; registrations must match")
       ->capture_default_str();
   app.add_option("--log-level", o.log_level, "trace, debug, info, warn, error or off")->capture_default_str();

@@ -19,6 +19,10 @@ struct ServerOptions {
   std::string tier_bytes_rounded_from;  // --tier-bytes as given, when it was rounded up to whole slabs
   std::uint64_t slab_bytes = 1ull << 30;  // the arena grows by this much at a time
   bool huge_pages = true;                 // where the system has them reserved
+  // --arena-path: the arena as a named file on tmpfs or hugetlbfs that the
+  // next server finds again with its objects (empty: a memfd of this
+  // server's life only).
+  std::string arena_path;
   std::uint32_t chunk_tokens = 256;
   std::string log_level = "info";
   std::uint32_t max_frame = 16u << 20;

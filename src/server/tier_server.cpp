@@ -30,6 +30,7 @@
 #include <functional>
 #include <future>
 #include <map>
+#include <random>
 #include <stdexcept>
 #include <thread>
 #include <utility>
@@ -42,8 +43,10 @@
 #include "common/debug_http.hpp"
 #include "common/gate.hpp"
 #include "common/metrics.hpp"
+#include "server/arena_recovery.hpp"
 #include "tier/arena.hpp"
 #include "tier/fd_passing.hpp"
+#include "tier/object_table.hpp"
 #include "tier/index.hpp"
 #include "tier/size_classes.hpp"
 
@@ -124,6 +127,11 @@ struct TierServer::Impl {
     gate.spawn(accept_loop(), std::move(acceptor_ended));
     co_return std::string{};
   }
+
+  // The arena (a memfd, or the named file, its objects recovered) and the
+  // server's own mapping of it where one is needed.
+  void open_arena();
+  void map_arena(const char* flag);
 
   // Populates the arena's slabs in order, off the strand; each one's
   // objects join the index on the strand once it is ready.
@@ -430,7 +438,7 @@ struct TierServer::Impl {
 
   common::HttpRoutes routes() {
     return debug_routes(ServerState{stopping, sessions, processes, *classes, *arena, l2.get(), requests, orphans_freed, accept_backoff,
-                                    fill_error, [this] { return ready_bytes(); }, opt.socket});
+                                    fill_error, recovery, [this] { return ready_bytes(); }, opt.socket});
   }
 
   template <class MakeAwaitable>
@@ -453,8 +461,10 @@ struct TierServer::Impl {
   std::uint32_t ready_slabs = 0;
   std::string fill_error;
   std::vector<asio::steady_timer*> slab_waiters;  // reserves waiting for the next slab (room_for)
+  std::byte* arena_map = nullptr;    // the server's own mapping, with --l2 or --arena-path only
+  std::optional<tier::ObjectTable> table;    // with --arena-path: the objects described in the arena
   std::optional<tier::SizeClasses> classes;  // with the arena: one index per object size
-  std::byte* arena_map = nullptr;    // the server's own mapping, with --l2 only
+  Recovery recovery;                         // what a named arena held at start
   std::unique_ptr<L2Tier> l2;
   std::optional<local::acceptor> acceptor;
   std::optional<asio::signal_set> signals;
@@ -494,25 +504,72 @@ TierServer::~TierServer() {
   if (impl_->arena_map) ::munmap(impl_->arena_map, impl_->arena->bytes());
 }
 
-void TierServer::start() {
+void TierServer::Impl::map_arena(const char* flag) {
+  void* p = ::mmap(nullptr, arena->bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, arena->fd(), 0);
+  if (p == MAP_FAILED) throw std::runtime_error(std::string(flag) + ": cannot map the arena: " + std::strerror(errno));
+  arena_map = static_cast<std::byte*>(p);
+}
+
+void TierServer::Impl::open_arena() {
+  const bool named = !opt.arena_path.empty();
   try {
-    impl_->arena.emplace(tier::ArenaOptions{impl_->opt.tier_bytes, impl_->opt.slab_bytes, impl_->opt.huge_pages});
-    impl_->classes.emplace(impl_->arena->slab_bytes());
+    arena.emplace(tier::ArenaOptions{opt.tier_bytes, opt.slab_bytes, opt.huge_pages, opt.arena_path});
   } catch (const std::runtime_error& e) {
-    throw std::runtime_error(std::string("--tier-bytes: cannot create the arena: ") + e.what());
+    throw std::runtime_error(std::string(named ? "--arena-path" : "--tier-bytes") + ": cannot create the arena: " +
+                             e.what());
   }
-  if (impl_->opt.l2) {
-    // L2 is the one reason the server touches the arena's bytes: it copies
-    // committed objects out to Redis and promoted ones in. Engine memory it
-    // never sees.
-    void* p = ::mmap(nullptr, impl_->arena->bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, impl_->arena->fd(), 0);
-    if (p == MAP_FAILED) throw std::runtime_error(std::string("--l2: cannot map the arena: ") + std::strerror(errno));
-    impl_->arena_map = static_cast<std::byte*>(p);
-    impl_->l2 = std::make_unique<L2Tier>(impl_->strand, *impl_->opt.l2, impl_->arena_map, *impl_->classes);
+  // L2 is one reason the server touches the arena's bytes (it copies
+  // committed objects out to Redis and promoted ones in), a named arena's
+  // object tables the other. Engine memory it never sees.
+  if (opt.l2 || named) map_arena(named ? "--arena-path" : "--l2");
+  if (!named) {
+    classes.emplace(arena->slab_bytes());
+    return;
   }
+  table.emplace(arena_map, arena->bytes(), arena->slab_bytes());
+  classes.emplace(arena->slab_bytes(), &*table);
+  recovery.named = true;
+  if (!arena->reopened()) {
+    spdlog::info("kvstrand-server: a new arena at {} ({})", arena->path(), common::format_bytes(arena->bytes()));
+    return;
+  }
+  recovery = recover(*table, *classes);
+  if (!recovery.started_empty.empty()) {
+    // One line, and nothing of the old file is read: a later format or
+    // another geometry is never misread as this one.
+    spdlog::warn("kvstrand-server: the arena at {} cannot be read ({}): starting empty", arena->path(),
+                 recovery.started_empty);
+    ::munmap(std::exchange(arena_map, nullptr), arena->bytes());
+    arena->start_empty();
+    map_arena("--arena-path");
+    table.emplace(arena_map, arena->bytes(), arena->slab_bytes());
+    classes.reset();
+    classes.emplace(arena->slab_bytes(), &*table);
+    return;
+  }
+  spdlog::info("kvstrand-server: recovered {} objects from the arena at {} in {:.3f} s ({} never committed and {} "
+               "corrupt dropped)",
+               recovery.objects, arena->path(), recovery.seconds, recovery.dropped_uncommitted,
+               recovery.dropped_corrupt);
+}
+
+namespace {
+// A server life's id: random, never 0 (0 is "not said").
+std::uint64_t server_life_id() {
+  std::random_device rd;
+  std::uint64_t id = 0;
+  while (id == 0) id = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+  return id;
+}
+}  // namespace
+
+void TierServer::start() {
+  impl_->open_arena();
+  if (impl_->opt.l2) impl_->l2 = std::make_unique<L2Tier>(impl_->strand, *impl_->opt.l2, impl_->arena_map, *impl_->classes);
   ServiceRules rules{impl_->opt.chunk_tokens, impl_->opt.max_client_leased, impl_->opt.max_client_reserved};
   ServerFacts facts{impl_->arena->bytes(), impl_->arena->slab_bytes(), impl_->arena->huge_pages(),
-                    [i = impl_.get()] { return i->ready_bytes(); }, [i = impl_.get()] { return i->sessions.size(); }};
+                    [i = impl_.get()] { return i->ready_bytes(); }, [i = impl_.get()] { return i->sessions.size(); },
+                    server_life_id()};
   RequestService::Committed committed;
   if (impl_->l2)
     committed = [l2 = impl_->l2.get()](tier::Index& idx, std::span<const std::uint32_t> slots) {

@@ -2,13 +2,17 @@
 
 #include <fcntl.h>
 #include <linux/falloc.h>
+#include <linux/magic.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <stdexcept>
+#include <utility>
 
 namespace kvstrand::tier {
 
@@ -30,6 +34,45 @@ int make_file(std::uint64_t bytes, bool huge) {
   }
   return fd;
 }
+// The named arena at `path`: opened when it is there (reopened = true when
+// its size is `bytes`; another size is made again), created otherwise.
+int open_named(const std::string& path, std::uint64_t bytes, bool* reopened, bool* huge) {
+  const auto slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  struct statfs fs {};
+  if (::statfs(dir.c_str(), &fs) != 0) throw std::runtime_error(errno_text(("statfs " + dir).c_str()));
+  if (fs.f_type != TMPFS_MAGIC && fs.f_type != HUGETLBFS_MAGIC)
+    throw std::runtime_error(dir + " is not tmpfs or hugetlbfs (an arena on a disk file system would be written back "
+                                   "to the disk): use /dev/shm or a hugetlbfs mount");
+  *huge = fs.f_type == HUGETLBFS_MAGIC;
+  int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+  if (fd >= 0) {
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 077) != 0) {
+      ::close(fd);
+      throw std::runtime_error(path + " is not a regular file of this user with mode 0600 (another user's, or "
+                                      "readable by others): remove it or choose another path");
+    }
+    if (static_cast<std::uint64_t>(st.st_size) == bytes) {
+      *reopened = true;
+      return fd;
+    }
+    ::close(fd);
+    if (::unlink(path.c_str()) != 0) throw std::runtime_error(errno_text(("unlink " + path).c_str()));
+  } else if (errno != ENOENT) {
+    throw std::runtime_error(errno_text(("open " + path).c_str()));
+  }
+  fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_CREAT | O_EXCL, 0600);
+  if (fd < 0) throw std::runtime_error(errno_text(("create " + path).c_str()));
+  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    const std::string why = errno_text("ftruncate");
+    ::close(fd);
+    ::unlink(path.c_str());
+    throw std::runtime_error(why);
+  }
+  return fd;
+}
+
 }  // namespace
 
 Arena::Arena(ArenaOptions o) {
@@ -38,6 +81,11 @@ Arena::Arena(ArenaOptions o) {
   slab_bytes_ = o.slab_bytes;
   bytes_ = (o.bytes + slab_bytes_ - 1) / slab_bytes_ * slab_bytes_;
   if (bytes_ == 0) throw std::runtime_error("an arena needs at least one slab");
+  if (!o.path.empty()) {
+    path_ = o.path;
+    fd_ = open_named(path_, bytes_, &reopened_, &huge_);
+    return;
+  }
   if (o.try_huge_pages) {
     // Huge pages only where one can really be had now: a memfd on hugetlbfs
     // is created even with none reserved, and would fail at the first slab.
@@ -59,7 +107,15 @@ Arena::Arena(ArenaOptions o) {
 }
 
 Arena::~Arena() {
-  if (fd_ >= 0) ::close(fd_);
+  if (fd_ >= 0) ::close(fd_);  // a named arena's file stays: it is what the next server finds
+}
+
+void Arena::start_empty() {
+  if (path_.empty()) return;
+  ::close(std::exchange(fd_, -1));
+  if (::unlink(path_.c_str()) != 0 && errno != ENOENT) throw std::runtime_error(errno_text(("unlink " + path_).c_str()));
+  reopened_ = false;
+  fd_ = open_named(path_, bytes_, &reopened_, &huge_);
 }
 
 std::string Arena::populate(std::uint32_t slab) const {

@@ -8,6 +8,13 @@
 //   grow it.
 // - Huge pages where the system has them reserved (MFD_HUGETLB, probed with
 //   one page at start), plain shared memory otherwise.
+// - Or, with a path (kvstrand-server --arena-path), a named file on tmpfs or
+//   hugetlbfs that outlives the server: the next server opens it again and
+//   finds its objects (ObjectTable). What that gives up against the memfd:
+//   the seals (tmpfs files cannot be sealed, so a process of the same user
+//   could shrink it under a peer's mapping); kept: huge pages (on
+//   hugetlbfs), and the permissions (one user, mode 0600, checked at start
+//   by the server and again by each client on the descriptor it is sent).
 // - It grows in slabs: populate(i) allocates slab i's pages (fallocate),
 //   which takes about half a second a GiB, so the owner calls it off its
 //   strand and adds the slab's slots to the Index when it returns. An object
@@ -23,11 +30,14 @@ struct ArenaOptions {
   std::uint64_t bytes = 0;       // rounded up to whole slabs
   std::uint64_t slab_bytes = 0;  // a multiple of 2 MiB
   bool try_huge_pages = true;
+  // A file on tmpfs or hugetlbfs, kept after the server ends; empty: a memfd.
+  std::string path;
 };
 
 class Arena {
  public:
-  // Creates and seals the file. Throws std::runtime_error saying why.
+  // Creates and seals the memfd, or opens (creating it when absent) the
+  // named file. Throws std::runtime_error saying why.
   explicit Arena(ArenaOptions options);
   ~Arena();
   Arena(const Arena&) = delete;
@@ -38,6 +48,12 @@ class Arena {
   std::uint64_t slab_bytes() const noexcept { return slab_bytes_; }
   std::uint32_t slab_count() const noexcept { return static_cast<std::uint32_t>(bytes_ / slab_bytes_); }
   bool huge_pages() const noexcept { return huge_; }
+  // A named arena found at its path (of this size): it may hold objects.
+  bool reopened() const noexcept { return reopened_; }
+  const std::string& path() const noexcept { return path_; }
+  // A named arena that cannot be read: unlinked and made again, empty.
+  // Peers' mappings of the old file stay valid (they keep its pages).
+  void start_empty();
 
   // Allocates slab i's pages. Blocking (call it off the strand); safe from
   // one thread while the strand hands fd() out. Empty on success, else why.
@@ -57,6 +73,8 @@ class Arena {
   std::uint64_t bytes_ = 0;
   std::uint64_t slab_bytes_ = 0;
   bool huge_ = false;
+  bool reopened_ = false;
+  std::string path_;
 };
 
 // Bytes of memory this machine can still give (MemAvailable), 0 if unknown.

@@ -22,6 +22,34 @@ void Index::add_slots(std::uint32_t count) {
   if (capacity > table_.size()) rebuild_table(capacity);  // a slab's worth at a time, never while serving a request
 }
 
+std::size_t Index::add_restored_slots(std::span<const std::optional<Restored>> restored) {
+  const std::uint32_t base = slots_;
+  const auto n = static_cast<std::uint32_t>(restored.size());
+  add_slots(n);
+  std::size_t dropped = 0;
+  std::vector<bool> taken(n, false);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    if (!restored[i]) continue;
+    const std::uint32_t h = hash_of(restored[i]->key);
+    if (find(restored[i]->key, h) != kNone) {
+      ++dropped;
+      continue;
+    }
+    Object& o = objects_[base + i];
+    o.key = restored[i]->key;
+    o.hash = h;
+    o.used = true;
+    o.has_image = restored[i]->has_image;
+    o.committed = true;
+    table_insert(h, base + i);
+    ++stored_;
+    ++evictable_;
+    taken[i] = true;
+  }
+  std::erase_if(free_, [&](std::uint32_t s) { return s >= base && s < base + n && taken[s - base]; });
+  return dropped;
+}
+
 // ---- the key table ----------------------------------------------------------------
 
 void Index::rebuild_table(std::size_t capacity) {
@@ -94,6 +122,7 @@ void Index::free_slot(std::uint32_t slot) {
   o = Object{};
   free_.push_back(slot);
   --stored_;
+  if (listener_) listener_->freed(slot);
 }
 
 bool Index::evict_one() {
@@ -133,6 +162,7 @@ Index::Reserve Index::reserve(const kv::ChunkKey& key, bool has_image, std::uint
   table_insert(h, s);
   ++stored_;
   *slot = s;
+  if (listener_) listener_->reserved(s, key, has_image);
   return Reserve::reserved;
 }
 
@@ -142,6 +172,7 @@ void Index::commit_slot(std::uint32_t slot) {
   o.committed = true;
   o.referenced = false;
   if (o.readers == 0) ++evictable_;
+  if (listener_) listener_->committed(slot);
 }
 
 void Index::abort_slot(std::uint32_t slot) {

@@ -64,6 +64,22 @@ class Index {
     std::uint64_t lookup_misses = 0;  // lookups that stopped short of their keys
   };
 
+  // Told of every change to a slot's object, in the order it happens: a
+  // persistent arena keeps its object table with it (ObjectTable). reserved
+  // comes before the slot is handed to a writer, committed after the copy
+  // into it ended, freed when the object goes (aborted or evicted).
+  struct Listener {
+    virtual ~Listener() = default;
+    virtual void reserved(std::uint32_t slot, const kv::ChunkKey& key, bool has_image) = 0;
+    virtual void committed(std::uint32_t slot) = 0;
+    virtual void freed(std::uint32_t slot) = 0;
+  };
+  // A committed object found again (a restarted server's object table).
+  struct Restored {
+    kv::ChunkKey key;
+    bool has_image = false;
+  };
+
   explicit Index(std::uint64_t object_bytes) : object_bytes_(object_bytes) {}
   // A fixed number of slots from the start (the embedded tier's arena).
   Index(std::uint64_t capacity_bytes, std::uint64_t object_bytes);
@@ -71,6 +87,11 @@ class Index {
   // Makes `count` more slots usable, numbered after the existing ones (a
   // slab of the arena became ready).
   void add_slots(std::uint32_t count);
+  // The same, for slots some of which hold committed objects already:
+  // restored[i] is slot slots() + i's. Returns how many it dropped as
+  // duplicates of a key already present (a corrupted table).
+  std::size_t add_restored_slots(std::span<const std::optional<Restored>> restored);
+  void set_listener(Listener* listener) noexcept { listener_ = listener; }
   std::uint32_t slots() const noexcept { return slots_; }
   // Hold ids from `first` on (before any hold): several indexes over one
   // arena give each its own range, so that a hold id names its index.
@@ -195,6 +216,7 @@ class Index {
                     std::vector<std::uint32_t>* pinned);
 
   std::uint64_t object_bytes_;
+  Listener* listener_ = nullptr;
   std::uint32_t slots_ = 0;
   std::vector<std::uint32_t> free_;
   std::vector<Object> objects_;       // by slot

@@ -15,12 +15,67 @@ Index* SizeClasses::index(std::uint64_t object_bytes) {
     if (c.index->object_bytes() == object_bytes) return c.index.get();
   if (object_bytes == 0 || object_bytes > slab_bytes_ || classes_.size() >= kMaxClasses) return nullptr;
   Class c;
+  if (table_) {
+    const SlabGeometry g = described_geometry(slab_bytes_, object_bytes);
+    if (g.per_slab == 0) return nullptr;  // the object and its entry do not fit a slab
+    c.per_slab = g.per_slab;
+    c.first_object = g.first_object;
+  } else {
+    c.per_slab = Arena::slots_per_slab(slab_bytes_, object_bytes);
+  }
   const HoldId first = (static_cast<HoldId>(classes_.size() + 1) << kClassShift) + 1;
   c.index = std::make_unique<Index>(object_bytes);
   c.index->start_holds_at(first);
-  c.per_slab = Arena::slots_per_slab(slab_bytes_, object_bytes);
+  if (table_) {
+    c.journal = std::make_unique<Journal>();
+    c.journal->owner = this;
+    c.journal->cls = classes_.size();
+    c.index->set_listener(c.journal.get());
+  }
   classes_.push_back(std::move(c));
   return classes_.back().index.get();
+}
+
+void SizeClasses::add_slab(std::uint32_t slab) {
+  if (slab < adopted_.size() && adopted_[slab]) return;
+  free_slabs_.push_back(slab);
+}
+
+Index* SizeClasses::adopt_slab(std::uint32_t slab, std::uint64_t object_bytes,
+                               std::span<const std::optional<Index::Restored>> restored, std::size_t* duplicates) {
+  Index* idx = index(object_bytes);
+  if (idx == nullptr) return nullptr;
+  Class& c = classes_[class_of(*idx)];
+  if (restored.size() != c.per_slab) return nullptr;
+  if (adopted_.size() <= slab) adopted_.resize(slab + 1, false);
+  adopted_[slab] = true;
+  c.slabs.push_back(slab);
+  const std::size_t dropped = idx->add_restored_slots(restored);
+  if (duplicates) *duplicates += dropped;
+  return idx;
+}
+
+void SizeClasses::give_slab(Class& c, std::uint32_t slab) {
+  // The table first: the slab's slots are handed out only after it says
+  // whose they are and holds no entry of an earlier life.
+  if (table_) table_->slab_assigned(slab, c.index->object_bytes());
+  c.slabs.push_back(slab);
+  c.index->add_slots(c.per_slab);
+}
+
+void SizeClasses::Journal::reserved(std::uint32_t slot, const kv::ChunkKey& key, bool has_image) {
+  const Class& c = owner->classes_[cls];
+  owner->table_->reserved(c.slabs[slot / c.per_slab], slot % c.per_slab, key, has_image);
+}
+
+void SizeClasses::Journal::committed(std::uint32_t slot) {
+  const Class& c = owner->classes_[cls];
+  owner->table_->committed(c.slabs[slot / c.per_slab], slot % c.per_slab);
+}
+
+void SizeClasses::Journal::freed(std::uint32_t slot) {
+  const Class& c = owner->classes_[cls];
+  owner->table_->freed(c.slabs[slot / c.per_slab], slot % c.per_slab);
 }
 
 std::size_t SizeClasses::class_of(const Index& idx) const {
@@ -34,9 +89,9 @@ void SizeClasses::make_room(Index& idx, std::size_t want) {
   if (i == classes_.size()) return;
   Class& c = classes_[i];
   while (idx.free_slots() < want && !free_slabs_.empty()) {
-    c.slabs.push_back(free_slabs_.front());
+    const std::uint32_t slab = free_slabs_.front();
     free_slabs_.pop_front();
-    idx.add_slots(c.per_slab);
+    give_slab(c, slab);
   }
 }
 
@@ -48,7 +103,7 @@ std::size_t SizeClasses::room(const Index& idx) const {
 
 std::uint64_t SizeClasses::offset_of(const Index& idx, std::uint32_t slot) const {
   const Class& c = classes_.at(class_of(idx));
-  return static_cast<std::uint64_t>(c.slabs.at(slot / c.per_slab)) * slab_bytes_ +
+  return static_cast<std::uint64_t>(c.slabs.at(slot / c.per_slab)) * slab_bytes_ + c.first_object +
          static_cast<std::uint64_t>(slot % c.per_slab) * idx.object_bytes();
 }
 

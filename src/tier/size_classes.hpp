@@ -12,7 +12,11 @@
 //   sizes): when every slab is given, a class evicts its own objects only.
 // - Hold ids carry their class (class number in the top 16 bits), so a
 //   release or commit, which names only the hold, finds its index.
-// Pure: no I/O and no memory of its own (the Arena turns offsets into places).
+// - With an ObjectTable (a persistent arena), slabs are described: each
+//   keeps its class's object table before its objects (fewer slots a
+//   slab), and every change to an object is written there as it happens.
+// No I/O and no memory of its own but the table's (the Arena turns offsets
+// into places).
 #pragma once
 
 #include <cstdint>
@@ -21,7 +25,11 @@
 #include <memory>
 #include <vector>
 
+#include <optional>
+#include <span>
+
 #include "tier/index.hpp"
+#include "tier/object_table.hpp"
 
 namespace kvstrand::tier {
 
@@ -29,10 +37,20 @@ class SizeClasses {
  public:
   static constexpr std::size_t kMaxClasses = 64;
 
-  explicit SizeClasses(std::uint64_t slab_bytes) : slab_bytes_(slab_bytes) {}
+  explicit SizeClasses(std::uint64_t slab_bytes, ObjectTable* table = nullptr)
+      : slab_bytes_(slab_bytes), table_(table) {}
+  SizeClasses(const SizeClasses&) = delete;
+  SizeClasses& operator=(const SizeClasses&) = delete;
 
-  // A populated slab that no class uses yet.
-  void add_slab(std::uint32_t slab) { free_slabs_.push_back(slab); }
+  // A populated slab that no class uses yet (one a class took already, by
+  // adopt_slab, is left where it is).
+  void add_slab(std::uint32_t slab);
+  // A slab a class had in the server's earlier life, with the objects its
+  // table still holds (ObjectTable::scan): its class's index gets them as
+  // committed objects. Null when no class can take `object_bytes`.
+  Index* adopt_slab(std::uint32_t slab, std::uint64_t object_bytes,
+                    std::span<const std::optional<Index::Restored>> restored, std::size_t* duplicates);
+  bool described() const noexcept { return table_ != nullptr; }
   std::size_t free_slabs() const noexcept { return free_slabs_.size(); }
   std::uint64_t slab_bytes() const noexcept { return slab_bytes_; }
 
@@ -62,15 +80,28 @@ class SizeClasses {
   std::vector<ClassInfo> classes() const;
 
  private:
+  // Writes a class's object changes to the table: slot -> (slab, entry).
+  struct Journal : Index::Listener {
+    SizeClasses* owner = nullptr;
+    std::size_t cls = 0;
+    void reserved(std::uint32_t slot, const kv::ChunkKey& key, bool has_image) override;
+    void committed(std::uint32_t slot) override;
+    void freed(std::uint32_t slot) override;
+  };
   struct Class {
     std::unique_ptr<Index> index;
     std::vector<std::uint32_t> slabs;  // slot s is in slabs[s / per_slab]
     std::uint32_t per_slab = 0;
+    std::uint64_t first_object = 0;  // offset of slot 0 of a slab in it
+    std::unique_ptr<Journal> journal;  // with a table
   };
+  void give_slab(Class& c, std::uint32_t slab);
   // The position of idx's class in classes_ (classes_.size(): none).
   std::size_t class_of(const Index& idx) const;
 
   std::uint64_t slab_bytes_;
+  ObjectTable* table_;
+  std::vector<bool> adopted_;  // by slab: a class has it from the earlier life
   std::deque<std::uint32_t> free_slabs_;  // lowest first: the filler populates in order
   std::vector<Class> classes_;
 };

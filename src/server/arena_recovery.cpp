@@ -1,0 +1,33 @@
+#include "server/arena_recovery.hpp"
+
+#include <chrono>
+
+namespace kvstrand::server {
+
+Recovery recover(tier::ObjectTable& table, tier::SizeClasses& classes) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Recovery r;
+  r.named = r.reopened = true;
+  tier::ObjectTable::Recovery found = table.scan();
+  r.dropped_uncommitted = found.dropped_uncommitted;
+  r.dropped_corrupt = found.dropped_corrupt;
+  if (!found.unreadable.empty()) {
+    r.started_empty = found.unreadable;
+  } else {
+    for (const auto& slab : found.slabs) {
+      std::size_t found_here = 0;
+      for (const auto& o : slab.slots) found_here += o.has_value();
+      std::size_t duplicates = 0;
+      if (classes.adopt_slab(slab.slab, slab.object_bytes, slab.slots, &duplicates) == nullptr) {
+        r.dropped_corrupt += found_here;  // no class can take it here (more sizes than a server serves)
+        continue;
+      }
+      r.objects += found_here - duplicates;
+      r.dropped_corrupt += duplicates;
+    }
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+}  // namespace kvstrand::server

@@ -1,0 +1,90 @@
+// What a persistent arena (kvstrand-server --arena-path) keeps about its own
+// objects, inside the arena, so that the next server finds them again
+// without reading a payload. Each slab a size class takes describes itself:
+//
+//   [slab header, 64 B][one 128 B entry per object slot][to 4 KiB][objects]
+//
+// - The slab header: magic, format version, the arena's geometry and the
+//   class's object size, with a checksum.
+// - An entry: its state word (free, reserved, committed), then the object's
+//   key, image flag and size, with a checksum over them.
+// - Crash order (a SIGKILL can stop the server between any two stores): a
+//   reserve writes the state word "reserved" before anything else and
+//   before the slot's offset is sent to a writer; a commit, sent only once
+//   the writer's copy ended, writes "committed" with one aligned 8-byte
+//   store. So a committed entry always names the bytes its slot holds, and
+//   every reservation the old server never committed (a half-written
+//   object) reads back as one to drop. The checksum catches a corrupted
+//   entry; it drops that object only.
+// - A slab given to a class has its entries cleared before its header is
+//   written: stale entries of an earlier life never come back.
+//
+// On the server's strand (writes); scan() before serving.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <kvstrand/chunk_keys.hpp>
+#include "tier/index.hpp"
+
+namespace kvstrand::tier {
+
+constexpr std::uint32_t kObjectTableVersion = 1;
+constexpr std::uint64_t kSlabHeaderBytes = 64;
+constexpr std::uint64_t kEntryBytes = 128;
+
+// Where a described slab keeps its objects: per_slab of them, the first at
+// first_object (the table before it, rounded up to 4 KiB). per_slab 0: an
+// object does not fit with its entry.
+struct SlabGeometry {
+  std::uint32_t per_slab = 0;
+  std::uint64_t first_object = 0;
+};
+SlabGeometry described_geometry(std::uint64_t slab_bytes, std::uint64_t object_bytes) noexcept;
+
+class ObjectTable {
+ public:
+  // `base`: the arena, mapped read-write, of `arena_bytes` in slabs of `slab_bytes`.
+  ObjectTable(std::byte* base, std::uint64_t arena_bytes, std::uint64_t slab_bytes) noexcept
+      : base_(base), arena_bytes_(arena_bytes), slab_bytes_(slab_bytes) {}
+
+  // A class of `object_bytes` took `slab`: its entries cleared, then its header.
+  void slab_assigned(std::uint32_t slab, std::uint64_t object_bytes);
+  void reserved(std::uint32_t slab, std::uint32_t i, const kv::ChunkKey& key, bool has_image);
+  void committed(std::uint32_t slab, std::uint32_t i);
+  void freed(std::uint32_t slab, std::uint32_t i);
+
+  // What the arena holds, read from its tables.
+  struct Slab {
+    std::uint32_t slab = 0;
+    std::uint64_t object_bytes = 0;
+    std::vector<std::optional<Index::Restored>> slots;  // per_slab of them
+  };
+  struct Recovery {
+    std::vector<Slab> slabs;  // slabs a class had taken, in order
+    std::uint64_t objects = 0;              // committed entries found whole
+    std::uint64_t dropped_uncommitted = 0;  // reservations never committed
+    std::uint64_t dropped_corrupt = 0;      // entries (or slab headers' slots) whose checksum fails
+    // Non-empty: the arena is of another format or geometry and cannot be
+    // read (the caller starts empty, saying this).
+    std::string unreadable;
+  };
+  // Reads every slab's table. Entries it drops are marked free on the way.
+  Recovery scan();
+
+ private:
+  std::byte* slab_at(std::uint32_t slab) const noexcept { return base_ + static_cast<std::uint64_t>(slab) * slab_bytes_; }
+  std::byte* entry_at(std::uint32_t slab, std::uint32_t i) const noexcept {
+    return slab_at(slab) + kSlabHeaderBytes + static_cast<std::uint64_t>(i) * kEntryBytes;
+  }
+
+  std::byte* base_;
+  std::uint64_t arena_bytes_;
+  std::uint64_t slab_bytes_;
+};
+
+}  // namespace kvstrand::tier
