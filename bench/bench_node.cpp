@@ -34,6 +34,7 @@
 #include "proto/protocol.hpp"
 #include "reactor/node_tier.hpp"
 #include "reference_geometry.hpp"
+#include "wire.hpp"
 
 extern char** environ;
 
@@ -67,38 +68,14 @@ struct Server {
   bool exited() const { return ::waitpid(pid, nullptr, WNOHANG) == pid; }
 };
 
-// One blocking request and its reply over a fresh connection (nullopt if
-// the server is not there yet).
+// The server's stats over a fresh connection (nullopt if the server is not
+// there yet).
 std::optional<proto::StatsReply> stats(const std::string& socket) {
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", socket.c_str());
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
-    return std::nullopt;
-  }
-  auto exchange = [fd](const proto::Request& req) -> std::optional<proto::Reply> {
-    const auto frame = proto::encode_request(req, 1);
-    if (::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(frame.size())) return {};
-    std::array<std::byte, proto::kHeaderBytes> head{};
-    if (::recv(fd, head.data(), head.size(), MSG_WAITALL) != static_cast<ssize_t>(head.size())) return {};
-    proto::Header h;
-    if (proto::decode_header(head, proto::kDefaultMaxBody, &h) != proto::HeaderError::none) return {};
-    std::vector<std::byte> body(h.body_bytes);
-    if (!body.empty() && ::recv(fd, body.data(), body.size(), MSG_WAITALL) != static_cast<ssize_t>(body.size()))
-      return {};
-    auto reply = proto::decode_reply(h.type, body);  // the hello's arena fd is dropped by recv
-    if (!reply) return std::nullopt;
-    return std::move(*reply);
-  };
-  std::optional<proto::StatsReply> out;
-  if (auto hello = exchange(proto::Hello{proto::kMajor, proto::kMinor, "bench_node"});
-      hello && hello->status == proto::Status::ok)
-    if (auto r = exchange(proto::Stats{}); r && r->status == proto::Status::ok)
-      out = std::get<proto::StatsReply>(r->payload);
-  ::close(fd);
-  return out;
+  Wire w(socket);
+  if (w.fd < 0 || !w.call(proto::Hello{proto::kMajor, proto::kMinor, "bench_node"})) return std::nullopt;
+  auto r = w.call(proto::Stats{});
+  if (!r) return std::nullopt;
+  return std::get<proto::StatsReply>(r->payload);
 }
 
 void start_figures(const std::string& tier) {
