@@ -13,6 +13,7 @@
 #include "process.hpp"
 #include "server_process.hpp"
 #include "support.hpp"
+#include "tier/arena.hpp"
 #include "tier/object_table.hpp"
 
 using namespace kvstrand;
@@ -217,5 +218,47 @@ TEST_CASE("arena recovery: a corrupted table entry drops its object only", "[ser
   INFO(f.loads[0].reason);
   REQUIRE(f.loads[0].ok);
   REQUIRE(r.snapshot(dst, {6}) == before);
+  ::unlink(socket.c_str());
+}
+
+TEST_CASE("arena recovery: the memory a named arena holds counts as the restarted server's own", "[server]") {
+  ArenaFile file;
+  REQUIRE(tier::held_by_named_arena(file.path, 8u << 20) == 0);  // none yet
+  {
+    tier::Arena arena(tier::ArenaOptions{8u << 20, 2u << 20, false, file.path});
+    REQUIRE_FALSE(arena.reopened());
+    REQUIRE(tier::held_by_named_arena(file.path, 8u << 20) == 0);  // created, not populated
+    for (std::uint32_t s = 0; s < arena.slab_count(); ++s) REQUIRE(arena.populate(s).empty());
+  }
+  // What --tier-bytes is checked against at the restart: MemAvailable, which
+  // no longer counts these pages, plus them.
+  REQUIRE(tier::held_by_named_arena(file.path, 8u << 20) == 8u << 20);
+  REQUIRE(tier::held_by_named_arena(file.path, 16u << 20) == 0);  // another size: made again, nothing reused
+  tier::Arena again(tier::ArenaOptions{8u << 20, 2u << 20, false, file.path});
+  REQUIRE(again.reopened());
+}
+
+TEST_CASE("arena recovery: a server restarted on a named arena the machine could not hold twice starts",
+          "[server][fault]") {
+  ArenaFile file;
+  {
+    tier::Arena arena(tier::ArenaOptions{64u << 20, 8u << 20, false, file.path});
+    for (std::uint32_t s = 0; s < arena.slab_count(); ++s) REQUIRE(arena.populate(s).empty());
+  }
+  // The machine has 16 MiB left: the 64 MiB the file holds are the restarted
+  // server's own; a server on another path would need them again.
+  ::setenv("KVSTRAND_TEST_MEM_AVAILABLE_MIB", "16", 1);
+  const std::string server = sibling_binary("../kvstrand-server");
+  const std::string socket = ServerProcess::fresh_socket_path();
+  auto refused = run_process({server, "--socket", socket, "--tier-bytes", "64M", "--slab-bytes", "8M",
+                              "--arena-path", file.path + "-other"});
+  ChildProcess restarted({server, "--socket", socket, "--tier-bytes", "64M", "--slab-bytes", "8M", "--arena-path",
+                          file.path, "--log-level", "info"});
+  ::unsetenv("KVSTRAND_TEST_MEM_AVAILABLE_MIB");
+  INFO(refused.output);
+  REQUIRE(refused.exit_code == 2);
+  REQUIRE(refused.output.find("--tier-bytes") != std::string::npos);
+  INFO(restarted.output());
+  REQUIRE(restarted.wait_for_output("recovered 0 objects", 10s));
   ::unlink(socket.c_str());
 }

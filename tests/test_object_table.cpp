@@ -152,7 +152,7 @@ TEST_CASE("object table: an object evicted, or aborted, is not found again",
   REQUIRE(second.found.objects > 0);
 }
 
-TEST_CASE("object table: a corrupted entry drops its object only; a corrupted slab header drops its slab only",
+TEST_CASE("object table: a corrupted entry drops its object only, a corrupted slab header its slab only",
           "[tier][recover]") {
   std::vector<std::byte> arena(kSlabs * kSlab);
   {

@@ -38,6 +38,13 @@ DemoProcess::DemoProcess(std::vector<std::string> args, const std::function<bool
 
 DemoProcess::~DemoProcess() { stop(); }
 
+void DemoProcess::kill_now() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGKILL);
+  ::waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+}
+
 void DemoProcess::stop() {
   if (pid_ <= 0) return;
   ::kill(pid_, SIGTERM);

@@ -21,6 +21,8 @@ class DemoProcess {
   DemoProcess(std::vector<std::string> args, const std::function<bool()>& ready, std::chrono::seconds timeout,
               const std::string& hint);
   ~DemoProcess();
+  // SIGKILL (a crash, an OOM kill), then reaped.
+  void kill_now();
   DemoProcess(const DemoProcess&) = delete;
   DemoProcess& operator=(const DemoProcess&) = delete;
 

@@ -4,6 +4,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <vector>
@@ -42,8 +43,19 @@ DemoServer::DemoServer(const std::string& binary, std::uint64_t tier_bytes, std:
                                    std::to_string(tier_bytes), "--chunk-tokens", std::to_string(chunk_tokens),
                                    "--log-level",    "warn"};
   args.insert(args.end(), extra.begin(), extra.end());
-  process_.emplace(std::move(args), [this] { return accepts(socket_); }, std::chrono::seconds(30),
-                   "--server-binary");
+  args_ = std::move(args);
+  start();
+}
+
+void DemoServer::start() {
+  process_.emplace(args_, [this] { return accepts(socket_); }, std::chrono::seconds(30), "--server-binary");
+}
+
+double DemoServer::kill_and_restart() {
+  process_->kill_now();
+  const auto t0 = std::chrono::steady_clock::now();
+  start();  // the killed server's socket file is still there: the new one replaces it
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 DemoServer::~DemoServer() {

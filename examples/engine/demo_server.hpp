@@ -26,12 +26,20 @@ class DemoServer {
 
   const std::string& socket_path() const { return socket_; }
 
+  // SIGKILLs the server and starts it again with the same flags on the same
+  // socket (tier-kill: with --arena-path it finds its objects again).
+  // Returns the seconds until the new one accepts.
+  double kill_and_restart();
+
   // kvstrand-server beside this program in the build and in the GPU pack
   // (examples/engine/../../kvstrand-server).
   static std::string default_binary();
 
  private:
+  void start();
+
   std::string socket_;
+  std::vector<std::string> args_;
   std::optional<DemoProcess> process_;
 };
 

@@ -1000,7 +1000,7 @@ struct Engine::Impl {
       }
       if (progress && clock >= next_progress) {
         next_progress = clock + 1.0;
-        progress({clock, stats.done.size()});
+        progress({clock, stats.done.size(), warm ? clock - stats.warm_at : 0.0});
       }
     }
     stats.end_at = clock;

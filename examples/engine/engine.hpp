@@ -100,6 +100,7 @@ struct RunStats {
 struct Progress {
   double modeled_seconds = 0;
   std::uint64_t done = 0;
+  double measured_seconds = 0;  // of the measured window (0 during the warm-up)
 };
 
 class Engine {

@@ -63,6 +63,35 @@ std::optional<std::uint64_t> size_of(const std::string& text) {
   return n << shift;
 }
 
+// A named arena of the demo's own (tier-node, tier-kill), removed after the arm.
+struct ArenaPath {
+  std::string path;
+  explicit ArenaPath(const std::string& arm)
+      : path("/dev/shm/kvstrand-demo-" + std::to_string(::getpid()) + "-" + arm) {
+    ::unlink(path.c_str());
+  }
+  ~ArenaPath() { ::unlink(path.c_str()); }
+  ArenaPath(const ArenaPath&) = delete;
+  ArenaPath& operator=(const ArenaPath&) = delete;
+};
+
+// tier-kill beside tier-node: what the server's SIGKILL and restart cost.
+void compare_kill(const std::vector<ArmSummary>& arms) {
+  const ArmSummary* node = nullptr;
+  const ArmSummary* kill = nullptr;
+  for (const auto& a : arms) {
+    if (a.name == "tier-node") node = &a;
+    if (a.name == "tier-kill") kill = &a;
+  }
+  if (!node || !kill || node->req_per_s <= 0) return;
+  std::printf("\ntier-kill against tier-node: req/s %.2f vs %.2f (ratio %.3f); prompt tokens from HBM + tier "
+              "%.1f%% vs %.1f%% (ratio %.3f); mismatches %llu\n",
+              kill->req_per_s, node->req_per_s, kill->req_per_s / node->req_per_s,
+              kill->hbm_share + kill->tier_share, node->hbm_share + node->tier_share,
+              (kill->hbm_share + kill->tier_share) / std::max(1e-9, node->hbm_share + node->tier_share),
+              static_cast<unsigned long long>(kill->mismatches + node->mismatches));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -82,7 +111,9 @@ int main(int argc, char** argv) {
                  "under speculative decoding: prefill tail 2), hbm-fit / tier-fit (a working set that fits HBM), "
                  "tier-restart (a fresh engine on a node tier another engine filled: the fit working set), "
                  "tier-l2 (node A's engine fills A, which writes behind to Redis and stops; a fresh engine on "
-                 "node B, whose arena is empty, is served through L2)")
+                 "node B, whose arena is empty, is served through L2); not run unless named: tier-node (the tier "
+                 "arm on a kvstrand-server of the demo's own, on a named arena) and tier-kill (the same, the "
+                 "server SIGKILLed and restarted half-way through the measured window)")
       ->capture_default_str();
   app.add_option("--tier-bytes", tier_bytes_text, "Embedded tier size (1G holds the default run)")
       ->capture_default_str();
@@ -148,14 +179,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kvstrand-engine-demo: invalid --bytes-scale: must be 1 to 512\n");
     return 2;
   }
-  static const std::vector<std::string> known = {"none",    "hbm",      "tier",         "tier+spec",
-                                                  "hbm-fit", "tier-fit", "tier-restart", "tier-l2"};
+  static const std::vector<std::string> known = {"none",         "hbm",     "tier",      "tier+spec", "hbm-fit",
+                                                  "tier-fit",     "tier-restart", "tier-l2", "tier-node", "tier-kill"};
   {
     std::stringstream check(arms_list);
     for (std::string arm; std::getline(check, arm, ',');)
       if (std::find(known.begin(), known.end(), arm) == known.end()) {
         std::fprintf(stderr, "kvstrand-engine-demo: invalid --arms: unknown arm '%s' (known: none, hbm, tier, "
-                     "tier+spec, hbm-fit, tier-fit, tier-restart, tier-l2)\n", arm.c_str());
+                     "tier+spec, hbm-fit, tier-fit, tier-restart, tier-l2, tier-node, tier-kill)\n", arm.c_str());
         return 2;
       }
   }
@@ -190,6 +221,8 @@ int main(int argc, char** argv) {
     c.tier_bytes = *tier_bytes;
     const bool restart = arm == "tier-restart";
     const bool via_l2 = arm == "tier-l2";
+    const bool kill = arm == "tier-kill";
+    const bool own_node = kill || arm == "tier-node";
     w.distinct = arm.ends_with("-fit") || restart || via_l2 ? fit_prompts : prompts;
     // Tier arms measure a second pass; the others need only their first
     // requests out of the way. tier-l2 measures from its first request:
@@ -233,6 +266,15 @@ int main(int argc, char** argv) {
         own_server.emplace(server_binary, *tier_bytes, c.layout.chunk_tokens, l2_flags);
         c.server_socket = own_server->socket_path();
       }
+      // tier-node, tier-kill: a server of the demo's own on a named arena,
+      // whatever --server says (tier-kill must be able to kill it).
+      std::optional<ArenaPath> arena_file;
+      if (own_node) {
+        arena_file.emplace(arm);
+        own_server.emplace(server_binary, *tier_bytes, c.layout.chunk_tokens,
+                           std::vector<std::string>{"--arena-path", arena_file->path});
+        c.server_socket = own_server->socket_path();
+      }
       if (restart) {
         if (server.empty()) {
           own_server.emplace(server_binary, *tier_bytes, c.layout.chunk_tokens);
@@ -250,13 +292,24 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
       }
       double printed = -100;
+      bool killed = false;
       auto progress = [&](const Progress& p) {
+        if (kill && !killed && p.measured_seconds >= seconds / 2) {
+          killed = true;
+          const double took = own_server->kill_and_restart();
+          std::fprintf(stderr, "  tier-kill: kvstrand-server SIGKILLed at %.1f modeled s of the window, "
+                       "restarted on its arena (accepting after %.3f s)\n", p.measured_seconds, took);
+        }
         if (!tty && p.modeled_seconds - printed < 30) return;  // a log file gets a line every 30 s
         printed = p.modeled_seconds;
         std::fprintf(stderr, "%s  %-10s modeled %6.1f s, %5llu requests done%s", tty ? "\r" : "", arm.c_str(),
                      p.modeled_seconds, static_cast<unsigned long long>(p.done), tty ? "" : "\n");
       };
       RunStats st = engine.run(warmup, seconds, 0, progress);
+      if (kill && !killed) {
+        std::fprintf(stderr, "kvstrand-engine-demo: tier-kill: the window ended before the server was killed\n");
+        return 1;
+      }
       if (c.hbm_cache) {
         const auto bad = engine.verify_checkpoints(st);
         st.mismatches += bad;
@@ -276,6 +329,7 @@ int main(int argc, char** argv) {
     }
   }
   print_table(results);
+  compare_kill(results);
   std::printf("\nseed (MI355X, TP4): none 4.62 req/s, hbm 6.90, hbm+tier 7.80 (77%% of its cost model's 10.11)\n");
   std::filesystem::create_directories(out);
   const std::string json = out + "/engine-demo.json";

@@ -127,7 +127,9 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
   const std::uint64_t asked = o.tier_bytes;
   o.tier_bytes = (o.tier_bytes + o.slab_bytes - 1) / o.slab_bytes * o.slab_bytes;
   if (o.tier_bytes != asked) o.tier_bytes_rounded_from = tier_bytes;
-  if (const std::uint64_t avail = tier::available_memory_bytes(); avail != 0 && o.tier_bytes > avail)
+  // A restart on a named arena reuses the memory the file holds already.
+  if (const std::uint64_t avail = tier::available_memory_bytes(); avail != 0 &&
+      o.tier_bytes > avail + tier::held_by_named_arena(o.arena_path, o.tier_bytes))
     return refuse("--tier-bytes", tier_bytes + " is more than this machine can hold now (" +
                                       std::to_string(avail >> 20) + " MiB available)");
   o.huge_pages = !no_huge;

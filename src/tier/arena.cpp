@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <stdexcept>
@@ -125,7 +126,17 @@ std::string Arena::populate(std::uint32_t slab) const {
   return {};
 }
 
+std::uint64_t held_by_named_arena(const std::string& path, std::uint64_t bytes) {
+  struct stat st {};
+  if (path.empty() || ::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
+      static_cast<std::uint64_t>(st.st_size) != bytes)
+    return 0;
+  return static_cast<std::uint64_t>(st.st_blocks) * 512;
+}
+
 std::uint64_t available_memory_bytes() {
+  // Tests of the check against it set what the machine has (in MiB).
+  if (const char* test = std::getenv("KVSTRAND_TEST_MEM_AVAILABLE_MIB")) return std::strtoull(test, nullptr, 10) << 20;
   std::ifstream in("/proc/meminfo");
   std::string key;
   std::uint64_t kb = 0;

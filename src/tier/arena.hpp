@@ -79,5 +79,9 @@ class Arena {
 
 // Bytes of memory this machine can still give (MemAvailable), 0 if unknown.
 std::uint64_t available_memory_bytes();
+// The memory a named arena of `bytes` at `path` holds already (0 when there
+// is none, or one of another size): a server restarted on it needs that
+// much less than its --tier-bytes.
+std::uint64_t held_by_named_arena(const std::string& path, std::uint64_t bytes);
 
 }  // namespace kvstrand::tier
