@@ -188,7 +188,10 @@ Arm run_arm(const std::string& tier, bool named) {
   }
   a.then_ms = seconds_since(l0) * 1e3;
   client.conn->close();
-  if (named) ::unlink(path.c_str());
+  if (named) {
+    ::unlink(path.c_str());
+    ::unlink((path + ".lock").c_str());
+  }
   return a;
 }
 

@@ -16,7 +16,10 @@ struct ArenaFile {
   ArenaFile() = default;
   ArenaFile(const ArenaFile&) = delete;
   ArenaFile& operator=(const ArenaFile&) = delete;
-  ~ArenaFile() { ::unlink(path.c_str()); }
+  ~ArenaFile() {
+    ::unlink(path.c_str());
+    ::unlink((path + ".lock").c_str());
+  }
   static int& next() {
     static int n = 0;
     return n;

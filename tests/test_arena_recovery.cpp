@@ -262,3 +262,17 @@ TEST_CASE("arena recovery: a server restarted on a named arena the machine could
   REQUIRE(restarted.wait_for_output("recovered 0 objects", 10s));
   ::unlink(socket.c_str());
 }
+
+TEST_CASE("arena recovery: a second server on a named arena in use is refused, naming it", "[server]") {
+  ArenaFile file;
+  ServerProcess first(flags(file));
+  REQUIRE(first.ready());
+  auto second = run_process({sibling_binary("../kvstrand-server"), "--socket", ServerProcess::fresh_socket_path(),
+                             "--tier-bytes", "32M", "--slab-bytes", "8M", "--arena-path", file.path});
+  INFO(second.output);
+  REQUIRE(second.exit_code != 0);
+  REQUIRE(second.output.find("another kvstrand-server uses " + file.path) != std::string::npos);
+  first.kill(SIGKILL);  // its lock goes with it: the next server takes the arena
+  ServerProcess next(flags(file));
+  REQUIRE(next.ready());
+}

@@ -70,7 +70,10 @@ struct ArenaPath {
       : path("/dev/shm/kvstrand-demo-" + std::to_string(::getpid()) + "-" + arm) {
     ::unlink(path.c_str());
   }
-  ~ArenaPath() { ::unlink(path.c_str()); }
+  ~ArenaPath() {
+    ::unlink(path.c_str());
+    ::unlink((path + ".lock").c_str());
+  }
   ArenaPath(const ArenaPath&) = delete;
   ArenaPath& operator=(const ArenaPath&) = delete;
 };

@@ -29,10 +29,6 @@ class ArenaMapping {
   ArenaMapping& operator=(const ArenaMapping&) = delete;
 
   std::byte* base() const noexcept { return base_; }
-  // Whether both map the same file: the same server's arena (a restarted
-  // server makes a new one). Exact while both mappings live: a file's
-  // identity is not reused while it is mapped.
-  bool same_file(const ArenaMapping& o) const noexcept { return dev_ == o.dev_ && ino_ == o.ino_; }
   // Whether `fd` is this mapping's file, whole: a server restarted on a
   // named arena hands over the file this process has mapped and pinned.
   bool is_file(int fd) const noexcept;

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <linux/falloc.h>
 #include <linux/magic.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -84,7 +85,23 @@ Arena::Arena(ArenaOptions o) {
   if (bytes_ == 0) throw std::runtime_error("an arena needs at least one slab");
   if (!o.path.empty()) {
     path_ = o.path;
-    fd_ = open_named(path_, bytes_, &reopened_, &huge_);
+    // One server per named arena: two would write its tables at once. The
+    // lock is on a file of the server's own, not on the arena: clients map
+    // the arena's open file, and their mappings would keep a lock on it
+    // past the server's death.
+    const std::string lock = path_ + ".lock";
+    lock_fd_ = ::open(lock.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_CREAT, 0600);
+    if (lock_fd_ < 0) throw std::runtime_error(errno_text(("open " + lock).c_str()));
+    if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+      ::close(std::exchange(lock_fd_, -1));
+      throw std::runtime_error("another kvstrand-server uses " + path_ + " (" + lock + " is locked)");
+    }
+    try {
+      fd_ = open_named(path_, bytes_, &reopened_, &huge_);
+    } catch (...) {
+      ::close(std::exchange(lock_fd_, -1));
+      throw;
+    }
     return;
   }
   if (o.try_huge_pages) {
@@ -109,6 +126,7 @@ Arena::Arena(ArenaOptions o) {
 
 Arena::~Arena() {
   if (fd_ >= 0) ::close(fd_);  // a named arena's file stays: it is what the next server finds
+  if (lock_fd_ >= 0) ::close(lock_fd_);
 }
 
 void Arena::start_empty() {

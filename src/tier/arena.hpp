@@ -75,6 +75,7 @@ class Arena {
   bool huge_ = false;
   bool reopened_ = false;
   std::string path_;
+  int lock_fd_ = -1;  // a named arena's PATH.lock, held while this server lives
 };
 
 // Bytes of memory this machine can still give (MemAvailable), 0 if unknown.
