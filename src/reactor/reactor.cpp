@@ -12,6 +12,11 @@ namespace kvstrand::reactor {
 Reactor::Reactor(ReactorOptions options)
     : options_(options), work_(ctx_.get_executor()), strand_(asio::make_strand(ctx_)),
       poller_(std::make_unique<Poller>(strand_, options.poller)) {
+  // spdlog's registry is made on its first use (a function-local static in
+  // libspdlog, whose guard ThreadSanitizer cannot see): two reactors'
+  // threads logging first at once (two connectors losing their server
+  // together) were reported as a race. Made here, before this thread starts.
+  (void)spdlog::default_logger_raw();
   thread_ = std::thread([this] { ctx_.run(); });
   // The reactor thread's current device: streams and events it creates
   // belong to it (CUDA and HIP keep the current device per thread). Without
