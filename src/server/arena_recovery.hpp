@@ -16,7 +16,9 @@ struct Recovery {
   bool reopened = false;  // the file was there, of this size
   std::uint64_t objects = 0;              // committed objects served again
   std::uint64_t dropped_uncommitted = 0;  // reservations the earlier server never committed
-  std::uint64_t dropped_corrupt = 0;      // entries whose checksum failed, duplicates, slabs whose header failed
+  // Entries whose checksum failed, duplicates, objects of a size no class
+  // can take, and slabs whose header failed (one each).
+  std::uint64_t dropped_corrupt = 0;
   double seconds = 0;                     // reading the tables
   std::string started_empty;              // non-empty: why the file could not be read and was made again
 };

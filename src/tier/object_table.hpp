@@ -68,7 +68,10 @@ class ObjectTable {
     std::vector<Slab> slabs;  // slabs a class had taken, in order
     std::uint64_t objects = 0;              // committed entries found whole
     std::uint64_t dropped_uncommitted = 0;  // reservations never committed
-    std::uint64_t dropped_corrupt = 0;      // entries (or slab headers' slots) whose checksum fails
+    // Entries whose checksum fails, and slabs whose header fails (one
+    // each: a failed header's slot count is not trusted, so its objects
+    // are not counted one by one).
+    std::uint64_t dropped_corrupt = 0;
     // Non-empty: the arena is of another format or geometry and cannot be
     // read (the caller starts empty, saying this).
     std::string unreadable;
