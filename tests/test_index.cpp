@@ -272,3 +272,26 @@ TEST_CASE("index: removing a key from the table keeps every other key findable (
     }
   }
 }
+
+TEST_CASE("index: erase frees a committed object no one holds, and nothing else", "[tier][index]") {
+  ObjectStore s(4 * 100, 100);
+  reserve_commit(s, 1);
+  reserve_commit(s, 2);
+  std::uint32_t slot = 0;
+  REQUIRE(s.reserve(key(3), false, &slot) == ObjectStore::Reserve::reserved);  // being written
+  const kv::ChunkKey two[] = {key(2)};
+  REQUIRE(s.pin(two));
+  REQUIRE_FALSE(s.erase(key(2)));  // held
+  REQUIRE_FALSE(s.erase(key(3)));  // being written
+  REQUIRE_FALSE(s.erase(key(9)));  // absent
+  REQUIRE(s.erase(key(1)));
+  const kv::ChunkKey one[] = {key(1)};
+  REQUIRE(s.present_run(one) == 0);
+  REQUIRE(s.stats().objects == 1);
+  // Its slot is free again: two more fit without an eviction.
+  reserve_commit(s, 4);
+  REQUIRE(s.stats().evictions == 0);
+  s.unpin(two);
+  REQUIRE(s.erase(key(2)));
+  REQUIRE(s.stats().objects == 1);  // key 4
+}

@@ -192,6 +192,57 @@ TEST_CASE("object table: another format version or geometry is unreadable, never
     ObjectTable t(arena.data(), arena.size(), kSlab / 2);
     REQUIRE(t.scan().unreadable.find("slabs of 1048576 B") != std::string::npos);
   }
+  SECTION("slots aligned otherwise (a server started with --disk since)") {
+    constexpr std::uint64_t kOdd = kObject + 100;  // 16484 B: 16484 apart, or 20480 aligned to 4 KiB
+    std::vector<std::byte> other(kSlabs * kSlab);
+    {
+      ObjectTable t(other.data(), other.size(), kSlab);
+      SizeClasses c(kSlab, &t);
+      c.add_slab(0);
+      Index& idx = *c.index(kOdd);
+      c.make_room(idx, 1);
+    }
+    ObjectTable t(other.data(), other.size(), kSlab, 4096);
+    const auto r = t.scan();
+    REQUIRE(r.unreadable.find("16484 B apart") != std::string::npos);
+    REQUIRE(r.unreadable.find("20480 B apart") != std::string::npos);
+    // The same alignment reads it.
+    ObjectTable same(other.data(), other.size(), kSlab);
+    REQUIRE(same.scan().unreadable.empty());
+  }
+}
+
+TEST_CASE("object table: slots aligned to 4 KiB are laid out and found again aligned", "[tier][recover]") {
+  constexpr std::uint64_t kOdd = kObject + 100;
+  std::vector<std::byte> arena(kSlabs * kSlab);
+  std::vector<std::uint64_t> offsets;
+  {
+    ObjectTable t(arena.data(), arena.size(), kSlab, 4096);
+    SizeClasses c(kSlab, &t);
+    for (std::uint32_t s = 0; s < kSlabs; ++s) c.add_slab(s);
+    Index& idx = *c.index(kOdd);
+    for (int i = 0; i < 3; ++i) {
+      c.make_room(idx, 1);
+      std::uint32_t slot = 0;
+      REQUIRE(idx.reserve(key(i), false, &slot) == Index::Reserve::reserved);
+      idx.commit(key(i));
+      offsets.push_back(c.offset_of(idx, slot));
+      REQUIRE(offsets.back() % 4096 == 0);
+    }
+  }
+  ObjectTable t(arena.data(), arena.size(), kSlab, 4096);
+  SizeClasses c(kSlab, &t);
+  const auto r = t.scan();
+  REQUIRE(r.unreadable.empty());
+  REQUIRE(r.objects == 3);
+  for (const auto& s : r.slabs) REQUIRE(c.adopt_slab(s.slab, s.object_bytes, s.slots, nullptr));
+  Index& idx = *c.index(kOdd);
+  for (int i = 0; i < 3; ++i) {
+    const kv::ChunkKey k[] = {key(i)};
+    auto slots = idx.pin(k);
+    REQUIRE(slots);
+    REQUIRE(c.offset_of(idx, (*slots)[0]) == offsets[static_cast<std::size_t>(i)]);
+  }
 }
 
 TEST_CASE("object table: a slab given to another class holds no entry of its earlier life", "[tier][recover]") {

@@ -121,3 +121,30 @@ TEST_CASE("size classes: a reservation needing more than one slab takes every re
   REQUIRE(idx->stats().evictions == 0);  // key 1 stays: there was room
   REQUIRE(idx->present_run(std::vector{key(1)}) == 1);
 }
+
+TEST_CASE("size classes: shaped slots are aligned, leave room for a header before each object and the slab's, and "
+          "say which slab a class took",
+          "[tier]") {
+  constexpr std::uint64_t kBlock = 64, kBig = 10 * kBlock;
+  SizeClasses c(kBig, nullptr, tier::SlotShape{kBlock, kBlock, kBlock});
+  std::vector<std::pair<std::uint32_t, std::uint64_t>> assigned;
+  c.on_slab_assigned([&](std::uint32_t slab, std::uint64_t object) { assigned.emplace_back(slab, object); });
+  for (std::uint32_t s = 0; s < 2; ++s) c.add_slab(s);
+  Index& idx = *c.index(100);  // stride: 64 + 100 rounded up to 64 = 192; (640 - 64) / 192 = 3 a slab
+  REQUIRE(c.stride(100) == 192);
+  std::set<std::uint64_t> offsets;
+  for (int i = 0; i < 6; ++i) {
+    const auto slot = store(c, idx, key(i));
+    REQUIRE(slot);
+    const std::uint64_t off = c.offset_of(idx, *slot);
+    REQUIRE(off % kBlock == 0);
+    REQUIRE(off % kBig >= 2 * kBlock);           // after the slab's header and its own
+    REQUIRE(off % kBig + 100 <= kBig);           // within its slab
+    offsets.insert(off);
+  }
+  REQUIRE(offsets.size() == 6);
+  REQUIRE(assigned == std::vector<std::pair<std::uint32_t, std::uint64_t>>{{0, 100}, {1, 100}});
+  REQUIRE_FALSE(store(c, idx, key(6)) == std::nullopt);  // evicts: the 2 slabs hold 3 each
+  REQUIRE(idx.stats().evictions == 1);
+  REQUIRE(c.index(kBig - kBlock) == nullptr);  // an object with its header does not fit
+}

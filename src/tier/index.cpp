@@ -187,6 +187,14 @@ void Index::abort(const kv::ChunkKey& key) {
   if (const std::uint32_t s = find(key, hash_of(key)); s != kNone) abort_slot(s);
 }
 
+bool Index::erase(const kv::ChunkKey& key) {
+  const std::uint32_t s = find(key, hash_of(key));
+  if (s == kNone || !objects_[s].committed || objects_[s].readers != 0) return false;
+  free_slot(s);
+  --evictable_;
+  return true;
+}
+
 kv::HitSource Index::run(std::span<const kv::ChunkKey> keys, std::uint32_t chunk_tokens,
                          std::vector<std::uint32_t>* pinned) {
   // Fetched ahead in two stages (a key's table entry, then the object it

@@ -107,6 +107,9 @@ class Index {
   Reserve reserve(const kv::ChunkKey& key, bool has_image, std::uint32_t* slot);
   void commit(const kv::ChunkKey& key);
   void abort(const kv::ChunkKey& key);
+  // Frees a committed object that no hold pins (its bytes were found bad).
+  // False when it is absent, being written or held.
+  bool erase(const kv::ChunkKey& key);
 
   // The longest run of committed objects from keys[0], and the boundaries
   // (in tokens) whose image is stored within it.

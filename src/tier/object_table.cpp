@@ -1,4 +1,5 @@
 #include "tier/object_table.hpp"
+#include "tier/stored_field.hpp"
 
 #include <cstring>
 
@@ -19,19 +20,9 @@ enum : std::uint64_t { kFree = 0, kReserved = 1, kCommitted = 2 };
 constexpr std::size_t kStateAt = 0, kCheckAt = 8, kNsAt = 16, kHashAt = 48, kRankAt = 80, kFlagsAt = 84,
                       kBytesAt = 88, kCheckedFrom = 16;
 // Slab header fields; the checksum covers [0, 56).
-constexpr std::size_t kVersionAt = 8, kPerSlabAt = 12, kObjectAt = 16, kSlabAt = 24, kArenaAt = 32,
+constexpr std::size_t kVersionAt = 8, kPerSlabAt = 12, kObjectAt = 16, kSlabAt = 24, kArenaAt = 32, kStrideAt = 40,
                       kHeaderCheckAt = 56;
 
-template <class T>
-void put(std::byte* p, T v) {
-  std::memcpy(p, &v, sizeof v);
-}
-template <class T>
-T get(const std::byte* p) {
-  T v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
 
 // Other processes map the arena too, and a kill may land between any two
 // stores: the state word is written whole, after (commit) or before
@@ -48,25 +39,27 @@ std::uint64_t header_check(const std::byte* h) { return XXH3_64bits(h, kHeaderCh
 
 }  // namespace
 
-SlabGeometry described_geometry(std::uint64_t slab_bytes, std::uint64_t object_bytes) noexcept {
-  if (object_bytes == 0) return {};
+SlabGeometry described_geometry(std::uint64_t slab_bytes, std::uint64_t object_bytes, std::uint64_t align) noexcept {
+  if (object_bytes == 0 || align == 0) return {};
+  const std::uint64_t stride = (object_bytes + align - 1) / align * align;
   auto table = [](std::uint64_t n) { return (kSlabHeaderBytes + n * kEntryBytes + kTableAlign - 1) / kTableAlign * kTableAlign; };
-  std::uint64_t n = slab_bytes / (object_bytes + kEntryBytes);
-  while (n > 0 && table(n) + n * object_bytes > slab_bytes) --n;
-  return {static_cast<std::uint32_t>(n), n == 0 ? 0 : table(n)};
+  std::uint64_t n = slab_bytes / (stride + kEntryBytes);
+  while (n > 0 && table(n) + n * stride > slab_bytes) --n;
+  return {static_cast<std::uint32_t>(n), n == 0 ? 0 : table(n), stride};
 }
 
 void ObjectTable::slab_assigned(std::uint32_t slab, std::uint64_t object_bytes) {
-  const SlabGeometry g = described_geometry(slab_bytes_, object_bytes);
+  const SlabGeometry g = described_geometry(slab_bytes_, object_bytes, align_);
   std::byte* h = slab_at(slab);
   std::memset(h, 0, g.first_object);  // no entry of an earlier life survives the new header
   std::memcpy(h, kMagic, sizeof kMagic);
-  put<std::uint32_t>(h + kVersionAt, kObjectTableVersion);
-  put<std::uint32_t>(h + kPerSlabAt, g.per_slab);
-  put<std::uint64_t>(h + kObjectAt, object_bytes);
-  put<std::uint64_t>(h + kSlabAt, slab_bytes_);
-  put<std::uint64_t>(h + kArenaAt, arena_bytes_);
-  put<std::uint64_t>(h + kHeaderCheckAt, header_check(h));
+  put_field<std::uint32_t>(h + kVersionAt, kObjectTableVersion);
+  put_field<std::uint32_t>(h + kPerSlabAt, g.per_slab);
+  put_field<std::uint64_t>(h + kObjectAt, object_bytes);
+  put_field<std::uint64_t>(h + kSlabAt, slab_bytes_);
+  put_field<std::uint64_t>(h + kArenaAt, arena_bytes_);
+  put_field<std::uint64_t>(h + kStrideAt, g.stride);
+  put_field<std::uint64_t>(h + kHeaderCheckAt, header_check(h));
 }
 
 void ObjectTable::reserved(std::uint32_t slab, std::uint32_t i, const kv::ChunkKey& key, bool has_image) {
@@ -74,11 +67,11 @@ void ObjectTable::reserved(std::uint32_t slab, std::uint32_t i, const kv::ChunkK
   store_state(e, kReserved);  // first: the slot is no longer what it held
   std::memcpy(e + kNsAt, key.ns.data(), key.ns.size());
   std::memcpy(e + kHashAt, key.hash.data(), key.hash.size());
-  put<std::uint32_t>(e + kRankAt, key.kv_rank);
-  put<std::uint32_t>(e + kFlagsAt, has_image ? 1u : 0u);
-  put<std::uint64_t>(e + kBytesAt, get<std::uint64_t>(slab_at(slab) + kObjectAt));
+  put_field<std::uint32_t>(e + kRankAt, key.kv_rank);
+  put_field<std::uint32_t>(e + kFlagsAt, has_image ? 1u : 0u);
+  put_field<std::uint64_t>(e + kBytesAt, get_field<std::uint64_t>(slab_at(slab) + kObjectAt));
   std::memset(e + kBytesAt + 8, 0, kEntryBytes - kBytesAt - 8);
-  put<std::uint64_t>(e + kCheckAt, entry_check(e));
+  put_field<std::uint64_t>(e + kCheckAt, entry_check(e));
 }
 
 void ObjectTable::committed(std::uint32_t slab, std::uint32_t i) { store_state(entry_at(slab, i), kCommitted); }
@@ -91,21 +84,29 @@ ObjectTable::Recovery ObjectTable::scan() {
   for (std::uint32_t s = 0; s < slabs; ++s) {
     const std::byte* h = slab_at(s);
     if (std::memcmp(h, kMagic, sizeof kMagic) != 0) continue;  // never given to a class
-    const auto version = get<std::uint32_t>(h + kVersionAt);
+    const auto version = get_field<std::uint32_t>(h + kVersionAt);
     if (version != kObjectTableVersion) {
       r.unreadable = "its object tables are format version " + std::to_string(version) + " (this server reads " +
                      std::to_string(kObjectTableVersion) + ")";
       return r;
     }
-    if (get<std::uint64_t>(h + kSlabAt) != slab_bytes_ || get<std::uint64_t>(h + kArenaAt) != arena_bytes_) {
-      r.unreadable = "it was written for slabs of " + std::to_string(get<std::uint64_t>(h + kSlabAt)) +
-                     " B in " + std::to_string(get<std::uint64_t>(h + kArenaAt)) + " B";
+    if (get_field<std::uint64_t>(h + kSlabAt) != slab_bytes_ || get_field<std::uint64_t>(h + kArenaAt) != arena_bytes_) {
+      r.unreadable = "it was written for slabs of " + std::to_string(get_field<std::uint64_t>(h + kSlabAt)) +
+                     " B in " + std::to_string(get_field<std::uint64_t>(h + kArenaAt)) + " B";
       return r;
     }
-    const auto object_bytes = get<std::uint64_t>(h + kObjectAt);
-    const SlabGeometry g = described_geometry(slab_bytes_, object_bytes);
-    if (get<std::uint64_t>(h + kHeaderCheckAt) != header_check(h) || g.per_slab == 0 ||
-        get<std::uint32_t>(h + kPerSlabAt) != g.per_slab) {
+    const auto object_bytes = get_field<std::uint64_t>(h + kObjectAt);
+    const SlabGeometry g = described_geometry(slab_bytes_, object_bytes, align_);
+    const auto stride = get_field<std::uint64_t>(h + kStrideAt);
+    if (get_field<std::uint64_t>(h + kHeaderCheckAt) == header_check(h) && (stride == 0 ? object_bytes : stride) != g.stride) {
+      // Slots laid out for another alignment (--disk given or left out
+      // since): every object would be read at the wrong place.
+      r.unreadable = "its objects are " + std::to_string(stride == 0 ? object_bytes : stride) +
+                     " B apart and this server lays them " + std::to_string(g.stride) + " B apart (--disk)";
+      return r;
+    }
+    if (get_field<std::uint64_t>(h + kHeaderCheckAt) != header_check(h) || g.per_slab == 0 ||
+        get_field<std::uint32_t>(h + kPerSlabAt) != g.per_slab) {
       ++r.dropped_corrupt;  // the slab goes back unassigned; nothing of it is trusted
       continue;
     }
@@ -114,13 +115,13 @@ ObjectTable::Recovery ObjectTable::scan() {
       std::byte* e = entry_at(s, i);
       const std::uint64_t state = load_state(e);
       if (state == kFree) continue;
-      if (state == kCommitted && get<std::uint64_t>(e + kCheckAt) == entry_check(e) &&
-          get<std::uint64_t>(e + kBytesAt) == object_bytes) {
+      if (state == kCommitted && get_field<std::uint64_t>(e + kCheckAt) == entry_check(e) &&
+          get_field<std::uint64_t>(e + kBytesAt) == object_bytes) {
         Index::Restored o;
         std::memcpy(o.key.ns.data(), e + kNsAt, o.key.ns.size());
         std::memcpy(o.key.hash.data(), e + kHashAt, o.key.hash.size());
-        o.key.kv_rank = get<std::uint32_t>(e + kRankAt);
-        o.has_image = (get<std::uint32_t>(e + kFlagsAt) & 1u) != 0;
+        o.key.kv_rank = get_field<std::uint32_t>(e + kRankAt);
+        o.has_image = (get_field<std::uint32_t>(e + kFlagsAt) & 1u) != 0;
         slab.slots[i] = o;
         ++r.objects;
         continue;

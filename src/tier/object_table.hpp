@@ -4,8 +4,9 @@
 //
 //   [slab header, 64 B][one 128 B entry per object slot][to 4 KiB][objects]
 //
-// - The slab header: magic, format version, the arena's geometry and the
-//   class's object size, with a checksum.
+// - The slab header: magic, format version, the arena's geometry, the
+//   class's object size and slot stride (0 in slabs written before slots
+//   could be aligned: the object size), with a checksum.
 // - An entry: its state word (free, reserved, committed), then the object's
 //   key, image flag and size, with a checksum over them.
 // - Crash order (a SIGKILL can stop the server between any two stores): a
@@ -38,19 +39,24 @@ constexpr std::uint64_t kSlabHeaderBytes = 64;
 constexpr std::uint64_t kEntryBytes = 128;
 
 // Where a described slab keeps its objects: per_slab of them, the first at
-// first_object (the table before it, rounded up to 4 KiB). per_slab 0: an
+// first_object (the table before it, rounded up to 4 KiB), one every
+// `stride` bytes (the object size rounded up to `align`: 4 KiB where a disk
+// tier reads and writes objects in place with O_DIRECT). per_slab 0: an
 // object does not fit with its entry.
 struct SlabGeometry {
   std::uint32_t per_slab = 0;
   std::uint64_t first_object = 0;
+  std::uint64_t stride = 0;
 };
-SlabGeometry described_geometry(std::uint64_t slab_bytes, std::uint64_t object_bytes) noexcept;
+SlabGeometry described_geometry(std::uint64_t slab_bytes, std::uint64_t object_bytes, std::uint64_t align = 1) noexcept;
 
 class ObjectTable {
  public:
-  // `base`: the arena, mapped read-write, of `arena_bytes` in slabs of `slab_bytes`.
-  ObjectTable(std::byte* base, std::uint64_t arena_bytes, std::uint64_t slab_bytes) noexcept
-      : base_(base), arena_bytes_(arena_bytes), slab_bytes_(slab_bytes) {}
+  // `base`: the arena, mapped read-write, of `arena_bytes` in slabs of
+  // `slab_bytes`, its object slots aligned to `align` (described_geometry).
+  ObjectTable(std::byte* base, std::uint64_t arena_bytes, std::uint64_t slab_bytes, std::uint64_t align = 1) noexcept
+      : base_(base), arena_bytes_(arena_bytes), slab_bytes_(slab_bytes), align_(align) {}
+  std::uint64_t align() const noexcept { return align_; }
 
   // A class of `object_bytes` took `slab`: its entries cleared, then its header.
   void slab_assigned(std::uint32_t slab, std::uint64_t object_bytes);
@@ -88,6 +94,7 @@ class ObjectTable {
   std::byte* base_;
   std::uint64_t arena_bytes_;
   std::uint64_t slab_bytes_;
+  std::uint64_t align_;
 };
 
 }  // namespace kvstrand::tier

@@ -16,12 +16,16 @@ Index* SizeClasses::index(std::uint64_t object_bytes) {
   if (object_bytes == 0 || object_bytes > slab_bytes_ || classes_.size() >= kMaxClasses) return nullptr;
   Class c;
   if (table_) {
-    const SlabGeometry g = described_geometry(slab_bytes_, object_bytes);
+    const SlabGeometry g = described_geometry(slab_bytes_, object_bytes, shape_.align);
     if (g.per_slab == 0) return nullptr;  // the object and its entry do not fit a slab
     c.per_slab = g.per_slab;
     c.first_object = g.first_object;
+    c.stride = g.stride;
   } else {
-    c.per_slab = Arena::slots_per_slab(slab_bytes_, object_bytes);
+    c.stride = stride(object_bytes);
+    c.first_object = (shape_.slab_header + shape_.align - 1) / shape_.align * shape_.align;
+    c.per_slab = c.first_object >= slab_bytes_ ? 0 : Arena::slots_per_slab(slab_bytes_ - c.first_object, c.stride);
+    if (c.per_slab == 0) return nullptr;  // an object (with its prefix) does not fit a slab
   }
   const HoldId first = (static_cast<HoldId>(classes_.size() + 1) << kClassShift) + 1;
   c.index = std::make_unique<Index>(object_bytes);
@@ -59,6 +63,7 @@ void SizeClasses::give_slab(Class& c, std::uint32_t slab) {
   // The table first: the slab's slots are handed out only after it says
   // whose they are and holds no entry of an earlier life.
   if (table_) table_->slab_assigned(slab, c.index->object_bytes());
+  if (on_assigned_) on_assigned_(slab, c.index->object_bytes());
   c.slabs.push_back(slab);
   c.index->add_slots(c.per_slab);
 }
@@ -104,7 +109,7 @@ std::size_t SizeClasses::room(const Index& idx) const {
 std::uint64_t SizeClasses::offset_of(const Index& idx, std::uint32_t slot) const {
   const Class& c = classes_.at(class_of(idx));
   return static_cast<std::uint64_t>(c.slabs.at(slot / c.per_slab)) * slab_bytes_ + c.first_object +
-         static_cast<std::uint64_t>(slot % c.per_slab) * idx.object_bytes();
+         static_cast<std::uint64_t>(slot % c.per_slab) * c.stride + shape_.prefix;
 }
 
 Index* SizeClasses::index_of_hold(HoldId id) {

@@ -15,12 +15,16 @@
 // - With an ObjectTable (a persistent arena), slabs are described: each
 //   keeps its class's object table before its objects (fewer slots a
 //   slab), and every change to an object is written there as it happens.
+// - Slots may be shaped (SlotShape): aligned for O_DIRECT, with room before
+//   each object and at a slab's start for a header of the caller's (the
+//   disk tier's extents); told of each slab a class takes.
 // No I/O and no memory of its own but the table's (the Arena turns offsets
 // into places).
 #pragma once
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -33,12 +37,25 @@
 
 namespace kvstrand::tier {
 
+// How a slab lays out its slots: each `align`-aligned, `prefix` bytes before
+// each object (offset_of is the object's, after them), the first slot after
+// `slab_header` bytes. The default is objects back to back.
+struct SlotShape {
+  std::uint64_t align = 1;
+  std::uint64_t prefix = 0;
+  std::uint64_t slab_header = 0;
+};
+
 class SizeClasses {
  public:
   static constexpr std::size_t kMaxClasses = 64;
 
-  explicit SizeClasses(std::uint64_t slab_bytes, ObjectTable* table = nullptr)
-      : slab_bytes_(slab_bytes), table_(table) {}
+  // With a table, slots are aligned to its align() (and shape is ignored).
+  explicit SizeClasses(std::uint64_t slab_bytes, ObjectTable* table = nullptr, SlotShape shape = {})
+      : slab_bytes_(slab_bytes), table_(table), shape_(table ? SlotShape{table->align(), 0, 0} : shape) {}
+  // Told of each slab as a class takes it, before any of its slots is handed out.
+  using SlabAssigned = std::function<void(std::uint32_t slab, std::uint64_t object_bytes)>;
+  void on_slab_assigned(SlabAssigned f) { on_assigned_ = std::move(f); }
   SizeClasses(const SizeClasses&) = delete;
   SizeClasses& operator=(const SizeClasses&) = delete;
 
@@ -62,8 +79,13 @@ class SizeClasses {
   // How many objects `idx` could take now: its free slots, what it can
   // evict, and the slots of the slabs no class has taken yet.
   std::size_t room(const Index& idx) const;
-  // Where slot `slot` of `idx` lies in the arena.
+  // Where slot `slot` of `idx` lies in the arena (its object, after the prefix).
   std::uint64_t offset_of(const Index& idx, std::uint32_t slot) const;
+  // Bytes from one slot to the next for objects of `object_bytes`.
+  std::uint64_t stride(std::uint64_t object_bytes) const noexcept {
+    return (shape_.prefix + object_bytes + shape_.align - 1) / shape_.align * shape_.align;
+  }
+  const SlotShape& shape() const noexcept { return shape_; }
   // The index a hold id belongs to; null for an id no class issued.
   Index* index_of_hold(HoldId id);
 
@@ -93,6 +115,7 @@ class SizeClasses {
     std::vector<std::uint32_t> slabs;  // slot s is in slabs[s / per_slab]
     std::uint32_t per_slab = 0;
     std::uint64_t first_object = 0;  // offset of slot 0 of a slab in it
+    std::uint64_t stride = 0;        // from one slot to the next
     std::unique_ptr<Journal> journal;  // with a table
   };
   void give_slab(Class& c, std::uint32_t slab);
@@ -101,6 +124,8 @@ class SizeClasses {
 
   std::uint64_t slab_bytes_;
   ObjectTable* table_;
+  SlotShape shape_;
+  SlabAssigned on_assigned_;
   std::vector<bool> adopted_;  // by slab: a class has it from the earlier life
   std::deque<std::uint32_t> free_slabs_;  // lowest first: the filler populates in order
   std::vector<Class> classes_;
