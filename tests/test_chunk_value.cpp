@@ -2,6 +2,8 @@
 // is exactly the chunk asked for, whole and unaltered.
 #include <catch2/catch.hpp>
 
+#include <cstring>
+
 #include "l2/chunk_value.hpp"
 
 #define XXH_INLINE_ALL
@@ -146,4 +148,38 @@ TEST_CASE("chunk value: with a MAC key a value loads only if written under that 
       REQUIRE_FALSE(l2::decode_chunk_value(bad, key(1), o.size(), &mine).has_value());
     }
   }
+}
+
+TEST_CASE("chunk value: the header alone (a disk object's) says the chunk, and checks the object kept apart from it",
+          "[l2][disk]") {
+  const auto o = object(16896, 3);
+  std::vector<std::byte> h(l2::kChunkHeaderBytes);
+  l2::write_chunk_header(key(5), true, o, h.data());
+  auto got = l2::read_chunk_header(h);
+  INFO(got.why());
+  REQUIRE(got.has_value());
+  REQUIRE(got->key == key(5));
+  REQUIRE(got->has_image);
+  REQUIRE(got->object_bytes == o.size());
+  REQUIRE(l2::object_matches(*got, o));
+  // The same header a value carries: a value's first bytes read as one.
+  const std::string v = l2::encode_chunk_value(key(5), true, o);
+  REQUIRE(std::memcmp(v.data(), h.data(), h.size()) == 0);
+  // Any changed byte of the object, or a shorter one, does not match.
+  auto bad = o;
+  bad[1000] ^= std::byte{1};
+  REQUIRE_FALSE(l2::object_matches(*got, bad));
+  REQUIRE_FALSE(l2::object_matches(*got, std::span<const std::byte>(o).first(o.size() - 1)));
+  // Any changed byte of the header is refused with a reason.
+  for (std::size_t at : {std::size_t{0}, std::size_t{30}, std::size_t{70}, std::size_t{121}}) {
+    auto torn = h;
+    torn[at] ^= std::byte{0x10};
+    auto r = l2::read_chunk_header(torn);
+    REQUIRE_FALSE(r.has_value());
+    REQUIRE_FALSE(r.why().empty());
+  }
+  // A value with a MAC is not a disk object.
+  const l2::MacKey mac{std::string(32, 'k')};
+  const std::string macd = l2::encode_chunk_value(key(5), true, o, &mac);
+  REQUIRE_FALSE(l2::read_chunk_header(std::as_bytes(std::span(macd.data(), l2::kChunkHeaderBytes))).has_value());
 }

@@ -80,17 +80,57 @@ std::string redis_key_of(const kv::ChunkKey& key) {
   return "kvstrand:v1:{" + kv::to_hex(key.hash) + "}:" + kv::to_hex(key.ns) + ":" + std::to_string(key.kv_rank);
 }
 
+namespace {
+// The header's fields but its checksums (and MAC), into zeroed `h`.
+void fill_header(char* h, const kv::ChunkKey& key, bool has_image, std::uint64_t length) {
+  std::memcpy(h, kMagic, sizeof kMagic);
+  put<std::uint32_t>(h + kVersionAt, kChunkValueVersion);
+  put<std::uint32_t>(h + kFlagsAt, has_image ? kFlagImage : 0u);
+  put<std::uint64_t>(h + kLengthAt, length);
+  std::memcpy(h + kNsAt, key.ns.data(), key.ns.size());
+  put<std::uint32_t>(h + kRankAt, key.kv_rank);
+  std::memcpy(h + kHashAt, key.hash.data(), key.hash.size());
+}
+}  // namespace
+
+void write_chunk_header(const kv::ChunkKey& key, bool has_image, std::span<const std::byte> object,
+                        std::byte* header) {
+  char* h = reinterpret_cast<char*>(header);
+  std::memset(h, 0, kChunkHeaderBytes);
+  fill_header(h, key, has_image, object.size());
+  put<std::uint64_t>(h + kPayloadSumAt, XXH3_64bits(object.data(), object.size()));
+  put<std::uint64_t>(h + kHeaderSumAt, XXH3_64bits(h, kHeaderSumAt));
+}
+
+common::Expected<ChunkHeader> read_chunk_header(std::span<const std::byte> header) {
+  if (header.size() < kChunkHeaderBytes) return common::unexpected("shorter than a header");
+  const char* h = reinterpret_cast<const char*>(header.data());
+  if (std::memcmp(h, kMagic, sizeof kMagic) != 0) return common::unexpected("no kvstrand magic");
+  if (get<std::uint64_t>(h + kHeaderSumAt) != XXH3_64bits(h, kHeaderSumAt))
+    return common::unexpected("header checksum mismatch");
+  if (get<std::uint32_t>(h + kVersionAt) != kChunkValueVersion)
+    return common::unexpected("format version " + std::to_string(get<std::uint32_t>(h + kVersionAt)));
+  const std::uint32_t flags = get<std::uint32_t>(h + kFlagsAt);
+  if ((flags & kFlagMac) != 0) return common::unexpected("it carries a MAC");
+  ChunkHeader out;
+  std::memcpy(out.key.ns.data(), h + kNsAt, out.key.ns.size());
+  out.key.kv_rank = get<std::uint32_t>(h + kRankAt);
+  std::memcpy(out.key.hash.data(), h + kHashAt, out.key.hash.size());
+  out.has_image = (flags & kFlagImage) != 0;
+  out.object_bytes = get<std::uint64_t>(h + kLengthAt);
+  out.object_sum = get<std::uint64_t>(h + kPayloadSumAt);
+  return out;
+}
+
+bool object_matches(const ChunkHeader& h, std::span<const std::byte> object) {
+  return object.size() == h.object_bytes && XXH3_64bits(object.data(), object.size()) == h.object_sum;
+}
+
 std::string encode_chunk_value(const kv::ChunkKey& key, bool has_image, std::span<const std::byte> object,
                                const MacKey* mac) {
   std::string v(kChunkHeaderBytes + object.size(), '\0');
   char* h = v.data();
-  std::memcpy(h, kMagic, sizeof kMagic);
-  put<std::uint32_t>(h + kVersionAt, kChunkValueVersion);
-  put<std::uint32_t>(h + kFlagsAt, has_image ? kFlagImage : 0u);
-  put<std::uint64_t>(h + kLengthAt, object.size());
-  std::memcpy(h + kNsAt, key.ns.data(), key.ns.size());
-  put<std::uint32_t>(h + kRankAt, key.kv_rank);
-  std::memcpy(h + kHashAt, key.hash.data(), key.hash.size());
+  fill_header(h, key, has_image, object.size());
   std::memcpy(h + kChunkHeaderBytes, object.data(), object.size());
   // With a key: the flag first (the MAC covers it), a fresh nonce, the tag.
   // A MAC OpenSSL could not make is left out, flag and all: nodes with the

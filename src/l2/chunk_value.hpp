@@ -53,6 +53,23 @@ std::string redis_key_of(const kv::ChunkKey& key);
 std::string encode_chunk_value(const kv::ChunkKey& key, bool has_image, std::span<const std::byte> object,
                                const MacKey* mac = nullptr);
 
+// The same header for an object kept elsewhere than after it (the disk
+// tier keeps it in the block before the object): written into `header`
+// (kChunkHeaderBytes), with the object's checksum and no MAC.
+void write_chunk_header(const kv::ChunkKey& key, bool has_image, std::span<const std::byte> object,
+                        std::byte* header);
+struct ChunkHeader {
+  kv::ChunkKey key;
+  bool has_image = false;
+  std::uint64_t object_bytes = 0;
+  std::uint64_t object_sum = 0;
+};
+// What a header says, if it is whole (magic, version, its checksum) and
+// carries no MAC; else why not.
+common::Expected<ChunkHeader> read_chunk_header(std::span<const std::byte> header);
+// Whether `object` is the one `h` describes: its length and checksum.
+bool object_matches(const ChunkHeader& h, std::span<const std::byte> object);
+
 struct ChunkValue {
   bool has_image = false;
   std::span<const std::byte> object;  // into the value given to decode
