@@ -88,6 +88,29 @@ common::HttpRoutes debug_routes(ServerState state) {
                              {"error_replies", l.error_replies},
                              {"moved", l.redis.moved},           {"asked", l.redis.asked}};
     }
+    if (st.disk != nullptr) {
+      const DiskStats d = st.disk->stats();
+      o["disk"] = json::object{{"files", d.files},
+                               {"registered_buffers", d.registered_buffers},
+                               {"capacity_bytes", d.capacity_bytes},
+                               {"used_bytes", d.used_bytes},
+                               {"objects", d.objects},
+                               {"write_queue", d.queue},
+                               {"in_flight", d.in_flight},
+                               {"written", d.written},
+                               {"write_dropped", d.write_dropped},
+                               {"write_errors", d.write_errors},
+                               {"promoted", d.promoted},
+                               {"read_errors", d.read_errors},
+                               {"checksum_failures", d.checksum_failures},
+                               {"lookups", d.lookups},
+                               {"lookup_misses", d.lookup_misses},
+                               {"timeouts", d.timeouts},
+                               {"evictions", d.evictions},
+                               {"recovered_objects", d.recovered_objects},
+                               {"recovery_dropped", d.recovery_dropped},
+                               {"recovery_seconds", d.recovery_seconds}};
+    }
     return common::HttpResponse{200, "application/json", json::serialize(o)};
   };
   r["/metrics"] = [st = state] {
@@ -146,6 +169,37 @@ common::HttpRoutes debug_routes(ServerState state) {
       p.counter("kvstrand_server_l2_unanswered_total", "L2 reads with no answer within --l2-timeout", l.unanswered);
       p.counter("kvstrand_server_l2_redirects_total", "MOVED and ASK redirections followed",
                 l.redis.moved + l.redis.asked);
+    }
+    if (st.disk != nullptr) {
+      const DiskStats d = st.disk->stats();
+      p.gauge("kvstrand_server_disk_capacity_bytes", "Disk tier bytes for objects (--disk-bytes less headers)",
+              static_cast<double>(d.capacity_bytes));
+      p.gauge("kvstrand_server_disk_used_bytes", "Disk tier bytes holding objects", static_cast<double>(d.used_bytes));
+      p.gauge("kvstrand_server_disk_objects", "Objects on disk", static_cast<double>(d.objects));
+      p.gauge("kvstrand_server_disk_registered_buffers", "1 when the disk I/O uses io_uring registered buffers",
+              d.registered_buffers ? 1 : 0);
+      p.gauge("kvstrand_server_disk_write_queue", "Objects waiting to be written to disk", static_cast<double>(d.queue));
+      p.gauge("kvstrand_server_disk_in_flight", "Objects being read or written", static_cast<double>(d.in_flight));
+      p.counter("kvstrand_server_disk_written_total", "Objects written behind to disk", d.written);
+      p.counter("kvstrand_server_disk_written_bytes_total", "Object bytes written behind to disk", d.written_bytes);
+      p.counter("kvstrand_server_disk_write_dropped_total",
+                "Objects not written to disk: the queue (--disk-queue) was full", d.write_dropped);
+      p.counter("kvstrand_server_disk_promoted_total", "Objects read from disk into the arena", d.promoted);
+      p.counter("kvstrand_server_disk_read_bytes_total", "Object bytes read from disk into the arena", d.read_bytes);
+      p.counter("kvstrand_server_disk_errors_total", "Disk reads and writes that failed (EIO, ENOSPC, short)",
+                common::LabeledCounter{{"op=\"read\"", d.read_errors}, {"op=\"write\"", d.write_errors}});
+      p.counter("kvstrand_server_disk_checksum_failures_total",
+                "Disk objects whose header or bytes did not match: a miss, dropped", d.checksum_failures);
+      p.counter("kvstrand_server_disk_lookups_total", "Lookups that asked the disk for chunks the arena lacked",
+                d.lookups);
+      p.counter("kvstrand_server_disk_lookup_misses_total", "Lookups the disk added nothing to", d.lookup_misses);
+      p.counter("kvstrand_server_disk_timeouts_total",
+                "Lookups answered at --disk-timeout with disk reads still running", d.timeouts);
+      p.counter("kvstrand_server_disk_evictions_total", "Objects evicted from the disk", d.evictions);
+      p.counter("kvstrand_server_disk_recovered_objects_total", "Objects a starting server found on its disk",
+                d.recovered_objects);
+      p.counter("kvstrand_server_disk_recovery_dropped_total",
+                "Slot or extent headers a starting server found torn or of another geometry", d.recovery_dropped);
     }
     return common::HttpResponse{200, "text/plain; version=0.0.4", p.str()};
   };

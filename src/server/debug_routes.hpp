@@ -15,6 +15,7 @@
 #include "common/debug_http.hpp"
 #include "common/metrics.hpp"
 #include "server/arena_recovery.hpp"
+#include "server/disk_tier.hpp"
 #include "server/l2_tier.hpp"
 #include "server/session.hpp"
 #include "tier/arena.hpp"
@@ -30,6 +31,7 @@ struct ServerState {
   const tier::SizeClasses& classes;
   const tier::Arena& arena;
   const L2Tier* l2;  // null without --l2
+  const DiskTier* disk;  // null without --disk
   const common::LabeledCounter& requests;
   const std::uint64_t& orphans_freed;
   const common::AcceptBackoff& accept;

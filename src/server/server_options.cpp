@@ -101,6 +101,20 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
                  "File whose first line (at least 32 bytes, mode 0600 or stricter) is the key every L2 value is "
                  "MACed under (GMAC, a key per value): a Redis writer without it cannot forge or alter what is loaded. "
                  "Every node sharing the L2 needs the same key");
+  std::vector<std::string> disk_paths;
+  std::string disk_bytes;
+  long long disk_timeout_ms = 500, disk_queue = 1024;
+  app.add_option("--disk", disk_paths,
+                 "A file (or a directory, for its kvstrand.disk) on a local disk for a third level under the arena; "
+                 "give it once per drive to stripe over several. Needs --disk-bytes");
+  app.add_option("--disk-bytes", disk_bytes, "Disk space for the disk tier over all --disk paths, preallocated, e.g. 2T");
+  app.add_option("--disk-timeout", disk_timeout_ms,
+                 "Milliseconds a lookup waits for the disk at most; what is read later serves the next lookup")
+      ->capture_default_str();
+  app.add_option("--disk-queue", disk_queue,
+                 "Objects waiting to be written to disk at most (each held in the arena until written); more are "
+                 "dropped and counted")
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -211,6 +225,25 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
     for (const char* f :
          {"--l2-timeout", "--l2-max-inflight", "--l2-ttl", "--l2-user", "--l2-password-file", "--l2-mac-key-file"})
       if (app.get_option(f)->count() > 0) return refuse(f, "needs --l2");
+  }
+  if (!disk_paths.empty()) {
+    auto n = common::parse_bytes(disk_bytes);
+    if (disk_bytes.empty()) return refuse("--disk-bytes", "is needed with --disk: how much disk space, e.g. 2T");
+    if (!n || *n == 0) return refuse("--disk-bytes", "'" + disk_bytes + "' is not a size like 2T or 500G");
+    if (disk_timeout_ms <= 0 || disk_timeout_ms > 60'000) return refuse("--disk-timeout", "must be 1 to 60000 ms");
+    if (disk_queue <= 0 || disk_queue > 1'000'000) return refuse("--disk-queue", "must be 1 to 1000000");
+    for (std::size_t i = 0; i < disk_paths.size(); ++i)
+      for (std::size_t j = i + 1; j < disk_paths.size(); ++j)
+        if (disk_paths[i] == disk_paths[j]) return refuse("--disk", disk_paths[i] + " is given twice");
+    DiskOptions d;
+    d.paths = disk_paths;
+    d.bytes = *n;
+    d.timeout = std::chrono::milliseconds(disk_timeout_ms);
+    d.max_queued = static_cast<std::size_t>(disk_queue);
+    o.disk = std::move(d);
+  } else {
+    for (const char* f : {"--disk-bytes", "--disk-timeout", "--disk-queue"})
+      if (app.get_option(f)->count() > 0) return refuse(f, "needs --disk");
   }
   return o;
 }

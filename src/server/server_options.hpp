@@ -9,6 +9,7 @@
 #include <variant>
 
 #include "common/debug_http.hpp"
+#include "server/disk_tier.hpp"
 #include "server/l2_tier.hpp"
 
 namespace kvstrand::server {
@@ -36,6 +37,8 @@ struct ServerOptions {
   std::optional<common::HttpOptions> http;
   // --l2 redis://HOST:PORT[,...]: Redis (Cluster) under the arena (off when unset).
   std::optional<L2Options> l2;
+  // --disk PATH... --disk-bytes N: local disks under the arena (off when unset).
+  std::optional<DiskOptions> disk;
 };
 
 // The options, or the exit code to leave with (0 after --help; 2 after a

@@ -140,14 +140,28 @@ struct TierServer::Impl {
     // pause before each slab.
     const char* delay = std::getenv("KVSTRAND_TEST_FILL_DELAY_MS");
     const auto pause = std::chrono::milliseconds(delay ? std::atoi(delay) : 0);
-    filler = std::thread([this, pause] {
+    // Where the server reads and writes objects' bytes (L2, the disk), its
+    // own mapping is faulted in here too: a first touch per 4 KiB page on the
+    // strand cost a checksum 20 times its time (docs/PERFORMANCE.md, "Disk tier").
+    std::byte* mine = (opt.l2 || opt.disk) ? arena_map : nullptr;
+    filler = std::thread([this, pause, mine] {
       for (std::uint32_t i = 0; i < arena->slab_count() && !stop_filling.load(std::memory_order_relaxed); ++i) {
         if (pause.count() > 0) std::this_thread::sleep_for(pause);
         std::string err = arena->populate(i);
+        if (err.empty() && mine != nullptr) map_in(mine + std::uint64_t{i} * arena->slab_bytes(), arena->slab_bytes());
         asio::post(strand, [this, i, err] { slab_ready(i, err); });
         if (!err.empty()) return;
       }
     });
+  }
+
+  // Maps [p, p + n) of the server's mapping (pages the arena holds already):
+  // the kernel's page tables in one call, then a read a page from here,
+  // which is what also fills a shadow-paging hypervisor's (madvise alone
+  // left the first touch at 5 us a page in such a VM).
+  static void map_in(std::byte* p, std::uint64_t n) {
+    (void)::madvise(p, n, MADV_POPULATE_READ);  // Linux 5.14 or later; the reads below do it anyway
+    for (std::uint64_t at = 0; at < n; at += 4096) (void)*static_cast<volatile std::byte*>(p + at);
   }
 
   void slab_ready(std::uint32_t slab, const std::string& err) {
@@ -160,6 +174,7 @@ struct TierServer::Impl {
     }
     ++ready_slabs;
     classes->add_slab(slab);
+    if (disk) disk->slab_ready(slab);
     wake_slab_waiters();
     if (ready_slabs == arena->slab_count())
       spdlog::info("kvstrand-server: the arena's {} slabs are ready ({}) after {:.2f} s", ready_slabs,
@@ -215,6 +230,13 @@ struct TierServer::Impl {
   asio::awaitable<void> stop() {
     if (!co_await gate.close(kStopBound))
       spdlog::warn("kvstrand-server: stopping with {} session coroutine(s) still running", gate.inside());
+    if (disk) {
+      // A named arena keeps its objects anyway; a memfd's are gone with
+      // the server but for what reached the disk.
+      const std::size_t left = co_await disk->drain(std::chrono::seconds(5));
+      if (left != 0) spdlog::warn("kvstrand-server: stopping with {} object(s) not written to disk", left);
+      co_await disk->close(std::chrono::seconds(2));
+    }
     if (!l2) co_return;
     const std::size_t left = co_await l2->drain(std::chrono::seconds(5));
     if (left != 0) spdlog::warn("kvstrand-server: stopping with {} object(s) not written to L2", left);
@@ -329,14 +351,19 @@ struct TierServer::Impl {
         continue;
       }
       tier::Index* promote_into = nullptr;
-      if (auto* lk = std::get_if<Lookup>(&*req); lk && l2) promote_into = service->index_of(s->client, lk->registration);
+      if (auto* lk = std::get_if<Lookup>(&*req); lk && (l2 || disk))
+        promote_into = service->index_of(s->client, lk->registration);
       if (promote_into != nullptr) {
-        // What the arena misses, L2 may hold: promoted first (bounded by
-        // --l2-timeout), then answered as any lookup. Only this session
-        // waits; the strand serves the others meanwhile.
+        // What the arena misses, the disk and then L2 may hold: promoted
+        // first (each bounded by its timeout), then answered as any lookup.
+        // Only this session waits; the strand serves the others meanwhile.
         const auto& keys = std::get<Lookup>(*req).keys;
-        const std::size_t have = promote_into->present_run(keys);
-        if (have < keys.size()) {
+        std::size_t have = promote_into->present_run(keys);
+        if (have < keys.size() && disk) {
+          std::vector<kv::ChunkKey> rest(keys.begin() + static_cast<std::ptrdiff_t>(have), keys.end());
+          have += co_await disk->promote(*promote_into, std::move(rest));
+        }
+        if (have < keys.size() && l2 && !s->closed) {
           std::vector<kv::ChunkKey> rest(keys.begin() + static_cast<std::ptrdiff_t>(have), keys.end());
           co_await l2->promote(*promote_into, std::move(rest));
         }
@@ -437,7 +464,7 @@ struct TierServer::Impl {
   // ---- the debug endpoint: its routes (server/debug_routes), on the strand -------
 
   common::HttpRoutes routes() {
-    return debug_routes(ServerState{stopping, sessions, processes, *classes, *arena, l2.get(), requests, orphans_freed, accept_backoff,
+    return debug_routes(ServerState{stopping, sessions, processes, *classes, *arena, l2.get(), disk.get(), requests, orphans_freed, accept_backoff,
                                     fill_error, recovery, [this] { return ready_bytes(); }, opt.socket});
   }
 
@@ -466,6 +493,7 @@ struct TierServer::Impl {
   std::optional<tier::SizeClasses> classes;  // with the arena: one index per object size
   Recovery recovery;                         // what a named arena held at start
   std::unique_ptr<L2Tier> l2;
+  std::unique_ptr<DiskTier> disk;
   std::optional<local::acceptor> acceptor;
   std::optional<asio::signal_set> signals;
   std::map<std::uint64_t, std::shared_ptr<Session>> sessions;
@@ -501,6 +529,7 @@ TierServer::~TierServer() {
   impl_->ctx.stop();
   if (impl_->loop.joinable()) impl_->loop.join();
   impl_->l2.reset();  // its Redis connections close; nothing runs on the strand now
+  impl_->disk.reset();
   if (impl_->arena_map) ::munmap(impl_->arena_map, impl_->arena->bytes());
 }
 
@@ -521,12 +550,15 @@ void TierServer::Impl::open_arena() {
   // L2 is one reason the server touches the arena's bytes (it copies
   // committed objects out to Redis and promoted ones in), a named arena's
   // object tables the other. Engine memory it never sees.
-  if (opt.l2 || named) map_arena(named ? "--arena-path" : "--l2");
+  if (opt.l2 || opt.disk || named) map_arena(named ? "--arena-path" : opt.disk ? "--disk" : "--l2");
+  // With a disk tier the arena's slots are 4 KiB-aligned: the disk reads
+  // and writes them in place (O_DIRECT).
+  const std::uint64_t align = opt.disk ? kDiskBlock : 1;
   if (!named) {
-    classes.emplace(arena->slab_bytes());
+    classes.emplace(arena->slab_bytes(), nullptr, tier::SlotShape{align, 0, 0});
     return;
   }
-  table.emplace(arena_map, arena->bytes(), arena->slab_bytes());
+  table.emplace(arena_map, arena->bytes(), arena->slab_bytes(), align);
   classes.emplace(arena->slab_bytes(), &*table);
   recovery.named = true;
   if (!arena->reopened()) {
@@ -542,7 +574,7 @@ void TierServer::Impl::open_arena() {
     ::munmap(std::exchange(arena_map, nullptr), arena->bytes());
     arena->start_empty();
     map_arena("--arena-path");
-    table.emplace(arena_map, arena->bytes(), arena->slab_bytes());
+    table.emplace(arena_map, arena->bytes(), arena->slab_bytes(), align);
     classes.reset();
     classes.emplace(arena->slab_bytes(), &*table);
     return;
@@ -566,18 +598,24 @@ std::uint64_t server_life_id() {
 void TierServer::start() {
   impl_->open_arena();
   if (impl_->opt.l2) impl_->l2 = std::make_unique<L2Tier>(impl_->strand, *impl_->opt.l2, impl_->arena_map, *impl_->classes);
+  if (impl_->opt.disk)
+    impl_->disk = std::make_unique<DiskTier>(impl_->strand, *impl_->opt.disk, impl_->arena_map,
+                                             impl_->arena->slab_bytes(), impl_->arena->slab_count(), *impl_->classes);
   ServiceRules rules{impl_->opt.chunk_tokens, impl_->opt.max_client_leased, impl_->opt.max_client_reserved};
   ServerFacts facts{impl_->arena->bytes(), impl_->arena->slab_bytes(), impl_->arena->huge_pages(),
                     [i = impl_.get()] { return i->ready_bytes(); }, [i = impl_.get()] { return i->sessions.size(); },
                     server_life_id()};
   RequestService::Committed committed;
-  if (impl_->l2)
-    committed = [l2 = impl_->l2.get()](tier::Index& idx, std::span<const std::uint32_t> slots) {
-      l2->committed(idx, slots);
+  if (impl_->l2 || impl_->disk)
+    committed = [l2 = impl_->l2.get(), disk = impl_->disk.get()](tier::Index& idx,
+                                                                 std::span<const std::uint32_t> slots) {
+      if (disk) disk->committed(idx, slots);
+      if (l2) l2->committed(idx, slots);
     };
   impl_->service.emplace(rules, std::move(facts), *impl_->classes, std::move(committed));
   impl_->loop = std::thread([ctx = &impl_->ctx] { ctx->run(); });
   if (impl_->l2) asio::post(impl_->strand, [l2 = impl_->l2.get()] { l2->start(); });
+  if (impl_->disk) asio::post(impl_->strand, [disk = impl_->disk.get()] { disk->start(); });
   std::string err = impl_->call([this] { return impl_->listen(); });
   if (!err.empty()) throw std::runtime_error(err);
   impl_->start_filler();

@@ -1,0 +1,591 @@
+#include "server/disk_tier.hpp"
+
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <optional>
+#include <stdexcept>
+
+#include "common/parse_bytes.hpp"
+#include "l2/chunk_value.hpp"
+#include "server/disk_ring.hpp"
+#include "tier/stored_field.hpp"
+
+namespace kvstrand::server {
+
+namespace asio = boost::asio;
+
+namespace {
+
+const auto kAwait = asio::as_tuple(asio::use_awaitable);
+using tier::get_field;
+using tier::put_field;
+
+// The extent header (the first block of an extent). Its checksum covers [0, 56).
+constexpr char kExtentMagic[8] = {'K', 'V', 'S', 'D', 'I', 'S', 'K', '\0'};
+constexpr std::uint32_t kExtentVersion = 1;
+constexpr std::size_t kVersionAt = 8, kFilesAt = 12, kExtentBytesAt = 16, kExtentAt = 24, kObjectAt = 32,
+                      kStrideAt = 40, kCheckAt = 56;
+
+
+std::uint64_t round_up(std::uint64_t n) { return (n + kDiskBlock - 1) / kDiskBlock * kDiskBlock; }
+
+// 4 KiB-aligned memory for O_DIRECT.
+struct AlignedFree {
+  void operator()(std::byte* p) const { std::free(p); }
+};
+using Aligned = std::unique_ptr<std::byte[], AlignedFree>;
+Aligned aligned(std::size_t bytes) {
+  void* p = std::aligned_alloc(kDiskBlock, round_up(bytes));
+  if (p == nullptr) throw std::bad_alloc();
+  std::memset(p, 0, round_up(bytes));
+  return Aligned(static_cast<std::byte*>(p));
+}
+
+// A file of the disk tier: made if absent, locked against a second server.
+struct File {
+  std::string path;
+  int fd = -1;
+  std::uint64_t bytes = 0;
+};
+
+File open_file(std::string path, std::uint64_t bytes) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) path = (fs::path(path) / "kvstrand.disk").string();
+  struct stat st{};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    throw std::runtime_error("--disk: " + path + " is not a regular file");
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0600);
+  if (fd < 0 && errno == EINVAL)
+    throw std::runtime_error("--disk: the file system of " + path +
+                             " does not take O_DIRECT (tmpfs?): give a file on a disk");
+  if (fd < 0) throw std::runtime_error("--disk: cannot open " + path + ": " + std::strerror(errno));
+  File f{path, fd, bytes};
+  auto fail = [&](const std::string& why) {
+    ::close(fd);
+    throw std::runtime_error(why);
+  };
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0)
+    fail("--disk: " + path + " is used by another kvstrand-server (it holds its lock)");
+  if (::fstat(fd, &st) != 0) fail("--disk: " + path + ": " + std::strerror(errno));
+  // Preallocated whole, so that a write never finds the file system full.
+  const std::uint64_t have = static_cast<std::uint64_t>(st.st_blocks) * 512;
+  struct statvfs vfs{};
+  if (::fstatvfs(fd, &vfs) == 0 && bytes > have) {
+    const std::uint64_t free_bytes = static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+    if (free_bytes < bytes - have)
+      fail("--disk-bytes: the disk tier needs " + common::format_bytes(bytes - have) + " more at " + path +
+           " and its file system has " + common::format_bytes(free_bytes) + " free");
+  }
+  if (static_cast<std::uint64_t>(st.st_size) > bytes && ::ftruncate(fd, static_cast<off_t>(bytes)) != 0)
+    fail("--disk: cannot shrink " + path + ": " + std::strerror(errno));
+  if (const int e = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes)); e != 0)
+    fail("--disk-bytes: cannot allocate " + common::format_bytes(bytes) + " at " + path + ": " + std::strerror(e));
+  return f;
+}
+
+}  // namespace
+
+struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
+  // A promotion's waiter: woken when its last read ended.
+  struct Batch {
+    explicit Batch(common::Strand s) : timer(s) {}
+    std::size_t left = 0;
+    bool expired = false;
+    asio::steady_timer timer;
+  };
+  // One object read or written: two operations (its header block, its bytes).
+  struct Job {
+    bool read = false;
+    tier::Index* arena_index = nullptr;
+    tier::Index* disk_index = nullptr;
+    kv::ChunkKey key;
+    bool image = false;
+    std::uint32_t arena_slot = 0;
+    std::uint32_t disk_slot = 0;
+    std::shared_ptr<Batch> batch;  // a promotion's
+    unsigned block = 0;            // its header block in the pool
+    int pending = 0;
+    int error = 0;                 // the first failure: -errno, or 1 for a short transfer
+  };
+  struct Queued {  // an object to write behind, pinned in the arena
+    tier::Index* index;
+    kv::ChunkKey key;
+    std::uint32_t slot;
+    bool image;
+  };
+
+  Impl(common::Strand s, DiskOptions o, std::byte* a, std::uint64_t slab, std::uint32_t slabs, tier::SizeClasses& c)
+      : strand(s),
+        opt(std::move(o)),
+        arena(a),
+        arena_slab_bytes(slab),
+        arena_slabs(slabs),
+        classes(c),
+        extent_bytes(slab + 2 * kDiskBlock),
+        disk(extent_bytes, nullptr, tier::SlotShape{kDiskBlock, kDiskBlock, kDiskBlock}) {}
+
+  ~Impl() {
+    for (File& f : files)
+      if (f.fd >= 0) ::close(f.fd);
+  }
+
+  // ---- where things are ---------------------------------------------------------
+
+  std::pair<int, std::uint64_t> place(std::uint64_t disk_offset) const {
+    const std::uint64_t e = disk_offset / extent_bytes;
+    const File& f = files[e % files.size()];
+    return {f.fd, (e / files.size()) * extent_bytes + disk_offset % extent_bytes};
+  }
+  std::byte* arena_object(const tier::Index& idx, std::uint32_t slot) const {
+    return arena + classes.offset_of(idx, slot);
+  }
+  int arena_buffer(const std::byte* p) const {
+    const auto slab = static_cast<std::uint32_t>((p - arena) / static_cast<std::ptrdiff_t>(arena_slab_bytes));
+    return slab < slab_registered.size() && slab_registered[slab] ? static_cast<int>(slab + 1) : -1;
+  }
+  std::byte* block_at(unsigned b) const { return pool.get() + static_cast<std::size_t>(b) * kDiskBlock; }
+
+  // ---- opening and recovery -----------------------------------------------------
+
+  void open() {
+    const std::uint64_t extents = opt.bytes / extent_bytes;
+    if (extents == 0)
+      throw std::runtime_error("--disk-bytes: " + common::format_bytes(opt.bytes) + " holds no extent of " +
+                               common::format_bytes(extent_bytes) + " (the arena's slab and two 4 KiB blocks)");
+    const std::size_t n = opt.paths.size();
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::uint64_t mine = (extents - i + n - 1) / n;
+      if (mine == 0) throw std::runtime_error("--disk-bytes: too small to give each --disk path an extent");
+      files.push_back(open_file(opt.paths[i], mine * extent_bytes));
+    }
+    total_extents = static_cast<std::uint32_t>(extents);
+    auto fault = disk_fault_from_env();
+    if (!fault) throw std::runtime_error(fault.why());
+    const unsigned blocks = opt.depth;  // objects in flight, reads and writes together
+    auto r = DiskRing::open(strand, blocks * 2 + 16, 1 + arena_slabs, *fault);
+    if (!r) throw std::runtime_error("--disk: " + r.why());
+    ring = std::move(*r);
+    pool = aligned(static_cast<std::size_t>(blocks) * kDiskBlock);
+    for (unsigned b = 0; b < blocks; ++b) free_blocks.push_back(blocks - 1 - b);
+    ring->set_buffer(0, pool.get(), static_cast<std::size_t>(blocks) * kDiskBlock);
+    slab_registered.assign(arena_slabs, false);
+    recover();
+    disk.on_slab_assigned([this](std::uint32_t e, std::uint64_t object_bytes) { write_extent_header(e, object_bytes); });
+  }
+
+  void recover() {
+    const auto t0 = std::chrono::steady_clock::now();
+    constexpr std::size_t kBatch = 256;
+    Aligned buf = aligned(kBatch * kDiskBlock);
+    std::vector<DiskRing::SyncRead> batch;
+    // Reads blocks at `offsets` (disk offsets), kBatch at a time; calls
+    // each(i, block or null when the read failed).
+    auto read_blocks = [&](const std::vector<std::uint64_t>& offsets, auto&& each) {
+      for (std::size_t at = 0; at < offsets.size(); at += kBatch) {
+        const std::size_t n = std::min(kBatch, offsets.size() - at);
+        batch.clear();
+        for (std::size_t i = 0; i < n; ++i) {
+          auto [fd, off] = place(offsets[at + i]);
+          batch.push_back({fd, buf.get() + i * kDiskBlock, kDiskBlock, off});
+        }
+        ring->read_now(batch);
+        for (std::size_t i = 0; i < n; ++i)
+          each(at + i, batch[i].result == static_cast<int>(kDiskBlock) ? buf.get() + i * kDiskBlock : nullptr);
+      }
+    };
+    std::vector<std::uint64_t> heads;
+    for (std::uint32_t e = 0; e < total_extents; ++e) heads.push_back(std::uint64_t{e} * extent_bytes);
+    std::vector<std::uint64_t> object_of(total_extents, 0);  // 0: not a known extent
+    read_blocks(heads, [&](std::size_t e, const std::byte* h) {
+      if (h == nullptr || std::memcmp(h, kExtentMagic, sizeof kExtentMagic) != 0) return;
+      const std::uint64_t object_bytes = get_field<std::uint64_t>(h + kObjectAt);
+      if (get_field<std::uint64_t>(h + kCheckAt) != XXH3_64bits(h, kCheckAt) || get_field<std::uint32_t>(h + kVersionAt) != kExtentVersion ||
+          get_field<std::uint32_t>(h + kFilesAt) != files.size() || get_field<std::uint64_t>(h + kExtentBytesAt) != extent_bytes ||
+          get_field<std::uint64_t>(h + kExtentAt) != e || object_bytes == 0 ||
+          get_field<std::uint64_t>(h + kStrideAt) != disk.stride(object_bytes) || disk.index(object_bytes) == nullptr) {
+        ++st.recovery_dropped;
+        return;
+      }
+      object_of[e] = object_bytes;
+    });
+    for (std::uint32_t e = 0; e < total_extents; ++e) {
+      const std::uint64_t object_bytes = object_of[e];
+      if (object_bytes == 0) continue;
+      const std::uint64_t stride = disk.stride(object_bytes);
+      const std::uint64_t per = (extent_bytes - kDiskBlock) / stride;
+      std::vector<std::uint64_t> slots;
+      for (std::uint64_t k = 0; k < per; ++k) slots.push_back(std::uint64_t{e} * extent_bytes + kDiskBlock + k * stride);
+      std::vector<std::optional<tier::Index::Restored>> restored(per);
+      read_blocks(slots, [&](std::size_t k, const std::byte* h) {
+        if (h == nullptr || std::memcmp(h, "KVSTRL2", 7) != 0) return;  // never written
+        auto header = l2::read_chunk_header({h, l2::kChunkHeaderBytes});
+        if (!header || header->object_bytes != object_bytes) {
+          ++st.recovery_dropped;
+          return;
+        }
+        restored[k] = tier::Index::Restored{header->key, header->has_image};
+      });
+      std::size_t duplicates = 0;
+      if (disk.adopt_slab(e, object_bytes, restored, &duplicates) == nullptr) continue;
+      for (const auto& r : restored) st.recovered_objects += r ? 1 : 0;
+      st.recovered_objects -= duplicates;
+      st.recovery_dropped += duplicates;
+    }
+    for (std::uint32_t e = 0; e < total_extents; ++e) disk.add_slab(e);
+    st.recovery_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  void write_extent_header(std::uint32_t e, std::uint64_t object_bytes) {
+    auto block = std::make_shared<Aligned>(aligned(kDiskBlock));
+    std::byte* h = block->get();
+    std::memcpy(h, kExtentMagic, sizeof kExtentMagic);
+    put_field<std::uint32_t>(h + kVersionAt, kExtentVersion);
+    put_field<std::uint32_t>(h + kFilesAt, static_cast<std::uint32_t>(files.size()));
+    put_field<std::uint64_t>(h + kExtentBytesAt, extent_bytes);
+    put_field<std::uint64_t>(h + kExtentAt, e);
+    put_field<std::uint64_t>(h + kObjectAt, object_bytes);
+    put_field<std::uint64_t>(h + kStrideAt, disk.stride(object_bytes));
+    put_field<std::uint64_t>(h + kCheckAt, XXH3_64bits(h, kCheckAt));
+    auto [fd, off] = place(std::uint64_t{e} * extent_bytes);
+    // Its objects may be written before it lands: a crash then loses them
+    // at the restart (a miss), never misreads them.
+    ring->write(fd, h, kDiskBlock, off, -1, [self = shared_from_this(), block](int res) {
+      if (res != static_cast<int>(kDiskBlock)) self->io_failed(false, res);
+    });
+  }
+
+  // ---- the work -------------------------------------------------------------------
+
+  void io_failed(bool read, int res) {
+    ++(read ? st.read_errors : st.write_errors);
+    const std::string why = res < 0 ? std::strerror(-res) : "a short transfer";
+    if (!(read ? warned_read : warned_write))
+      spdlog::warn("kvstrand-server: a disk {} failed ({}); {} (said once; /metrics counts them)",
+                   read ? "read" : "write", why, read ? "a miss, the object dropped from the disk" : "not on disk");
+    (read ? warned_read : warned_write) = true;
+  }
+
+  void committed(tier::Index& idx, std::span<const std::uint32_t> slots) {
+    if (closing) return;
+    for (std::uint32_t slot : slots) {
+      const kv::ChunkKey& key = idx.key_at(slot);
+      tier::Index* d = disk.index(idx.object_bytes());
+      if (d != nullptr && d->present_run(std::span<const kv::ChunkKey>(&key, 1)) == 1) continue;  // on disk already
+      if (queue.size() >= opt.max_queued) {
+        ++st.write_dropped;
+        continue;
+      }
+      if (!idx.pin(std::span<const kv::ChunkKey>(&key, 1))) continue;  // not committed after all
+      queue.push_back(Queued{&idx, key, slot, idx.image_at(slot)});
+    }
+    pump();
+  }
+
+  // Starts what the free header blocks allow: promotions' reads first.
+  void pump() {
+    while (!closing && !free_blocks.empty()) {
+      if (!reads.empty()) {
+        Job j = std::move(reads.front());
+        reads.pop_front();
+        if (j.batch->expired) {
+          cancel_read(j);
+          continue;
+        }
+        start(std::move(j));
+      } else if (!queue.empty()) {
+        const Queued q = queue.front();
+        queue.pop_front();
+        start_write(q);
+      } else {
+        break;
+      }
+    }
+  }
+
+  void start_write(const Queued& q) {
+    const kv::ChunkKey key = q.key;
+    auto unpin = [&] { q.index->unpin(std::span<const kv::ChunkKey>(&key, 1)); };
+    tier::Index* d = disk.index(q.index->object_bytes());
+    if (d == nullptr) {  // cannot be: an arena object fits an extent
+      unpin();
+      return;
+    }
+    disk.make_room(*d, 1);
+    std::uint32_t dslot = 0;
+    const tier::Index::Reserve r = d->reserve(key, q.image, &dslot);
+    if (r != tier::Index::Reserve::reserved) {
+      if (r == tier::Index::Reserve::full) ++st.write_dropped;  // every disk slot of its size is being read
+      unpin();
+      return;
+    }
+    Job j;
+    j.read = false;
+    j.arena_index = q.index;
+    j.disk_index = d;
+    j.key = key;
+    j.image = q.image;
+    j.arena_slot = q.slot;
+    j.disk_slot = dslot;
+    start(std::move(j));
+  }
+
+  void start(Job j) {
+    j.block = free_blocks.back();
+    free_blocks.pop_back();
+    const std::uint64_t object_bytes = j.arena_index->object_bytes();
+    std::byte* object = arena_object(*j.arena_index, j.arena_slot);
+    if (!j.read) {
+      std::memset(block_at(j.block), 0, kDiskBlock);
+      l2::write_chunk_header(j.key, j.image, {object, object_bytes}, block_at(j.block));
+    }
+    const std::uint64_t at = disk.offset_of(*j.disk_index, j.disk_slot);
+    auto [fd, off] = place(at);
+    auto shared = std::make_shared<Job>(std::move(j));
+    shared->pending = 2;
+    ++in_flight;
+    auto one = [self = shared_from_this(), shared](std::size_t want) {
+      return [self, shared, want](int res) { self->op_done(*shared, res, want); };
+    };
+    const std::size_t body = round_up(object_bytes);
+    if (shared->read) {
+      ring->read(fd, block_at(shared->block), kDiskBlock, off - kDiskBlock, 0, one(kDiskBlock));
+      ring->read(fd, object, body, off, arena_buffer(object), one(body));
+    } else {
+      ring->write(fd, block_at(shared->block), kDiskBlock, off - kDiskBlock, 0, one(kDiskBlock));
+      ring->write(fd, object, body, off, arena_buffer(object), one(body));
+    }
+  }
+
+  void op_done(Job& j, int res, std::size_t want) {
+    if (j.error == 0 && res != static_cast<int>(want)) j.error = res < 0 ? res : 1;
+    if (--j.pending != 0) return;
+    --in_flight;
+    free_blocks.push_back(j.block);
+    if (j.read)
+      read_done(j);
+    else
+      write_done(j);
+    pump();
+  }
+
+  void write_done(Job& j) {
+    const kv::ChunkKey& key = j.key;
+    if (j.error == 0) {
+      j.disk_index->commit(key);
+      ++st.written;
+      st.written_bytes += j.arena_index->object_bytes();
+    } else {
+      j.disk_index->abort(key);
+      io_failed(false, j.error);
+    }
+    j.arena_index->unpin(std::span<const kv::ChunkKey>(&key, 1));
+  }
+
+  void read_done(Job& j) {
+    const kv::ChunkKey& key = j.key;
+    const std::uint64_t object_bytes = j.arena_index->object_bytes();
+    bool good = false;
+    if (j.error != 0) {
+      io_failed(true, j.error);
+    } else {
+      auto h = l2::read_chunk_header({block_at(j.block), l2::kChunkHeaderBytes});
+      good = h && h->key == key && h->has_image == j.image &&
+             l2::object_matches(*h, {arena_object(*j.arena_index, j.arena_slot), object_bytes});
+      if (!good) {
+        ++st.checksum_failures;
+        spdlog::warn("kvstrand-server: a disk object failed its check ({}): a miss, dropped from the disk",
+                     h ? "its bytes or its key" : h.why());
+      }
+    }
+    if (good) {
+      j.arena_index->commit(key);
+      ++st.promoted;
+      st.read_bytes += object_bytes;
+    } else {
+      j.arena_index->abort(key);
+    }
+    j.disk_index->unpin(std::span<const kv::ChunkKey>(&key, 1));
+    if (!good) j.disk_index->erase(key);
+    if (--j.batch->left == 0) j.batch->timer.cancel();
+  }
+
+  // A queued read whose lookup was answered before it started.
+  void cancel_read(Job& j) {
+    j.arena_index->abort(j.key);
+    j.disk_index->unpin(std::span<const kv::ChunkKey>(&j.key, 1));
+    if (--j.batch->left == 0) j.batch->timer.cancel();
+  }
+
+  asio::awaitable<std::size_t> promote(tier::Index& idx, std::vector<kv::ChunkKey> keys) {
+    auto keep = shared_from_this();
+    tier::Index* d = closing ? nullptr : disk.index(idx.object_bytes());
+    if (d == nullptr || keys.empty()) co_return idx.present_run(keys);
+    ++st.lookups;
+    const std::size_t n = d->present_run(keys);
+    if (n == 0) {
+      ++st.lookup_misses;
+      co_return idx.present_run(keys);
+    }
+    std::optional<std::vector<std::uint32_t>> dslots = d->pin(std::span<const kv::ChunkKey>(keys.data(), n));
+    if (!dslots) co_return idx.present_run(keys);
+    classes.make_room(idx, n);
+    auto batch = std::make_shared<Batch>(strand);
+    for (std::size_t i = 0; i < n; ++i) {
+      const bool image = d->image_at((*dslots)[i]);
+      std::uint32_t aslot = 0;
+      const tier::Index::Reserve r = idx.reserve(keys[i], image, &aslot);
+      if (r == tier::Index::Reserve::reserved) {
+        Job j;
+        j.read = true;
+        j.arena_index = &idx;
+        j.disk_index = d;
+        j.key = keys[i];
+        j.image = image;
+        j.arena_slot = aslot;
+        j.disk_slot = (*dslots)[i];
+        j.batch = batch;
+        ++batch->left;
+        reads.push_back(std::move(j));
+        continue;
+      }
+      // Stored meanwhile or being written by a client: not read; the arena
+      // full: neither is the rest.
+      const std::size_t last = r == tier::Index::Reserve::full ? n : i + 1;
+      d->unpin(std::span<const kv::ChunkKey>(keys.data() + i, last - i));
+      if (r == tier::Index::Reserve::full) break;
+    }
+    pump();
+    if (batch->left > 0) {
+      batch->timer.expires_after(opt.timeout);
+      co_await batch->timer.async_wait(kAwait);
+      if (batch->left > 0) {
+        ++st.timeouts;
+        batch->expired = true;  // what has not started is dropped; what runs commits later
+        std::erase_if(reads, [&](Job& j) {
+          if (j.batch != batch) return false;
+          cancel_read(j);
+          return true;
+        });
+      }
+    }
+    co_return idx.present_run(keys);
+  }
+
+  void slab_ready(std::uint32_t slab) {
+    if (slab >= arena_slabs || closing) return;
+    slab_registered[slab] = ring->set_buffer(slab + 1, arena + std::uint64_t{slab} * arena_slab_bytes, arena_slab_bytes);
+  }
+
+  asio::awaitable<std::size_t> drain(std::chrono::milliseconds bound) {
+    auto keep = shared_from_this();
+    const auto end = std::chrono::steady_clock::now() + bound;
+    asio::steady_timer t(strand);
+    while ((!queue.empty() || in_flight != 0) && std::chrono::steady_clock::now() < end) {
+      t.expires_after(std::chrono::milliseconds(5));
+      co_await t.async_wait(kAwait);
+    }
+    co_return queue.size() + in_flight;
+  }
+
+  asio::awaitable<void> close(std::chrono::milliseconds bound) {
+    auto keep = shared_from_this();
+    closing = true;
+    for (const Queued& q : std::exchange(queue, {})) q.index->unpin(std::span<const kv::ChunkKey>(&q.key, 1));
+    for (Job& j : std::exchange(reads, {})) cancel_read(j);
+    const auto end = std::chrono::steady_clock::now() + bound;
+    asio::steady_timer t(strand);
+    while (in_flight != 0 && std::chrono::steady_clock::now() < end) {
+      t.expires_after(std::chrono::milliseconds(5));
+      co_await t.async_wait(kAwait);
+    }
+    if (in_flight != 0)
+      spdlog::warn("kvstrand-server: stopping with {} disk transfer(s) still running", in_flight);
+    ring->close();
+  }
+
+  DiskStats stats() const {
+    DiskStats s = st;
+    const tier::Index::Stats d = disk.stats();
+    s.used_bytes = d.used_bytes;
+    s.objects = d.objects;
+    s.evictions = d.evictions;
+    s.capacity_bytes = std::uint64_t{total_extents} * (extent_bytes - kDiskBlock);
+    s.files = files.size();
+    s.registered_buffers = ring && ring->registered();
+    s.queue = queue.size();
+    s.in_flight = in_flight;
+    return s;
+  }
+
+  common::Strand strand;
+  DiskOptions opt;
+  std::byte* arena;
+  std::uint64_t arena_slab_bytes;
+  std::uint32_t arena_slabs;
+  tier::SizeClasses& classes;
+  std::uint64_t extent_bytes;
+  tier::SizeClasses disk;  // the disk's slots, one class per object size
+  std::vector<File> files;
+  std::uint32_t total_extents = 0;
+  std::unique_ptr<DiskRing> ring;
+  Aligned pool;  // header blocks, registered buffer 0
+  std::vector<unsigned> free_blocks;
+  std::vector<bool> slab_registered;  // arena slab s is registered buffer s + 1
+  std::deque<Queued> queue;
+  std::deque<Job> reads;  // promotions' reads not started yet
+  std::size_t in_flight = 0;
+  bool closing = false;
+  bool warned_read = false, warned_write = false;
+  DiskStats st;
+};
+
+DiskTier::DiskTier(common::Strand strand, DiskOptions options, std::byte* arena, std::uint64_t arena_slab_bytes,
+                   std::uint32_t arena_slabs, tier::SizeClasses& classes)
+    : impl_(std::make_shared<Impl>(std::move(strand), std::move(options), arena, arena_slab_bytes, arena_slabs,
+                                   classes)) {
+  impl_->open();
+  spdlog::info("kvstrand-server: disk tier of {} over {} file(s){}: {} objects found again in {:.3f} s ({} dropped)",
+               common::format_bytes(impl_->opt.bytes), impl_->files.size(),
+               impl_->ring->registered() ? ", registered buffers" : "", impl_->st.recovered_objects,
+               impl_->st.recovery_seconds, impl_->st.recovery_dropped);
+}
+
+DiskTier::~DiskTier() {
+  // After the strand stopped (TierServer's destructor): what the ring still
+  // holds (completions never delivered, and the references they keep to
+  // Impl) goes now.
+  impl_->closing = true;
+  if (impl_->ring) impl_->ring->close();
+}
+
+void DiskTier::start() { impl_->ring->start(); }
+void DiskTier::slab_ready(std::uint32_t slab) { impl_->slab_ready(slab); }
+void DiskTier::committed(tier::Index& index, std::span<const std::uint32_t> slots) { impl_->committed(index, slots); }
+
+asio::awaitable<std::size_t> DiskTier::promote(tier::Index& index, std::vector<kv::ChunkKey> keys) {
+  co_return co_await impl_->promote(index, std::move(keys));
+}
+asio::awaitable<std::size_t> DiskTier::drain(std::chrono::milliseconds bound) {
+  co_return co_await impl_->drain(bound);
+}
+asio::awaitable<void> DiskTier::close(std::chrono::milliseconds bound) { co_await impl_->close(bound); }
+DiskStats DiskTier::stats() const { return impl_->stats(); }
+
+}  // namespace kvstrand::server
