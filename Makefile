@@ -104,6 +104,7 @@ bench: build
 	./build/bench/bench_index
 	./build/bench/bench_node --start-tier 4G --scaling-tier 2G
 	./build/bench/bench_l2
+	./build/bench/bench_disk --gib 2
 	PYTHONPATH=build/python /usr/bin/python3 bench/bench_python.py
 
 # Not in CI (about a minute a mutant on 2 cores). MUTANTS="F14-timer F4-no-fence" runs some.

@@ -34,9 +34,8 @@
 #include "proto/protocol.hpp"
 #include "reactor/node_tier.hpp"
 #include "reference_geometry.hpp"
+#include "bench_server.hpp"
 #include "wire.hpp"
-
-extern char** environ;
 
 using namespace kvstrand;
 using namespace kvstrand::bench;
@@ -45,27 +44,11 @@ using namespace std::chrono_literals;
 
 namespace {
 
-std::string self_dir() { return std::filesystem::read_symlink("/proc/self/exe").parent_path().string(); }
-
-// A kvstrand-server on a private socket; SIGTERM and reaped at the end.
-struct Server {
-  std::string socket = "/tmp/kvstrand-bench-node-" + std::to_string(::getpid()) + ".sock";
-  pid_t pid = -1;
-  explicit Server(const std::string& tier) {
-    const std::string bin = self_dir() + "/../kvstrand-server";
-    std::vector<std::string> args = {bin, "--socket", socket, "--tier-bytes", tier, "--slab-bytes", "1G",
-                                     "--chunk-tokens", "256", "--log-level", "warn"};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    if (::posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) die("cannot start " + bin);
+// A kvstrand-server of --tier-bytes `tier`.
+struct Server : BenchServer {
+  explicit Server(const std::string& tier) : BenchServer("bench-node") {
+    spawn({"--tier-bytes", tier, "--slab-bytes", "1G", "--chunk-tokens", "256"});
   }
-  ~Server() {
-    ::kill(pid, SIGTERM);
-    ::waitpid(pid, nullptr, 0);
-    ::unlink(socket.c_str());
-  }
-  bool exited() const { return ::waitpid(pid, nullptr, WNOHANG) == pid; }
 };
 
 // The server's stats over a fresh connection (nullopt if the server is not

@@ -37,9 +37,8 @@
 #include "hip/device.hpp"
 #include "proto/protocol.hpp"
 #include "reference_geometry.hpp"
+#include "bench_server.hpp"
 #include "wire.hpp"
-
-extern char** environ;
 
 using namespace kvstrand;
 using namespace kvstrand::bench;
@@ -50,31 +49,13 @@ namespace {
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-std::string self_dir() { return std::filesystem::read_symlink("/proc/self/exe").parent_path().string(); }
-
 // kvstrand-server on a private socket, on `arena_path` when not empty.
-struct Server {
-  std::string socket = "/tmp/kvstrand-bench-restart-" + std::to_string(::getpid()) + ".sock";
-  pid_t pid = -1;
+struct Server : BenchServer {
+  Server() : BenchServer("bench-restart") {}
   void spawn(const std::string& tier, const std::string& arena_path) {
-    const std::string bin = self_dir() + "/../kvstrand-server";
-    std::vector<std::string> args = {bin, "--socket", socket, "--tier-bytes", tier, "--slab-bytes", "1G",
-                                     "--chunk-tokens", "256", "--log-level", "warn"};
-    if (!arena_path.empty()) args.insert(args.end(), {"--arena-path", arena_path});
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    if (::posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) die("cannot start " + bin);
-  }
-  void kill(int sig) {
-    if (pid <= 0) return;
-    ::kill(pid, sig);
-    ::waitpid(pid, nullptr, 0);
-    pid = -1;
-  }
-  ~Server() {
-    kill(SIGTERM);
-    ::unlink(socket.c_str());
+    std::vector<std::string> flags = {"--tier-bytes", tier, "--slab-bytes", "1G", "--chunk-tokens", "256"};
+    if (!arena_path.empty()) flags.insert(flags.end(), {"--arena-path", arena_path});
+    BenchServer::spawn(flags);
   }
 };
 
