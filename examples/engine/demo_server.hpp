@@ -31,6 +31,11 @@ class DemoServer {
   // Returns the seconds until the new one accepts.
   double kill_and_restart();
 
+  // A loopback port free now, for a server's --http (0 if none).
+  static std::uint16_t serve_metrics();
+  // A sample of the server's /metrics at `port` (-1 when not there).
+  static double metric(std::uint16_t port, const std::string& name);
+
   // kvstrand-server beside this program in the build and in the GPU pack
   // (examples/engine/../../kvstrand-server).
   static std::string default_binary();

@@ -78,21 +78,38 @@ struct ArenaPath {
   ArenaPath& operator=(const ArenaPath&) = delete;
 };
 
-// tier-kill beside tier-node: what the server's SIGKILL and restart cost.
-void compare_kill(const std::vector<ArmSummary>& arms) {
+// A disk directory of the demo's own (tier-disk), removed after the arm.
+struct DiskDir {
+  std::string path;
+  explicit DiskDir(const std::string& under)
+      : path((std::filesystem::absolute(under) / ("kvstrand-demo-disk-" + std::to_string(::getpid()))).string()) {
+    std::filesystem::create_directories(path);
+  }
+  ~DiskDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  DiskDir(const DiskDir&) = delete;
+  DiskDir& operator=(const DiskDir&) = delete;
+};
+
+// An arm beside tier-node, the same server with the whole working set in
+// its arena: what the SIGKILL and restart (tier-kill), or an arena too
+// small but for a disk under it (tier-disk), cost.
+void compare_with_node(const std::vector<ArmSummary>& arms, const std::string& name) {
   const ArmSummary* node = nullptr;
-  const ArmSummary* kill = nullptr;
+  const ArmSummary* other = nullptr;
   for (const auto& a : arms) {
     if (a.name == "tier-node") node = &a;
-    if (a.name == "tier-kill") kill = &a;
+    if (a.name == name) other = &a;
   }
-  if (!node || !kill || node->req_per_s <= 0) return;
-  std::printf("\ntier-kill against tier-node: req/s %.2f vs %.2f (ratio %.3f); prompt tokens from HBM + tier "
+  if (!node || !other || node->req_per_s <= 0) return;
+  std::printf("\n%s against tier-node: req/s %.2f vs %.2f (ratio %.3f); prompt tokens from HBM + tier "
               "%.1f%% vs %.1f%% (ratio %.3f); mismatches %llu\n",
-              kill->req_per_s, node->req_per_s, kill->req_per_s / node->req_per_s,
-              kill->hbm_share + kill->tier_share, node->hbm_share + node->tier_share,
-              (kill->hbm_share + kill->tier_share) / std::max(1e-9, node->hbm_share + node->tier_share),
-              static_cast<unsigned long long>(kill->mismatches + node->mismatches));
+              name.c_str(), other->req_per_s, node->req_per_s, other->req_per_s / node->req_per_s,
+              other->hbm_share + other->tier_share, node->hbm_share + node->tier_share,
+              (other->hbm_share + other->tier_share) / std::max(1e-9, node->hbm_share + node->tier_share),
+              static_cast<unsigned long long>(other->mismatches + node->mismatches));
 }
 
 }  // namespace
@@ -115,10 +132,18 @@ int main(int argc, char** argv) {
                  "tier-restart (a fresh engine on a node tier another engine filled: the fit working set), "
                  "tier-l2 (node A's engine fills A, which writes behind to Redis and stops; a fresh engine on "
                  "node B, whose arena is empty, is served through L2); not run unless named: tier-node (the tier "
-                 "arm on a kvstrand-server of the demo's own, on a named arena) and tier-kill (the same, the "
-                 "server SIGKILLed and restarted half-way through the measured window)")
+                 "arm on a kvstrand-server of the demo's own, on a named arena), tier-kill (the same, the "
+                 "server SIGKILLed and restarted half-way through the measured window) and tier-disk (the same "
+                 "with an arena of --disk-arena-bytes, smaller than the working set, over a disk tier in "
+                 "--disk-dir)")
       ->capture_default_str();
   app.add_option("--tier-bytes", tier_bytes_text, "Embedded tier size (1G holds the default run)")
+      ->capture_default_str();
+  std::string disk_dir = ".", disk_arena_text = "256M";
+  app.add_option("--disk-dir", disk_dir, "tier-disk: the directory (on a disk) for its server's disk tier")
+      ->capture_default_str();
+  app.add_option("--disk-arena-bytes", disk_arena_text,
+                 "tier-disk: its server's arena, smaller than the working set (its disk holds twice --tier-bytes)")
       ->capture_default_str();
   app.add_option("--server", server, "Tier arms use kvstrand-server at this socket instead of the embedded tier");
   app.add_option("--server-binary", server_binary,
@@ -153,6 +178,12 @@ int main(int argc, char** argv) {
     seconds = 180;
     time_scale = 1.0;
   }
+  const auto disk_arena_bytes = size_of(disk_arena_text);
+  if (!disk_arena_bytes || *disk_arena_bytes == 0) {
+    std::fprintf(stderr, "kvstrand-engine-demo: invalid --disk-arena-bytes: '%s' is not a size like 256M\n",
+                 disk_arena_text.c_str());
+    return 2;
+  }
   const auto tier_bytes = size_of(tier_bytes_text);
   if (!tier_bytes || *tier_bytes == 0) {
     std::fprintf(stderr, "kvstrand-engine-demo: invalid --tier-bytes: '%s' is not a size like 1G\n",
@@ -183,13 +214,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   static const std::vector<std::string> known = {"none",         "hbm",     "tier",      "tier+spec", "hbm-fit",
-                                                  "tier-fit",     "tier-restart", "tier-l2", "tier-node", "tier-kill"};
+                                                  "tier-fit",     "tier-restart", "tier-l2", "tier-node", "tier-kill",
+                                                  "tier-disk"};
   {
     std::stringstream check(arms_list);
     for (std::string arm; std::getline(check, arm, ',');)
       if (std::find(known.begin(), known.end(), arm) == known.end()) {
         std::fprintf(stderr, "kvstrand-engine-demo: invalid --arms: unknown arm '%s' (known: none, hbm, tier, "
-                     "tier+spec, hbm-fit, tier-fit, tier-restart, tier-l2, tier-node, tier-kill)\n", arm.c_str());
+                     "tier+spec, hbm-fit, tier-fit, tier-restart, tier-l2, tier-node, tier-kill, tier-disk)\n",
+                     arm.c_str());
         return 2;
       }
   }
@@ -225,7 +258,8 @@ int main(int argc, char** argv) {
     const bool restart = arm == "tier-restart";
     const bool via_l2 = arm == "tier-l2";
     const bool kill = arm == "tier-kill";
-    const bool own_node = kill || arm == "tier-node";
+    const bool on_disk = arm == "tier-disk";
+    const bool own_node = kill || on_disk || arm == "tier-node";
     w.distinct = arm.ends_with("-fit") || restart || via_l2 ? fit_prompts : prompts;
     // Tier arms measure a second pass; the others need only their first
     // requests out of the way. tier-l2 measures from its first request:
@@ -271,11 +305,23 @@ int main(int argc, char** argv) {
       }
       // tier-node, tier-kill: a server of the demo's own on a named arena,
       // whatever --server says (tier-kill must be able to kill it).
+      // tier-disk: the same, its arena smaller than the working set, over a
+      // disk tier twice --tier-bytes.
       std::optional<ArenaPath> arena_file;
+      std::optional<DiskDir> disk;
+      std::uint16_t metrics_port = 0;
       if (own_node) {
         arena_file.emplace(arm);
-        own_server.emplace(server_binary, *tier_bytes, c.layout.chunk_tokens,
-                           std::vector<std::string>{"--arena-path", arena_file->path});
+        std::vector<std::string> flags{"--arena-path", arena_file->path};
+        if (on_disk) {
+          disk.emplace(disk_dir);
+          metrics_port = DemoServer::serve_metrics();
+          for (const std::string& f : {std::string("--disk"), disk->path, std::string("--disk-bytes"),
+                                       std::to_string(2 * *tier_bytes), std::string("--http"),
+                                       "127.0.0.1:" + std::to_string(metrics_port)})
+            flags.push_back(f);
+        }
+        own_server.emplace(server_binary, on_disk ? *disk_arena_bytes : *tier_bytes, c.layout.chunk_tokens, flags);
         c.server_socket = own_server->socket_path();
       }
       if (restart) {
@@ -318,6 +364,15 @@ int main(int argc, char** argv) {
         st.mismatches += bad;
       }
       if (tty) std::fprintf(stderr, "\r%70s\r", "");
+      if (on_disk && metrics_port != 0) {
+        auto m = [&](const char* name) { return DemoServer::metric(metrics_port, name); };
+        std::printf("  tier-disk: arena %s of a working set of %.0f MiB: %.0f objects written to disk, %.0f read "
+                    "back into the arena, %.0f checksum failures, %.0f lookups past --disk-timeout\n",
+                    disk_arena_text.c_str(),
+                    (m("kvstrand_server_disk_used_bytes") + 0) / double(1 << 20),
+                    m("kvstrand_server_disk_written_total"), m("kvstrand_server_disk_promoted_total"),
+                    m("kvstrand_server_disk_checksum_failures_total"), m("kvstrand_server_disk_timeouts_total"));
+      }
       results.push_back(summarize(arm, st, c.cost));
       resumed += st.resumed;
       mismatches += st.mismatches;
@@ -332,7 +387,8 @@ int main(int argc, char** argv) {
     }
   }
   print_table(results);
-  compare_kill(results);
+  compare_with_node(results, "tier-kill");
+  compare_with_node(results, "tier-disk");
   std::printf("\nseed (MI355X, TP4): none 4.62 req/s, hbm 6.90, hbm+tier 7.80 (77%% of its cost model's 10.11)\n");
   std::filesystem::create_directories(out);
   const std::string json = out + "/engine-demo.json";
