@@ -179,6 +179,7 @@ double raw_io(bool write, int fd, const std::vector<std::uint64_t>& offsets, std
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each line as it is printed: a run cut short keeps what it measured
   std::string dir = std::filesystem::current_path().string();
   double gib = 4;
   unsigned depth = 32;  // the disk tier's objects in flight (DiskOptions::depth)
@@ -242,6 +243,8 @@ int main(int argc, char** argv) {
       std::to_string(tier >> 20) + "M", "--disk", work, "--disk-bytes", std::to_string(disk >> 20) + "M",
       "--disk-timeout", "60000"};
   Server srv;
+  auto phase = [t0 = Clock::now()](const char* what) { std::printf("  [%6.1f s] %s\n", seconds_since(t0), what); };
+  phase("starting the server (its arena populated and mapped)");
   srv.start(flags);
   std::vector<kv::ChunkKey> keys;
   {
@@ -259,6 +262,7 @@ int main(int argc, char** argv) {
       std::memcpy(c.arena + res.offsets[i], pattern.data() + (i % depth) * body, object);
       std::memcpy(c.arena + res.offsets[i], &i, sizeof i);  // each object its own
     }
+    phase("objects filled in the arena; committing");
     const auto t0 = Clock::now();
     if (!c.w.call(proto::Commit{res.reservation, true})) die("commit refused");
     while (metric(srv.port, "kvstrand_server_disk_written_total") < double(objects)) {
@@ -277,8 +281,10 @@ int main(int argc, char** argv) {
     const double raw_read1 = gb / raw_io(false, dfd, offsets, body, depth, buf);
     std::printf("raw O_DIRECT read: %.2f GB/s\n", raw_read1);
 
+    phase("restarting the server on its disk");
     srv.start(flags);
     Client c2(srv);
+    phase("one lookup of every object");
     const auto t1 = Clock::now();
     auto l2 = c2.w.call(proto::Lookup{c2.reg, keys});
     const double promote_s = seconds_since(t1);
