@@ -221,6 +221,59 @@ TEST_CASE("disk: a restarted server finds its disk's objects and loads them exac
   REQUIRE(n.disk("lookup_misses_total") >= 1);
 }
 
+TEST_CASE("disk: striped over two files, each holds objects, and a restart finds them in both", "[disk][server]") {
+  DiskDir a, b;
+  auto flags = [&](std::uint16_t port) {
+    std::vector<std::string> f = kFlags;
+    for (const std::string& x : {std::string("--disk"), a.path, std::string("--disk"), b.path,
+                                 std::string("--disk-bytes"), std::string("64M"), std::string("--http"),
+                                 "127.0.0.1:" + std::to_string(port)})
+      f.push_back(x);
+    return f;
+  };
+  const std::uint16_t port = free_port();
+  auto headers_in = [](const std::string& file) {
+    const int fd = ::open(file.c_str(), O_RDONLY);
+    REQUIRE(fd >= 0);
+    std::vector<std::byte> block(4096);
+    int n = 0;
+    for (off_t off = 0; ::pread(fd, block.data(), block.size(), off) == 4096; off += 4096)
+      n += l2::read_chunk_header(block).has_value() ? 1 : 0;
+    ::close(fd);
+    return n;
+  };
+  {
+    ServerProcess srv(flags(port));
+    REQUIRE(srv.ready());
+    REQUIRE(Client(srv.socket_path()).wait_full());
+    Client c(srv.socket_path());
+    int fd = -1;
+    REQUIRE(c.hello(&fd)->status == Status::ok);
+    Mapped arena(fd, 16u << 20);
+    const std::uint32_t reg = std::get<RegisterReply>(must_call(c, RegisterLayout{layout()}).payload).registration;
+    // 400 objects: more than one extent (170 slots) of the first file.
+    for (int p = 1; p <= 8; ++p) {
+      const auto ks = keys(p, 50);
+      ReserveReply r = reserve(c, reg, ks);
+      for (std::size_t i = 0; i < ks.size(); ++i) std::memcpy(arena.p + r.offsets[i], object_of(p, i).data(), kObject);
+      REQUIRE(must_call(c, Commit{r.reservation, true}).status == Status::ok);
+      eventually([&] { return curl(port, "/metrics").body.find("\nkvstrand_server_disk_written_total " +
+                                                                std::to_string(50 * p) + "\n") != std::string::npos; },
+                 "written");
+    }
+  }
+  // Extent e is in file e % 2: both hold objects.
+  const int in_a = headers_in(a.file()), in_b = headers_in(b.file());
+  REQUIRE(in_a > 0);
+  REQUIRE(in_b > 0);
+  REQUIRE(in_a + in_b == 400);
+  ServerProcess srv(flags(port));
+  REQUIRE(srv.ready());
+  REQUIRE(Client(srv.socket_path()).wait_full());
+  REQUIRE(curl(port, "/metrics").body.find("\nkvstrand_server_disk_recovered_objects_total 400\n") !=
+          std::string::npos);
+}
+
 TEST_CASE("disk: a flipped byte in an object, a torn header or another chunk in its slot is a counted miss, never "
           "loaded",
           "[disk][server][fault]") {
@@ -270,6 +323,22 @@ TEST_CASE("disk: writes failing with EIO or ENOSPC are counted, replies never wa
   // Nothing stays pinned by a failed write: the arena still evicts to take more.
   for (int p = 5; p <= 20; ++p) n.store(p, 50);
   REQUIRE(n.load(20, 50) == 50);
+}
+
+TEST_CASE("disk: a disk slower than the saves pins at most an eighth of the arena: saves are never refused, what "
+          "does not fit is dropped and counted",
+          "[disk][server][fault]") {
+  DiskDir d;
+  Fault f("delay-ms=300");
+  Node n(d);
+  // 1000 objects committed far faster than the disk takes them; the queue
+  // (--disk-queue 1024 objects) would hold every one of the arena's 816.
+  for (int p = 1; p <= 20; ++p) n.store(p, 50);  // each reserve requires every chunk reserved
+  REQUIRE(n.disk("write_dropped_total") > 0);
+  REQUIRE(n.load(20, 50) == 50);
+  // Every object queued is written in the end, and nothing more stays pinned.
+  eventually([&] { return n.disk("write_queue") == 0 && n.disk("in_flight") == 0; }, "the queue drained");
+  REQUIRE(n.disk("written_total") + n.disk("write_dropped_total") == 1000);
 }
 
 TEST_CASE("disk: reads failing with EIO are misses, counted, and never load a byte", "[disk][server][fault]") {

@@ -288,12 +288,13 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
       const kv::ChunkKey& key = idx.key_at(slot);
       tier::Index* d = disk.index(idx.object_bytes());
       if (d != nullptr && d->present_run(std::span<const kv::ChunkKey>(&key, 1)) == 1) continue;  // on disk already
-      if (queue.size() >= opt.max_queued) {
+      if (queue.size() >= opt.max_queued || queued_bytes + idx.object_bytes() > opt.max_queued_bytes) {
         ++st.write_dropped;
         continue;
       }
       if (!idx.pin(std::span<const kv::ChunkKey>(&key, 1))) continue;  // not committed after all
       queue.push_back(Queued{&idx, key, slot, idx.image_at(slot)});
+      queued_bytes += idx.object_bytes();
     }
     pump();
   }
@@ -321,7 +322,10 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
 
   void start_write(const Queued& q) {
     const kv::ChunkKey key = q.key;
-    auto unpin = [&] { q.index->unpin(std::span<const kv::ChunkKey>(&key, 1)); };
+    auto unpin = [&] {
+      q.index->unpin(std::span<const kv::ChunkKey>(&key, 1));
+      queued_bytes -= q.index->object_bytes();
+    };
     tier::Index* d = disk.index(q.index->object_bytes());
     if (d == nullptr) {  // cannot be: an arena object fits an extent
       unpin();
@@ -396,6 +400,7 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
       io_failed(false, j.error);
     }
     j.arena_index->unpin(std::span<const kv::ChunkKey>(&key, 1));
+    queued_bytes -= j.arena_index->object_bytes();
   }
 
   void read_done(Job& j) {
@@ -507,7 +512,10 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
   asio::awaitable<void> close(std::chrono::milliseconds bound) {
     auto keep = shared_from_this();
     closing = true;
-    for (const Queued& q : std::exchange(queue, {})) q.index->unpin(std::span<const kv::ChunkKey>(&q.key, 1));
+    for (const Queued& q : std::exchange(queue, {})) {
+      q.index->unpin(std::span<const kv::ChunkKey>(&q.key, 1));
+      queued_bytes -= q.index->object_bytes();
+    }
     for (Job& j : std::exchange(reads, {})) cancel_read(j);
     const auto end = std::chrono::steady_clock::now() + bound;
     asio::steady_timer t(strand);
@@ -549,6 +557,7 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
   std::vector<unsigned> free_blocks;
   std::vector<bool> slab_registered;  // arena slab s is registered buffer s + 1
   std::deque<Queued> queue;
+  std::uint64_t queued_bytes = 0;  // of the objects queued or being written (pinned in the arena)
   std::deque<Job> reads;  // promotions' reads not started yet
   std::size_t in_flight = 0;
   bool closing = false;

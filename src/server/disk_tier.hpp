@@ -14,7 +14,8 @@
 //   disk is given): the server copies no payload.
 // - Write-behind never delays a reply: a commit queues its objects, each
 //   pinned in the arena until its write ended; what does not fit the queue
-//   (--disk-queue) is dropped and counted. An object already on disk is
+//   (--disk-queue objects, an eighth of the arena's bytes) is dropped and
+//   counted. An object already on disk is
 //   not written again. Writing at commit, not at eviction, is what lets an
 //   eviction never wait: the arena's victim is on disk already.
 // - Promotion: only the asking session waits, at most --disk-timeout; the
@@ -52,6 +53,9 @@ struct DiskOptions {
   std::uint64_t bytes = 0;         // over all paths
   std::chrono::milliseconds timeout{500};
   std::size_t max_queued = 1024;   // objects waiting to be written behind (each pinned in the arena)
+  // ... and their bytes: a slow disk must not pin so much of the arena that
+  // saves are refused as full (the server sets an eighth of the arena).
+  std::uint64_t max_queued_bytes = UINT64_MAX;
   unsigned depth = 32;             // objects read or written at once
 };
 

@@ -112,8 +112,8 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
                  "Milliseconds a lookup waits for the disk at most; what is read later serves the next lookup")
       ->capture_default_str();
   app.add_option("--disk-queue", disk_queue,
-                 "Objects waiting to be written to disk at most (each held in the arena until written); more are "
-                 "dropped and counted")
+                 "Objects waiting to be written to disk at most (each held in the arena until written, together at "
+                 "most an eighth of the arena); more are dropped and counted")
       ->capture_default_str();
   try {
     app.parse(argc, argv);

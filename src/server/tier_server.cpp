@@ -598,9 +598,11 @@ std::uint64_t server_life_id() {
 void TierServer::start() {
   impl_->open_arena();
   if (impl_->opt.l2) impl_->l2 = std::make_unique<L2Tier>(impl_->strand, *impl_->opt.l2, impl_->arena_map, *impl_->classes);
-  if (impl_->opt.disk)
+  if (impl_->opt.disk) {
+    impl_->opt.disk->max_queued_bytes = impl_->arena->bytes() / 8;
     impl_->disk = std::make_unique<DiskTier>(impl_->strand, *impl_->opt.disk, impl_->arena_map,
                                              impl_->arena->slab_bytes(), impl_->arena->slab_count(), *impl_->classes);
+  }
   ServiceRules rules{impl_->opt.chunk_tokens, impl_->opt.max_client_leased, impl_->opt.max_client_reserved};
   ServerFacts facts{impl_->arena->bytes(), impl_->arena->slab_bytes(), impl_->arena->huge_pages(),
                     [i = impl_.get()] { return i->ready_bytes(); }, [i = impl_.get()] { return i->sessions.size(); },
