@@ -132,6 +132,11 @@ common::HttpRoutes debug_routes(ServerState state) {
     p.gauge("kvstrand_server_reservations", "Reservations held", static_cast<double>(t.reservations));
     p.gauge("kvstrand_server_tier_configured_bytes", "Arena size (--tier-bytes)", static_cast<double>(st.arena.bytes()));
     p.gauge("kvstrand_server_tier_ready_bytes", "Arena bytes populated so far", static_cast<double>(st.ready_bytes()));
+    if (st.l2 != nullptr || st.disk != nullptr)
+      p.gauge("kvstrand_server_tier_mapped_bytes",
+              "Arena bytes the server's own mapping has faulted in (after the slabs are ready; L2 and the disk "
+              "touch objects there)",
+              static_cast<double>(std::uint64_t{st.mapped_slabs} * st.arena.slab_bytes()));
     p.gauge("kvstrand_server_tier_used_bytes", "Tier bytes in use", static_cast<double>(t.used_bytes));
     p.gauge("kvstrand_server_tier_objects", "Objects committed", static_cast<double>(t.objects));
     if (st.recovery.named) {

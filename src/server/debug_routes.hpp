@@ -32,6 +32,7 @@ struct ServerState {
   const tier::Arena& arena;
   const L2Tier* l2;  // null without --l2
   const DiskTier* disk;  // null without --disk
+  const std::uint32_t& mapped_slabs;  // of the server's own mapping, faulted in
   const common::LabeledCounter& requests;
   const std::uint64_t& orphans_freed;
   const common::AcceptBackoff& accept;

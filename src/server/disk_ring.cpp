@@ -126,7 +126,10 @@ void DiskRing::submit(bool is_read, int fd, void* p, std::size_t bytes, std::uin
   const std::uint64_t id = next_id_++;
   io_uring_sqe_set_data64(sqe, id);
   ops_.emplace(id, Op{is_read, std::move(done)});
-  io_uring_submit(ring_.get());
+}
+
+void DiskRing::flush() {
+  if (!closed_) io_uring_submit(ring_.get());
 }
 
 void DiskRing::start() { arm(); }

@@ -58,9 +58,11 @@ class DiskRing {
   bool set_buffer(unsigned i, void* p, std::size_t bytes);
   bool registered() const noexcept { return registered_; }
 
-  // `buffer`: the registered buffer holding [p, p + bytes), or -1.
+  // `buffer`: the registered buffer holding [p, p + bytes), or -1. Queued:
+  // flush() submits what was queued since (one system call for several).
   void read(int fd, void* p, std::size_t bytes, std::uint64_t offset, int buffer, Done done);
   void write(int fd, const void* p, std::size_t bytes, std::uint64_t offset, int buffer, Done done);
+  void flush();
   std::size_t in_flight() const noexcept { return ops_.size(); }
 
   // Starts delivering completions (on the strand).

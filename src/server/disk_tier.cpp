@@ -13,6 +13,7 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <array>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -269,6 +270,7 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
     ring->write(fd, h, kDiskBlock, off, -1, [self = shared_from_this(), block](int res) {
       if (res != static_cast<int>(kDiskBlock)) self->io_failed(false, res);
     });
+    ring->flush();
   }
 
   // ---- the work -------------------------------------------------------------------
@@ -318,6 +320,7 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
         break;
       }
     }
+    ring->flush();
   }
 
   void start_write(const Queued& q) {
@@ -381,12 +384,17 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
     if (j.error == 0 && res != static_cast<int>(want)) j.error = res < 0 ? res : 1;
     if (--j.pending != 0) return;
     --in_flight;
+    // The header block goes back, and the next transfer out, before this
+    // one is checked (a checksum over its object is the longest thing the
+    // strand does): the disk is kept busy meanwhile.
+    std::array<std::byte, l2::kChunkHeaderBytes> header;
+    std::memcpy(header.data(), block_at(j.block), header.size());
     free_blocks.push_back(j.block);
+    pump();
     if (j.read)
-      read_done(j);
+      read_done(j, header);
     else
       write_done(j);
-    pump();
   }
 
   void write_done(Job& j) {
@@ -403,14 +411,14 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
     queued_bytes -= j.arena_index->object_bytes();
   }
 
-  void read_done(Job& j) {
+  void read_done(Job& j, std::span<const std::byte> header) {
     const kv::ChunkKey& key = j.key;
     const std::uint64_t object_bytes = j.arena_index->object_bytes();
     bool good = false;
     if (j.error != 0) {
       io_failed(true, j.error);
     } else {
-      auto h = l2::read_chunk_header({block_at(j.block), l2::kChunkHeaderBytes});
+      auto h = l2::read_chunk_header(header);
       good = h && h->key == key && h->has_image == j.image &&
              l2::object_matches(*h, {arena_object(*j.arena_index, j.arena_slot), object_bytes});
       if (!good) {

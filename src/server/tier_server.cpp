@@ -141,16 +141,21 @@ struct TierServer::Impl {
     const char* delay = std::getenv("KVSTRAND_TEST_FILL_DELAY_MS");
     const auto pause = std::chrono::milliseconds(delay ? std::atoi(delay) : 0);
     // Where the server reads and writes objects' bytes (L2, the disk), its
-    // own mapping is faulted in here too: a first touch per 4 KiB page on the
-    // strand cost a checksum 20 times its time (docs/PERFORMANCE.md, "Disk tier").
+    // own mapping is faulted in too, once every slab is ready (serving does
+    // not wait for it): a first touch per 4 KiB page on the strand made a
+    // checksum 20 times slower in a VM (docs/PERFORMANCE.md, "The disk tier").
     std::byte* mine = (opt.l2 || opt.disk) ? arena_map : nullptr;
     filler = std::thread([this, pause, mine] {
-      for (std::uint32_t i = 0; i < arena->slab_count() && !stop_filling.load(std::memory_order_relaxed); ++i) {
+      auto stopping = [this] { return stop_filling.load(std::memory_order_relaxed); };
+      for (std::uint32_t i = 0; i < arena->slab_count() && !stopping(); ++i) {
         if (pause.count() > 0) std::this_thread::sleep_for(pause);
         std::string err = arena->populate(i);
-        if (err.empty() && mine != nullptr) map_in(mine + std::uint64_t{i} * arena->slab_bytes(), arena->slab_bytes());
         asio::post(strand, [this, i, err] { slab_ready(i, err); });
         if (!err.empty()) return;
+      }
+      for (std::uint32_t i = 0; mine != nullptr && i < arena->slab_count() && !stopping(); ++i) {
+        map_in(mine + std::uint64_t{i} * arena->slab_bytes(), arena->slab_bytes());
+        asio::post(strand, [this] { ++mapped_slabs; });
       }
     });
   }
@@ -464,7 +469,7 @@ struct TierServer::Impl {
   // ---- the debug endpoint: its routes (server/debug_routes), on the strand -------
 
   common::HttpRoutes routes() {
-    return debug_routes(ServerState{stopping, sessions, processes, *classes, *arena, l2.get(), disk.get(), requests, orphans_freed, accept_backoff,
+    return debug_routes(ServerState{stopping, sessions, processes, *classes, *arena, l2.get(), disk.get(), mapped_slabs, requests, orphans_freed, accept_backoff,
                                     fill_error, recovery, [this] { return ready_bytes(); }, opt.socket});
   }
 
@@ -486,6 +491,7 @@ struct TierServer::Impl {
   std::thread filler;
   std::atomic<bool> stop_filling{false};  // a stop signal to the filler thread, not shared state
   std::uint32_t ready_slabs = 0;
+  std::uint32_t mapped_slabs = 0;  // slabs the server's own mapping has faulted in (with --l2 or --disk)
   std::string fill_error;
   std::vector<asio::steady_timer*> slab_waiters;  // reserves waiting for the next slab (room_for)
   std::byte* arena_map = nullptr;    // the server's own mapping, with --l2 or --arena-path only
