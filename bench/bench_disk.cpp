@@ -263,11 +263,14 @@ int main(int argc, char** argv) {
     for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::uint32_t>(i * 2654435761u);
     keys = kv::chunk_keys(l, kv::namespace_of(l), tokens);
     // The write-behind queue holds an eighth of the arena: the objects are
-    // committed in pieces of half that, each once the queue has room for it
+    // committed in pieces, each once the queue has room for it
     // (a save stream the disk keeps up with). Reserved and filled first:
     // the client's copies are not what is measured.
     const std::uint64_t queue_objects = std::max<std::uint64_t>(1, tier / 8 / object);
-    const std::size_t piece = std::max<std::uint64_t>(1, queue_objects / 2);
+    // Pieces small enough that the queue refills before fewer than `depth`
+    // objects are in flight (the raw baseline always has `depth`).
+    const std::size_t piece = std::max<std::uint64_t>(
+        1, queue_objects > depth ? std::min<std::uint64_t>(queue_objects / 2, queue_objects - depth) : 1);
     std::vector<std::uint64_t> reservations;
     for (std::size_t a = 0; a < keys.size(); a += piece) {
       const std::size_t b = std::min(keys.size(), a + piece);

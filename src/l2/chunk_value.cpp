@@ -1,4 +1,5 @@
 #include "l2/chunk_value.hpp"
+#include "l2/object_checksum.hpp"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -98,7 +99,7 @@ void write_chunk_header(const kv::ChunkKey& key, bool has_image, std::span<const
   char* h = reinterpret_cast<char*>(header);
   std::memset(h, 0, kChunkHeaderBytes);
   fill_header(h, key, has_image, object.size());
-  put<std::uint64_t>(h + kPayloadSumAt, XXH3_64bits(object.data(), object.size()));
+  put<std::uint64_t>(h + kPayloadSumAt, object_checksum(object.data(), object.size()));
   put<std::uint64_t>(h + kHeaderSumAt, XXH3_64bits(h, kHeaderSumAt));
 }
 
@@ -123,7 +124,7 @@ common::Expected<ChunkHeader> read_chunk_header(std::span<const std::byte> heade
 }
 
 bool object_matches(const ChunkHeader& h, std::span<const std::byte> object) {
-  return object.size() == h.object_bytes && XXH3_64bits(object.data(), object.size()) == h.object_sum;
+  return object.size() == h.object_bytes && object_checksum(object.data(), object.size()) == h.object_sum;
 }
 
 std::string encode_chunk_value(const kv::ChunkKey& key, bool has_image, std::span<const std::byte> object,
@@ -145,7 +146,7 @@ std::string encode_chunk_value(const kv::ChunkKey& key, bool has_image, std::spa
       std::memset(h + kNonceAt, 0, kNonceBytes + kTagBytes);
     }
   }
-  if (!macd) put<std::uint64_t>(h + kPayloadSumAt, XXH3_64bits(h + kChunkHeaderBytes, object.size()));
+  if (!macd) put<std::uint64_t>(h + kPayloadSumAt, object_checksum(h + kChunkHeaderBytes, object.size()));
   put<std::uint64_t>(h + kHeaderSumAt, XXH3_64bits(h, kHeaderSumAt));
   return v;
 }
@@ -193,7 +194,7 @@ common::Expected<ChunkValue> decode_chunk_value(std::string_view value, const kv
     if (!tag_of(*mac, h, object, tag) || CRYPTO_memcmp(tag, h + kTagAt, kTagBytes) != 0) {
       return common::unexpected("its MAC does not match: not written under this node's --l2-mac-key-file");
     }
-  } else if (get<std::uint64_t>(h + kPayloadSumAt) != XXH3_64bits(payload, length)) {
+  } else if (get<std::uint64_t>(h + kPayloadSumAt) != object_checksum(payload, length)) {
     return common::unexpected("payload checksum mismatch");
   }
   ChunkValue out;
