@@ -177,7 +177,7 @@ common::HttpRoutes debug_routes(ServerState state) {
     }
     if (st.disk != nullptr) {
       const DiskStats d = st.disk->stats();
-      p.gauge("kvstrand_server_disk_capacity_bytes", "Disk tier bytes for objects (--disk-bytes less headers)",
+      p.gauge("kvstrand_server_disk_capacity_bytes", "Disk tier bytes in its extents, less the extent headers (each object also takes a 4 KiB header block)",
               static_cast<double>(d.capacity_bytes));
       p.gauge("kvstrand_server_disk_used_bytes", "Disk tier bytes holding objects", static_cast<double>(d.used_bytes));
       p.gauge("kvstrand_server_disk_objects", "Objects on disk", static_cast<double>(d.objects));

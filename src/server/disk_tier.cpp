@@ -229,11 +229,12 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
     for (std::uint32_t e = 0; e < total_extents; ++e) {
       const std::uint64_t object_bytes = object_of[e];
       if (object_bytes == 0) continue;
-      const std::uint64_t stride = disk.stride(object_bytes);
-      const std::uint64_t per = (extent_bytes - kDiskBlock) / stride;
+      // Each slot's header block: the slot's start (the object follows it).
+      const tier::SlabGeometry g = disk.geometry(object_bytes);
       std::vector<std::uint64_t> slots;
-      for (std::uint64_t k = 0; k < per; ++k) slots.push_back(std::uint64_t{e} * extent_bytes + kDiskBlock + k * stride);
-      std::vector<std::optional<tier::Index::Restored>> restored(per);
+      for (std::uint64_t k = 0; k < g.per_slab; ++k)
+        slots.push_back(std::uint64_t{e} * extent_bytes + g.first_object + k * g.stride);
+      std::vector<std::optional<tier::Index::Restored>> restored(g.per_slab);
       read_blocks(slots, [&](std::size_t k, const std::byte* h) {
         if (h == nullptr || std::memcmp(h, "KVSTRL2", 7) != 0) return;  // never written
         auto header = l2::read_chunk_header({h, l2::kChunkHeaderBytes});

@@ -14,19 +14,12 @@ Index* SizeClasses::index(std::uint64_t object_bytes) {
   for (Class& c : classes_)
     if (c.index->object_bytes() == object_bytes) return c.index.get();
   if (object_bytes == 0 || object_bytes > slab_bytes_ || classes_.size() >= kMaxClasses) return nullptr;
+  const SlabGeometry g = geometry(object_bytes);
+  if (g.per_slab == 0) return nullptr;  // an object (with its entry or prefix) does not fit a slab
   Class c;
-  if (table_) {
-    const SlabGeometry g = described_geometry(slab_bytes_, object_bytes, shape_.align);
-    if (g.per_slab == 0) return nullptr;  // the object and its entry do not fit a slab
-    c.per_slab = g.per_slab;
-    c.first_object = g.first_object;
-    c.stride = g.stride;
-  } else {
-    c.stride = stride(object_bytes);
-    c.first_object = (shape_.slab_header + shape_.align - 1) / shape_.align * shape_.align;
-    c.per_slab = c.first_object >= slab_bytes_ ? 0 : Arena::slots_per_slab(slab_bytes_ - c.first_object, c.stride);
-    if (c.per_slab == 0) return nullptr;  // an object (with its prefix) does not fit a slab
-  }
+  c.per_slab = g.per_slab;
+  c.first_object = g.first_object;
+  c.stride = g.stride;
   const HoldId first = (static_cast<HoldId>(classes_.size() + 1) << kClassShift) + 1;
   c.index = std::make_unique<Index>(object_bytes);
   c.index->start_holds_at(first);
@@ -38,6 +31,16 @@ Index* SizeClasses::index(std::uint64_t object_bytes) {
   }
   classes_.push_back(std::move(c));
   return classes_.back().index.get();
+}
+
+SlabGeometry SizeClasses::geometry(std::uint64_t object_bytes) const noexcept {
+  if (object_bytes == 0 || object_bytes > slab_bytes_) return {};
+  if (table_) return described_geometry(slab_bytes_, object_bytes, shape_.align);
+  SlabGeometry g;
+  g.stride = stride(object_bytes);
+  g.first_object = (shape_.slab_header + shape_.align - 1) / shape_.align * shape_.align;
+  g.per_slab = g.first_object >= slab_bytes_ ? 0 : Arena::slots_per_slab(slab_bytes_ - g.first_object, g.stride);
+  return g;
 }
 
 void SizeClasses::add_slab(std::uint32_t slab) {

@@ -79,6 +79,10 @@ class SizeClasses {
   // How many objects `idx` could take now: its free slots, what it can
   // evict, and the slots of the slabs no class has taken yet.
   std::size_t room(const Index& idx) const;
+  // How a slab given to objects of `object_bytes` lays out its slots
+  // (first_object is slot 0's start, before any prefix); per_slab 0: they
+  // do not fit a slab.
+  SlabGeometry geometry(std::uint64_t object_bytes) const noexcept;
   // Where slot `slot` of `idx` lies in the arena (its object, after the prefix).
   std::uint64_t offset_of(const Index& idx, std::uint32_t slot) const;
   // Bytes from one slot to the next for objects of `object_bytes`.
