@@ -77,6 +77,8 @@ struct Poller::Impl : std::enable_shared_from_this<Poller::Impl> {
 
   void tick() {
     ++stats.ticks;
+    for (const auto& s : sources)
+      if (s->poll()) progress();
     std::vector<Completion> ready;
     for (auto it = waiters.begin(); it != waiters.end();) {
       hip::Status st = it->event->query();
@@ -101,12 +103,15 @@ struct Poller::Impl : std::enable_shared_from_this<Poller::Impl> {
   }
 
   void schedule() {
-    if (waiters.empty() || stopped) {
+    if (stopped || (waiters.empty() && sources.empty())) {
       running = false;
       return;
     }
-    if (Clock::now() - last_progress < options.spin) {
+    // With nothing outstanding, only the sources are polled: for idle_spin.
+    const auto window = waiters.empty() ? options.idle_spin : options.spin;
+    if (Clock::now() - last_progress < window || !sources_sleep()) {
       ++stats.spin_ticks;
+      for (const auto& s : sources) s->awake();
       // The thread that completes the work we wait for (a runtime callback
       // thread, the sim's stream thread, the engine thread posting work) is
       // often woken onto this CPU; yielding lets it run now rather than when
@@ -114,6 +119,10 @@ struct Poller::Impl : std::enable_shared_from_this<Poller::Impl> {
       // spin window (docs/PERFORMANCE.md).
       std::this_thread::yield();
       post_tick();
+      return;
+    }
+    if (waiters.empty()) {  // only sources, and each now wakes us
+      running = false;
       return;
     }
     ++stats.timer_ticks;
@@ -124,6 +133,29 @@ struct Poller::Impl : std::enable_shared_from_this<Poller::Impl> {
       self->timer_armed = false;
       self->tick();
     });
+  }
+
+  // Whether every source agreed to wake the poller from now on (false: one
+  // had work meanwhile, which is progress).
+  bool sources_sleep() {
+    for (const auto& s : sources)
+      if (!s->sleep()) {
+        progress();
+        return false;
+      }
+    return true;
+  }
+
+  // A source's producer found it asleep: tick now.
+  void kick() {
+    if (stopped) return;
+    progress();
+    if (!running) {
+      running = true;
+      post_tick();
+    } else if (timer_armed) {
+      timer.cancel();  // the handler ticks
+    }
   }
 
   void post_tick() {
@@ -150,6 +182,7 @@ struct Poller::Impl : std::enable_shared_from_this<Poller::Impl> {
   void shutdown() {
     stopped = true;
     timer.cancel();
+    sources.clear();
     std::list<Waiter> all;
     all.swap(waiters);
     for (Waiter& w : all) {
@@ -177,6 +210,7 @@ struct Poller::Impl : std::enable_shared_from_this<Poller::Impl> {
   asio::steady_timer timer;
   PollerOptions options;
   std::list<Waiter> waiters;
+  std::vector<std::shared_ptr<PollSource>> sources;
   bool running = false;  // a tick is posted, armed on the timer, or executing
   bool timer_armed = false;
   bool stopped = false;
@@ -200,6 +234,15 @@ void Poller::start_wait(const hip::Event* event, Handler handler) {
 }
 
 void Poller::shutdown() { impl_->shutdown(); }
+
+void Poller::add_source(std::shared_ptr<PollSource> source) {
+  if (impl_->stopped) return;
+  impl_->sources.push_back(std::move(source));  // it starts asleep: its producer's first item wakes us
+}
+
+void Poller::wake() {
+  asio::post(impl_->strand, [impl = impl_] { impl->kick(); });
+}
 
 PollerStats Poller::stats() const {
   PollerStats s = impl_->stats;

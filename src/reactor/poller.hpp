@@ -12,6 +12,14 @@
 //   outstanding; a new wait cuts a sleep short;
 // - does nothing at all when nothing is outstanding (no timer, no posts).
 //
+// Poll sources (Seastar's pollers) are checked on every tick as well: the
+// engine's submissions (HandoffQueue). Work a source finds is progress, and
+// while a source is registered the poller keeps spinning for `idle_spin`
+// after the last progress even with no event outstanding, so an engine that
+// posts every few milliseconds finds the strand awake and does not pay a
+// cross-CPU wake-up (its cost: the reactor's core stays busy meanwhile). Before it sleeps (on its timer, or stopping) it tells every
+// source, which from then on wakes it (wake()) when work arrives.
+//
 // A wait completes with an error_code, never an exception: empty when the
 // event completed, the device error when the work before it failed, and
 // std::errc::operation_canceled when the wait was cancelled (per-operation
@@ -45,6 +53,9 @@ using common::Strand;
 
 struct PollerOptions {
   std::chrono::microseconds spin{2000};
+  // How long sources alone (no event outstanding) keep the poller spinning;
+  // 0: it sleeps at once, and the next item pays a wake-up.
+  std::chrono::microseconds idle_spin{2000};
   std::chrono::microseconds min_backoff{10};
   std::chrono::microseconds max_backoff{200};
 };
@@ -58,6 +69,20 @@ struct PollerStats {
   std::uint64_t cancelled = 0;
   std::size_t outstanding = 0;
   std::size_t max_outstanding = 0;
+};
+
+// Something the poller checks on every tick (all three on the strand).
+class PollSource {
+ public:
+  virtual ~PollSource() = default;
+  // Takes what arrived; whether anything did.
+  virtual bool poll() = 0;
+  // The poller is about to stop ticking: from now on the producer must call
+  // Poller::wake() for new work. False when work arrived meanwhile (the
+  // poller stays awake).
+  virtual bool sleep() = 0;
+  // The poller ticks again: producers need not wake it.
+  virtual void awake() = 0;
 };
 
 class Poller {
@@ -80,8 +105,13 @@ class Poller {
   auto ready(const hip::Event& event) { return async_ready(event, asio::use_awaitable); }
 
   // On the strand: completes every outstanding wait with operation_canceled;
-  // later waits complete at once the same way.
+  // later waits complete at once the same way. Drops every poll source.
   void shutdown();
+
+  // On the strand: checks `source` on every tick from now on.
+  void add_source(std::shared_ptr<PollSource> source);
+  // Any thread: makes the poller tick now (a sleeping one resumes spinning).
+  void wake();
 
   // On the strand.
   PollerStats stats() const;
