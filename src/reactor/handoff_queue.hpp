@@ -1,0 +1,93 @@
+// HandoffQueue<T>: the engine thread's way onto the strand without a lock or
+// a wake-up in the common case.
+//
+// A bounded single-producer, single-consumer ring. The producer (the engine's
+// thread: one thread at a time, as for every Connector call) push()es; the
+// strand takes items on every Poller tick (it is a PollSource) and hands each
+// to `consume`, in order. A push is two stores and a load; only when the
+// poller has said it sleeps does the producer post a wake-up (the strand's
+// mutex and the cross-CPU wake, tens of microseconds on a paravirtualised
+// VM: docs/PERFORMANCE.md). The sleep handshake is Dekker's: the producer
+// stores the item then reads `sleeping_`; the strand stores `sleeping_` then
+// reads the ring; with both sequentially consistent, at least one sees the
+// other, so an item is never left in a ring nobody polls (a wake-up posted
+// for an item already taken costs one idle tick).
+//
+// Items the strand must see before anything else the engine thread posts
+// (a fence must cover every transfer submitted before it): every such post
+// calls poll() first, on the strand.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "reactor/poller.hpp"
+
+namespace kvstrand::reactor {
+
+template <class T>
+class HandoffQueue final : public PollSource {
+ public:
+  // `capacity` is rounded up to a power of two.
+  HandoffQueue(std::size_t capacity, Poller& poller, std::function<void(T)> consume)
+      : slots_(round_up(capacity)), mask_(slots_.size() - 1), poller_(poller), consume_(std::move(consume)) {}
+
+  // Producer. False (and `item` untouched) when the ring is full: the caller
+  // posts it another way, after a poll() (so order is kept).
+  bool push(T& item) {
+    const std::size_t t = tail_.load(std::memory_order_relaxed);
+    if (t - head_.load(std::memory_order_acquire) > mask_) return false;
+    slots_[t & mask_] = std::move(item);
+    tail_.store(t + 1, std::memory_order_seq_cst);
+    if (sleeping_.load(std::memory_order_seq_cst) && sleeping_.exchange(false, std::memory_order_seq_cst))
+      poller_.wake();
+    return true;
+  }
+
+  // Strand: hands every item pushed so far to `consume`, in order.
+  bool poll() override {
+    std::size_t h = head_.load(std::memory_order_relaxed);
+    const std::size_t t = tail_.load(std::memory_order_acquire);
+    if (h == t) return false;
+    for (; h != t; ++h) {
+      T item = std::move(slots_[h & mask_]);
+      head_.store(h + 1, std::memory_order_release);  // the slot is the producer's again
+      consume_(std::move(item));
+    }
+    return true;
+  }
+
+  bool sleep() override {
+    sleeping_.store(true, std::memory_order_seq_cst);
+    if (tail_.load(std::memory_order_seq_cst) == head_.load(std::memory_order_relaxed)) return true;
+    sleeping_.store(false, std::memory_order_relaxed);
+    return false;
+  }
+
+  void awake() override {
+    // Read first: a spinning poller calls this every tick, and a store
+    // would pull the line from the producer's core each time.
+    if (sleeping_.load(std::memory_order_relaxed)) sleeping_.store(false, std::memory_order_relaxed);
+  }
+
+ private:
+  static std::size_t round_up(std::size_t n) {
+    std::size_t c = 1;
+    while (c < n) c <<= 1;
+    return c;
+  }
+
+  std::vector<T> slots_;
+  const std::size_t mask_;
+  Poller& poller_;
+  std::function<void(T)> consume_;
+  // Apart, so the producer's and the strand's stores do not share a line.
+  alignas(64) std::atomic<std::size_t> tail_{0};   // written by the producer
+  alignas(64) std::atomic<std::size_t> head_{0};   // written by the strand
+  alignas(64) std::atomic<bool> sleeping_{true};  // a new queue's poller has not seen it yet: wake it
+};
+
+}  // namespace kvstrand::reactor

@@ -1,0 +1,179 @@
+// The engine thread's hand-off to the strand: a bounded ring the poller
+// takes on every tick, which wakes a sleeping poller and loses nothing.
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include <boost/asio/post.hpp>
+
+#include "reactor/handoff_queue.hpp"
+#include "reactor/poller.hpp"
+#include "support.hpp"
+
+using namespace kvstrand;
+using namespace std::chrono_literals;
+namespace asio = boost::asio;
+using reactor::HandoffQueue;
+using reactor::Poller;
+
+namespace {
+
+// A strand on its own thread with a Poller, as the Reactor has. Catch's
+// assertions stay on the test's thread: on_strand only computes.
+struct StrandThread {
+  asio::io_context ctx;
+  asio::executor_work_guard<asio::io_context::executor_type> work{ctx.get_executor()};
+  common::Strand strand = asio::make_strand(ctx);
+  Poller poller;
+  std::thread thread;
+
+  explicit StrandThread(reactor::PollerOptions o) : poller(strand, o) { thread = std::thread([this] { ctx.run(); }); }
+  ~StrandThread() {
+    asio::post(strand, [this] { poller.shutdown(); });
+    work.reset();
+    thread.join();
+  }
+  // Runs f on the strand and waits for it.
+  template <class F>
+  void on_strand(F f) {
+    std::atomic<bool> done{false};
+    asio::post(strand, [&] {
+      f();
+      done = true;
+    });
+    while (!done) std::this_thread::yield();
+  }
+  reactor::PollerStats stats() {
+    reactor::PollerStats s;
+    on_strand([&] { s = poller.stats(); });
+    return s;
+  }
+};
+
+// Waits (bounded) until `pred` holds; whether it did.
+template <class P>
+bool eventually(P pred, std::chrono::milliseconds bound = 5s) {
+  const auto until = std::chrono::steady_clock::now() + bound;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(100us);
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("handoff queue: items reach the strand in order, across wrap-around, and a full ring refuses and keeps the item",
+          "[handoff]") {
+  StrandThread s({});
+  std::vector<int> seen;  // written on the strand only
+  auto q = std::make_shared<HandoffQueue<std::vector<int>>>(3, s.poller, [&](std::vector<int> v) {
+    seen.insert(seen.end(), v.begin(), v.end());
+  });
+  // Not registered with the poller yet: nothing takes the items.
+  std::vector<int> item;
+  for (int i = 0; i < 4; ++i) {
+    item = {i};
+    REQUIRE(q->push(item));  // capacity 3 is rounded up to 4
+  }
+  item = {99, 100};
+  REQUIRE_FALSE(q->push(item));
+  REQUIRE(item == std::vector<int>{99, 100});
+  bool first = false, second = true;
+  s.on_strand([&] { first = q->poll(); });
+  s.on_strand([&] { second = q->poll(); });
+  REQUIRE(first);
+  REQUIRE_FALSE(second);
+  REQUIRE(q->push(item));
+  for (int i = 5; i < 11; ++i) {
+    item = {i};
+    REQUIRE(q->push(item));
+    if (i % 2 == 0) s.on_strand([&] { q->poll(); });
+  }
+  s.on_strand([&] { q->poll(); });
+  REQUIRE(seen == std::vector<int>{0, 1, 2, 3, 99, 100, 5, 6, 7, 8, 9, 10});
+}
+
+TEST_CASE("handoff queue: sleep() refuses while an item waits, and a push to a sleeping queue wakes the poller",
+          "[handoff]") {
+  reactor::PollerOptions o;
+  o.idle_spin = 0us;  // the poller sleeps as soon as it is idle: every push after that must wake it
+  StrandThread s(o);
+  std::atomic<int> taken{0};
+  auto q = std::make_shared<HandoffQueue<int>>(8, s.poller, [&](int) { ++taken; });
+  int item = 1;
+  REQUIRE(q->push(item));
+  bool slept_with_item = true, slept_empty = false;
+  s.on_strand([&] { slept_with_item = q->sleep(); });
+  s.on_strand([&] {
+    q->poll();
+    slept_empty = q->sleep();
+  });
+  REQUIRE_FALSE(slept_with_item);  // an item waits: the poller must stay awake
+  REQUIRE(slept_empty);
+  s.on_strand([&] { s.poller.add_source(q); });
+  // Each push finds the poller asleep (idle_spin 0): nothing but the push's
+  // wake-up makes the strand take it.
+  for (int i = 0; i < 20; ++i) {
+    REQUIRE(q->push(item));
+    REQUIRE(eventually([&] { return taken.load() == i + 2; }));
+    std::this_thread::sleep_for(1ms);
+  }
+}
+
+TEST_CASE("handoff queue: a producer racing the poller's sleeps loses nothing and keeps the order", "[handoff]") {
+  // Short spins so the poller goes to sleep and wakes many times while the
+  // producer pushes in bursts with pauses of about the spin window.
+  reactor::PollerOptions o;
+  o.idle_spin = 50us;
+  StrandThread s(o);
+  std::vector<int> seen;
+  std::atomic<std::size_t> count{0};
+  auto q = std::make_shared<HandoffQueue<int>>(16, s.poller, [&](int v) {
+    seen.push_back(v);
+    count.store(seen.size());
+  });
+  s.on_strand([&] { s.poller.add_source(q); });
+  constexpr int kItems = 20000;
+  int next = 0;
+  while (next < kItems) {
+    const int burst = 1 + next % 7;
+    for (int b = 0; b < burst && next < kItems; ++b) {
+      int v = next;
+      while (!q->push(v)) std::this_thread::yield();  // full: the strand is behind
+      ++next;
+    }
+    if (next % 3 == 0) std::this_thread::sleep_for(std::chrono::microseconds(next % 120));
+  }
+  REQUIRE(eventually([&] { return count.load() == kItems; }));
+  int first_wrong = -1;
+  s.on_strand([&] {
+    for (int i = 0; i < kItems && first_wrong < 0; ++i)
+      if (seen[i] != i) first_wrong = i;
+  });
+  REQUIRE(first_wrong == -1);
+  const auto st = s.stats();
+  INFO("spin ticks " << st.spin_ticks);
+  REQUIRE(st.spin_ticks > 0);
+}
+
+TEST_CASE("handoff queue: an idle poller stops spinning after idle_spin, and a push starts it again", "[handoff]") {
+  reactor::PollerOptions o;
+  o.idle_spin = 2ms;
+  StrandThread s(o);
+  std::atomic<int> taken{0};
+  auto q = std::make_shared<HandoffQueue<int>>(4, s.poller, [&](int) { ++taken; });
+  s.on_strand([&] { s.poller.add_source(q); });
+  int item = 0;
+  REQUIRE(q->push(item));
+  REQUIRE(eventually([&] { return taken.load() == 1; }));
+  std::this_thread::sleep_for(50ms);  // well past idle_spin
+  const auto a = s.stats();
+  std::this_thread::sleep_for(50ms);
+  const auto b = s.stats();
+  REQUIRE(b.ticks == a.ticks);  // asleep: no tick, no timer
+  REQUIRE(b.timer_ticks == 0);
+  REQUIRE(q->push(item));
+  REQUIRE(eventually([&] { return taken.load() == 2; }));
+}
