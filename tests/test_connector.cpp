@@ -366,7 +366,13 @@ TEST_CASE("connector: the producer event may be recorded again on its stream, an
 
 TEST_CASE("F1: a fence sees a transfer posted just before it, still queued", "[reactor][gpu]") {
   if (!device_present()) return;
-  Rig rig;
+  // Submissions reach the strand through a ring it polls: with a reactor
+  // that sleeps between calls (each submit wakes it) and with one that
+  // keeps polling (no wake-up), the fence is ordered after the save.
+  reactor::ConnectorOptions o;
+  SECTION("the reactor asleep at every submit") { o.reactor_idle_spin = 0us; }
+  SECTION("the reactor polling between calls") { o.reactor_idle_spin = 1s; }
+  Rig rig(o);
   for (int i = 0; i < 20; ++i) {
     rig.conn->save(rig.save_spec("q" + std::to_string(i), 100 + i, 0, 1, Rig::block_range(0, 4)));
     rig.conn->fence({"q" + std::to_string(i)}, 10s);  // posted after the save: sees it

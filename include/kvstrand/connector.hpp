@@ -64,6 +64,13 @@ struct ConnectorOptions {
   // negative, 0 for any free port (debug_port() says which). Loopback only.
   int debug_port = -1;
   std::string debug_address = "127.0.0.1";
+  // How long the reactor thread keeps polling for the engine's next call
+  // once nothing is in flight. Meanwhile a call hands its work over with a
+  // few stores; after it, the reactor sleeps and the next call wakes it
+  // (a syscall and a cross-CPU wake-up on the step thread: several
+  // microseconds, tens in some VMs). The price is one busy core for that
+  // long after each call. 0: sleep at once. Must be >= 0.
+  std::chrono::microseconds reactor_idle_spin{2000};
 };
 
 // What a transfer waits for on the device before it touches its blocks: the

@@ -7,6 +7,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <algorithm>
 #include <deque>
 #include <future>
 #include <list>
@@ -14,6 +15,7 @@
 #include <stdexcept>
 
 #include "reactor/connector_metrics.hpp"
+#include "reactor/handoff_queue.hpp"
 #include "common/debug_page.hpp"
 #include "reactor/local_tier.hpp"
 #include "reactor/node_tier.hpp"
@@ -66,6 +68,8 @@ std::optional<kv::ConfigError> validate(const ConnectorOptions& o) {
   if (o.reactor.poller.max_backoff < o.reactor.poller.min_backoff || o.reactor.poller.min_backoff.count() <= 0)
     return kv::ConfigError{"poller.min_backoff", "must be > 0 and <= poller.max_backoff"};
   if (o.max_live_transfers == 0) return kv::ConfigError{"max_live_transfers", "must be > 0"};
+  if (o.reactor_idle_spin.count() < 0)
+    return kv::ConfigError{"reactor_idle_spin", "must be >= 0 us, got " + std::to_string(o.reactor_idle_spin.count())};
   if (o.max_live_lookups == 0) return kv::ConfigError{"max_live_lookups", "must be > 0"};
   if (!o.http && o.debug_port > 65535) return kv::ConfigError{"debug_port", "must be <= 65535"};
   if (auto h = http_of(o))
@@ -97,7 +101,16 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
   };
 
   Core(Reactor& r, std::unique_ptr<Tier> t, std::shared_ptr<Mailbox> m, std::chrono::milliseconds d)
-      : reactor(r), tier(std::move(t)), mailbox(std::move(m)), deadline(d), gate(r.strand()) {}
+      : reactor(r), tier(std::move(t)), mailbox(std::move(m)), deadline(d), gate(r.strand()),
+        // Core outlives every tick that polls the queue: the poller drops it
+        // when the reactor stops, before the Connector lets Core go.
+        submissions(std::make_shared<HandoffQueue<std::vector<Op>>>(kSubmissionSlots, r.poller(),
+                                                                   [this](std::vector<Op> ops) {
+                                                                     for (Op& op : ops) start(std::move(op));
+                                                                   })) {}
+
+  // Batches of submit() not yet taken by the strand; more wait in posts.
+  static constexpr std::size_t kSubmissionSlots = 256;
 
   void start(Op op) {
     auto t = std::make_shared<Transfer>();
@@ -370,6 +383,10 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
   // lease releases) runs inside it; close() closes it. Each one's
   // completion holds the Core, so the gate outlives what it counts.
   common::Gate gate;
+  // The engine thread's submit()s, taken on every poller tick. Everything
+  // else the engine thread posts polls it first (post_after_submissions):
+  // the strand sees the engine's calls in the order they were made.
+  std::shared_ptr<HandoffQueue<std::vector<Op>>> submissions;
   std::deque<Registration> regs;  // by id; a deque: tiers keep pointers to them
   hip::SharedEvents queued_events;
   std::uint64_t next_id = 1;
@@ -388,6 +405,7 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
 Connector::Connector(ConnectorOptions options) : options_(std::move(options)) {
   if (auto err = validate(options_)) throw std::invalid_argument(err->describe());
   options_.reactor.device = options_.device;
+  options_.reactor.poller.idle_spin = options_.reactor_idle_spin;
   options_.http = http_of(options_);
   reactor_ = std::make_unique<Reactor>(options_.reactor);
   mailbox_ = std::make_shared<Mailbox>();
@@ -401,6 +419,10 @@ Connector::Connector(ConnectorOptions options) : options_(std::move(options)) {
     tier = std::make_unique<LocalTier>(*reactor_, options_.tier_bytes);
   }
   core_ = std::make_shared<Core>(*reactor_, std::move(tier), mailbox_, options_.transfer_deadline);
+  reactor_->call([this]() -> asio::awaitable<void> {
+    reactor_->poller().add_source(core_->submissions);
+    co_return;
+  });
   if (options_.http) start_http();
 }
 
@@ -458,6 +480,7 @@ std::uint32_t Connector::register_layout(Registration registration) {
 }
 
 void Connector::raise_fail_stop() const {
+  if (!mailbox_->failed()) return;  // the common case reads one atomic
   if (auto f = mailbox_->fail_stop()) throw FailStop(f->code, f->what);
 }
 
@@ -477,7 +500,7 @@ const Registration& Connector::registration_of(const kv::TransferSpec& spec) con
 
 void Connector::check(TransferKind kind, const kv::TransferSpec& spec) const {
   check_open_and_registered(spec.registration);
-  if (live_.contains(TransferKey{spec.request, kind, spec.registration}))
+  if (live_.contains(TransferKeyView{spec.request, kind, spec.registration}))
     throw TransferRefused(TransferErrc::duplicate_transfer, std::string("a ") + to_string(kind) + " of request '" +
                                                                 spec.request + "' (registration " +
                                                                 std::to_string(spec.registration) + ") is still live");
@@ -501,16 +524,19 @@ void Connector::load(kv::TransferSpec spec, std::shared_ptr<const hip::Event> pr
 
 void Connector::submit(std::vector<Op> ops) {
   CallTimer timed(step_calls_.get());
-  std::set<TransferKey> batch;
+  batch_.clear();
   for (const Op& op : ops) {
     check(op.kind, op.spec);
-    if (!batch.insert(TransferKey{op.spec.request, op.kind, op.spec.registration}).second)
-      throw TransferRefused(TransferErrc::duplicate_transfer, std::string("two ") + to_string(op.kind) +
-                                                                  "s of request '" + op.spec.request + "' in one batch");
+    batch_.emplace_back(op.spec.request, op.kind, op.spec.registration);
   }
-  if (live_.size() + batch.size() > options_.max_live_transfers)
+  std::sort(batch_.begin(), batch_.end());
+  if (auto d = std::adjacent_find(batch_.begin(), batch_.end()); d != batch_.end())
+    throw TransferRefused(TransferErrc::duplicate_transfer, std::string("two ") + to_string(d->kind) +
+                                                                "s of request '" + std::string(d->request) +
+                                                                "' in one batch");
+  if (live_.size() + batch_.size() > options_.max_live_transfers)
     throw TransferRefused(TransferErrc::too_many_live,
-                          std::to_string(live_.size()) + " transfers live and " + std::to_string(batch.size()) +
+                          std::to_string(live_.size()) + " transfers live and " + std::to_string(batch_.size()) +
                               " more would pass max_live_transfers (" + std::to_string(options_.max_live_transfers) +
                               "): drain finished() first");
   // Blocks and image slots: checked against the live transfers and the
@@ -522,14 +548,56 @@ void Connector::submit(std::vector<Op> ops) {
     if (claim(ops)) throw TransferRefused(TransferErrc::blocks_in_use, *refusal);
   }
   for (const Op& op : ops) {
-    const bool load = op.kind == TransferKind::load;
-    live_[TransferKey{op.spec.request, op.kind, op.spec.registration}] =
-        Uses{op.spec.registration, load, op.spec.blocks, slot_uses(registrations_[op.spec.registration], op.spec)};
+    add_live(op);
     // A load naming a lease ends it: no other load, export or release may.
-    if (load && op.spec.tier_lease != 0) leases_held_.erase(op.spec.tier_lease);
+    if (op.kind == TransferKind::load && op.spec.tier_lease != 0) leases_held_.erase(op.spec.tier_lease);
   }
-  asio::post(reactor_->strand(), [core = core_, ops = std::move(ops)]() mutable {
-    for (Op& op : ops) core->start(std::move(op));
+  // The common case: into the ring, which an awake strand takes on its next
+  // tick (no lock, no wake-up). A full ring: a post, after the ring.
+  if (!core_->submissions->push(ops))
+    post_after_submissions([core = core_, ops = std::move(ops)]() mutable {
+      for (Op& op : ops) core->start(std::move(op));
+    });
+}
+
+void Connector::add_live(const Op& op) {
+  const Registration& reg = registrations_[op.spec.registration];
+  if (spare_.empty()) {
+    Uses u{op.spec.registration, op.kind == TransferKind::load, op.spec.blocks, slot_uses(reg, op.spec)};
+    live_.emplace(TransferKey{op.spec.request, op.kind, op.spec.registration}, std::move(u));
+    return;
+  }
+  LiveMap::node_type n = std::move(spare_.back());
+  spare_.pop_back();
+  n.key().request.assign(op.spec.request);  // within the string's capacity: no allocation
+  n.key().kind = op.kind;
+  n.key().registration = op.spec.registration;
+  Uses& u = n.mapped();
+  u.registration = op.spec.registration;
+  u.load = op.kind == TransferKind::load;
+  u.blocks.assign(op.spec.blocks.begin(), op.spec.blocks.end());
+  u.slots.clear();
+  any_slot_use(reg, op.spec, [&](std::int32_t slot) {
+    u.slots.push_back(slot);
+    return false;
+  });
+  live_.insert(std::move(n));
+}
+
+void Connector::drop_live(LiveMap::iterator it) {
+  // Bounded: a burst of live transfers leaves at most this many behind.
+  constexpr std::size_t kMaxSpare = 1024;
+  if (spare_.size() < kMaxSpare)
+    spare_.push_back(live_.extract(it));
+  else
+    live_.erase(it);
+}
+
+template <class F>
+void Connector::post_after_submissions(F f) {
+  asio::post(reactor_->strand(), [core = core_, f = std::move(f)]() mutable {
+    core->submissions->poll();
+    f();
   });
 }
 
@@ -561,7 +629,7 @@ std::uint64_t Connector::lookup(std::vector<kv::ChunkKey> keys, std::uint32_t re
     if (!core->gate.spawn(answer_lookup(core, id, registration, std::move(keys)), std::move(escaped)))
       core->mailbox->push(LookupOutcome{id, {}, 0, registration});  // closing: a miss, still an answer
   };
-  asio::post(reactor_->strand(), std::move(start));
+  post_after_submissions(std::move(start));
   return id;
 }
 
@@ -587,7 +655,7 @@ std::vector<std::byte> Connector::export_lease(std::uint64_t lease) {
                                                       "named by a load, released or exported)");
   std::vector<std::byte> bytes = proto::encode_lease_handoff(proto::LeaseHandoff{lease, std::move(it->second.keys)});
   leases_held_.erase(it);
-  asio::post(reactor_->strand(), [core = core_, lease] { core->tier->forget_lease(lease); });
+  post_after_submissions([core = core_, lease] { core->tier->forget_lease(lease); });
   return bytes;
 }
 
@@ -617,7 +685,7 @@ std::uint64_t Connector::adopt_lease(std::span<const std::byte> handoff) {
     if (!core->gate.spawn(answer_adopt(core, id, r, lease, std::move(keys)), std::move(escaped)))
       core->mailbox->push(LookupOutcome{id, {}, 0, r});
   };
-  asio::post(reactor_->strand(), std::move(start));
+  post_after_submissions(std::move(start));
   return id;
 }
 
@@ -631,7 +699,7 @@ asio::awaitable<void> Connector::answer_adopt(std::shared_ptr<Core> core, std::u
 LoadOrder Connector::order_after_load(const std::string& request, hip::Stream& stream, std::uint32_t registration) {
   CallTimer timed(step_calls_.get());
   raise_fail_stop();
-  if (!live_.contains(TransferKey{request, TransferKind::load, registration})) return LoadOrder::no_live_load;
+  if (!live_.contains(TransferKeyView{request, TransferKind::load, registration})) return LoadOrder::no_live_load;
   std::shared_ptr<const hip::Event> ev = mailbox_->queued(request, registration);
   if (!ev) return LoadOrder::not_queued_yet;
   if (hip::Status s = stream.wait(*ev); !s.ok())
@@ -648,7 +716,7 @@ void Connector::release_lookup(std::uint64_t lease) {
       LogEscaped{"a lease release"}(e);
     });
   };
-  asio::post(reactor_->strand(), std::move(start));
+  post_after_submissions(std::move(start));
 }
 
 asio::awaitable<void> Connector::release_on_strand(std::shared_ptr<Core> core, std::uint64_t lease) {
@@ -718,11 +786,14 @@ void Connector::forget_uses(const std::vector<TransferKey>& terminal) {
 
 
 void Connector::forget_drained(const Finished& f) {
-  std::vector<TransferKey> ended;
-  for (const auto& o : f.saves) ended.push_back({o.request, TransferKind::save, o.registration});
-  for (const auto& o : f.loads) ended.push_back({o.request, TransferKind::load, o.registration});
-  forget_uses(ended);
-  for (const auto& key : ended) live_.erase(key);
+  auto ended = [&](const TransferOutcome& o, TransferKind kind) {
+    auto it = live_.find(TransferKeyView{o.request, kind, o.registration});
+    if (it == live_.end()) return;
+    count(it->second, -1);  // a terminal one (forget_uses) counts nothing any more
+    drop_live(it);
+  };
+  for (const auto& o : f.saves) ended(o, TransferKind::save);
+  for (const auto& o : f.loads) ended(o, TransferKind::load);
   lookups_live_ -= std::min(lookups_live_, f.lookups.size());
   // A lease an answer brought: what it holds, for export_lease.
   for (const auto& l : f.lookups) {
@@ -762,7 +833,8 @@ void Connector::start_fence(std::vector<std::string> requests, std::chrono::mill
     Core::complete(std::move(handler), TransferErrc::closed);
     return;
   }
-  asio::post(reactor_->strand(), [core = core_, r = std::move(requests), timeout, h = std::move(handler)]() mutable {
+  // After the ring: a fence covers every transfer submitted before it.
+  post_after_submissions([core = core_, r = std::move(requests), timeout, h = std::move(handler)]() mutable {
     core->fence(std::move(r), timeout, false, std::move(h));
   });
 }
@@ -787,6 +859,7 @@ namespace {
 // ends, within the same bound.
 template <class Core, class Handler>
 asio::awaitable<void> settle_all(std::shared_ptr<Core> core) {
+  core->submissions->poll();  // every transfer submitted before close() is one it waits for
   const auto bound = close_bound(core->deadline) - std::chrono::milliseconds(500);
   const auto until = std::chrono::steady_clock::now() + bound;
   // Built before the co_await: GCC 12 miscompiles a capturing lambda
@@ -844,7 +917,10 @@ std::size_t Connector::never_ended() const noexcept { return stopped_ ? core_->s
 
 std::vector<TransferInfo> Connector::transfers() {
   if (stopped_) return {};
-  return reactor_->call([core = core_]() -> asio::awaitable<std::vector<TransferInfo>> { co_return core->snapshot(); });
+  return reactor_->call([core = core_]() -> asio::awaitable<std::vector<TransferInfo>> {
+    core->submissions->poll();
+    co_return core->snapshot();
+  });
 }
 
 tier::Index::Stats Connector::tier_stats() {

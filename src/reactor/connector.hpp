@@ -274,6 +274,9 @@ class Connector {
   std::optional<std::string> claim(const std::vector<Op>& ops);
   void forget_uses(const std::vector<TransferKey>& terminal);
   void start_http();
+  // Posts `f` to the strand to run after every submit() made before it.
+  template <class F>
+  void post_after_submissions(F f);
 
   // Times one call on the engine thread into step_calls_ for /metrics; with
   // the endpoint off there is no histogram and the step thread reads no clock.
@@ -306,7 +309,14 @@ class Connector {
     std::vector<kv::BlockId> blocks;
     std::vector<std::int32_t> slots;  // numbered across state memories (slot_uses)
   };
-  std::map<TransferKey, Uses> live_;
+  using LiveMap = std::map<TransferKey, Uses, TransferKeyLess>;
+  LiveMap live_;
+  // Entries of live_ drained and kept for the next post: a post reuses a
+  // node, its request string and its vectors (no allocation once warm).
+  std::vector<LiveMap::node_type> spare_;
+  std::vector<TransferKeyView> batch_;  // submit()'s duplicate check, reused
+  void add_live(const Op& op);
+  void drop_live(LiveMap::iterator it);
   // How many live transfers read (a save) or write (a load) each block and
   // image slot, per registration (each group has its own pool): flat
   // counts by id, so a post allocates nothing for them.

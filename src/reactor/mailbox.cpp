@@ -33,6 +33,7 @@ void Mailbox::push(LookupOutcome l) {
 void Mailbox::set_fail_stop(std::error_code code, std::string what) {
   std::lock_guard lk(m_);
   if (!fail_) fail_ = FailStopState{code, std::move(what)};
+  failed_.store(true, std::memory_order_release);
   pending_flag_.store(true, std::memory_order_release);
 }
 

@@ -44,6 +44,9 @@ class Mailbox {
   // atomic load, no lock (a push racing it is seen by the next call).
   bool pending() const noexcept { return pending_flag_.load(std::memory_order_acquire); }
   std::optional<FailStopState> fail_stop() const;
+  // Whether a fail-stop is set: one atomic load, no lock (the step thread's
+  // calls check it first and lock only to read it).
+  bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
   // The transfers whose outcome is here, not yet drained: terminal.
   std::vector<TransferKey> terminal() const;
   // A load's copies are queued, `event` recorded after them. Kept until
@@ -53,7 +56,8 @@ class Mailbox {
 
  private:
   mutable std::mutex m_;
-  std::atomic<bool> pending_flag_{false};  // written under m_: pending_ is not empty, or fail_ is set
+  std::atomic<bool> pending_flag_{false};
+  std::atomic<bool> failed_{false};  // written under m_, once fail_ is set  // written under m_: pending_ is not empty, or fail_ is set
   Finished pending_;
   std::optional<FailStopState> fail_;
   std::map<std::pair<std::string, std::uint32_t>, std::shared_ptr<const hip::Event>> queued_;

@@ -68,11 +68,16 @@ std::optional<std::string> check_common(const Registration& r, const kv::Transfe
   const std::uint64_t last = (std::uint64_t{s.tokens.end} + l.chunk_tokens - 1) / l.chunk_tokens;
   if (s.keys.size() != last - first)
     return "expected " + std::to_string(last - first) + " chunk keys, got " + std::to_string(s.keys.size());
+  // One compare a block (this runs on the step thread, per post): against
+  // the smallest plane, which is the one named when a block is outside.
+  std::size_t smallest = 0;
+  for (std::size_t p = 1; p < r.planes.size(); ++p)
+    if (r.planes[p].num_blocks < r.planes[smallest].num_blocks) smallest = p;
+  const std::uint32_t limit = r.planes.empty() ? UINT32_MAX : r.planes[smallest].num_blocks;
   for (kv::BlockId b : s.blocks)
-    for (std::size_t p = 0; p < r.planes.size(); ++p)
-      if (b >= r.planes[p].num_blocks)
-        return "block " + std::to_string(b) + " is outside plane '" + l.planes[p].name + "' (" +
-               std::to_string(r.planes[p].num_blocks) + " blocks)";
+    if (b >= limit)
+      return "block " + std::to_string(b) + " is outside plane '" + l.planes[smallest].name + "' (" +
+             std::to_string(limit) + " blocks)";
   const std::size_t parts = r.state_part_count();
   for (std::size_t i = 0; i < s.state_slots.size(); ++i) {
     const std::int32_t slot = s.state_slots[i];

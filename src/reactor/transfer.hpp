@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <system_error>
 
 #include "hip/event.hpp"
@@ -28,6 +29,20 @@ struct TransferKey {
   TransferKind kind = TransferKind::save;
   std::uint32_t registration = 0;
   friend auto operator<=>(const TransferKey&, const TransferKey&) = default;
+};
+// The same, borrowing the request's name: a lookup that copies nothing.
+struct TransferKeyView {
+  std::string_view request;
+  TransferKind kind = TransferKind::save;
+  std::uint32_t registration = 0;
+  TransferKeyView(std::string_view r, TransferKind k, std::uint32_t g) : request(r), kind(k), registration(g) {}
+  TransferKeyView(const TransferKey& k) : request(k.request), kind(k.kind), registration(k.registration) {}
+  friend auto operator<=>(const TransferKeyView&, const TransferKeyView&) = default;
+};
+// Orders keys and views together (a map's transparent comparator).
+struct TransferKeyLess {
+  using is_transparent = void;
+  bool operator()(TransferKeyView a, TransferKeyView b) const noexcept { return a < b; }
 };
 
 enum class TransferState { queued, waiting_producer, submitted, pending, done, failed };

@@ -172,6 +172,28 @@ def test_options_kvstrand_cannot_serve_are_refused_naming_them():
         kvstrand.Connector(transfer_deadline="soon")
     o = kvstrand.ConnectorOptions(transfer_deadline=2.5)
     assert o.transfer_deadline == 2.5
+    with pytest.raises(kvstrand.ConfigError) as e:
+        kvstrand.Connector(reactor_idle_spin=-0.001)
+    assert e.value.option == "reactor_idle_spin"
+    assert kvstrand.ConnectorOptions().reactor_idle_spin == 0.002
+    assert kvstrand.ConnectorOptions(reactor_idle_spin=0).reactor_idle_spin == 0
+
+
+def test_a_reactor_that_sleeps_at_once_still_takes_every_call():
+    # reactor_idle_spin=0: every call after the reactor went idle wakes it.
+    conn = kvstrand.Connector(tier_bytes=64 << 20, reactor_idle_spin=0)
+    layout = kvstrand.Layout(model_id="m", layout_name="l", planes=[kvstrand.Plane("kv", 4096)], block_tokens=16,
+                             chunk_tokens=64, dtype="bf16")
+    memory = kvstrand.sim.allocate(64 * 4096) if kvstrand.sim.available() else kvstrand.DeviceMemory(64 * 4096)
+    group = conn.register_layout(kvstrand.Registration(layout, [kvstrand.PlaneMemory(memory.address, 64)]))
+    keys = kvstrand.chunk_keys(layout, list(range(64)))
+    for i in range(5):
+        conn.save(kvstrand.TransferSpec(request=f"r{i}", registration=group, tokens=kvstrand.TokenRange(0, 64),
+                                        keys=keys, blocks=[0, 1, 2, 3]))
+        conn.fence([f"r{i}"], 10.0)
+        assert [s.request for s in conn.finished().saves] == [f"r{i}"]
+        time.sleep(0.01)  # the reactor goes back to sleep
+    conn.close()
 
 
 def test_a_load_of_chunks_the_tier_lacks_fails_naming_exactly_its_blocks(engine):
