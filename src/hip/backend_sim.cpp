@@ -13,6 +13,7 @@
 //
 // The locks here belong to the emulated device, not to transfer state: they
 // stand in for the hardware queues a GPU runtime synchronises internally.
+#include <pthread.h>
 #include <atomic>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -170,7 +171,11 @@ struct Op {
 
 class SimStream {
  public:
-  SimStream() : worker_([this] { run(); }) {}
+  SimStream()
+      : worker_([this] {
+          pthread_setname_np(pthread_self(), "kvstrand-sim");
+          run();
+        }) {}
   ~SimStream() {
     {
       std::lock_guard lk(m_);

@@ -1,5 +1,7 @@
 #include "reactor/reactor.hpp"
 
+#include <pthread.h>
+
 #include <spdlog/spdlog.h>
 
 #include <stdexcept>
@@ -17,7 +19,11 @@ Reactor::Reactor(ReactorOptions options)
   // threads logging first at once (two connectors losing their server
   // together) were reported as a race. Made here, before this thread starts.
   (void)spdlog::default_logger_raw();
-  thread_ = std::thread([this] { ctx_.run(); });
+  thread_ = std::thread([this] {
+    // Named for top, perf and gdb: an engine's process has several threads.
+    pthread_setname_np(pthread_self(), "kvstrand-reactr");
+    ctx_.run();
+  });
   // The reactor thread's current device: streams and events it creates
   // belong to it (CUDA and HIP keep the current device per thread). Without
   // it they would be made on another device: refused, not warned about.
