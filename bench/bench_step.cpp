@@ -13,7 +13,13 @@
 //   step-thread us per step: p50 X p99 Y   (and the difference to baseline)
 //   with the debug endpoint scraped: p50 X p99 Y (ratio to without: ...)
 //
-// usage: bench_step [steps]   (default 10000)
+// Each arm also prints the p50 of the engine's own work in the step (its
+// planning before submit()): the same code in every arm, so what it gains
+// in the kvstrand arms is what kvstrand's threads cost it (caches, memory
+// bandwidth, a shared core) rather than its calls.
+//
+// usage: bench_step [steps] [--idle-spin US]   (default 10000 steps; the
+//        reactor's idle spin, ConnectorOptions::reactor_idle_spin, default 2000)
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -25,6 +31,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -127,7 +134,15 @@ void scrape(std::uint16_t port, const char* path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int steps = argc > 1 ? std::max(100, std::atoi(argv[1])) : 10000;
+  int steps = 10000;
+  std::chrono::microseconds idle_spin = kvstrand::ConnectorOptions{}.reactor_idle_spin;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--idle-spin" && i + 1 < argc)
+      idle_spin = std::chrono::microseconds(std::atol(argv[++i]));
+    else
+      steps = std::max(100, std::atoi(argv[i]));
+  }
   if (auto n = hip::device_count(); !n.ok() || *n == 0) {
     std::fprintf(stderr, "bench_step: no %s device\n", hip::backend_name());
     return 1;
@@ -145,6 +160,7 @@ int main(int argc, char** argv) {
     if (with_kvstrand) {
       reactor::ConnectorOptions opts;
       opts.tier_bytes = 256ull << 20;
+      opts.reactor_idle_spin = idle_spin;
       if (with_http) opts.http = common::HttpOptions{};
       conn = std::make_unique<reactor::Connector>(opts);
       if (with_http)
@@ -160,11 +176,12 @@ int main(int argc, char** argv) {
       for (auto& p : planes) reg.planes.push_back({p.data(), pool_blocks});
       conn->register_layout(reg);
     }
-    std::vector<double> us, submit_us, finished_us;
+    std::vector<double> us, submit_us, finished_us, plan_us;
     std::size_t posted = 0, completed = 0;
     for (int step = 0; step < steps; ++step) {
       const auto t0 = Clock::now();
       auto ops = engine.plan_step();
+      plan_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
       posted += ops.size();
       if (conn) {
         const auto s0 = Clock::now();
@@ -198,14 +215,15 @@ int main(int argc, char** argv) {
     if (conn) conn->close();
     std::printf("  %s: %zu transfers posted, %zu completed\n",
                 with_http ? "kvstrand + debug endpoint" : with_kvstrand ? "kvstrand" : "baseline", posted, completed);
+    std::printf("    the engine's own planning p50 %.2f us\n", pct(plan_us, 0.5));
     if (conn)  // where the step's kvstrand time goes
       std::printf("    of which submit() p50 %.2f p99 %.2f us, finished() p50 %.2f p99 %.2f us\n", pct(submit_us, 0.5),
                   pct(submit_us, 0.99), pct(finished_us, 0.5), pct(finished_us, 0.99));
     return us;
   };
 
-  std::printf("bench_step: backend %s, %d requests, %d steps, 200 us forward pass between steps\n",
-              hip::backend_name(), kRequests, steps);
+  std::printf("bench_step: backend %s, %d requests, %d steps, 200 us forward pass between steps, reactor idle spin %lld us\n",
+              hip::backend_name(), kRequests, steps, static_cast<long long>(idle_spin.count()));
   const auto base = run(false);
   const auto kvs = run(true);
   const auto web = run(true, true);
