@@ -27,10 +27,13 @@
 //
 // --client-path per-segment: the scaling clients copy one segment at a time
 // (the copy engines) instead of the backend's fastest batch path (a
-// gather/scatter kernel on a GPU), to tell the two apart.
+// gather/scatter kernel on a GPU), to tell the two apart; dma-batch: one
+// batched DMA call a batch (cudaMemcpyBatchAsync: the copy engines gather).
+// The embedded load and the save throughput are also measured by the DMA
+// batch path, in the same run.
 //
 // usage: bench_transfer [--iterations N] [--pool-blocks N] [--clients 1,2,4,8]
-//                       [--seconds S] [--no-server] [--client-path fastest|per-segment]
+//                       [--seconds S] [--no-server] [--client-path fastest|per-segment|dma-batch]
 #include <spawn.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -157,7 +160,7 @@ double report(const char* path, const LoadFigures& f) {
 // 16 saves in flight, each a distinct 2-chunk prompt out of the pool, for
 // `seconds`; GB/s of the saves completed, against one contiguous D2H copy of
 // one save's bytes (the limit the link gives a single copy).
-void save_throughput(Pool& pool, const kv::Layout& l, double seconds) {
+void save_throughput(Pool& pool, const kv::Layout& l, double seconds, const char* path) {
   reactor::ConnectorOptions opts;
   opts.tier_bytes = 2ull << 30;
   reactor::Connector conn(opts);
@@ -200,8 +203,8 @@ void save_throughput(Pool& pool, const kv::Layout& l, double seconds) {
   }
   const double got = static_cast<double>(done) / elapsed / 1e9;
   const double limit = static_cast<double>(bytes_per_save) / pct(us, 0.5) / 1e3;
-  std::printf("  save throughput, 16 in flight: %.1f GB/s; one contiguous D2H copy: %.1f GB/s; ratio %.2f\n", got,
-              limit, got / limit);
+  std::printf("  save throughput (%s), 16 in flight: %.1f GB/s; one contiguous D2H copy: %.1f GB/s; ratio %.2f\n",
+              path, got, limit, got / limit);
   std::fflush(stdout);
 }
 
@@ -382,9 +385,11 @@ int main(int argc, char** argv) {
   }
   if (auto n = hip::device_count(); !n.ok() || *n == 0) die(std::string("no ") + hip::backend_name() + " device");
   (void)hip::select_device(0);
-  if (client_path != "fastest" && client_path != "per-segment") die("--client-path: fastest or per-segment");
+  if (client_path != "fastest" && client_path != "per-segment" && client_path != "dma-batch")
+    die("--client-path: fastest, per-segment or dma-batch");
   if (!client_socket.empty()) {
     if (client_path == "per-segment") hip::set_batch_path(hip::BatchPath::per_segment);
+    if (client_path == "dma-batch") hip::set_batch_path(hip::BatchPath::dma_batch);
     return save_client(client_socket, client_index, start_ns, seconds);
   }
   if (raw_fd >= 0) return raw_client(raw_fd, client_index, start_ns, seconds);
@@ -394,7 +399,7 @@ int main(int argc, char** argv) {
               hip::backend_name(), pool_blocks, iterations);
   std::fflush(stdout);
   Pool pool(pool_blocks);
-  double embedded = 0, served = 0, plain = 0;
+  double embedded = 0, served = 0, plain = 0, dma = 0;
   {
     reactor::ConnectorOptions opts;
     opts.tier_bytes = 64ull << 20;
@@ -402,15 +407,22 @@ int main(int argc, char** argv) {
     conn.register_layout(pool.registration(l));
     hip::set_batch_path(hip::BatchPath::per_segment);
     plain = report("LocalTier, 1 copy/seg", measure_loads(conn, pool, l, iterations));
+    hip::set_batch_path(hip::BatchPath::dma_batch);
+    dma = report("LocalTier, DMA batch", measure_loads(conn, pool, l, iterations));
     hip::set_batch_path(hip::BatchPath::fastest);
     embedded = report("LocalTier", measure_loads(conn, pool, l, iterations));
     conn.close();
   }
-  std::printf("  (LocalTier batches by: %s)\n", hip::fastest_batch_path());
-  save_throughput(pool, l, seconds);
+  std::printf("  (LocalTier batches by: %s; DMA batch: one cudaMemcpyBatchAsync a batch where the backend has it, "
+              "else one copy a segment)\n",
+              hip::fastest_batch_path());
+  hip::set_batch_path(hip::BatchPath::dma_batch);
+  save_throughput(pool, l, seconds, "DMA batch");
+  hip::set_batch_path(hip::BatchPath::fastest);
+  save_throughput(pool, l, seconds, hip::fastest_batch_path());
   if (!use_server) {
-    std::printf("load latency ratio to one contiguous copy: embedded %.2f (one copy a segment: %.2f)\n", embedded,
-                plain);
+    std::printf("load latency ratio to one contiguous copy: embedded %.2f (one copy a segment: %.2f, DMA batch: %.2f)\n",
+                embedded, plain, dma);
     return 0;
   }
   const std::string binary = self_dir() + "/../kvstrand-server";
@@ -423,7 +435,9 @@ int main(int argc, char** argv) {
   }
   std::printf("  save scaling, %.1f s window, 2 saves in flight per client, 25.8 MB each, clients' batch path %s; "
               "raw: one contiguous D2H copy per save into one shared pinned arena, the same run:\n",
-              seconds, client_path == "fastest" ? hip::fastest_batch_path() : "one copy a segment");
+              seconds, client_path == "fastest"     ? hip::fastest_batch_path()
+                        : client_path == "dma-batch" ? "one batched DMA call a batch"
+                                                     : "one copy a segment");
   std::vector<int> counts;
   std::stringstream list(clients_list);
   for (std::string item; std::getline(list, item, ',');) counts.push_back(std::max(1, std::stoi(item)));
@@ -443,8 +457,8 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   }
   ::close(arena_fd);
-  std::printf("load latency ratio to one contiguous copy: embedded %.2f (one copy a segment: %.2f), node %.2f "
-              "(node/embedded %.3f)\n",
-              embedded, plain, served, served / embedded);
+  std::printf("load latency ratio to one contiguous copy: embedded %.2f (one copy a segment: %.2f, DMA batch: %.2f), "
+              "node %.2f (node/embedded %.3f)\n",
+              embedded, plain, dma, served, served / embedded);
   return 0;
 }

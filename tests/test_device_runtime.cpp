@@ -86,7 +86,7 @@ TEST_CASE("batched copy moves scattered blocks byte for byte", "[hip][gpu]") {
   }
 }
 
-TEST_CASE("both batch paths move the same bytes, aligned runs and odd ones, both directions", "[hip][gpu]") {
+TEST_CASE("every batch path moves the same bytes, aligned runs and odd ones, both directions", "[hip][gpu]") {
   if (!device_present()) return;
   INFO("fastest batch path here: " << hip::fastest_batch_path());
   auto s = must(hip::Stream::create());
@@ -97,9 +97,10 @@ TEST_CASE("both batch paths move the same bytes, aligned runs and odd ones, both
   // (its byte path), none of them contiguous with the next.
   const std::vector<std::pair<std::size_t, std::size_t>> runs = {
       {0, 4096}, {8192, 147'968}, {200'001, 333}, {300'000, 17}, {400'016, 65'536}, {600'003, 1}, {700'000, 70'000}};
-  for (const hip::BatchPath path : {hip::BatchPath::per_segment, hip::BatchPath::fastest}) {
+  for (const hip::BatchPath path : {hip::BatchPath::per_segment, hip::BatchPath::fastest, hip::BatchPath::dma_batch}) {
     hip::set_batch_path(path);
-    const auto src = random_bytes(kBytes, path == hip::BatchPath::fastest ? 11 : 12);
+    INFO("path " << static_cast<int>(path));
+    const auto src = random_bytes(kBytes, 11 + static_cast<int>(path));
     std::memcpy(host.data(), src.data(), kBytes);
     write_device(s, dev.data(), std::vector<std::byte>(kBytes, std::byte{0}));
     std::vector<Segment> h2d, d2h;

@@ -46,9 +46,13 @@ Status event_query(void* e);  // ok, not_ready, or the failure it observed
 Status event_synchronize(void* e);
 
 Status memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind, void* s);
+// How a batch may be moved: one copy a segment, the backend's fastest way
+// (its gather/scatter kernel, or a batched DMA call, by direction), or one
+// batched DMA call (the copy engines gather). A backend without the one
+// asked for copies a segment at a time.
+enum class BatchVia { per_segment, fastest, dma_batch };
 // Segments are already validated as non-overlapping runs by the caller.
-// allow_kernel: the backend may use its gather/scatter kernel (if it has one).
-Status memcpy_batch_async(std::span<const Segment> segs, CopyKind kind, void* s, bool allow_kernel);
+Status memcpy_batch_async(std::span<const Segment> segs, CopyKind kind, void* s, BatchVia via);
 const char* fastest_batch_path() noexcept;
 
 Status ipc_export(void* device_base, IpcHandle* out);

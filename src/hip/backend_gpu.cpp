@@ -18,6 +18,7 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstring>
 #include <string>
@@ -28,6 +29,7 @@
 #include "hip/sim_hooks.hpp"
 #if defined(KVSTRAND_GPU_CUDA)
 #include "hip/segment_copy_kernel.hpp"
+#include <spdlog/spdlog.h>
 #endif
 
 namespace kvstrand::hip {
@@ -222,9 +224,57 @@ bool kernel_can_copy(std::span<const Segment> segs, CopyKind kind) {
 }
 #endif
 
-Status memcpy_batch_async(std::span<const Segment> segs, CopyKind kind, void* s, bool allow_kernel) {
+#if defined(KVSTRAND_GPU_CUDA) && CUDART_VERSION >= 12080
+// A driver older than the runtime's 12.8 refuses the batched call: then the
+// fastest path keeps to the kernel for good (said once).
+std::atomic<bool> g_dma_batch_refused{false};
+
+// One cudaMemcpyBatchAsync for the batch: the copy engines gather.
+cudaError_t dma_batch(std::span<const Segment> segs, void* s) {
+  std::vector<void*> dsts(segs.size());
+  std::vector<const void*> srcs(segs.size());
+  std::vector<std::size_t> sizes(segs.size());
+  for (std::size_t i = 0; i < segs.size(); ++i) {
+    dsts[i] = segs[i].dst;
+    srcs[i] = segs[i].src;
+    sizes[i] = segs[i].bytes;
+  }
+  // One attribute for all: sources read in stream order (a save's blocks
+  // are read only after the engine's producer event, which the stream
+  // waits for).
+  cudaMemcpyAttributes attr{};
+  attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+  std::size_t first = 0;
+  return cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), segs.size(), &attr, &first, 1, as_stream(s));
+}
+
+bool dma_batch_refused(cudaError_t e) {
+  if (e != cudaErrorNotSupported && e != cudaErrorCallRequiresNewerDriver) return false;
+  (void)cudaGetLastError();
+  if (!g_dma_batch_refused.exchange(true))
+    spdlog::warn("kvstrand: cudaMemcpyBatchAsync refused ({}): saves' batches go through the kernel",
+                 cudaGetErrorString(e));
+  return true;
+}
+#endif
+
+Status memcpy_batch_async(std::span<const Segment> segs, CopyKind kind, void* s, BatchVia via) {
 #if defined(KVSTRAND_GPU_CUDA)
-  if (allow_kernel && kernel_can_copy(segs, kind)) {
+#if CUDART_VERSION >= 12080
+  // Device to host, the fastest path is the batched DMA: on the H200 it
+  // saves at the contiguous copy's rate and several processes' saves
+  // share the copy engines without loss, where the kernel's reads of the
+  // device run at 0.96 and contend across processes (docs/PERFORMANCE.md,
+  // fifteenth run). Host to device the kernel is faster, and stays.
+  const bool batch = segs.size() >= 2 && (via == BatchVia::dma_batch ||
+                                          (via == BatchVia::fastest && kind == CopyKind::device_to_host &&
+                                           !g_dma_batch_refused.load(std::memory_order_relaxed)));
+  if (batch) {
+    const cudaError_t e = dma_batch(segs, s);
+    if (!dma_batch_refused(e)) return check(static_cast<hipError_t>(e), "cudaMemcpyBatchAsync");
+  }
+#endif
+  if (via == BatchVia::fastest && kernel_can_copy(segs, kind)) {
     std::vector<kernel::KernelSegment> table(segs.size());
     for (std::size_t i = 0; i < segs.size(); ++i)
       table[i] = {reinterpret_cast<std::uint64_t>(segs[i].src), reinterpret_cast<std::uint64_t>(segs[i].dst),
@@ -233,7 +283,7 @@ Status memcpy_batch_async(std::span<const Segment> segs, CopyKind kind, void* s,
                  "segment_copy kernel launch");
   }
 #else
-  (void)allow_kernel;  // no kernel on the hip backend: Debian ships no hipcc to build one
+  (void)via;  // no kernel and no batched DMA on the hip backend (Debian ships no hipcc to build a kernel)
 #endif
   for (const Segment& g : segs)
     if (Status st = memcpy_async(g.dst, g.src, g.bytes, kind, s); !st.ok()) return st;
@@ -241,7 +291,9 @@ Status memcpy_batch_async(std::span<const Segment> segs, CopyKind kind, void* s,
 }
 
 const char* fastest_batch_path() noexcept {
-#if defined(KVSTRAND_GPU_CUDA)
+#if defined(KVSTRAND_GPU_CUDA) && CUDART_VERSION >= 12080
+  return "saves: one cudaMemcpyBatchAsync a batch; loads: one gather/scatter kernel launch a batch";
+#elif defined(KVSTRAND_GPU_CUDA)
   return "one gather/scatter kernel launch a batch";
 #else
   return "one hipMemcpyAsync a segment";

@@ -518,7 +518,7 @@ Status memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind
   const Segment g{src, dst, bytes};
   return submit_copy({&g, 1}, kind, s);
 }
-Status memcpy_batch_async(std::span<const Segment> segs, CopyKind kind, void* s, bool /*allow_kernel*/) {
+Status memcpy_batch_async(std::span<const Segment> segs, CopyKind kind, void* s, BatchVia /*via*/) {
   return submit_copy(segs, kind, s);  // one stream operation for the whole batch
 }
 const char* fastest_batch_path() noexcept { return "one sim stream operation a batch"; }

@@ -69,7 +69,11 @@ Status copy_batch(Stream& s, CopyKind kind, std::span<const Segment> segments) {
   }
   std::vector<Segment> merged = coalesce(segments);
   if (merged.empty()) return {};
-  return backend::memcpy_batch_async(merged, kind, s.native(), batch_path() == BatchPath::fastest);
+  const BatchPath p = batch_path();
+  const backend::BatchVia via = p == BatchPath::fastest    ? backend::BatchVia::fastest
+                                : p == BatchPath::dma_batch ? backend::BatchVia::dma_batch
+                                                            : backend::BatchVia::per_segment;
+  return backend::memcpy_batch_async(merged, kind, s.native(), via);
 }
 
 }  // namespace kvstrand::hip
