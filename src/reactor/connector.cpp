@@ -561,26 +561,31 @@ void Connector::submit(std::vector<Op> ops) {
 }
 
 void Connector::add_live(const Op& op) {
-  const Registration& reg = registrations_[op.spec.registration];
+  // Assigned in place: a drained node's string and vectors keep their
+  // capacity, so a warm post allocates nothing.
+  auto fill = [&](TransferKey& k, Uses& u) {
+    k.request.assign(op.spec.request);
+    k.kind = op.kind;
+    k.registration = op.spec.registration;
+    u.registration = op.spec.registration;
+    u.load = op.kind == TransferKind::load;
+    u.blocks.assign(op.spec.blocks.begin(), op.spec.blocks.end());
+    u.slots.clear();
+    any_slot_use(registrations_[op.spec.registration], op.spec, [&](std::int32_t slot) {
+      u.slots.push_back(slot);
+      return false;
+    });
+  };
   if (spare_.empty()) {
-    Uses u{op.spec.registration, op.kind == TransferKind::load, op.spec.blocks, slot_uses(reg, op.spec)};
-    live_.emplace(TransferKey{op.spec.request, op.kind, op.spec.registration}, std::move(u));
+    TransferKey k;
+    Uses u;
+    fill(k, u);
+    live_.emplace(std::move(k), std::move(u));
     return;
   }
   LiveMap::node_type n = std::move(spare_.back());
   spare_.pop_back();
-  n.key().request.assign(op.spec.request);  // within the string's capacity: no allocation
-  n.key().kind = op.kind;
-  n.key().registration = op.spec.registration;
-  Uses& u = n.mapped();
-  u.registration = op.spec.registration;
-  u.load = op.kind == TransferKind::load;
-  u.blocks.assign(op.spec.blocks.begin(), op.spec.blocks.end());
-  u.slots.clear();
-  any_slot_use(reg, op.spec, [&](std::int32_t slot) {
-    u.slots.push_back(slot);
-    return false;
-  });
+  fill(n.key(), n.mapped());
   live_.insert(std::move(n));
 }
 

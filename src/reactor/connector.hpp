@@ -307,7 +307,7 @@ class Connector {
     std::uint32_t registration = 0;
     bool load = false;
     std::vector<kv::BlockId> blocks;
-    std::vector<std::int32_t> slots;  // numbered across state memories (slot_uses)
+    std::vector<std::int32_t> slots;  // numbered across state memories (any_slot_use)
   };
   using LiveMap = std::map<TransferKey, Uses, TransferKeyLess>;
   LiveMap live_;
