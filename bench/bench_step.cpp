@@ -8,15 +8,23 @@
 // that sleep. The same loop with the kvstrand calls replaced by nothing runs
 // first, in the same process, as the baseline; then kvstrand; then kvstrand
 // with its HTTP debug endpoint on and scraped (/metrics and /debug/transfers)
-// every 250 ms by another thread. Last three lines:
+// every 250 ms by another thread. Last four lines:
 //   baseline p50 X p99 Y
 //   step-thread us per step: p50 X p99 Y   (and the difference to baseline)
 //   with the debug endpoint scraped: p50 X p99 Y (ratio to without: ...)
+//   baseline with the copies: p50 X p99 Y; kvstrand above it: ...
 //
 // Each arm also prints the p50 of the engine's own work in the step (its
 // planning before submit()): the same code in every arm, so what it gains
 // in the kvstrand arms is what kvstrand's threads cost it (caches, memory
 // bandwidth, a shared core) rather than its calls.
+//
+// A fourth arm tells those apart: the baseline loop again, with a thread of
+// its own (not kvstrand) copying each step's bytes, one contiguous copy an
+// op, the way the transfers would (device to host for a save, host to
+// device for a load). The step thread only bumps a counter. What the
+// engine's work gains there is what moving those bytes costs it on this
+// machine, with no kvstrand code at all: the floor under the kvstrand arms.
 //
 // usage: bench_step [steps] [--idle-spin US]   (default 10000 steps; the
 //        reactor's idle spin, ConnectorOptions::reactor_idle_spin, default 2000)
@@ -30,13 +38,19 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "hip/device.hpp"
+#include "hip/copy.hpp"
 #include "hip/device_buffer.hpp"
+#include "hip/event.hpp"
+#include "hip/pinned_buffer.hpp"
+#include "hip/stream.hpp"
 #include <kvstrand/chunk_keys.hpp>
 #include <kvstrand/namespace_id.hpp>
 #include "reactor/connector.hpp"
@@ -114,6 +128,62 @@ struct Engine {
   }
 };
 
+// The copies arm's copier: copies each op's bytes (16 blocks of every
+// plane, as the op's transfer moves them) in the order the step thread
+// counted them, and says how many it has finished; between looks it sleeps
+// 50 us, so the step thread never waits on it and it never spins. The step
+// thread only stores the op's kind and bumps a counter.
+class Copier {
+ public:
+  static constexpr std::size_t kOpBytes = 16 * 5 * kPlaneBlockBytes;
+
+  explicit Copier(std::size_t max_ops)
+      : stream_(hip::Stream::create().value()),
+        event_(hip::Event::create().value()),
+        host_(hip::PinnedBuffer::allocate(kOpBytes).value()),
+        device_(hip::DeviceBuffer::allocate(kOpBytes).value()),
+        saves_(max_ops),
+        thread_([this] { loop(); }) {}
+  ~Copier() { stop(); }
+  void stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  void post(bool save) {
+    const std::size_t n = posted_.load(std::memory_order_relaxed);
+    saves_[n] = save;
+    posted_.store(n + 1, std::memory_order_release);
+  }
+  std::size_t done() const { return done_.load(std::memory_order_acquire); }
+
+ private:
+  void loop() {
+    std::size_t done = 0;
+    while (!stop_) {
+      const std::size_t posted = posted_.load(std::memory_order_acquire);
+      if (posted == done) {
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+        continue;
+      }
+      for (; done < posted; ++done)
+        (void)(saves_[done] ? hip::copy_d2h(stream_, host_.data(), device_.data(), kOpBytes)
+                            : hip::copy_h2d(stream_, device_.data(), host_.data(), kOpBytes));
+      (void)event_.record(stream_);
+      (void)event_.synchronize();
+      done_.store(done, std::memory_order_release);
+    }
+  }
+
+  hip::Stream stream_;
+  hip::Event event_;
+  hip::PinnedBuffer host_;
+  hip::DeviceBuffer device_;
+  std::vector<char> saves_;  // per op, in posting order: a save (else a load)
+  std::atomic<std::size_t> posted_{0}, done_{0};
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
 // One HTTP GET over a fresh connection; the response is read and dropped.
 void scrape(std::uint16_t port, const char* path) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -152,9 +222,12 @@ int main(int argc, char** argv) {
   std::vector<hip::DeviceBuffer> planes;
   for (int p = 0; p < 5; ++p) planes.push_back(hip::DeviceBuffer::allocate(pool_blocks * kPlaneBlockBytes).value());
 
-  auto run = [&](bool with_kvstrand, bool with_http = false) {
+  auto run = [&](bool with_kvstrand, bool with_http = false, bool with_copies = false) {
     Engine engine;
     std::unique_ptr<reactor::Connector> conn;
+    std::optional<Copier> copier;
+    if (with_copies) copier.emplace(static_cast<std::size_t>(steps) * kRequests);
+    std::deque<reactor::TransferOutcome> copying;  // posted to the copier, in order
     std::atomic<bool> done{false};
     std::thread scraper;
     if (with_kvstrand) {
@@ -192,6 +265,22 @@ int main(int argc, char** argv) {
         finished_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - s1).count());
         completed += f.saves.size() + f.loads.size();
         engine.settle(f);
+      } else if (copier) {
+        // The copies arm: an op completes when the copier has moved its bytes.
+        for (auto& op : ops) {
+          reactor::TransferOutcome o;
+          o.request = op.spec.request;
+          o.kind = op.kind;
+          o.ok = true;
+          copying.push_back(std::move(o));
+          copier->post(op.kind == reactor::TransferKind::save);
+        }
+        reactor::Finished f;
+        for (const std::size_t done = copier->done(); completed < done; ++completed) {
+          (copying.front().kind == reactor::TransferKind::save ? f.saves : f.loads).push_back(std::move(copying.front()));
+          copying.pop_front();
+        }
+        engine.settle(f);
       } else {
         // Baseline: everything posted completes at once, with no kvstrand call.
         reactor::Finished f;
@@ -208,13 +297,19 @@ int main(int argc, char** argv) {
       us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
       std::this_thread::sleep_for(std::chrono::microseconds(200));  // the forward pass
       if (step % 2000 == 1999)
-        std::fprintf(stderr, "  %s: step %d of %d\n", with_kvstrand ? "kvstrand" : "baseline", step + 1, steps);
+        std::fprintf(stderr, "  %s: step %d of %d\n", with_kvstrand ? "kvstrand" : with_copies ? "copies" : "baseline", step + 1,
+                   steps);
     }
     done = true;
     if (scraper.joinable()) scraper.join();
     if (conn) conn->close();
+    if (copier) copier->stop();
     std::printf("  %s: %zu transfers posted, %zu completed\n",
-                with_http ? "kvstrand + debug endpoint" : with_kvstrand ? "kvstrand" : "baseline", posted, completed);
+                with_http      ? "kvstrand + debug endpoint"
+                : with_kvstrand ? "kvstrand"
+                : with_copies   ? "baseline with the copies"
+                                : "baseline",
+                posted, completed);
     std::printf("    the engine's own planning p50 %.2f us\n", pct(plan_us, 0.5));
     if (conn)  // where the step's kvstrand time goes
       std::printf("    of which submit() p50 %.2f p99 %.2f us, finished() p50 %.2f p99 %.2f us\n", pct(submit_us, 0.5),
@@ -227,10 +322,14 @@ int main(int argc, char** argv) {
   const auto base = run(false);
   const auto kvs = run(true);
   const auto web = run(true, true);
+  const auto copies = run(false, false, true);
   std::printf("baseline p50 %.2f p99 %.2f\n", pct(base, 0.5), pct(base, 0.99));
   std::printf("step-thread us per step: p50 %.2f p99 %.2f (above baseline: p50 %.2f p99 %.2f)\n", pct(kvs, 0.5),
               pct(kvs, 0.99), pct(kvs, 0.5) - pct(base, 0.5), pct(kvs, 0.99) - pct(base, 0.99));
   std::printf("with the debug endpoint scraped every 250 ms: p50 %.2f p99 %.2f (ratio to without: p50 %.3f, p99 %.3f)\n",
               pct(web, 0.5), pct(web, 0.99), pct(web, 0.5) / pct(kvs, 0.5), pct(web, 0.99) / pct(kvs, 0.99));
+  std::printf("baseline with the copies (a thread of its own moves each step's bytes): p50 %.2f p99 %.2f; "
+              "kvstrand above it: p50 %.2f p99 %.2f\n",
+              pct(copies, 0.5), pct(copies, 0.99), pct(kvs, 0.5) - pct(copies, 0.5), pct(kvs, 0.99) - pct(copies, 0.99));
   return 0;
 }
