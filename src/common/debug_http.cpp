@@ -1,4 +1,5 @@
 #include "common/log_escaped.hpp"
+#include "common/await_codes.hpp"
 #include "common/debug_http.hpp"
 
 #include "common/accept_backoff.hpp"
@@ -21,7 +22,6 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
-const auto kAwait = asio::as_tuple(asio::use_awaitable);  // awaited ops complete with error codes
 
 std::optional<kv::ConfigError> validate(const HttpOptions& o) {
   boost::system::error_code ec;

@@ -5,13 +5,13 @@
 namespace kvstrand::proto {
 
 namespace {
-constexpr std::uint32_t kMagic = 0x484c564b;  // "KVLH"
+constexpr std::uint32_t kHandoffMagic = 0x484c564b;  // "KVLH"
 constexpr std::uint8_t kVersion = 1;
 }  // namespace
 
 std::vector<std::byte> encode_lease_handoff(const LeaseHandoff& h) {
   wire::Writer w;
-  w.u32(kMagic);
+  w.u32(kHandoffMagic);
   w.u8(kVersion);
   w.u64(h.lease);
   w.u32(static_cast<std::uint32_t>(h.keys.size()));
@@ -21,7 +21,7 @@ std::vector<std::byte> encode_lease_handoff(const LeaseHandoff& h) {
 
 common::Expected<LeaseHandoff> decode_lease_handoff(std::span<const std::byte> bytes) {
   wire::Reader r(bytes);
-  if (r.u32() != kMagic || !r.ok()) {
+  if (r.u32() != kHandoffMagic || !r.ok()) {
     return common::unexpected("not a kvstrand lease handoff");
   }
   if (const std::uint8_t v = r.u8(); v != kVersion) {

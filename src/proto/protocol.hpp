@@ -188,6 +188,9 @@ struct Reply {
   Payload payload;      // meaningful when status is ok
 };
 
+// A reply refusing a request: its status and, for a person, why.
+inline Reply fail(Status s, std::string message) { return Reply{s, std::move(message), Empty{}}; }
+
 // `major`: the header's version. A refused_version reply carries the
 // client's own, so a client of another major version can read it.
 std::vector<std::byte> encode_reply(Type type, std::uint64_t request_id, const Reply& r, std::uint8_t major = kMajor);

@@ -1,4 +1,5 @@
 #include "common/log_escaped.hpp"
+#include "common/await_codes.hpp"
 #include "reactor/remote_index.hpp"
 
 #include <spdlog/spdlog.h>
@@ -28,7 +29,7 @@ using namespace proto;
 using common::LogEscaped;
 
 namespace {
-const auto kAwait = asio::as_tuple(asio::use_awaitable);  // awaited ops complete with error codes
+using common::kAwait;
 
 std::error_code to_error(Status s) {
   switch (s) {

@@ -1,4 +1,5 @@
 #include "server/disk_tier.hpp"
+#include "common/await_codes.hpp"
 
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
@@ -33,7 +34,7 @@ namespace asio = boost::asio;
 
 namespace {
 
-const auto kAwait = asio::as_tuple(asio::use_awaitable);
+using common::kAwait;
 using tier::get_field;
 using tier::put_field;
 

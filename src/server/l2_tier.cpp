@@ -1,4 +1,5 @@
 #include "server/l2_tier.hpp"
+#include "common/await_codes.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -24,7 +25,7 @@ namespace {
 constexpr tier::Owner kL2Owner = std::numeric_limits<tier::Owner>::max();
 // Objects per pipelined SET batch.
 constexpr std::size_t kWriteBatch = 16;
-const auto kAwait = asio::as_tuple(asio::use_awaitable);
+using common::kAwait;
 }  // namespace
 
 struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {

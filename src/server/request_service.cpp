@@ -7,10 +7,6 @@ namespace kvstrand::server {
 
 using namespace proto;
 
-namespace {
-Reply fail(Status s, std::string message) { return Reply{s, std::move(message), Empty{}}; }
-}  // namespace
-
 RequestService::RequestService(ServiceRules rules, ServerFacts facts, tier::SizeClasses& classes, Committed committed)
     : rules_(rules), facts_(std::move(facts)), classes_(classes), committed_(std::move(committed)) {}
 

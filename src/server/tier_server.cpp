@@ -1,4 +1,5 @@
 #include "common/log_escaped.hpp"
+#include "common/await_codes.hpp"
 #include "server/tier_server.hpp"
 #include "server/debug_routes.hpp"
 #include "server/request_service.hpp"
@@ -65,9 +66,7 @@ using common::Strand;
 
 namespace {
 
-const auto kAwait = asio::as_tuple(asio::use_awaitable);  // awaited ops complete with error codes
-
-Reply fail(Status s, std::string message) { return Reply{s, std::move(message), Empty{}}; }
+using common::kAwait;
 
 int pidfd_open(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
 
