@@ -20,9 +20,10 @@
 // bandwidth, a shared core) rather than its calls.
 //
 // A fourth arm tells those apart: the baseline loop again, with a thread of
-// its own (not kvstrand) copying each step's bytes, one contiguous copy an
-// op, the way the transfers would (device to host for a save, host to
-// device for a load). The step thread only bumps a counter. What the
+// its own (not kvstrand) copying each op's bytes the way its transfer
+// would (device to host for a save, host to device for a load, between the
+// op's blocks and a host area the tier's size). The step thread only bumps
+// a counter. What the
 // engine's work gains there is what moving those bytes costs it on this
 // machine, with no kvstrand code at all: the floor under the kvstrand arms.
 //
@@ -65,6 +66,7 @@ namespace {
 constexpr int kRequests = 16;
 constexpr std::uint32_t kBlocksPerRequest = 32;  // two chunks of 16 blocks
 constexpr std::uint64_t kPlaneBlockBytes = 4096;
+constexpr std::size_t kTierBytes = 256ull << 20;  // the kvstrand arms' tier; the copies arm's host area
 
 struct Engine {
   kv::Layout layout;
@@ -128,37 +130,40 @@ struct Engine {
   }
 };
 
-// The copies arm's copier: copies each op's bytes (16 blocks of every
-// plane, as the op's transfer moves them) in the order the step thread
-// counted them, and says how many it has finished; between looks it sleeps
-// 50 us, so the step thread never waits on it and it never spins. The step
-// thread only stores the op's kind and bumps a counter.
+// The copies arm's copier: moves each op's bytes as its transfer would,
+// between the op's own blocks of every plane (16 consecutive blocks a
+// plane: one copy a plane) and the next 320 KiB of a pinned host area as
+// large as the kvstrand arms' tier (a ring), so the caches see the same
+// addresses and footprint; in the order the step thread counted the ops,
+// saying how many it has finished. Between looks it sleeps 50 us, so the
+// step thread never waits on it and it never spins. The step thread only
+// stores the op's kind and first block and bumps a counter.
 class Copier {
  public:
-  static constexpr std::size_t kOpBytes = 16 * 5 * kPlaneBlockBytes;
-
-  explicit Copier(std::size_t max_ops)
+  Copier(std::size_t max_ops, std::vector<std::byte*> planes, std::size_t host_bytes)
       : stream_(hip::Stream::create().value()),
         event_(hip::Event::create().value()),
-        host_(hip::PinnedBuffer::allocate(kOpBytes).value()),
-        device_(hip::DeviceBuffer::allocate(kOpBytes).value()),
-        saves_(max_ops),
+        host_(hip::PinnedBuffer::allocate(host_bytes).value()),
+        planes_(std::move(planes)),
+        ops_(max_ops),
         thread_([this] { loop(); }) {}
   ~Copier() { stop(); }
   void stop() {
     stop_ = true;
     if (thread_.joinable()) thread_.join();
   }
-  void post(bool save) {
+  void post(bool save, std::uint32_t first_block) {
     const std::size_t n = posted_.load(std::memory_order_relaxed);
-    saves_[n] = save;
+    ops_[n] = {save, first_block};
     posted_.store(n + 1, std::memory_order_release);
   }
   std::size_t done() const { return done_.load(std::memory_order_acquire); }
 
  private:
+  static constexpr std::size_t kPlaneBytes = 16 * kPlaneBlockBytes;  // one op's blocks of one plane
+
   void loop() {
-    std::size_t done = 0;
+    std::size_t done = 0, at = 0;
     while (!stop_) {
       const std::size_t posted = posted_.load(std::memory_order_acquire);
       if (posted == done) {
@@ -166,19 +171,28 @@ class Copier {
         continue;
       }
       for (; done < posted; ++done)
-        (void)(saves_[done] ? hip::copy_d2h(stream_, host_.data(), device_.data(), kOpBytes)
-                            : hip::copy_h2d(stream_, device_.data(), host_.data(), kOpBytes));
+        for (std::byte* plane : planes_) {
+          if (at + kPlaneBytes > host_.size()) at = 0;
+          std::byte* dev = plane + ops_[done].first_block * kPlaneBlockBytes;
+          (void)(ops_[done].save ? hip::copy_d2h(stream_, host_.data() + at, dev, kPlaneBytes)
+                                 : hip::copy_h2d(stream_, dev, host_.data() + at, kPlaneBytes));
+          at += kPlaneBytes;
+        }
       (void)event_.record(stream_);
       (void)event_.synchronize();
       done_.store(done, std::memory_order_release);
     }
   }
 
+  struct PostedOp {
+    bool save = false;
+    std::uint32_t first_block = 0;
+  };
   hip::Stream stream_;
   hip::Event event_;
   hip::PinnedBuffer host_;
-  hip::DeviceBuffer device_;
-  std::vector<char> saves_;  // per op, in posting order: a save (else a load)
+  std::vector<std::byte*> planes_;
+  std::vector<PostedOp> ops_;  // in posting order
   std::atomic<std::size_t> posted_{0}, done_{0};
   std::atomic<bool> stop_{false};
   std::thread thread_;
@@ -226,13 +240,17 @@ int main(int argc, char** argv) {
     Engine engine;
     std::unique_ptr<reactor::Connector> conn;
     std::optional<Copier> copier;
-    if (with_copies) copier.emplace(static_cast<std::size_t>(steps) * kRequests);
+    if (with_copies) {
+      std::vector<std::byte*> plane_ptrs;
+      for (auto& p : planes) plane_ptrs.push_back(p.data());
+      copier.emplace(static_cast<std::size_t>(steps) * kRequests, std::move(plane_ptrs), kTierBytes);
+    }
     std::deque<reactor::TransferOutcome> copying;  // posted to the copier, in order
     std::atomic<bool> done{false};
     std::thread scraper;
     if (with_kvstrand) {
       reactor::ConnectorOptions opts;
-      opts.tier_bytes = 256ull << 20;
+      opts.tier_bytes = kTierBytes;
       opts.reactor_idle_spin = idle_spin;
       if (with_http) opts.http = common::HttpOptions{};
       conn = std::make_unique<reactor::Connector>(opts);
@@ -273,7 +291,7 @@ int main(int argc, char** argv) {
           o.kind = op.kind;
           o.ok = true;
           copying.push_back(std::move(o));
-          copier->post(op.kind == reactor::TransferKind::save);
+          copier->post(op.kind == reactor::TransferKind::save, op.spec.blocks.front());
         }
         reactor::Finished f;
         for (const std::size_t done = copier->done(); completed < done; ++completed) {
