@@ -1,8 +1,8 @@
 #include "common/log_escaped.hpp"
-#include "common/await_codes.hpp"
 #include "common/debug_http.hpp"
 
 #include "common/accept_backoff.hpp"
+#include "common/await_codes.hpp"
 
 #include <spdlog/spdlog.h>
 

@@ -1,6 +1,7 @@
 #include "common/log_escaped.hpp"
-#include "common/await_codes.hpp"
 #include "reactor/remote_index.hpp"
+
+#include "common/await_codes.hpp"
 
 #include <spdlog/spdlog.h>
 #include <sys/mman.h>
