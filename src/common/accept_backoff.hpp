@@ -11,15 +11,14 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/use_awaitable.hpp>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
 
+#include "common/await_codes.hpp"
 #include "common/strand.hpp"
 
 namespace kvstrand::common {
@@ -44,7 +43,7 @@ class AcceptBackoff {
       delay_ = std::min<std::chrono::milliseconds>(delay_ * 2, std::chrono::seconds(1));
     }
     timer_.expires_after(delay_);
-    co_await timer_.async_wait(boost::asio::as_tuple(boost::asio::use_awaitable));
+    co_await timer_.async_wait(kAwait);
   }
   void succeeded() { delay_ = std::chrono::milliseconds(0); }
   void cancel() { timer_.cancel(); }

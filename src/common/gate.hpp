@@ -7,16 +7,15 @@
 // owner); closing before the owner goes is what makes that true.
 #pragma once
 
-#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/use_awaitable.hpp>
 #include <chrono>
 #include <cstddef>
 #include <exception>
 #include <utility>
 
+#include "common/await_codes.hpp"
 #include "common/strand.hpp"
 
 namespace kvstrand::common {
@@ -51,7 +50,7 @@ class Gate {
     const auto until = std::chrono::steady_clock::now() + bound;
     while (inside_ != 0 && std::chrono::steady_clock::now() < until) {
       emptied_.expires_at(until);
-      co_await emptied_.async_wait(boost::asio::as_tuple(boost::asio::use_awaitable));  // cancelled by leave()
+      co_await emptied_.async_wait(kAwait);  // cancelled by leave()
     }
     co_return inside_ == 0;
   }

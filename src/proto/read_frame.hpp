@@ -5,16 +5,15 @@
 // includers' (the rest of src/proto does no I/O).
 #pragma once
 
-#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/read.hpp>
-#include <boost/asio/use_awaitable.hpp>
 #include <algorithm>
 #include <array>
 #include <cstddef>
 #include <vector>
 
+#include "common/await_codes.hpp"
 #include "proto/protocol.hpp"
 
 namespace kvstrand::proto {
@@ -31,17 +30,16 @@ struct ReadFrame {
 // Completes with what happened, never by throwing.
 template <class Stream>
 boost::asio::awaitable<ReadFrame> read_frame(Stream& s, std::uint32_t max_body) {
-  const auto await = boost::asio::as_tuple(boost::asio::use_awaitable);
   ReadFrame f;
   std::array<std::byte, kHeaderBytes> head{};
-  auto [ec, n] = co_await boost::asio::async_read(s, boost::asio::buffer(head), await);
+  auto [ec, n] = co_await boost::asio::async_read(s, boost::asio::buffer(head), common::kAwait);
   if ((f.io = ec)) co_return f;
   if ((f.header = decode_header(head, max_body, &f.h)) != HeaderError::none) co_return f;
   while (f.body.size() < f.h.body_bytes) {
     const std::size_t at = f.body.size();
     f.body.resize(at + std::min<std::size_t>(kBodyPiece, f.h.body_bytes - at));
     auto [e, got] = co_await boost::asio::async_read(s, boost::asio::buffer(f.body.data() + at, f.body.size() - at),
-                                                     await);
+                                                     common::kAwait);
     if ((f.io = e)) co_return f;
   }
   co_return f;

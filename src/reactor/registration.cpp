@@ -138,15 +138,6 @@ std::uint32_t state_slot_count(const Registration& reg) {
   return n;
 }
 
-std::vector<std::int32_t> slot_uses(const Registration& reg, const kv::TransferSpec& s) {
-  std::vector<std::int32_t> out;
-  any_slot_use(reg, s, [&](std::int32_t slot) {
-    out.push_back(slot);
-    return false;
-  });
-  return out;
-}
-
 std::uint32_t images_of(const Registration& reg, const kv::TransferSpec& s) {
   if (!s.with_state) return 0;
   std::uint32_t n = 0;

@@ -44,7 +44,6 @@ bool any_slot_use(const Registration& reg, const kv::TransferSpec& s, F&& f) {
   }
   return false;
 }
-std::vector<std::int32_t> slot_uses(const Registration& reg, const kv::TransferSpec& s);
 // Images the spec moves (chunks with a slot named, each in every memory).
 std::uint32_t images_of(const Registration& reg, const kv::TransferSpec& s);
 

@@ -215,7 +215,7 @@ struct TierServer::Impl {
     while (growing() && !s->closed && classes->room(*idx) < idx->absent(r.keys) && Clock::now() < until) {
       asio::steady_timer t(strand, until);
       slab_waiters.push_back(&t);
-      co_await t.async_wait(asio::as_tuple(asio::use_awaitable));  // cancelled by the next slab, or expired
+      co_await t.async_wait(kAwait);  // cancelled by the next slab, or expired
       std::erase(slab_waiters, &t);
     }
   }
