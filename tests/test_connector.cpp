@@ -726,7 +726,15 @@ TEST_CASE("F18: the step thread never waits on the reactor unless it asks to", "
   // opens either way).
   std::promise<void> unblock;
   std::shared_future<void> gate = unblock.get_future().share();
-  asio::post(rig.conn->reactor().strand(), [gate] { gate.wait(); });
+  // The step starts only once the reactor is inside the gate: a handler
+  // queued before it (the poller's idle spin) would otherwise drain the
+  // step's submissions and answer them first.
+  std::promise<void> inside;
+  asio::post(rig.conn->reactor().strand(), [gate, &inside] {
+    inside.set_value();
+    gate.wait();
+  });
+  inside.get_future().wait();
   std::atomic<std::size_t> saves_seen{0};
   std::atomic<bool> other_seen{false};
   auto step = std::async(std::launch::async, [&] {
