@@ -254,6 +254,8 @@ TEST_CASE("connector: a stored key is not rewritten", "[reactor][gpu]") {
   rig.conn->save(rig.save_spec("b", 5, 0, 1, src));  // same key, other bytes
   auto f = rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); });
   REQUIRE(f.saves[0].ok);
+  REQUIRE(f.saves[0].request == "b");
+  REQUIRE(f.saves[0].blocks == src);  // a save's outcome names its source blocks
   rig.conn->load(rig.load_spec("c", 5, 0, 1, Rig::block_range(10, 4), 0));
   f = rig.wait_for([](const reactor::Finished& f) { return !f.loads.empty(); });
   REQUIRE(f.loads[0].ok);
@@ -417,6 +419,8 @@ TEST_CASE("F23 and F13: a retrieve that never completes ends at its deadline, fa
   auto live = rig.conn->transfers();
   REQUIRE(live.size() == 1);
   REQUIRE(live[0].past_deadline);  // still shown: its copy never ended
+  REQUIRE(live[0].request == "a");   // with what it names: its outcome took a copy of the spec
+  REQUIRE(live[0].bytes > 0);
   require_ok(hip::sim::release_stream(rig.tier->load_stream()));
 }
 

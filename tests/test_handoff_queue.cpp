@@ -68,7 +68,7 @@ TEST_CASE("handoff queue: items reach the strand in order, across wrap-around, a
           "[handoff]") {
   StrandThread s({});
   std::vector<int> seen;  // written on the strand only
-  auto q = std::make_shared<HandoffQueue<std::vector<int>>>(3, s.poller, [&](std::vector<int> v) {
+  auto q = std::make_shared<HandoffQueue<std::vector<int>>>(3, s.poller, [&](std::vector<int>& v) {
     seen.insert(seen.end(), v.begin(), v.end());
   });
   // Not registered with the poller yet: nothing takes the items.
@@ -95,13 +95,43 @@ TEST_CASE("handoff queue: items reach the strand in order, across wrap-around, a
   REQUIRE(seen == std::vector<int>{0, 1, 2, 3, 99, 100, 5, 6, 7, 8, 9, 10});
 }
 
+TEST_CASE("handoff queue: what the consumer leaves of an item is freed by the producer, and a poll inside consume takes nothing",
+          "[handoff]") {
+  StrandThread s({});
+  // Records the thread that destroys it: an item allocated by the producer
+  // must be freed there too, not on the strand.
+  struct Tracked {
+    std::thread::id* freed_on;
+    ~Tracked() { *freed_on = std::this_thread::get_id(); }
+  };
+  std::thread::id freed_on{};
+  std::vector<int> nested;  // written on the strand only
+  std::shared_ptr<HandoffQueue<std::unique_ptr<Tracked>>> q;
+  q = std::make_shared<HandoffQueue<std::unique_ptr<Tracked>>>(2, s.poller, [&](std::unique_ptr<Tracked>& t) {
+    // The item being consumed is not handed out again; it is looked at, not taken.
+    nested.push_back(q->poll() ? 1 : t == nullptr ? 2 : 0);
+  });
+  std::unique_ptr<Tracked> item(new Tracked{&freed_on});
+  REQUIRE(q->push(item));
+  s.on_strand([&] { q->poll(); });
+  REQUIRE(nested == std::vector<int>{0});
+  REQUIRE(freed_on == std::thread::id{});  // still in its slot, on neither thread's books
+  for (int i = 0; i < 2; ++i) {  // the second push lands in the first item's slot
+    item = nullptr;
+    REQUIRE(q->push(item));
+  }
+  REQUIRE(freed_on == std::this_thread::get_id());
+  s.on_strand([&] { q->poll(); });
+  REQUIRE(nested == std::vector<int>{0, 2, 2});
+}
+
 TEST_CASE("handoff queue: sleep() refuses while an item waits, and a push to a sleeping queue wakes the poller",
           "[handoff]") {
   reactor::PollerOptions o;
   o.idle_spin = 0us;  // the poller sleeps as soon as it is idle: every push after that must wake it
   StrandThread s(o);
   std::atomic<int> taken{0};
-  auto q = std::make_shared<HandoffQueue<int>>(8, s.poller, [&](int) { ++taken; });
+  auto q = std::make_shared<HandoffQueue<int>>(8, s.poller, [&](int&) { ++taken; });
   int item = 1;
   REQUIRE(q->push(item));
   bool slept_with_item = true, slept_empty = false;
@@ -130,7 +160,7 @@ TEST_CASE("handoff queue: a producer racing the poller's sleeps loses nothing an
   StrandThread s(o);
   std::vector<int> seen;
   std::atomic<std::size_t> count{0};
-  auto q = std::make_shared<HandoffQueue<int>>(16, s.poller, [&](int v) {
+  auto q = std::make_shared<HandoffQueue<int>>(16, s.poller, [&](int& v) {
     seen.push_back(v);
     count.store(seen.size());
   });
@@ -163,7 +193,7 @@ TEST_CASE("handoff queue: an idle poller stops spinning after idle_spin, and a p
   o.idle_spin = 2ms;
   StrandThread s(o);
   std::atomic<int> taken{0};
-  auto q = std::make_shared<HandoffQueue<int>>(4, s.poller, [&](int) { ++taken; });
+  auto q = std::make_shared<HandoffQueue<int>>(4, s.poller, [&](int&) { ++taken; });
   s.on_strand([&] { s.poller.add_source(q); });
   int item = 0;
   REQUIRE(q->push(item));

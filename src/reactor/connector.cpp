@@ -105,7 +105,7 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
         // Core outlives every tick that polls the queue: the poller drops it
         // when the reactor stops, before the Connector lets Core go.
         submissions(std::make_shared<HandoffQueue<std::vector<Op>>>(kSubmissionSlots, r.poller(),
-                                                                   [this](std::vector<Op> ops) {
+                                                                   [this](std::vector<Op>& ops) {
                                                                      for (Op& op : ops) start(std::move(op));
                                                                    })) {}
 
@@ -207,7 +207,7 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
     t.state = ec ? TransferState::failed : TransferState::done;
     t.error = ec;
     transfers.erase(t.id);  // the entry owns the deadline timer: erasing it cancels it
-    deliver(t);
+    deliver(t, true);
   }
 
   void deadline_passed(std::uint64_t id) {
@@ -223,7 +223,7 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
     set_fail_stop(TransferErrc::deadline_exceeded, what);
     stuck[id] = t;
     transfers.erase(it);
-    deliver(*t);
+    deliver(*t, false);
   }
 
   void set_fail_stop(std::error_code code, const std::string& what) {
@@ -251,27 +251,31 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
            std::uint64_t{images_of(regs[t.spec.registration], t.spec)} * l.checkpoint.image_bytes;
   }
 
-  void deliver(const Transfer& t) {
+  // `spent`: nothing reads the transfer's spec after this (it ended by
+  // itself and is gone from `transfers`), so the spec goes back to the
+  // engine's thread whole. Otherwise (a deadline or close gave up on it: its
+  // copy may still run, and `stuck` keeps it) a copy goes.
+  void deliver(Transfer& t, bool spent) {
     metrics.transfer_ended(t.kind, t.error, bytes_of(t), std::chrono::duration<double>(Clock::now() - t.posted).count());
-    TransferOutcome o;
-    o.request = t.spec.request;
-    o.kind = t.kind;
-    o.registration = t.spec.registration;
-    o.ok = t.state == TransferState::done;
-    o.error = t.error;
-    o.reason = t.reason;
-    o.tokens = t.spec.tokens;
-    if (t.kind == TransferKind::load && !o.ok) o.blocks = t.spec.blocks;
+    auto r = live_per_request.find(t.spec.request);
+    if (r != live_per_request.end() && --r->second == 0) live_per_request.erase(r);
+    TransferEnd e;
+    e.kind = t.kind;
+    e.ok = t.state == TransferState::done;
+    e.error = t.error;
     // A save frees its source blocks once its copy out of them is known to
     // have ended (done, failed, or never queued). Never after a deadline
     // failure or a shutdown that cut the wait short: the copy may still run.
-    const bool source_safe = t.kind == TransferKind::save && t.error != TransferErrc::deadline_exceeded &&
-                             t.error != std::errc::operation_canceled;
-    if (t.kind == TransferKind::save) o.blocks = t.spec.blocks;
-    mailbox->push(std::move(o));
-    if (source_safe) mailbox->push(SourceSafe{t.spec.request, t.spec.registration, t.spec.blocks});
-    auto r = live_per_request.find(t.spec.request);
-    if (r != live_per_request.end() && --r->second == 0) live_per_request.erase(r);
+    e.source_safe = t.kind == TransferKind::save && t.error != TransferErrc::deadline_exceeded &&
+                    t.error != std::errc::operation_canceled;
+    if (spent) {
+      e.reason = std::move(t.reason);
+      e.spec = std::move(t.spec);
+    } else {
+      e.reason = t.reason;
+      e.spec = t.spec;
+    }
+    mailbox->push(std::move(e));
     check_fences();
   }
 
@@ -349,7 +353,7 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
                              " ms on transfers still live (kept as stuck, their memory left alone):" + names;
     spdlog::error("{}", what);
     set_fail_stop(TransferErrc::deadline_exceeded, what);
-    for (const auto& t : abandoned) deliver(*t);
+    for (const auto& t : abandoned) deliver(*t, false);
     check_fences();
   }
 
@@ -821,7 +825,34 @@ Finished Connector::finished() {
   if (!mailbox_->pending()) return Finished{};
   CallTimer timed(step_calls_.get());
   raise_fail_stop();
-  Finished f = mailbox_->drain();
+  mailbox_->drain(drained_);
+  Finished f;
+  std::size_t saves = 0, safe = 0;
+  for (const TransferEnd& e : drained_.ends) {
+    saves += e.kind == TransferKind::save;
+    safe += e.source_safe;
+  }
+  f.saves.reserve(saves);  // each vector allocated once
+  f.loads.reserve(drained_.ends.size() - saves);
+  f.source_safe.reserve(safe);
+  for (TransferEnd& e : drained_.ends) {
+    TransferOutcome o;
+    o.kind = e.kind;
+    o.registration = e.spec.registration;
+    o.ok = e.ok;
+    o.error = e.error;
+    o.reason = std::move(e.reason);
+    o.tokens = e.spec.tokens;
+    if (e.source_safe) f.source_safe.push_back(SourceSafe{e.spec.request, e.spec.registration, e.spec.blocks});
+    // A save's outcome names its blocks; a failed load's, the blocks it
+    // would have written.
+    if (e.kind == TransferKind::save || !e.ok) o.blocks = std::move(e.spec.blocks);
+    o.request = std::move(e.spec.request);
+    (e.kind == TransferKind::save ? f.saves : f.loads).push_back(std::move(o));
+  }
+  drained_.ends.clear();  // what is left of the specs is freed here, where the engine made it
+  f.lookups = std::move(drained_.lookups);
+  drained_.lookups.clear();
   forget_drained(f);
   return f;
 }

@@ -297,6 +297,7 @@ class Connector {
   std::unique_ptr<DebugHttp> http_;
   std::shared_ptr<Core> core_;
   std::shared_ptr<Mailbox> mailbox_;
+  Drained drained_;  // finished()'s, reused: its vectors trade places with the mailbox's
   // Engine-thread state: what this thread posted and has not yet drained.
   std::vector<Registration> registrations_;
   // Every transfer posted and not yet drained from finished(), with the

@@ -13,6 +13,12 @@
 // other, so an item is never left in a ring nobody polls (a wake-up posted
 // for an item already taken costs one idle tick).
 //
+// An item is consumed where it lies, by reference, and left in its slot:
+// what the consumer does not take (a vector's buffer, moved-from members)
+// is freed by the producer's next push into that slot, on the thread that
+// allocated it. Memory freed on the other thread is what made the engine's
+// own allocations slower beside kvstrand (docs/PERFORMANCE.md).
+//
 // Items the strand must see before anything else the engine thread posts
 // (a fence must cover every transfer submitted before it): every such post
 // calls poll() first, on the strand.
@@ -32,7 +38,7 @@ template <class T>
 class HandoffQueue final : public PollSource {
  public:
   // `capacity` is rounded up to a power of two.
-  HandoffQueue(std::size_t capacity, Poller& poller, std::function<void(T)> consume)
+  HandoffQueue(std::size_t capacity, Poller& poller, std::function<void(T&)> consume)
       : slots_(round_up(capacity)), mask_(slots_.size() - 1), poller_(poller), consume_(std::move(consume)) {}
 
   // Producer. False (and `item` untouched) when the ring is full: the caller
@@ -47,16 +53,20 @@ class HandoffQueue final : public PollSource {
     return true;
   }
 
-  // Strand: hands every item pushed so far to `consume`, in order.
+  // Strand: hands every item pushed so far to `consume`, in order. A poll
+  // from inside `consume` finds nothing: the item it is in is not yet
+  // released, and must not be handed out twice.
   bool poll() override {
+    if (polling_) return false;
     std::size_t h = head_.load(std::memory_order_relaxed);
     const std::size_t t = tail_.load(std::memory_order_acquire);
     if (h == t) return false;
+    polling_ = true;
     for (; h != t; ++h) {
-      T item = std::move(slots_[h & mask_]);
+      consume_(slots_[h & mask_]);
       head_.store(h + 1, std::memory_order_release);  // the slot is the producer's again
-      consume_(std::move(item));
     }
+    polling_ = false;
     return true;
   }
 
@@ -83,7 +93,8 @@ class HandoffQueue final : public PollSource {
   std::vector<T> slots_;
   const std::size_t mask_;
   Poller& poller_;
-  std::function<void(T)> consume_;
+  std::function<void(T&)> consume_;
+  bool polling_ = false;  // the strand's only
   // Apart, so the producer's and the strand's stores do not share a line.
   alignas(64) std::atomic<std::size_t> tail_{0};   // written by the producer
   alignas(64) std::atomic<std::size_t> head_{0};   // written by the strand

@@ -15,14 +15,9 @@ std::vector<const TransferOutcome*> Finished::failed_loads() const {
 
 namespace kvstrand::reactor {
 
-void Mailbox::push(TransferOutcome o) {
+void Mailbox::push(TransferEnd e) {
   std::lock_guard lk(m_);
-  (o.kind == TransferKind::save ? pending_.saves : pending_.loads).push_back(std::move(o));
-  pending_flag_.store(true, std::memory_order_release);
-}
-void Mailbox::push(SourceSafe s) {
-  std::lock_guard lk(m_);
-  pending_.source_safe.push_back(std::move(s));
+  pending_.ends.push_back(std::move(e));
   pending_flag_.store(true, std::memory_order_release);
 }
 void Mailbox::push(LookupOutcome l) {
@@ -37,30 +32,51 @@ void Mailbox::set_fail_stop(std::error_code code, std::string what) {
   pending_flag_.store(true, std::memory_order_release);
 }
 
-Finished Mailbox::drain() {
+void Mailbox::drain(Drained& into) {
+  constexpr std::size_t kMaxSpare = 1024;  // bounded: a burst of loads leaves at most this many
   std::lock_guard lk(m_);
-  for (const auto& o : pending_.loads) queued_.erase({o.request, o.registration});
+  for (const TransferEnd& e : pending_.ends) {
+    if (e.kind != TransferKind::load) continue;
+    auto it = queued_.find(TransferKeyView{e.spec.request, TransferKind::load, e.spec.registration});
+    if (it == queued_.end()) continue;
+    it->second.reset();
+    if (spare_queued_.size() < kMaxSpare) spare_queued_.push_back(queued_.extract(it));
+    else queued_.erase(it);
+  }
+  std::swap(pending_.ends, into.ends);
+  std::swap(pending_.lookups, into.lookups);
   pending_flag_.store(fail_.has_value(), std::memory_order_release);
-  return std::exchange(pending_, Finished{});
 }
 
 std::vector<TransferKey> Mailbox::terminal() const {
   std::lock_guard lk(m_);
   std::vector<TransferKey> out;
-  for (const auto& o : pending_.saves) out.push_back({o.request, TransferKind::save, o.registration});
-  for (const auto& o : pending_.loads) out.push_back({o.request, TransferKind::load, o.registration});
+  for (const auto& e : pending_.ends) out.push_back({e.spec.request, e.kind, e.spec.registration});
   return out;
 }
 
 void Mailbox::push_queued(const std::string& request, std::uint32_t registration,
                           std::shared_ptr<const hip::Event> event) {
   std::lock_guard lk(m_);
-  queued_[{request, registration}] = std::move(event);
+  if (auto it = queued_.find(TransferKeyView{request, TransferKind::load, registration}); it != queued_.end()) {
+    it->second = std::move(event);
+    return;
+  }
+  if (spare_queued_.empty()) {
+    queued_.emplace(TransferKey{request, TransferKind::load, registration}, std::move(event));
+    return;
+  }
+  QueuedMap::node_type n = std::move(spare_queued_.back());
+  spare_queued_.pop_back();
+  n.key().request.assign(request);  // the node's string keeps its capacity
+  n.key().registration = registration;
+  n.mapped() = std::move(event);
+  queued_.insert(std::move(n));
 }
 
 std::shared_ptr<const hip::Event> Mailbox::queued(const std::string& request, std::uint32_t registration) const {
   std::lock_guard lk(m_);
-  auto it = queued_.find({request, registration});
+  auto it = queued_.find(TransferKeyView{request, TransferKind::load, registration});
   return it == queued_.end() ? nullptr : it->second;
 }
 

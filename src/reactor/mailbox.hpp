@@ -31,15 +31,40 @@ struct FailStopState {
   std::string what;
 };
 
+// A transfer's end as the strand hands it over. The engine's thread makes
+// the TransferOutcome (and the SourceSafe notice) from it in finished():
+// the spec's memory was allocated on that thread and goes back to it, and
+// the outcome is allocated where the engine frees it. Memory crossing the
+// two threads both ways made the engine's own allocations slower
+// (docs/PERFORMANCE.md, "Step-thread cost").
+struct TransferEnd {
+  TransferKind kind = TransferKind::save;
+  bool ok = false;
+  // A save whose copy out of its blocks is known to have ended (done,
+  // failed, or never queued): its blocks may be reused.
+  bool source_safe = false;
+  std::error_code error;
+  std::string reason;
+  kv::TransferSpec spec;
+};
+
+// What one drain takes: the engine's, reused from call to call so that a
+// drain allocates nothing once warm (the vectors are swapped, not made).
+struct Drained {
+  std::vector<TransferEnd> ends;
+  std::vector<LookupOutcome> lookups;
+};
+
 class Mailbox {
  public:
-  void push(TransferOutcome o);
-  void push(SourceSafe s);
+  void push(TransferEnd e);
   void push(LookupOutcome l);
   // Keeps the first fail-stop: later ones are consequences of it.
   void set_fail_stop(std::error_code code, std::string what);
 
-  Finished drain();
+  // Swaps what is pending into `into`, whose vectors must be empty (their
+  // capacity is what the strand pushes into next).
+  void drain(Drained& into);
   // Whether drain() would return anything, or a fail-stop is set: one
   // atomic load, no lock (a push racing it is seen by the next call).
   bool pending() const noexcept { return pending_flag_.load(std::memory_order_acquire); }
@@ -57,10 +82,15 @@ class Mailbox {
  private:
   mutable std::mutex m_;
   std::atomic<bool> pending_flag_{false};
-  std::atomic<bool> failed_{false};  // written under m_, once fail_ is set  // written under m_: pending_ is not empty, or fail_ is set
-  Finished pending_;
+  std::atomic<bool> failed_{false};  // written under m_, once fail_ is set
+  Drained pending_;  // pending_flag_: written under m_, true while this is not empty or fail_ is set
   std::optional<FailStopState> fail_;
-  std::map<std::pair<std::string, std::uint32_t>, std::shared_ptr<const hip::Event>> queued_;
+  // Keyed by request and registration (kind: always load). A drained load's
+  // node is kept for the next push_queued, up to a bound: the strand makes
+  // them and the engine's thread ends them.
+  using QueuedMap = std::map<TransferKey, std::shared_ptr<const hip::Event>, TransferKeyLess>;
+  QueuedMap queued_;
+  std::vector<QueuedMap::node_type> spare_queued_;
 };
 
 }  // namespace kvstrand::reactor
