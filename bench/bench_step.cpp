@@ -27,9 +27,19 @@
 // engine's work gains there is what moving those bytes costs it on this
 // machine, with no kvstrand code at all: the floor under the kvstrand arms.
 //
-// usage: bench_step [steps] [--idle-spin US]   (default 10000 steps; the
-//        reactor's idle spin, ConnectorOptions::reactor_idle_spin, default 2000)
+// Each arm prints how often the step thread woke on another CPU than the
+// step before (it never does on an idle machine: what kvstrand costs the
+// engine's code is not a migration). With --pin CPU the step thread runs on
+// that CPU only, in every arm; kvstrand's threads are left where the
+// scheduler puts them (on the machines measured, beside it: the strand then
+// reads what the step thread wrote from the same core's caches).
+//
+// usage: bench_step [steps] [--idle-spin US] [--pin CPU]   (default 10000
+//        steps; the reactor's idle spin, ConnectorOptions::reactor_idle_spin,
+//        default 2000; no pinning)
 #include <arpa/inet.h>
+#include <pthread.h>
+#include <sched.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -215,15 +225,32 @@ void scrape(std::uint16_t port, const char* path) {
   ::close(fd);
 }
 
+// Runs `make` with this thread allowed every CPU, then restores its own
+// mask: threads it starts inherit the mask they were made with.
+template <class Make>
+auto with_all_cpus(Make make) {
+  cpu_set_t mine, all;
+  pthread_getaffinity_np(pthread_self(), sizeof mine, &mine);
+  CPU_ZERO(&all);
+  for (int c = 0; c < CPU_SETSIZE; ++c) CPU_SET(c, &all);
+  pthread_setaffinity_np(pthread_self(), sizeof all, &all);
+  auto made = make();
+  pthread_setaffinity_np(pthread_self(), sizeof mine, &mine);
+  return made;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int steps = 10000;
   std::chrono::microseconds idle_spin = kvstrand::ConnectorOptions{}.reactor_idle_spin;
+  int pin = -1;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--idle-spin" && i + 1 < argc)
       idle_spin = std::chrono::microseconds(std::atol(argv[++i]));
+    else if (a == "--pin" && i + 1 < argc)
+      pin = std::atoi(argv[++i]);
     else
       steps = std::max(100, std::atoi(argv[i]));
   }
@@ -232,6 +259,18 @@ int main(int argc, char** argv) {
     return 1;
   }
   (void)hip::select_device(0);
+  if (pin >= 0) {
+    // After the device's own threads exist, so they keep every CPU; each
+    // arm's kvstrand threads are made by this thread and inherit the pin,
+    // so it is undone around their creation (run()).
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(pin, &one);
+    if (pthread_setaffinity_np(pthread_self(), sizeof one, &one) != 0) {
+      std::fprintf(stderr, "bench_step: cannot pin to CPU %d\n", pin);
+      return 1;
+    }
+  }
   const std::uint32_t pool_blocks = kRequests * kBlocksPerRequest + 16 * 16;
   std::vector<hip::DeviceBuffer> planes;
   for (int p = 0; p < 5; ++p) planes.push_back(hip::DeviceBuffer::allocate(pool_blocks * kPlaneBlockBytes).value());
@@ -243,7 +282,10 @@ int main(int argc, char** argv) {
     if (with_copies) {
       std::vector<std::byte*> plane_ptrs;
       for (auto& p : planes) plane_ptrs.push_back(p.data());
-      copier.emplace(static_cast<std::size_t>(steps) * kRequests, std::move(plane_ptrs), kTierBytes);
+      with_all_cpus([&] {
+        copier.emplace(static_cast<std::size_t>(steps) * kRequests, std::move(plane_ptrs), kTierBytes);
+        return 0;
+      });
     }
     std::deque<reactor::TransferOutcome> copying;  // posted to the copier, in order
     std::atomic<bool> done{false};
@@ -253,7 +295,7 @@ int main(int argc, char** argv) {
       opts.tier_bytes = kTierBytes;
       opts.reactor_idle_spin = idle_spin;
       if (with_http) opts.http = common::HttpOptions{};
-      conn = std::make_unique<reactor::Connector>(opts);
+      conn = with_all_cpus([&] { return std::make_unique<reactor::Connector>(opts); });
       if (with_http)
         scraper = std::thread([&done, port = conn->http_port()] {
           while (!done) {
@@ -268,8 +310,13 @@ int main(int argc, char** argv) {
       conn->register_layout(reg);
     }
     std::vector<double> us, submit_us, finished_us, plan_us;
-    std::size_t posted = 0, completed = 0;
+    std::size_t posted = 0, completed = 0, moved = 0;
+    int cpu = sched_getcpu();
     for (int step = 0; step < steps; ++step) {
+      if (const int now = sched_getcpu(); now != cpu) {  // before the clock: not timed
+        ++moved;
+        cpu = now;
+      }
       const auto t0 = Clock::now();
       auto ops = engine.plan_step();
       plan_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
@@ -328,15 +375,18 @@ int main(int argc, char** argv) {
                 : with_copies   ? "baseline with the copies"
                                 : "baseline",
                 posted, completed);
-    std::printf("    the engine's own planning p50 %.2f us\n", pct(plan_us, 0.5));
+    std::printf("    the engine's own planning p50 %.2f us; the step thread woke on another CPU in %.1f %% of steps\n",
+                pct(plan_us, 0.5), 100.0 * static_cast<double>(moved) / steps);
     if (conn)  // where the step's kvstrand time goes
       std::printf("    of which submit() p50 %.2f p99 %.2f us, finished() p50 %.2f p99 %.2f us\n", pct(submit_us, 0.5),
                   pct(submit_us, 0.99), pct(finished_us, 0.5), pct(finished_us, 0.99));
     return us;
   };
 
-  std::printf("bench_step: backend %s, %d requests, %d steps, 200 us forward pass between steps, reactor idle spin %lld us\n",
-              hip::backend_name(), kRequests, steps, static_cast<long long>(idle_spin.count()));
+  std::printf("bench_step: backend %s, %d requests, %d steps, 200 us forward pass between steps, reactor idle spin %lld us, "
+              "step thread %s\n",
+              hip::backend_name(), kRequests, steps, static_cast<long long>(idle_spin.count()),
+              pin >= 0 ? ("pinned to CPU " + std::to_string(pin)).c_str() : "not pinned");
   const auto base = run(false);
   const auto kvs = run(true);
   const auto web = run(true, true);
