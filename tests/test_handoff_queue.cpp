@@ -95,11 +95,11 @@ TEST_CASE("handoff queue: items reach the strand in order, across wrap-around, a
   REQUIRE(seen == std::vector<int>{0, 1, 2, 3, 99, 100, 5, 6, 7, 8, 9, 10});
 }
 
-TEST_CASE("handoff queue: what the consumer leaves of an item is freed by the producer, and a poll inside consume takes nothing",
+TEST_CASE("handoff queue: a consumed item goes back to the producer, and a poll inside consume takes nothing",
           "[handoff]") {
   StrandThread s({});
-  // Records the thread that destroys it: an item allocated by the producer
-  // must be freed there too, not on the strand.
+  // Records the thread that destroys it: an item made by the producer must
+  // be freed there too, not on the strand.
   struct Tracked {
     std::thread::id* freed_on;
     ~Tracked() { *freed_on = std::this_thread::get_id(); }
@@ -111,15 +111,19 @@ TEST_CASE("handoff queue: what the consumer leaves of an item is freed by the pr
     // The item being consumed is not handed out again; it is looked at, not taken.
     nested.push_back(q->poll() ? 1 : t == nullptr ? 2 : 0);
   });
-  std::unique_ptr<Tracked> item(new Tracked{&freed_on});
+  Tracked* first = new Tracked{&freed_on};
+  std::unique_ptr<Tracked> item(first);
   REQUIRE(q->push(item));
+  REQUIRE(item == nullptr);  // the slot held nothing before
   s.on_strand([&] { q->poll(); });
   REQUIRE(nested == std::vector<int>{0});
   REQUIRE(freed_on == std::thread::id{});  // still in its slot, on neither thread's books
-  for (int i = 0; i < 2; ++i) {  // the second push lands in the first item's slot
-    item = nullptr;
-    REQUIRE(q->push(item));
-  }
+  std::unique_ptr<Tracked> other;
+  REQUIRE(q->push(other));
+  REQUIRE(q->push(item));      // lands in the first item's slot...
+  REQUIRE(item.get() == first);  // ...and hands the first item back
+  REQUIRE(freed_on == std::thread::id{});
+  item.reset();
   REQUIRE(freed_on == std::this_thread::get_id());
   s.on_strand([&] { q->poll(); });
   REQUIRE(nested == std::vector<int>{0, 2, 2});

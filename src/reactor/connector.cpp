@@ -104,25 +104,26 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
       : reactor(r), tier(std::move(t)), mailbox(std::move(m)), deadline(d), gate(r.strand()),
         // Core outlives every tick that polls the queue: the poller drops it
         // when the reactor stops, before the Connector lets Core go.
-        submissions(std::make_shared<HandoffQueue<std::vector<Op>>>(kSubmissionSlots, r.poller(),
-                                                                   [this](std::vector<Op>& ops) {
-                                                                     for (Op& op : ops) start(std::move(op));
-                                                                   })) {}
+        submissions(std::make_shared<HandoffQueue<std::vector<Posted>>>(kSubmissionSlots, r.poller(),
+                                                                       [this](std::vector<Posted>& batch) {
+                                                                         for (const Posted& p : batch) start(p);
+                                                                       })) {}
 
   // Batches of submit() not yet taken by the strand; more wait in posts.
   static constexpr std::size_t kSubmissionSlots = 256;
 
-  void start(Op op) {
+  void start(const Posted& p) {
     auto t = std::make_shared<Transfer>();
     t->id = next_id++;
-    t->kind = op.kind;
-    t->spec = std::move(op.spec);
-    t->producer = std::move(op.producer);
+    t->kind = p.kind;
+    t->engine_spec = p.spec;
+    t->spec = p.spec;
+    t->producer = p.producer;
     if (t->kind == TransferKind::load) {
       if ((t->queued_event = queued_event())) {
         // The mailbox, not Core: a stuck transfer is kept (by Core) for good,
         // and must not keep Core alive in turn.
-        t->on_queued = [mailbox = mailbox, request = t->spec.request, reg = t->spec.registration,
+        t->on_queued = [mailbox = mailbox, request = t->spec->request, reg = t->spec->registration,
                         ev = t->queued_event] { mailbox->push_queued(request, reg, ev); };
       }
     }
@@ -134,7 +135,7 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
     live.deadline->async_wait([self = shared_from_this(), id = t->id](const boost::system::error_code& ec) {
       if (!ec) self->deadline_passed(id);
     });
-    ++live_per_request[t->spec.request];
+    ++live_per_request[t->spec->request];
     // An exception escaping the transfer's coroutine fails that transfer
     // with its cause; nothing is left waiting for a deadline.
     auto escaped = [self = shared_from_this(), t](std::exception_ptr e) {
@@ -185,7 +186,7 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
       // after them (Connector::order_after_load).
       if (t->queued_event && t->queued_event->record(stream).ok() && t->on_queued) t->on_queued();
     };
-    TierJob job{t->spec, t->deadline, std::move(queued), [t] { return !t->terminal(); }};
+    TierJob job{*t->spec, t->deadline, std::move(queued), [t] { return !t->terminal(); }};
     // (One co_await a statement: GCC 12 destroys a conditional's awaited
     // temporaries twice.)
     TierOutcome o;
@@ -207,23 +208,24 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
     t.state = ec ? TransferState::failed : TransferState::done;
     t.error = ec;
     transfers.erase(t.id);  // the entry owns the deadline timer: erasing it cancels it
-    deliver(t, true);
+    deliver(t);
   }
 
   void deadline_passed(std::uint64_t id) {
     auto it = transfers.find(id);
     if (it == transfers.end()) return;
     std::shared_ptr<Transfer> t = it->second.t;
-    const std::string what = std::string("kvstrand: ") + to_string(t->kind) + " of request '" + t->spec.request +
+    const std::string what = std::string("kvstrand: ") + to_string(t->kind) + " of request '" + t->spec->request +
                              "' (transfer " + std::to_string(id) + ") passed its " +
                              std::to_string(deadline.count()) + " ms deadline while " + to_string(t->state);
     t->state = TransferState::failed;
     t->error = TransferErrc::deadline_exceeded;
     t->reason = what;
     set_fail_stop(TransferErrc::deadline_exceeded, what);
+    t->keep();  // its copy may still run: /debug/transfers and close() still name it
     stuck[id] = t;
     transfers.erase(it);
-    deliver(*t, false);
+    deliver(*t);
   }
 
   void set_fail_stop(std::error_code code, const std::string& what) {
@@ -245,19 +247,18 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
 
   // Bytes a transfer moves: its blocks, and the images it carries.
   std::uint64_t bytes_of(const Transfer& t) const {
-    if (t.spec.registration >= regs.size()) return 0;
-    const kv::Layout& l = regs[t.spec.registration].layout;
-    return t.spec.blocks.size() * l.bytes_per_block() +
-           std::uint64_t{images_of(regs[t.spec.registration], t.spec)} * l.checkpoint.image_bytes;
+    if (t.spec->registration >= regs.size()) return 0;
+    const kv::Layout& l = regs[t.spec->registration].layout;
+    return t.spec->blocks.size() * l.bytes_per_block() +
+           std::uint64_t{images_of(regs[t.spec->registration], *t.spec)} * l.checkpoint.image_bytes;
   }
 
-  // `spent`: nothing reads the transfer's spec after this (it ended by
-  // itself and is gone from `transfers`), so the spec goes back to the
-  // engine's thread whole. Otherwise (a deadline or close gave up on it: its
-  // copy may still run, and `stuck` keeps it) a copy goes.
-  void deliver(Transfer& t, bool spent) {
+  // Hands the transfer's end to the engine's thread. Nothing here reads the
+  // engine's spec after the push: the engine may free it from then on (a
+  // transfer that stays, stuck, reads its own copy: keep()).
+  void deliver(Transfer& t) {
     metrics.transfer_ended(t.kind, t.error, bytes_of(t), std::chrono::duration<double>(Clock::now() - t.posted).count());
-    auto r = live_per_request.find(t.spec.request);
+    auto r = live_per_request.find(t.spec->request);
     if (r != live_per_request.end() && --r->second == 0) live_per_request.erase(r);
     TransferEnd e;
     e.kind = t.kind;
@@ -268,13 +269,8 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
     // failure or a shutdown that cut the wait short: the copy may still run.
     e.source_safe = t.kind == TransferKind::save && t.error != TransferErrc::deadline_exceeded &&
                     t.error != std::errc::operation_canceled;
-    if (spent) {
-      e.reason = std::move(t.reason);
-      e.spec = std::move(t.spec);
-    } else {
-      e.reason = t.reason;
-      e.spec = t.spec;
-    }
+    e.reason = t.reason;
+    e.spec = t.engine_spec;
     mailbox->push(std::move(e));
     check_fences();
   }
@@ -319,8 +315,8 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
       std::string what = "kvstrand: fence timed out after " + std::to_string(timeout.count()) +
                          " ms with transfers still live:";
       for (const auto& [tid, live] : transfers)
-        if (it->requests.contains(live.t->spec.request))
-          what += " " + std::to_string(tid) + " (" + to_string(live.t->kind) + " of '" + live.t->spec.request +
+        if (it->requests.contains(live.t->spec->request))
+          what += " " + std::to_string(tid) + " (" + to_string(live.t->kind) + " of '" + live.t->spec->request +
                   "', " + to_string(live.t->state) + ")";
       set_fail_stop(TransferErrc::fence_timeout, what);
       Handler h = std::move(it->handler);
@@ -340,12 +336,13 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
     std::vector<std::shared_ptr<Transfer>> abandoned;
     for (auto& [tid, live] : transfers) abandoned.push_back(live.t);
     for (const auto& t : abandoned) {
-      names += " " + std::to_string(t->id) + " (" + to_string(t->kind) + " of '" + t->spec.request + "', " +
+      names += " " + std::to_string(t->id) + " (" + to_string(t->kind) + " of '" + t->spec->request + "', " +
                to_string(t->state) + ")";
       t->state = TransferState::failed;
       t->error = TransferErrc::deadline_exceeded;
       t->reason = "kvstrand: close() abandoned it after " + std::to_string(bound.count()) +
                   " ms: its copy was never seen to end";
+      t->keep();
       stuck[t->id] = t;
       transfers.erase(t->id);
     }
@@ -353,7 +350,7 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
                              " ms on transfers still live (kept as stuck, their memory left alone):" + names;
     spdlog::error("{}", what);
     set_fail_stop(TransferErrc::deadline_exceeded, what);
-    for (const auto& t : abandoned) deliver(*t, false);
+    for (const auto& t : abandoned) deliver(*t);
     check_fences();
   }
 
@@ -365,7 +362,7 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
     auto add = [&](const Transfer& t, bool past) {
       TransferInfo i;
       i.id = t.id;
-      i.request = t.spec.request;
+      i.request = t.spec->request;
       i.kind = t.kind;
       i.state = t.state;
       i.age = std::chrono::duration_cast<std::chrono::microseconds>(now - t.posted);
@@ -390,7 +387,7 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
   // The engine thread's submit()s, taken on every poller tick. Everything
   // else the engine thread posts polls it first (post_after_submissions):
   // the strand sees the engine's calls in the order they were made.
-  std::shared_ptr<HandoffQueue<std::vector<Op>>> submissions;
+  std::shared_ptr<HandoffQueue<std::vector<Posted>>> submissions;
   std::deque<Registration> regs;  // by id; a deque: tiers keep pointers to them
   hip::SharedEvents queued_events;
   std::uint64_t next_id = 1;
@@ -551,46 +548,50 @@ void Connector::submit(std::vector<Op> ops) {
     forget_uses(mailbox_->terminal());
     if (claim(ops)) throw TransferRefused(TransferErrc::blocks_in_use, *refusal);
   }
-  for (const Op& op : ops) {
-    add_live(op);
+  posting_.clear();  // what the ring handed back last time: its capacity is reused
+  for (Op& op : ops) {
     // A load naming a lease ends it: no other load, export or release may.
     if (op.kind == TransferKind::load && op.spec.tier_lease != 0) leases_held_.erase(op.spec.tier_lease);
+    posting_.push_back(add_live(op));
   }
   // The common case: into the ring, which an awake strand takes on its next
   // tick (no lock, no wake-up). A full ring: a post, after the ring.
-  if (!core_->submissions->push(ops))
-    post_after_submissions([core = core_, ops = std::move(ops)]() mutable {
-      for (Op& op : ops) core->start(std::move(op));
+  if (!core_->submissions->push(posting_))
+    post_after_submissions([core = core_, batch = std::move(posting_)] {
+      for (const Posted& p : batch) core->start(p);
     });
 }
 
-void Connector::add_live(const Op& op) {
-  // Assigned in place: a drained node's string and vectors keep their
-  // capacity, so a warm post allocates nothing.
+Connector::Posted Connector::add_live(Op& op) {
+  // Assigned in place: a drained node's string and slot list keep their
+  // capacity; the spec itself is the engine's, moved in.
   auto fill = [&](TransferKey& k, Uses& u) {
     k.request.assign(op.spec.request);
     k.kind = op.kind;
     k.registration = op.spec.registration;
     u.registration = op.spec.registration;
     u.load = op.kind == TransferKind::load;
-    u.blocks.assign(op.spec.blocks.begin(), op.spec.blocks.end());
+    u.counting = true;
     u.slots.clear();
     any_slot_use(registrations_[op.spec.registration], op.spec, [&](std::int32_t slot) {
       u.slots.push_back(slot);
       return false;
     });
+    u.spec = std::move(op.spec);
   };
+  LiveMap::iterator it;
   if (spare_.empty()) {
     TransferKey k;
     Uses u;
     fill(k, u);
-    live_.emplace(std::move(k), std::move(u));
-    return;
+    it = live_.emplace(std::move(k), std::move(u)).first;
+  } else {
+    LiveMap::node_type n = std::move(spare_.back());
+    spare_.pop_back();
+    fill(n.key(), n.mapped());
+    it = live_.insert(std::move(n)).position;
   }
-  LiveMap::node_type n = std::move(spare_.back());
-  spare_.pop_back();
-  fill(n.key(), n.mapped());
-  live_.insert(std::move(n));
+  return Posted{op.kind, &it->second.spec, std::move(op.producer)};
 }
 
 void Connector::drop_live(LiveMap::iterator it) {
@@ -756,8 +757,9 @@ std::optional<std::string> Connector::conflict(const Op& op) const {
 }
 
 void Connector::count(const Uses& u, int delta) {
+  if (!u.counting) return;
   InUse& in = in_use_[u.registration];
-  for (kv::BlockId b : u.blocks) (u.load ? in.writing : in.reading)[b] += delta;
+  for (kv::BlockId b : u.spec.blocks) (u.load ? in.writing : in.reading)[b] += delta;
   for (std::int32_t s : u.slots) (u.load ? in.writing_slots : in.reading_slots)[s] += delta;
 }
 
@@ -788,21 +790,12 @@ void Connector::forget_uses(const std::vector<TransferKey>& terminal) {
     if (it == live_.end()) continue;
     count(it->second, -1);
     // Terminal: still live for duplicate_transfer until drained, using nothing.
-    it->second.blocks.clear();
-    it->second.slots.clear();
+    it->second.counting = false;
   }
 }
 
 
-void Connector::forget_drained(const Finished& f) {
-  auto ended = [&](const TransferOutcome& o, TransferKind kind) {
-    auto it = live_.find(TransferKeyView{o.request, kind, o.registration});
-    if (it == live_.end()) return;
-    count(it->second, -1);  // a terminal one (forget_uses) counts nothing any more
-    drop_live(it);
-  };
-  for (const auto& o : f.saves) ended(o, TransferKind::save);
-  for (const auto& o : f.loads) ended(o, TransferKind::load);
+void Connector::forget_lookups(const Finished& f) {
   lookups_live_ -= std::min(lookups_live_, f.lookups.size());
   // A lease an answer brought: what it holds, for export_lease.
   for (const auto& l : f.lookups) {
@@ -835,25 +828,31 @@ Finished Connector::finished() {
   f.saves.reserve(saves);  // each vector allocated once
   f.loads.reserve(drained_.ends.size() - saves);
   f.source_safe.reserve(safe);
-  for (TransferEnd& e : drained_.ends) {
+  // Each outcome is made here from the transfer's live entry, whose spec
+  // the end names: this thread's memory, freed (or reused) by this thread.
+  for (const TransferEnd& e : drained_.ends) {
+    auto it = live_.find(TransferKeyView{e.spec->request, e.kind, e.spec->registration});
+    Uses& u = it->second;
     TransferOutcome o;
+    o.request = it->first.request;
     o.kind = e.kind;
-    o.registration = e.spec.registration;
+    o.registration = u.spec.registration;
     o.ok = e.ok;
     o.error = e.error;
-    o.reason = std::move(e.reason);
-    o.tokens = e.spec.tokens;
-    if (e.source_safe) f.source_safe.push_back(SourceSafe{e.spec.request, e.spec.registration, e.spec.blocks});
+    o.reason = e.reason;
+    o.tokens = u.spec.tokens;
+    if (e.source_safe) f.source_safe.push_back(SourceSafe{o.request, o.registration, u.spec.blocks});
     // A save's outcome names its blocks; a failed load's, the blocks it
     // would have written.
-    if (e.kind == TransferKind::save || !e.ok) o.blocks = std::move(e.spec.blocks);
-    o.request = std::move(e.spec.request);
+    count(u, -1);  // a terminal one (forget_uses) counts nothing any more
+    if (e.kind == TransferKind::save || !e.ok) o.blocks = std::move(u.spec.blocks);
     (e.kind == TransferKind::save ? f.saves : f.loads).push_back(std::move(o));
+    drop_live(it);
   }
-  drained_.ends.clear();  // what is left of the specs is freed here, where the engine made it
+  drained_.ends.clear();
   f.lookups = std::move(drained_.lookups);
   drained_.lookups.clear();
-  forget_drained(f);
+  forget_lookups(f);
   return f;
 }
 

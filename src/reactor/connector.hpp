@@ -265,7 +265,7 @@ class Connector {
                                                    std::uint32_t registration, std::uint64_t lease,
                                                    std::vector<kv::ChunkKey> keys);
   std::uint64_t start_lookup(std::uint32_t registration);
-  void forget_drained(const Finished& f);
+  void forget_lookups(const Finished& f);  // what the drained answers settle
   const Registration& registration_of(const kv::TransferSpec& spec) const;
   void check_open_and_registered(std::uint32_t registration) const;
   // Why `op` cannot use its blocks and slots now; none if it can.
@@ -307,7 +307,11 @@ class Connector {
   struct Uses {
     std::uint32_t registration = 0;
     bool load = false;
-    std::vector<kv::BlockId> blocks;
+    bool counting = true;  // its blocks and slots are counted in in_use_ (not once terminal)
+    // The transfer's spec itself, kept here, on this thread: the strand
+    // reads it (Posted) until the transfer's end is handed over, and never
+    // writes it; the outcome is made from it and it is freed here.
+    kv::TransferSpec spec;
     std::vector<std::int32_t> slots;  // numbered across state memories (any_slot_use)
   };
   using LiveMap = std::map<TransferKey, Uses, TransferKeyLess>;
@@ -316,7 +320,14 @@ class Connector {
   // node, its request string and its vectors (no allocation once warm).
   std::vector<LiveMap::node_type> spare_;
   std::vector<TransferKeyView> batch_;  // submit()'s duplicate check, reused
-  void add_live(const Op& op);
+  // Moves the op's spec into its live entry; returns what the ring carries.
+  struct Posted {
+    TransferKind kind = TransferKind::save;
+    const kv::TransferSpec* spec = nullptr;  // in live_: stable until drained
+    std::shared_ptr<const hip::Event> producer;
+  };
+  Posted add_live(Op& op);
+  std::vector<Posted> posting_;  // submit()'s batch for the ring, reused (the ring hands back an old one)
   void drop_live(LiveMap::iterator it);
   // How many live transfers read (a save) or write (a load) each block and
   // image slot, per registration (each group has its own pool): flat

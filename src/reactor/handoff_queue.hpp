@@ -14,10 +14,11 @@
 // for an item already taken costs one idle tick).
 //
 // An item is consumed where it lies, by reference, and left in its slot:
-// what the consumer does not take (a vector's buffer, moved-from members)
-// is freed by the producer's next push into that slot, on the thread that
-// allocated it. Memory freed on the other thread is what made the engine's
-// own allocations slower beside kvstrand (docs/PERFORMANCE.md).
+// the producer's next push into that slot swaps it back out, so what the
+// consumer did not take (a vector's buffer) returns to the thread that
+// allocated it, to be reused or freed there. Memory freed on the other
+// thread is what made the engine's own allocations slower beside kvstrand
+// (docs/PERFORMANCE.md).
 //
 // Items the strand must see before anything else the engine thread posts
 // (a fence must cover every transfer submitted before it): every such post
@@ -41,12 +42,15 @@ class HandoffQueue final : public PollSource {
   HandoffQueue(std::size_t capacity, Poller& poller, std::function<void(T&)> consume)
       : slots_(round_up(capacity)), mask_(slots_.size() - 1), poller_(poller), consume_(std::move(consume)) {}
 
-  // Producer. False (and `item` untouched) when the ring is full: the caller
-  // posts it another way, after a poll() (so order is kept).
+  // Producer. True: `item` is in the ring, and `item` now holds what that
+  // slot held before (a consumed item, or T{}). False (and `item`
+  // untouched) when the ring is full: the caller posts it another way,
+  // after a poll() (so order is kept).
   bool push(T& item) {
     const std::size_t t = tail_.load(std::memory_order_relaxed);
     if (t - head_.load(std::memory_order_acquire) > mask_) return false;
-    slots_[t & mask_] = std::move(item);
+    using std::swap;
+    swap(slots_[t & mask_], item);
     tail_.store(t + 1, std::memory_order_seq_cst);
     if (sleeping_.load(std::memory_order_seq_cst) && sleeping_.exchange(false, std::memory_order_seq_cst))
       poller_.wake();

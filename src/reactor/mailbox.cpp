@@ -37,7 +37,7 @@ void Mailbox::drain(Drained& into) {
   std::lock_guard lk(m_);
   for (const TransferEnd& e : pending_.ends) {
     if (e.kind != TransferKind::load) continue;
-    auto it = queued_.find(TransferKeyView{e.spec.request, TransferKind::load, e.spec.registration});
+    auto it = queued_.find(TransferKeyView{e.spec->request, TransferKind::load, e.spec->registration});
     if (it == queued_.end()) continue;
     it->second.reset();
     if (spare_queued_.size() < kMaxSpare) spare_queued_.push_back(queued_.extract(it));
@@ -51,7 +51,7 @@ void Mailbox::drain(Drained& into) {
 std::vector<TransferKey> Mailbox::terminal() const {
   std::lock_guard lk(m_);
   std::vector<TransferKey> out;
-  for (const auto& e : pending_.ends) out.push_back({e.spec.request, e.kind, e.spec.registration});
+  for (const auto& e : pending_.ends) out.push_back({e.spec->request, e.kind, e.spec->registration});
   return out;
 }
 

@@ -31,12 +31,12 @@ struct FailStopState {
   std::string what;
 };
 
-// A transfer's end as the strand hands it over. The engine's thread makes
-// the TransferOutcome (and the SourceSafe notice) from it in finished():
-// the spec's memory was allocated on that thread and goes back to it, and
-// the outcome is allocated where the engine frees it. Memory crossing the
-// two threads both ways made the engine's own allocations slower
-// (docs/PERFORMANCE.md, "Step-thread cost").
+// A transfer's end as the strand hands it over: a small record naming the
+// engine's own spec. The engine's thread makes the TransferOutcome (and the
+// SourceSafe notice) from its own memory in finished(), and frees it there:
+// the strand never writes, allocates or frees what the engine's thread
+// uses. Memory crossing the two threads made the engine's own code slower
+// beside kvstrand (docs/PERFORMANCE.md, "Step-thread cost").
 struct TransferEnd {
   TransferKind kind = TransferKind::save;
   bool ok = false;
@@ -44,8 +44,8 @@ struct TransferEnd {
   // failed, or never queued): its blocks may be reused.
   bool source_safe = false;
   std::error_code error;
-  std::string reason;
-  kv::TransferSpec spec;
+  std::string reason;  // empty unless it failed
+  const kv::TransferSpec* spec = nullptr;  // the engine's (Transfer::posted): read on the engine's thread only
 };
 
 // What one drain takes: the engine's, reused from call to call so that a

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -54,7 +55,13 @@ struct Transfer {
 
   std::uint64_t id = 0;
   TransferKind kind = TransferKind::save;
-  kv::TransferSpec spec;
+  // The engine's spec, in its thread's memory (Connector's live entry): this
+  // side only reads it, and only until the transfer's end is handed over
+  // (the engine may free it from then on). `spec` is what the strand reads:
+  // `engine_spec`, or, once a transfer is kept past its end (stuck), `kept`.
+  const kv::TransferSpec* engine_spec = nullptr;
+  const kv::TransferSpec* spec = nullptr;
+  std::optional<kv::TransferSpec> kept;
   // The engine's event after the last forward touching these blocks; held
   // until it is seen complete (Connector's producer contract).
   std::shared_ptr<const hip::Event> producer;
@@ -69,6 +76,13 @@ struct Transfer {
   std::string reason;
 
   bool terminal() const noexcept { return state == TransferState::done || state == TransferState::failed; }
+  // Before an end is handed over for a transfer that stays (its copy may
+  // still run): from now on it reads its own copy.
+  void keep() {
+    if (kept) return;
+    kept = *engine_spec;
+    spec = &*kept;
+  }
 };
 
 }  // namespace kvstrand::reactor
