@@ -31,12 +31,11 @@
 // step before (it never does on an idle machine: what kvstrand costs the
 // engine's code is not a migration). With --pin CPU the step thread runs on
 // that CPU only, in every arm; kvstrand's threads are left where the
-// scheduler puts them (on the machines measured, beside it: the strand then
-// reads what the step thread wrote from the same core's caches).
+// scheduler puts them, or, with --kv-cpu CPU, kept on that one.
 //
-// usage: bench_step [steps] [--idle-spin US] [--pin CPU]   (default 10000
-//        steps; the reactor's idle spin, ConnectorOptions::reactor_idle_spin,
-//        default 2000; no pinning)
+// usage: bench_step [steps] [--idle-spin US] [--pin CPU] [--kv-cpu CPU]
+//        (default 10000 steps; the reactor's idle spin,
+//        ConnectorOptions::reactor_idle_spin, default 2000; no pinning)
 #include <arpa/inet.h>
 #include <pthread.h>
 #include <sched.h>
@@ -225,15 +224,17 @@ void scrape(std::uint16_t port, const char* path) {
   ::close(fd);
 }
 
-// Runs `make` with this thread allowed every CPU, then restores its own
-// mask: threads it starts inherit the mask they were made with.
+// Runs `make` with this thread allowed every CPU (or only `cpu`, when not
+// negative), then restores its own mask: threads it starts inherit the
+// mask they were made with.
 template <class Make>
-auto with_all_cpus(Make make) {
-  cpu_set_t mine, all;
+auto on_cpus(int cpu, Make make) {
+  cpu_set_t mine, mask;
   pthread_getaffinity_np(pthread_self(), sizeof mine, &mine);
-  CPU_ZERO(&all);
-  for (int c = 0; c < CPU_SETSIZE; ++c) CPU_SET(c, &all);
-  pthread_setaffinity_np(pthread_self(), sizeof all, &all);
+  CPU_ZERO(&mask);
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (cpu < 0 || c == cpu) CPU_SET(c, &mask);
+  pthread_setaffinity_np(pthread_self(), sizeof mask, &mask);
   auto made = make();
   pthread_setaffinity_np(pthread_self(), sizeof mine, &mine);
   return made;
@@ -244,13 +245,15 @@ auto with_all_cpus(Make make) {
 int main(int argc, char** argv) {
   int steps = 10000;
   std::chrono::microseconds idle_spin = kvstrand::ConnectorOptions{}.reactor_idle_spin;
-  int pin = -1;
+  int pin = -1, kv_cpu = -1;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--idle-spin" && i + 1 < argc)
       idle_spin = std::chrono::microseconds(std::atol(argv[++i]));
     else if (a == "--pin" && i + 1 < argc)
       pin = std::atoi(argv[++i]);
+    else if (a == "--kv-cpu" && i + 1 < argc)
+      kv_cpu = std::atoi(argv[++i]);
     else
       steps = std::max(100, std::atoi(argv[i]));
   }
@@ -261,8 +264,8 @@ int main(int argc, char** argv) {
   (void)hip::select_device(0);
   if (pin >= 0) {
     // After the device's own threads exist, so they keep every CPU; each
-    // arm's kvstrand threads are made by this thread and inherit the pin,
-    // so it is undone around their creation (run()).
+    // arm's kvstrand threads are made by this thread and would inherit the
+    // pin, so it is undone around their creation (run()).
     cpu_set_t one;
     CPU_ZERO(&one);
     CPU_SET(pin, &one);
@@ -282,7 +285,7 @@ int main(int argc, char** argv) {
     if (with_copies) {
       std::vector<std::byte*> plane_ptrs;
       for (auto& p : planes) plane_ptrs.push_back(p.data());
-      with_all_cpus([&] {
+      on_cpus(kv_cpu, [&] {
         copier.emplace(static_cast<std::size_t>(steps) * kRequests, std::move(plane_ptrs), kTierBytes);
         return 0;
       });
@@ -295,7 +298,7 @@ int main(int argc, char** argv) {
       opts.tier_bytes = kTierBytes;
       opts.reactor_idle_spin = idle_spin;
       if (with_http) opts.http = common::HttpOptions{};
-      conn = with_all_cpus([&] { return std::make_unique<reactor::Connector>(opts); });
+      conn = on_cpus(kv_cpu, [&] { return std::make_unique<reactor::Connector>(opts); });
       if (with_http)
         scraper = std::thread([&done, port = conn->http_port()] {
           while (!done) {
@@ -387,6 +390,7 @@ int main(int argc, char** argv) {
               "step thread %s\n",
               hip::backend_name(), kRequests, steps, static_cast<long long>(idle_spin.count()),
               pin >= 0 ? ("pinned to CPU " + std::to_string(pin)).c_str() : "not pinned");
+  if (kv_cpu >= 0) std::printf("kvstrand's threads (and the copies arm's copier) on CPU %d only\n", kv_cpu);
   const auto base = run(false);
   const auto kvs = run(true);
   const auto web = run(true, true);
