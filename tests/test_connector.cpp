@@ -366,6 +366,21 @@ TEST_CASE("connector: the producer event may be recorded again on its stream, an
   REQUIRE(f.saves[0].ok);
 }
 
+TEST_CASE("connector: the producer event is let go once seen complete, not kept by the submission ring",
+          "[reactor][gpu]") {
+  if (!device_present()) return;
+  Rig rig;
+  auto producer = std::make_shared<hip::Event>(must(hip::Event::create()));
+  require_ok(producer->record(rig.engine_stream));
+  rig.conn->save(rig.save_spec("r", 1, 0, 1, Rig::block_range(0, 4)), producer);
+  auto f = rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); });
+  REQUIRE(f.saves[0].ok);
+  // The strand dropped it when it saw it complete; the ring's slot, reused
+  // only after 255 more submits, holds no reference either: an engine that
+  // pools its events sees this one free again.
+  REQUIRE(producer.use_count() == 1);
+}
+
 TEST_CASE("F1: a fence sees a transfer posted just before it, still queued", "[reactor][gpu]") {
   if (!device_present()) return;
   // Submissions reach the strand through a ring it polls: with a reactor

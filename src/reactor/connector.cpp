@@ -106,19 +106,22 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
         // when the reactor stops, before the Connector lets Core go.
         submissions(std::make_shared<HandoffQueue<std::vector<Posted>>>(kSubmissionSlots, r.poller(),
                                                                        [this](std::vector<Posted>& batch) {
-                                                                         for (const Posted& p : batch) start(p);
+                                                                         for (Posted& p : batch) start(p);
                                                                        })) {}
 
   // Batches of submit() not yet taken by the strand; more wait in posts.
   static constexpr std::size_t kSubmissionSlots = 256;
 
-  void start(const Posted& p) {
+  // The batch stays in the ring's slot for the engine's thread to reuse;
+  // only the producer's reference is taken out, so that the engine's event
+  // is released once seen complete, not when the slot comes round again.
+  void start(Posted& p) {
     auto t = std::make_shared<Transfer>();
     t->id = next_id++;
     t->kind = p.kind;
     t->engine_spec = p.spec;
     t->spec = p.spec;
-    t->producer = p.producer;
+    t->producer = std::move(p.producer);
     if (t->kind == TransferKind::load) {
       if ((t->queued_event = queued_event())) {
         // The mailbox, not Core: a stuck transfer is kept (by Core) for good,
@@ -557,8 +560,8 @@ void Connector::submit(std::vector<Op> ops) {
   // The common case: into the ring, which an awake strand takes on its next
   // tick (no lock, no wake-up). A full ring: a post, after the ring.
   if (!core_->submissions->push(posting_))
-    post_after_submissions([core = core_, batch = std::move(posting_)] {
-      for (const Posted& p : batch) core->start(p);
+    post_after_submissions([core = core_, batch = std::move(posting_)]() mutable {
+      for (Posted& p : batch) core->start(p);
     });
 }
 
@@ -831,6 +834,7 @@ Finished Connector::finished() {
   // Each outcome is made here from the transfer's live entry, whose spec
   // the end names: this thread's memory, freed (or reused) by this thread.
   for (const TransferEnd& e : drained_.ends) {
+    // Always there: an entry is dropped only here, once its end is drained.
     auto it = live_.find(TransferKeyView{e.spec->request, e.kind, e.spec->registration});
     Uses& u = it->second;
     TransferOutcome o;

@@ -1,6 +1,6 @@
 // The one place the reactor strand hands results to the engine's thread.
 //
-// The strand pushes outcomes as transfers become terminal; the step thread
+// The strand pushes transfers' ends (and lookup answers) as they come; the step thread
 // drains them in finished() without waiting for the reactor. A mutex guards
 // this handoff only (values, not transfer state): it is the boundary between
 // the two threads, like the strand's own queue in the other direction.
@@ -63,7 +63,8 @@ class Mailbox {
   void set_fail_stop(std::error_code code, std::string what);
 
   // Swaps what is pending into `into`, whose vectors must be empty (their
-  // capacity is what the strand pushes into next).
+  // capacity is what the strand pushes into next). This and terminal() run
+  // on the engine's thread only: they read the specs the ends name.
   void drain(Drained& into);
   // Whether drain() would return anything, or a fail-stop is set: one
   // atomic load, no lock (a push racing it is seen by the next call).
