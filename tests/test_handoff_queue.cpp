@@ -2,6 +2,7 @@
 // takes on every tick, which wakes a sleeping poller and loses nothing.
 #include <atomic>
 #include <chrono>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -127,6 +128,31 @@ TEST_CASE("handoff queue: a consumed item goes back to the producer, and a poll 
   REQUIRE(freed_on == std::this_thread::get_id());
   s.on_strand([&] { q->poll(); });
   REQUIRE(nested == std::vector<int>{0, 2, 2});
+}
+
+TEST_CASE("handoff queue: a consumer that throws drops that item only, and the queue goes on", "[handoff]") {
+  StrandThread s({});
+  std::vector<int> seen;  // written on the strand only
+  auto q = std::make_shared<HandoffQueue<int>>(4, s.poller, [&](int& v) {
+    if (v == 1) throw std::runtime_error("consumer failed");
+    seen.push_back(v);
+  });
+  for (int v : {0, 1, 2}) REQUIRE(q->push(v));
+  bool threw = false, more = false;
+  s.on_strand([&] {
+    try {
+      q->poll();
+    } catch (const std::runtime_error&) {
+      threw = true;
+    }
+  });
+  s.on_strand([&] { more = q->poll(); });  // 2, not 1 again
+  REQUIRE(threw);
+  REQUIRE(more);
+  int v = 3;
+  REQUIRE(q->push(v));
+  s.on_strand([&] { q->poll(); });
+  REQUIRE(seen == std::vector<int>{0, 2, 3});
 }
 
 TEST_CASE("handoff queue: sleep() refuses while an item waits, and a push to a sleeping queue wakes the poller",

@@ -59,18 +59,27 @@ class HandoffQueue final : public PollSource {
 
   // Strand: hands every item pushed so far to `consume`, in order. A poll
   // from inside `consume` finds nothing: the item it is in is not yet
-  // released, and must not be handed out twice.
+  // released, and must not be handed out twice. An exception from
+  // `consume` leaves poll() with that item dropped (as before it was
+  // handed over) and the queue usable.
   bool poll() override {
     if (polling_) return false;
     std::size_t h = head_.load(std::memory_order_relaxed);
     const std::size_t t = tail_.load(std::memory_order_acquire);
     if (h == t) return false;
     polling_ = true;
+    struct Polling {
+      bool& flag;
+      ~Polling() { flag = false; }
+    } polling{polling_};
     for (; h != t; ++h) {
+      struct Release {  // the slot is the producer's again, consumed or thrown
+        std::atomic<std::size_t>& head;
+        std::size_t next;
+        ~Release() { head.store(next, std::memory_order_release); }
+      } release{head_, h + 1};
       consume_(slots_[h & mask_]);
-      head_.store(h + 1, std::memory_order_release);  // the slot is the producer's again
     }
-    polling_ = false;
     return true;
   }
 

@@ -34,8 +34,7 @@ struct FailStopState {
 // A transfer's end as the strand hands it over: a small record naming the
 // engine's own spec. The engine's thread makes the TransferOutcome (and the
 // SourceSafe notice) from its own memory in finished(), and frees it there:
-// the strand never writes, allocates or frees what the engine's thread
-// uses. Memory crossing the two threads made the engine's own code slower
+// the strand never writes, allocates or frees the engine's specs. Memory crossing the two threads made the engine's own code slower
 // beside kvstrand (docs/PERFORMANCE.md, "Step-thread cost").
 struct TransferEnd {
   TransferKind kind = TransferKind::save;
@@ -45,7 +44,7 @@ struct TransferEnd {
   bool source_safe = false;
   std::error_code error;
   std::string reason;  // empty unless it failed
-  const kv::TransferSpec* spec = nullptr;  // the engine's (Transfer::posted): read on the engine's thread only
+  const kv::TransferSpec* spec = nullptr;  // the engine's (Transfer::engine_spec): read on the engine's thread only
 };
 
 // What one drain takes: the engine's, reused from call to call so that a
