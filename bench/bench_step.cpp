@@ -28,8 +28,9 @@
 // machine, with no kvstrand code at all: the floor under the kvstrand arms.
 //
 // Each arm prints how often the step thread woke on another CPU than the
-// step before (it never does on an idle machine: what kvstrand costs the
-// engine's code is not a migration). With --pin CPU the step thread runs on
+// step before (on the machines measured, in at most 0.1 % of steps with the
+// reactor polling: what kvstrand costs the engine's code is not a
+// migration). With --pin CPU the step thread runs on
 // that CPU only, in every arm; kvstrand's threads are left where the
 // scheduler puts them, or, with --kv-cpu CPU, kept on that one.
 //

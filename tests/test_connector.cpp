@@ -434,7 +434,7 @@ TEST_CASE("F23 and F13: a retrieve that never completes ends at its deadline, fa
   auto live = rig.conn->transfers();
   REQUIRE(live.size() == 1);
   REQUIRE(live[0].past_deadline);  // still shown: its copy never ended
-  REQUIRE(live[0].request == "a");   // with what it names: its outcome took a copy of the spec
+  REQUIRE(live[0].request == "a");   // with what it names: kept past its end, it reads its own copy of the spec
   REQUIRE(live[0].bytes > 0);
   require_ok(hip::sim::release_stream(rig.tier->load_stream()));
 }
