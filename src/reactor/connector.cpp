@@ -120,13 +120,12 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
     t->id = next_id++;
     t->kind = p.kind;
     t->engine_spec = p.spec;
-    t->spec = p.spec;
     t->producer = std::move(p.producer);
     if (t->kind == TransferKind::load) {
       if ((t->queued_event = queued_event())) {
         // The mailbox, not Core: a stuck transfer is kept (by Core) for good,
         // and must not keep Core alive in turn.
-        t->on_queued = [mailbox = mailbox, request = t->spec->request, reg = t->spec->registration,
+        t->on_queued = [mailbox = mailbox, request = t->spec().request, reg = t->spec().registration,
                         ev = t->queued_event] { mailbox->push_queued(request, reg, ev); };
       }
     }
@@ -138,7 +137,7 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
     live.deadline->async_wait([self = shared_from_this(), id = t->id](const boost::system::error_code& ec) {
       if (!ec) self->deadline_passed(id);
     });
-    ++live_per_request[t->spec->request];
+    ++live_per_request[t->spec().request];
     // An exception escaping the transfer's coroutine fails that transfer
     // with its cause; nothing is left waiting for a deadline.
     auto escaped = [self = shared_from_this(), t](std::exception_ptr e) {
@@ -189,7 +188,7 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
       // after them (Connector::order_after_load).
       if (t->queued_event && t->queued_event->record(stream).ok() && t->on_queued) t->on_queued();
     };
-    TierJob job{*t->spec, t->deadline, std::move(queued), [t] { return !t->terminal(); }};
+    TierJob job{t->spec(), t->deadline, std::move(queued), [t] { return !t->terminal(); }};
     // (One co_await a statement: GCC 12 destroys a conditional's awaited
     // temporaries twice.)
     TierOutcome o;
@@ -218,7 +217,7 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
     auto it = transfers.find(id);
     if (it == transfers.end()) return;
     std::shared_ptr<Transfer> t = it->second.t;
-    const std::string what = std::string("kvstrand: ") + to_string(t->kind) + " of request '" + t->spec->request +
+    const std::string what = std::string("kvstrand: ") + to_string(t->kind) + " of request '" + t->spec().request +
                              "' (transfer " + std::to_string(id) + ") passed its " +
                              std::to_string(deadline.count()) + " ms deadline while " + to_string(t->state);
     t->state = TransferState::failed;
@@ -250,10 +249,11 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
 
   // Bytes a transfer moves: its blocks, and the images it carries.
   std::uint64_t bytes_of(const Transfer& t) const {
-    if (t.spec->registration >= regs.size()) return 0;
-    const kv::Layout& l = regs[t.spec->registration].layout;
-    return t.spec->blocks.size() * l.bytes_per_block() +
-           std::uint64_t{images_of(regs[t.spec->registration], *t.spec)} * l.checkpoint.image_bytes;
+    const kv::TransferSpec& s = t.spec();
+    if (s.registration >= regs.size()) return 0;
+    const kv::Layout& l = regs[s.registration].layout;
+    return s.blocks.size() * l.bytes_per_block() +
+           std::uint64_t{images_of(regs[s.registration], s)} * l.checkpoint.image_bytes;
   }
 
   // Hands the transfer's end to the engine's thread. Nothing here reads the
@@ -261,7 +261,7 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
   // transfer that stays, stuck, reads its own copy: keep()).
   void deliver(Transfer& t) {
     metrics.transfer_ended(t.kind, t.error, bytes_of(t), std::chrono::duration<double>(Clock::now() - t.posted).count());
-    auto r = live_per_request.find(t.spec->request);
+    auto r = live_per_request.find(t.spec().request);
     if (r != live_per_request.end() && --r->second == 0) live_per_request.erase(r);
     TransferEnd e;
     e.kind = t.kind;
@@ -318,8 +318,8 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
       std::string what = "kvstrand: fence timed out after " + std::to_string(timeout.count()) +
                          " ms with transfers still live:";
       for (const auto& [tid, live] : transfers)
-        if (it->requests.contains(live.t->spec->request))
-          what += " " + std::to_string(tid) + " (" + to_string(live.t->kind) + " of '" + live.t->spec->request +
+        if (it->requests.contains(live.t->spec().request))
+          what += " " + std::to_string(tid) + " (" + to_string(live.t->kind) + " of '" + live.t->spec().request +
                   "', " + to_string(live.t->state) + ")";
       set_fail_stop(TransferErrc::fence_timeout, what);
       Handler h = std::move(it->handler);
@@ -339,7 +339,7 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
     std::vector<std::shared_ptr<Transfer>> abandoned;
     for (auto& [tid, live] : transfers) abandoned.push_back(live.t);
     for (const auto& t : abandoned) {
-      names += " " + std::to_string(t->id) + " (" + to_string(t->kind) + " of '" + t->spec->request + "', " +
+      names += " " + std::to_string(t->id) + " (" + to_string(t->kind) + " of '" + t->spec().request + "', " +
                to_string(t->state) + ")";
       t->state = TransferState::failed;
       t->error = TransferErrc::deadline_exceeded;
@@ -365,7 +365,7 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
     auto add = [&](const Transfer& t, bool past) {
       TransferInfo i;
       i.id = t.id;
-      i.request = t.spec->request;
+      i.request = t.spec().request;
       i.kind = t.kind;
       i.state = t.state;
       i.age = std::chrono::duration_cast<std::chrono::microseconds>(now - t.posted);
@@ -566,13 +566,12 @@ void Connector::submit(std::vector<Op> ops) {
 }
 
 Connector::Posted Connector::add_live(Op& op) {
-  // Assigned in place: a drained node's string and slot list keep their
-  // capacity; the spec itself is the engine's, moved in.
-  auto fill = [&](TransferKey& k, Uses& u) {
+  // A drained node's string and slot list keep their capacity; the spec
+  // itself is the engine's, moved in.
+  auto it = spare_.insert(live_, [&](TransferKey& k, Uses& u) {
     k.request.assign(op.spec.request);
     k.kind = op.kind;
     k.registration = op.spec.registration;
-    u.registration = op.spec.registration;
     u.load = op.kind == TransferKind::load;
     u.counting = true;
     u.slots.clear();
@@ -581,29 +580,8 @@ Connector::Posted Connector::add_live(Op& op) {
       return false;
     });
     u.spec = std::move(op.spec);
-  };
-  LiveMap::iterator it;
-  if (spare_.empty()) {
-    TransferKey k;
-    Uses u;
-    fill(k, u);
-    it = live_.emplace(std::move(k), std::move(u)).first;
-  } else {
-    LiveMap::node_type n = std::move(spare_.back());
-    spare_.pop_back();
-    fill(n.key(), n.mapped());
-    it = live_.insert(std::move(n)).position;
-  }
+  });
   return Posted{op.kind, &it->second.spec, std::move(op.producer)};
-}
-
-void Connector::drop_live(LiveMap::iterator it) {
-  // Bounded: a burst of live transfers leaves at most this many behind.
-  constexpr std::size_t kMaxSpare = 1024;
-  if (spare_.size() < kMaxSpare)
-    spare_.push_back(live_.extract(it));
-  else
-    live_.erase(it);
 }
 
 template <class F>
@@ -761,7 +739,7 @@ std::optional<std::string> Connector::conflict(const Op& op) const {
 
 void Connector::count(const Uses& u, int delta) {
   if (!u.counting) return;
-  InUse& in = in_use_[u.registration];
+  InUse& in = in_use_[u.spec.registration];
   for (kv::BlockId b : u.spec.blocks) (u.load ? in.writing : in.reading)[b] += delta;
   for (std::int32_t s : u.slots) (u.load ? in.writing_slots : in.reading_slots)[s] += delta;
 }
@@ -851,7 +829,7 @@ Finished Connector::finished() {
     count(u, -1);  // a terminal one (forget_uses) counts nothing any more
     if (e.kind == TransferKind::save || !e.ok) o.blocks = std::move(u.spec.blocks);
     (e.kind == TransferKind::save ? f.saves : f.loads).push_back(std::move(o));
-    drop_live(it);
+    spare_.erase(live_, it);
   }
   drained_.ends.clear();
   f.lookups = std::move(drained_.lookups);

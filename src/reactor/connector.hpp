@@ -46,6 +46,7 @@
 #include "hip/stream.hpp"
 #include "common/debug_http.hpp"
 #include "reactor/mailbox.hpp"
+#include "reactor/spare_nodes.hpp"
 #include "common/metrics.hpp"
 #include "reactor/reactor.hpp"
 #include "reactor/registration.hpp"
@@ -305,7 +306,6 @@ class Connector {
   // (blocks_in_use). A transfer whose outcome already waits in the mailbox
   // keeps its entry (duplicate_transfer) but uses nothing any more.
   struct Uses {
-    std::uint32_t registration = 0;
     bool load = false;
     bool counting = true;  // its blocks and slots are counted in in_use_ (not once terminal)
     // The transfer's spec itself, kept here, on this thread: the strand
@@ -317,8 +317,8 @@ class Connector {
   using LiveMap = std::map<TransferKey, Uses, TransferKeyLess>;
   LiveMap live_;
   // Entries of live_ drained and kept for the next post: a post reuses a
-  // node, its request string and its vectors (no allocation once warm).
-  std::vector<LiveMap::node_type> spare_;
+  // node, its request string and its slot list.
+  SpareNodes<LiveMap> spare_;
   std::vector<TransferKeyView> batch_;  // submit()'s duplicate check, reused
   // Moves the op's spec into its live entry; returns what the ring carries.
   struct Posted {
@@ -328,7 +328,6 @@ class Connector {
   };
   Posted add_live(Op& op);
   std::vector<Posted> posting_;  // submit()'s batch for the ring, reused (the ring hands back an old one)
-  void drop_live(LiveMap::iterator it);
   // How many live transfers read (a save) or write (a load) each block and
   // image slot, per registration (each group has its own pool): flat
   // counts by id, so a post allocates nothing for them.

@@ -33,15 +33,13 @@ void Mailbox::set_fail_stop(std::error_code code, std::string what) {
 }
 
 void Mailbox::drain(Drained& into) {
-  constexpr std::size_t kMaxSpare = 1024;  // bounded: a burst of loads leaves at most this many
   std::lock_guard lk(m_);
   for (const TransferEnd& e : pending_.ends) {
     if (e.kind != TransferKind::load) continue;
     auto it = queued_.find(TransferKeyView{e.spec->request, TransferKind::load, e.spec->registration});
     if (it == queued_.end()) continue;
     it->second.reset();
-    if (spare_queued_.size() < kMaxSpare) spare_queued_.push_back(queued_.extract(it));
-    else queued_.erase(it);
+    spare_queued_.erase(queued_, it);
   }
   std::swap(pending_.ends, into.ends);
   std::swap(pending_.lookups, into.lookups);
@@ -62,16 +60,12 @@ void Mailbox::push_queued(const std::string& request, std::uint32_t registration
     it->second = std::move(event);
     return;
   }
-  if (spare_queued_.empty()) {
-    queued_.emplace(TransferKey{request, TransferKind::load, registration}, std::move(event));
-    return;
-  }
-  QueuedMap::node_type n = std::move(spare_queued_.back());
-  spare_queued_.pop_back();
-  n.key().request.assign(request);  // the node's string keeps its capacity
-  n.key().registration = registration;
-  n.mapped() = std::move(event);
-  queued_.insert(std::move(n));
+  spare_queued_.insert(queued_, [&](TransferKey& k, std::shared_ptr<const hip::Event>& e) {
+    k.request.assign(request);  // a kept node's string keeps its capacity
+    k.kind = TransferKind::load;
+    k.registration = registration;
+    e = std::move(event);
+  });
 }
 
 std::shared_ptr<const hip::Event> Mailbox::queued(const std::string& request, std::uint32_t registration) const {

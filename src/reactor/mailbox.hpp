@@ -16,6 +16,7 @@
 #include <vector>
 
 #include <kvstrand/finished.hpp>
+#include "reactor/spare_nodes.hpp"
 #include "reactor/transfer.hpp"
 
 namespace kvstrand::reactor {
@@ -90,7 +91,7 @@ class Mailbox {
   // them and the engine's thread ends them.
   using QueuedMap = std::map<TransferKey, std::shared_ptr<const hip::Event>, TransferKeyLess>;
   QueuedMap queued_;
-  std::vector<QueuedMap::node_type> spare_queued_;
+  SpareNodes<QueuedMap> spare_queued_;
 };
 
 }  // namespace kvstrand::reactor

@@ -57,10 +57,9 @@ struct Transfer {
   TransferKind kind = TransferKind::save;
   // The engine's spec, in its thread's memory (Connector's live entry): this
   // side only reads it, and only until the transfer's end is handed over
-  // (the engine may free it from then on). `spec` is what the strand reads:
-  // `engine_spec`, or, once a transfer is kept past its end (stuck), `kept`.
+  // (the engine may free it from then on). A transfer kept past its end
+  // (stuck) reads `kept`, its own copy, instead: spec() says which.
   const kv::TransferSpec* engine_spec = nullptr;
-  const kv::TransferSpec* spec = nullptr;
   std::optional<kv::TransferSpec> kept;
   // The engine's event after the last forward touching these blocks; held
   // until it is seen complete (Connector's producer contract).
@@ -79,10 +78,9 @@ struct Transfer {
   // Before an end is handed over for a transfer that stays (its copy may
   // still run): from now on it reads its own copy.
   void keep() {
-    if (kept) return;
-    kept = *engine_spec;
-    spec = &*kept;
+    if (!kept) kept = *engine_spec;
   }
+  const kv::TransferSpec& spec() const noexcept { return kept ? *kept : *engine_spec; }
 };
 
 }  // namespace kvstrand::reactor
