@@ -37,6 +37,10 @@ struct Node {
       : port(free_port()), srv(flags(url, port, std::move(extra))), ready(srv.ready()), c(srv.socket_path()) {
     REQUIRE(ready);
     eventually([&] { return stats(srv.socket_path()).ready_bytes == 16u << 20; }, "every slab ready");
+    // Until it has the slot map a server serves without L2 (by design: it
+    // never waits for Redis), so a lookup sent sooner would miss. A busy CI
+    // machine once got there first.
+    eventually([&] { return counter("connected") == 1; }, "L2 connected");
     int fd = -1;
     REQUIRE(c.hello(&fd)->status == Status::ok);
     arena.emplace(fd, 16u << 20);
