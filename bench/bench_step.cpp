@@ -8,11 +8,13 @@
 // that sleep. The same loop with the kvstrand calls replaced by nothing runs
 // first, in the same process, as the baseline; then kvstrand; then kvstrand
 // with its HTTP debug endpoint on and scraped (/metrics and /debug/transfers)
-// every 250 ms by another thread. Last four lines:
+// every 250 ms by another thread. Last six lines:
 //   baseline p50 X p99 Y
 //   step-thread us per step: p50 X p99 Y   (and the difference to baseline)
 //   with the debug endpoint scraped: p50 X p99 Y (ratio to without: ...)
 //   baseline with the copies: p50 X p99 Y; kvstrand above it: ...
+//   the handoff floor, the spec read in place: ...; kvstrand above it: ...
+//   the handoff floor, a compact record: ...; kvstrand above it: ...
 //
 // Each arm also prints the p50 of the engine's own work in the step (its
 // planning before submit()): the same code in every arm, so what it gains
@@ -26,6 +28,13 @@
 // a counter. What the
 // engine's work gains there is what moving those bytes costs it on this
 // machine, with no kvstrand code at all: the floor under the kvstrand arms.
+//
+// Two more arms put a floor under the kvstrand arms (handoff_floor.hpp):
+// the baseline loop handing each op to a polling thread of its own and
+// taking its end back through two lock-free rings, nothing else; that
+// thread reads either the engine's spec in place or a compact record the
+// step thread fills. What kvstrand costs above them is its own work and
+// the lines its own memory moves between the cores.
 //
 // Each arm prints how often the step thread woke on another CPU than the
 // step before (on the machines measured, in at most 0.1 % of steps with the
@@ -65,6 +74,7 @@
 #include <kvstrand/chunk_keys.hpp>
 #include <kvstrand/namespace_id.hpp>
 #include "reactor/connector.hpp"
+#include "handoff_floor.hpp"
 #include "percentile.hpp"
 
 using namespace kvstrand;
@@ -279,8 +289,16 @@ int main(int argc, char** argv) {
   std::vector<hip::DeviceBuffer> planes;
   for (int p = 0; p < 5; ++p) planes.push_back(hip::DeviceBuffer::allocate(pool_blocks * kPlaneBlockBytes).value());
 
-  auto run = [&](bool with_kvstrand, bool with_http = false, bool with_copies = false) {
+  using Reads = bench::HandoffFloor::Reads;
+  auto run = [&](bool with_kvstrand, bool with_http = false, bool with_copies = false,
+                 std::optional<Reads> floor = std::nullopt) {
     Engine engine;
+    std::optional<bench::HandoffFloor> handoff;
+    if (floor)
+      on_cpus(kv_cpu, [&] {
+        handoff.emplace(64, *floor);  // 16 requests, a save and a load each at most
+        return 0;
+      });
     std::unique_ptr<reactor::Connector> conn;
     std::optional<Copier> copier;
     if (with_copies) {
@@ -334,6 +352,20 @@ int main(int argc, char** argv) {
         finished_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - s1).count());
         completed += f.saves.size() + f.loads.size();
         engine.settle(f);
+      } else if (handoff) {
+        // The floor arms: each op handed to the other thread and back.
+        for (auto& op : ops) handoff->post(op.kind == reactor::TransferKind::save, std::move(op.spec));
+        reactor::Finished f;
+        handoff->drain([&](bool save, kv::TransferSpec& spec) {
+          reactor::TransferOutcome o;
+          o.request = spec.request;
+          o.kind = save ? reactor::TransferKind::save : reactor::TransferKind::load;
+          o.ok = true;
+          if (o.kind == reactor::TransferKind::save) o.blocks = std::move(spec.blocks);
+          (o.kind == reactor::TransferKind::save ? f.saves : f.loads).push_back(std::move(o));
+        });
+        completed += f.saves.size() + f.loads.size();
+        engine.settle(f);
       } else if (copier) {
         // The copies arm: an op completes when the copier has moved its bytes.
         for (auto& op : ops) {
@@ -366,17 +398,21 @@ int main(int argc, char** argv) {
       us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
       std::this_thread::sleep_for(std::chrono::microseconds(200));  // the forward pass
       if (step % 2000 == 1999)
-        std::fprintf(stderr, "  %s: step %d of %d\n", with_kvstrand ? "kvstrand" : with_copies ? "copies" : "baseline", step + 1,
+        std::fprintf(stderr, "  %s: step %d of %d\n",
+                     with_kvstrand ? "kvstrand" : with_copies ? "copies" : floor ? "floor" : "baseline", step + 1,
                    steps);
     }
     done = true;
     if (scraper.joinable()) scraper.join();
     if (conn) conn->close();
     if (copier) copier->stop();
+    if (handoff) handoff->stop();
     std::printf("  %s: %zu transfers posted, %zu completed\n",
                 with_http      ? "kvstrand + debug endpoint"
                 : with_kvstrand ? "kvstrand"
                 : with_copies   ? "baseline with the copies"
+                : floor         ? (*floor == Reads::compact ? "the handoff floor, a compact record"
+                                                            : "the handoff floor, the spec in place")
                                 : "baseline",
                 posted, completed);
     std::printf("    the engine's own planning p50 %.2f us; the step thread woke on another CPU in %.1f %% of steps\n",
@@ -396,6 +432,8 @@ int main(int argc, char** argv) {
   const auto kvs = run(true);
   const auto web = run(true, true);
   const auto copies = run(false, false, true);
+  const auto in_place = run(false, false, false, Reads::in_place);
+  const auto compact = run(false, false, false, Reads::compact);
   std::printf("baseline p50 %.2f p99 %.2f\n", pct(base, 0.5), pct(base, 0.99));
   std::printf("step-thread us per step: p50 %.2f p99 %.2f (above baseline: p50 %.2f p99 %.2f)\n", pct(kvs, 0.5),
               pct(kvs, 0.99), pct(kvs, 0.5) - pct(base, 0.5), pct(kvs, 0.99) - pct(base, 0.99));
@@ -404,5 +442,11 @@ int main(int argc, char** argv) {
   std::printf("baseline with the copies (a thread of its own moves each step's bytes): p50 %.2f p99 %.2f; "
               "kvstrand above it: p50 %.2f p99 %.2f\n",
               pct(copies, 0.5), pct(copies, 0.99), pct(kvs, 0.5) - pct(copies, 0.5), pct(kvs, 0.99) - pct(copies, 0.99));
+  for (const auto& [floor_us, what] : {std::pair{&in_place, "the spec read in place"}, std::pair{&compact, "a compact record"}})
+    std::printf("the handoff floor, %s (each op to a polling thread of its own and back, nothing else): p50 %.2f "
+                "p99 %.2f (above baseline: p50 %.2f p99 %.2f); kvstrand above it: p50 %.2f p99 %.2f\n",
+                what, pct(*floor_us, 0.5), pct(*floor_us, 0.99), pct(*floor_us, 0.5) - pct(base, 0.5),
+                pct(*floor_us, 0.99) - pct(base, 0.99), pct(kvs, 0.5) - pct(*floor_us, 0.5),
+                pct(kvs, 0.99) - pct(*floor_us, 0.99));
   return 0;
 }
