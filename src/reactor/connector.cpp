@@ -16,6 +16,7 @@
 
 #include "reactor/connector_metrics.hpp"
 #include "reactor/handoff_queue.hpp"
+#include "reactor/packed_spec.hpp"
 #include "common/debug_page.hpp"
 #include "reactor/local_tier.hpp"
 #include "reactor/node_tier.hpp"
@@ -119,6 +120,7 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
     auto t = std::make_shared<Transfer>();
     t->id = next_id++;
     t->kind = p.kind;
+    t->own = unpack(p.packed);  // what the strand reads of the engine's memory, once
     t->engine_spec = p.spec;
     t->producer = std::move(p.producer);
     if (t->kind == TransferKind::load) {
@@ -224,7 +226,6 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
     t->error = TransferErrc::deadline_exceeded;
     t->reason = what;
     set_fail_stop(TransferErrc::deadline_exceeded, what);
-    t->keep();  // its copy may still run: /debug/transfers and close() still name it
     stuck[id] = t;
     transfers.erase(it);
     deliver(*t);
@@ -256,9 +257,8 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
            std::uint64_t{images_of(regs[s.registration], s)} * l.checkpoint.image_bytes;
   }
 
-  // Hands the transfer's end to the engine's thread. Nothing here reads the
-  // engine's spec after the push: the engine may free it from then on (a
-  // transfer that stays, stuck, reads its own copy: keep()).
+  // Hands the transfer's end to the engine's thread, which frees or reuses
+  // its entry from then on (the strand reads only its own spec).
   void deliver(Transfer& t) {
     metrics.transfer_ended(t.kind, t.error, bytes_of(t), std::chrono::duration<double>(Clock::now() - t.posted).count());
     auto r = live_per_request.find(t.spec().request);
@@ -345,7 +345,6 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
       t->error = TransferErrc::deadline_exceeded;
       t->reason = "kvstrand: close() abandoned it after " + std::to_string(bound.count()) +
                   " ms: its copy was never seen to end";
-      t->keep();
       stuck[t->id] = t;
       transfers.erase(t->id);
     }
@@ -579,9 +578,10 @@ Connector::Posted Connector::add_live(Op& op) {
       u.slots.push_back(slot);
       return false;
     });
+    pack(op.spec, u.packed);
     u.spec = std::move(op.spec);
   });
-  return Posted{op.kind, &it->second.spec, std::move(op.producer)};
+  return Posted{op.kind, it->second.packed, &it->second.spec, std::move(op.producer)};
 }
 
 template <class F>

@@ -308,10 +308,14 @@ class Connector {
   struct Uses {
     bool load = false;
     bool counting = true;  // its blocks and slots are counted in in_use_ (not once terminal)
-    // The transfer's spec itself, kept here, on this thread: the strand
-    // reads it (Posted) until the transfer's end is handed over, and never
-    // writes it; the outcome is made from it and it is freed here.
+    // The transfer's spec itself, kept here, on this thread, which makes
+    // the outcome from it and frees it: the strand never reads it.
     kv::TransferSpec spec;
+    // What the strand reads instead: the spec packed (packed_spec.hpp),
+    // this node's buffer reused from transfer to transfer. Read by the
+    // strand once, when it starts the transfer; written here again only
+    // after the transfer's end is drained.
+    std::vector<std::uint32_t> packed;
     std::vector<std::int32_t> slots;  // numbered across state memories (any_slot_use)
   };
   using LiveMap = std::map<TransferKey, Uses, TransferKeyLess>;
@@ -320,10 +324,14 @@ class Connector {
   // node, its request string and its slot list.
   SpareNodes<LiveMap> spare_;
   std::vector<TransferKeyView> batch_;  // submit()'s duplicate check, reused
-  // Moves the op's spec into its live entry; returns what the ring carries.
+  // Moves the op's spec into its live entry and packs it there; returns
+  // what the ring carries.
   struct Posted {
     TransferKind kind = TransferKind::save;
-    const kv::TransferSpec* spec = nullptr;  // in live_: stable until drained
+    std::span<const std::uint32_t> packed;  // in live_: stable until drained
+    // The live entry's spec, handed back in the transfer's end so that this
+    // thread finds its entry; never read on the strand.
+    const kv::TransferSpec* spec = nullptr;
     std::shared_ptr<const hip::Event> producer;
   };
   Posted add_live(Op& op);

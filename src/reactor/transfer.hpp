@@ -55,12 +55,13 @@ struct Transfer {
 
   std::uint64_t id = 0;
   TransferKind kind = TransferKind::save;
-  // The engine's spec, in its thread's memory (Connector's live entry): this
-  // side only reads it, and only until the transfer's end is handed over
-  // (the engine may free it from then on). A transfer kept past its end
-  // (stuck) reads `kept`, its own copy, instead: spec() says which.
+  // Its own spec, unpacked from what submit() packed: the strand never
+  // reads the engine's memory after start, so a transfer kept past its end
+  // (stuck) needs no copy of its own.
+  kv::TransferSpec own;
+  // The engine's spec (Connector's live entry), named in the transfer's end
+  // so that the engine's thread finds its entry; never read here.
   const kv::TransferSpec* engine_spec = nullptr;
-  std::optional<kv::TransferSpec> kept;
   // The engine's event after the last forward touching these blocks; held
   // until it is seen complete (Connector's producer contract).
   std::shared_ptr<const hip::Event> producer;
@@ -75,12 +76,7 @@ struct Transfer {
   std::string reason;
 
   bool terminal() const noexcept { return state == TransferState::done || state == TransferState::failed; }
-  // Before an end is handed over for a transfer that stays (its copy may
-  // still run): from now on it reads its own copy.
-  void keep() {
-    if (!kept) kept = *engine_spec;
-  }
-  const kv::TransferSpec& spec() const noexcept { return kept ? *kept : *engine_spec; }
+  const kv::TransferSpec& spec() const noexcept { return own; }
 };
 
 }  // namespace kvstrand::reactor
