@@ -130,6 +130,34 @@ TEST_CASE("handoff queue: a consumed item goes back to the producer, and a poll 
   REQUIRE(nested == std::vector<int>{0, 2, 2});
 }
 
+TEST_CASE("handoff queue: emplace writes an item in its slot, over the consumed one there, and a full ring "
+          "refuses without calling it",
+          "[handoff]") {
+  StrandThread s({});
+  std::vector<std::vector<int>> seen;  // written on the strand only
+  auto q = std::make_shared<HandoffQueue<std::vector<int>>>(2, s.poller, [&](std::vector<int>& v) {
+    seen.push_back(v);  // looked at, left in its slot
+  });
+  std::vector<std::vector<int>> found;  // what each emplace found in its slot
+  auto put = [&](int x) {
+    return q->emplace([&](std::vector<int>& slot) {
+      found.push_back(slot);
+      slot.assign(3, x);
+    });
+  };
+  REQUIRE(put(1));
+  REQUIRE(put(2));
+  bool called = false;
+  REQUIRE_FALSE(q->emplace([&](std::vector<int>&) { called = true; }));  // full
+  REQUIRE_FALSE(called);
+  s.on_strand([&] { q->poll(); });
+  REQUIRE(seen == std::vector<std::vector<int>>{{1, 1, 1}, {2, 2, 2}});
+  REQUIRE(put(3));  // the first slot again: its consumed item is the producer's to write over
+  s.on_strand([&] { q->poll(); });
+  REQUIRE(found == std::vector<std::vector<int>>{{}, {}, {1, 1, 1}});
+  REQUIRE(seen.back() == std::vector<int>{3, 3, 3});
+}
+
 TEST_CASE("handoff queue: a consumer that throws drops that item only, and the queue goes on", "[handoff]") {
   StrandThread s({});
   std::vector<int> seen;  // written on the strand only

@@ -50,21 +50,21 @@ void require_same(const kv::TransferSpec& a, const kv::TransferSpec& b) {
 }  // namespace
 
 TEST_CASE("packed spec: every field comes back, for requests of every length modulo 4", "[reactor]") {
-  std::vector<std::uint32_t> buf;
+  reactor::PackedSpec buf;
   for (const std::string& request : {std::string("r"), std::string("ab"), std::string("abc"), std::string("abcd"),
                                      std::string("cmpl-5f0e9c1a-2b7d-4e8a-9c3f-0d1e2f3a4b5c-0")}) {
     INFO(request);
     const kv::TransferSpec s = full(request, 3);
     reactor::pack(s, buf);
-    require_same(reactor::unpack(buf), s);
+    require_same(reactor::unpack(buf.words()), s);
   }
 }
 
 TEST_CASE("packed spec: an empty spec, and a small one packed over a larger one, come back exactly",
           "[reactor]") {
-  std::vector<std::uint32_t> buf;
+  reactor::PackedSpec buf;
   reactor::pack(kv::TransferSpec{}, buf);
-  require_same(reactor::unpack(buf), kv::TransferSpec{});
+  require_same(reactor::unpack(buf.words()), kv::TransferSpec{});
 
   reactor::pack(full("a-long-request-name-that-is-not-short-string-optimised", 8), buf);
   kv::TransferSpec small = full("x", 1);
@@ -72,5 +72,5 @@ TEST_CASE("packed spec: an empty spec, and a small one packed over a larger one,
   small.state_slots.clear();
   small.lease = 0;
   reactor::pack(small, buf);
-  require_same(reactor::unpack(buf), small);
+  require_same(reactor::unpack(buf.words()), small);
 }

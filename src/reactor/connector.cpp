@@ -105,22 +105,21 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
       : reactor(r), tier(std::move(t)), mailbox(std::move(m)), deadline(d), gate(r.strand()),
         // Core outlives every tick that polls the queue: the poller drops it
         // when the reactor stops, before the Connector lets Core go.
-        submissions(std::make_shared<HandoffQueue<std::vector<Posted>>>(kSubmissionSlots, r.poller(),
-                                                                       [this](std::vector<Posted>& batch) {
-                                                                         for (Posted& p : batch) start(p);
-                                                                       })) {}
+        submissions(std::make_shared<HandoffQueue<Submission>>(kSubmissionSlots, r.poller(),
+                                                              [this](Submission& p) { start(p); })) {}
 
-  // Batches of submit() not yet taken by the strand; more wait in posts.
+  // Transfers of submit() not yet taken by the strand; more wait in posts.
   static constexpr std::size_t kSubmissionSlots = 256;
 
-  // The batch stays in the ring's slot for the engine's thread to reuse;
-  // only the producer's reference is taken out, so that the engine's event
-  // is released once seen complete, not when the slot comes round again.
-  void start(Posted& p) {
+  // The submission stays in the ring's slot for the engine's thread to
+  // write over; only the producer's reference is taken out, so that the
+  // engine's event is released once seen complete, not when the slot comes
+  // round again.
+  void start(Submission& p) {
     auto t = std::make_shared<Transfer>();
     t->id = next_id++;
     t->kind = p.kind;
-    t->own = unpack(p.packed);  // what the strand reads of the engine's memory, once
+    t->own = unpack(p.packed.words());  // all the strand reads of the spec, once
     t->engine_spec = p.spec;
     t->producer = std::move(p.producer);
     if (t->kind == TransferKind::load) {
@@ -389,7 +388,7 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
   // The engine thread's submit()s, taken on every poller tick. Everything
   // else the engine thread posts polls it first (post_after_submissions):
   // the strand sees the engine's calls in the order they were made.
-  std::shared_ptr<HandoffQueue<std::vector<Posted>>> submissions;
+  std::shared_ptr<HandoffQueue<Submission>> submissions;
   std::deque<Registration> regs;  // by id; a deque: tiers keep pointers to them
   hip::SharedEvents queued_events;
   std::uint64_t next_id = 1;
@@ -550,21 +549,29 @@ void Connector::submit(std::vector<Op> ops) {
     forget_uses(mailbox_->terminal());
     if (claim(ops)) throw TransferRefused(TransferErrc::blocks_in_use, *refusal);
   }
-  posting_.clear();  // what the ring handed back last time: its capacity is reused
+  // The common case: each into the ring, which an awake strand takes on its
+  // next tick (no lock, no wake-up). A full ring: the rest in a post, after
+  // the ring.
+  std::vector<Submission> rest;
   for (Op& op : ops) {
     // A load naming a lease ends it: no other load, export or release may.
     if (op.kind == TransferKind::load && op.spec.tier_lease != 0) leases_held_.erase(op.spec.tier_lease);
-    posting_.push_back(add_live(op));
+    const kv::TransferSpec* spec = add_live(op);
+    auto fill = [&](Submission& s) {
+      s.kind = op.kind;
+      s.spec = spec;
+      s.producer = std::move(op.producer);
+      pack(*spec, s.packed);
+    };
+    if (!rest.empty() || !core_->submissions->emplace(fill)) fill(rest.emplace_back());
   }
-  // The common case: into the ring, which an awake strand takes on its next
-  // tick (no lock, no wake-up). A full ring: a post, after the ring.
-  if (!core_->submissions->push(posting_))
-    post_after_submissions([core = core_, batch = std::move(posting_)]() mutable {
-      for (Posted& p : batch) core->start(p);
+  if (!rest.empty())
+    post_after_submissions([core = core_, rest = std::move(rest)]() mutable {
+      for (Submission& s : rest) core->start(s);
     });
 }
 
-Connector::Posted Connector::add_live(Op& op) {
+const kv::TransferSpec* Connector::add_live(Op& op) {
   // A drained node's string and slot list keep their capacity; the spec
   // itself is the engine's, moved in.
   auto it = spare_.insert(live_, [&](TransferKey& k, Uses& u) {
@@ -578,10 +585,9 @@ Connector::Posted Connector::add_live(Op& op) {
       u.slots.push_back(slot);
       return false;
     });
-    pack(op.spec, u.packed);
     u.spec = std::move(op.spec);
   });
-  return Posted{op.kind, it->second.packed, &it->second.spec, std::move(op.producer)};
+  return &it->second.spec;
 }
 
 template <class F>

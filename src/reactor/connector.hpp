@@ -42,6 +42,7 @@
 
 #include <kvstrand/layout.hpp>
 #include "tier/index.hpp"
+#include "reactor/packed_spec.hpp"
 #include <kvstrand/transfer_spec.hpp>
 #include "hip/stream.hpp"
 #include "common/debug_http.hpp"
@@ -252,6 +253,18 @@ class Connector {
  private:
   using Handler = boost::asio::any_completion_handler<void(std::error_code)>;
   struct Core;
+  // One transfer as the submission ring carries it, written into the ring's
+  // slot by submit() and read there by the strand, once: the spec packed
+  // (what the strand reads of the engine's memory: a few lines, in a slot
+  // reused from lap to lap), and the live entry's spec, which the strand
+  // only hands back in the transfer's end so that the engine's thread finds
+  // its entry.
+  struct Submission {
+    TransferKind kind = TransferKind::save;
+    const kv::TransferSpec* spec = nullptr;
+    std::shared_ptr<const hip::Event> producer;
+    PackedSpec packed;
+  };
 
   void check(TransferKind kind, const kv::TransferSpec& spec) const;
   void raise_fail_stop() const;
@@ -309,13 +322,9 @@ class Connector {
     bool load = false;
     bool counting = true;  // its blocks and slots are counted in in_use_ (not once terminal)
     // The transfer's spec itself, kept here, on this thread, which makes
-    // the outcome from it and frees it: the strand never reads it.
+    // the outcome from it and frees it: the strand never reads it (it reads
+    // the spec packed into the submission ring's slot).
     kv::TransferSpec spec;
-    // What the strand reads instead: the spec packed (packed_spec.hpp),
-    // this node's buffer reused from transfer to transfer. Read by the
-    // strand once, when it starts the transfer; written here again only
-    // after the transfer's end is drained.
-    std::vector<std::uint32_t> packed;
     std::vector<std::int32_t> slots;  // numbered across state memories (any_slot_use)
   };
   using LiveMap = std::map<TransferKey, Uses, TransferKeyLess>;
@@ -324,18 +333,8 @@ class Connector {
   // node, its request string and its slot list.
   SpareNodes<LiveMap> spare_;
   std::vector<TransferKeyView> batch_;  // submit()'s duplicate check, reused
-  // Moves the op's spec into its live entry and packs it there; returns
-  // what the ring carries.
-  struct Posted {
-    TransferKind kind = TransferKind::save;
-    std::span<const std::uint32_t> packed;  // in live_: stable until drained
-    // The live entry's spec, handed back in the transfer's end so that this
-    // thread finds its entry; never read on the strand.
-    const kv::TransferSpec* spec = nullptr;
-    std::shared_ptr<const hip::Event> producer;
-  };
-  Posted add_live(Op& op);
-  std::vector<Posted> posting_;  // submit()'s batch for the ring, reused (the ring hands back an old one)
+  // Moves the op's spec into its live entry; returns that spec.
+  const kv::TransferSpec* add_live(Op& op);
   // How many live transfers read (a save) or write (a load) each block and
   // image slot, per registration (each group has its own pool): flat
   // counts by id, so a post allocates nothing for them.

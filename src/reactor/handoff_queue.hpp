@@ -47,10 +47,22 @@ class HandoffQueue final : public PollSource {
   // untouched) when the ring is full: the caller posts it another way,
   // after a poll() (so order is kept).
   bool push(T& item) {
+    return emplace([&item](T& slot) {
+      using std::swap;
+      swap(slot, item);
+    });
+  }
+
+  // Producer. True: `fill(slot)` has written the next item where it lies,
+  // over what that slot held before (a consumed item, or T{}: the
+  // producer's to reuse), and the item is in the ring. False (and `fill`
+  // not called) when the ring is full. Writing in place moves no more of
+  // the slot than `fill` writes: the lines the strand reads cross once.
+  template <class Fill>
+  bool emplace(Fill&& fill) {
     const std::size_t t = tail_.load(std::memory_order_relaxed);
     if (t - head_.load(std::memory_order_acquire) > mask_) return false;
-    using std::swap;
-    swap(slots_[t & mask_], item);
+    fill(slots_[t & mask_]);
     tail_.store(t + 1, std::memory_order_seq_cst);
     if (sleeping_.load(std::memory_order_seq_cst) && sleeping_.exchange(false, std::memory_order_seq_cst))
       poller_.wake();

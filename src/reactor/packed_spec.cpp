@@ -38,11 +38,10 @@ constexpr std::size_t words_of(std::size_t bytes) { return (bytes + 3) / 4; }
 
 }  // namespace
 
-void pack(const kv::TransferSpec& s, std::vector<std::uint32_t>& into) {
+void pack(const kv::TransferSpec& s, PackedSpec& into) {
   const std::size_t n = header_words + s.keys.size() * kKeyWords + s.blocks.size() + s.state_slots.size() +
                         words_of(s.request.size());
-  into.resize(n);  // within capacity once warm: the entry's buffer is reused
-  std::uint32_t* w = into.data();
+  std::uint32_t* w = into.resize(n);
   w[registration] = s.registration;
   w[tokens_begin] = s.tokens.begin;
   w[tokens_end] = s.tokens.end;

@@ -6,11 +6,12 @@
 // writes that memory again. A spec spreads over its own object and a buffer
 // per vector, which the engine's allocator recycles into the engine's own
 // code; packed, a one-chunk save is three or four lines of memory kvstrand
-// keeps (the live entry's, reused from transfer to transfer), and the strand
-// unpacks it into a spec of its own. docs/PERFORMANCE.md ("Step-thread
-// cost") has the measurement.
+// keeps (in the submission ring's slot, reused from lap to lap), and the
+// strand unpacks it into a spec of its own. docs/PERFORMANCE.md
+// ("Step-thread cost") has the measurement.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -19,8 +20,31 @@
 
 namespace kvstrand::reactor {
 
-// Writes `spec` over `into` (its capacity reused).
-void pack(const kv::TransferSpec& spec, std::vector<std::uint32_t>& into);
+// The words of one packed spec: inline up to kInline (a transfer of a few
+// chunks: a one-chunk save of 16 blocks is 46), in a heap buffer beyond;
+// both kept for the next pack.
+class PackedSpec {
+ public:
+  static constexpr std::size_t kInline = 120;
+  std::span<const std::uint32_t> words() const noexcept {
+    return {n_ <= kInline ? inline_.data() : heap_.data(), n_};
+  }
+  // Room for `n` words, their old contents left.
+  std::uint32_t* resize(std::size_t n) {
+    n_ = n;
+    if (n <= kInline) return inline_.data();
+    heap_.resize(n);
+    return heap_.data();
+  }
+
+ private:
+  std::size_t n_ = 0;
+  std::array<std::uint32_t, kInline> inline_;  // only the first n_ are ever read
+  std::vector<std::uint32_t> heap_;
+};
+
+// Writes `spec` over `into`.
+void pack(const kv::TransferSpec& spec, PackedSpec& into);
 
 // The spec `pack` wrote.
 kv::TransferSpec unpack(std::span<const std::uint32_t> packed);
