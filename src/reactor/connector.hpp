@@ -327,7 +327,9 @@ class Connector {
     kv::TransferSpec spec;
     std::vector<std::int32_t> slots;  // numbered across state memories (any_slot_use)
   };
-  using LiveMap = std::map<TransferKey, Uses, TransferKeyLess>;
+  // Hashed: a transfer looks itself up three times (check, insert, end),
+  // and a tree's string compares were a measurable part of the step.
+  using LiveMap = std::unordered_map<TransferKey, Uses, TransferKeyHash, TransferKeyEqual>;
   LiveMap live_;
   // Entries of live_ drained and kept for the next post: a post reuses a
   // node, its request string and its slot list.

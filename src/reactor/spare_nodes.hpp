@@ -1,4 +1,5 @@
-// SpareNodes<Map>: a std::map's erased nodes kept for its next inserts.
+// SpareNodes<Map>: a node-based map's (std::map, std::unordered_map) erased
+// nodes kept for its next inserts.
 //
 // An entry's strings and vectors keep their capacity in a kept node, so an
 // insert that refills one allocates nothing; the node itself is not freed

@@ -40,6 +40,20 @@ struct TransferKeyView {
   TransferKeyView(const TransferKey& k) : request(k.request), kind(k.kind), registration(k.registration) {}
   friend auto operator<=>(const TransferKeyView&, const TransferKeyView&) = default;
 };
+// Hashes and compares keys and views together (an unordered map's
+// transparent hash and equality).
+struct TransferKeyHash {
+  using is_transparent = void;
+  std::size_t operator()(TransferKeyView k) const noexcept {
+    return std::hash<std::string_view>{}(k.request) ^
+           (std::size_t{k.registration} << 1 | static_cast<std::size_t>(k.kind)) * 0x9e3779b97f4a7c15ull;
+  }
+};
+struct TransferKeyEqual {
+  using is_transparent = void;
+  bool operator()(TransferKeyView a, TransferKeyView b) const noexcept { return a == b; }
+};
+
 // Orders keys and views together (a map's transparent comparator).
 struct TransferKeyLess {
   using is_transparent = void;
