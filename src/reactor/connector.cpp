@@ -119,14 +119,14 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
     auto t = std::make_shared<Transfer>();
     t->id = next_id++;
     t->kind = p.kind;
-    t->own = unpack(p.packed.words());  // all the strand reads of the spec, once
+    t->spec = unpack(p.packed.words());  // all the strand reads of the spec, once
     t->engine_spec = p.spec;
     t->producer = std::move(p.producer);
     if (t->kind == TransferKind::load) {
       if ((t->queued_event = queued_event())) {
         // The mailbox, not Core: a stuck transfer is kept (by Core) for good,
         // and must not keep Core alive in turn.
-        t->on_queued = [mailbox = mailbox, request = t->spec().request, reg = t->spec().registration,
+        t->on_queued = [mailbox = mailbox, request = t->spec.request, reg = t->spec.registration,
                         ev = t->queued_event] { mailbox->push_queued(request, reg, ev); };
       }
     }
@@ -138,7 +138,7 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
     live.deadline->async_wait([self = shared_from_this(), id = t->id](const boost::system::error_code& ec) {
       if (!ec) self->deadline_passed(id);
     });
-    ++live_per_request[t->spec().request];
+    ++live_per_request[t->spec.request];
     // An exception escaping the transfer's coroutine fails that transfer
     // with its cause; nothing is left waiting for a deadline.
     auto escaped = [self = shared_from_this(), t](std::exception_ptr e) {
@@ -189,7 +189,7 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
       // after them (Connector::order_after_load).
       if (t->queued_event && t->queued_event->record(stream).ok() && t->on_queued) t->on_queued();
     };
-    TierJob job{t->spec(), t->deadline, std::move(queued), [t] { return !t->terminal(); }};
+    TierJob job{t->spec, t->deadline, std::move(queued), [t] { return !t->terminal(); }};
     // (One co_await a statement: GCC 12 destroys a conditional's awaited
     // temporaries twice.)
     TierOutcome o;
@@ -218,7 +218,7 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
     auto it = transfers.find(id);
     if (it == transfers.end()) return;
     std::shared_ptr<Transfer> t = it->second.t;
-    const std::string what = std::string("kvstrand: ") + to_string(t->kind) + " of request '" + t->spec().request +
+    const std::string what = std::string("kvstrand: ") + to_string(t->kind) + " of request '" + t->spec.request +
                              "' (transfer " + std::to_string(id) + ") passed its " +
                              std::to_string(deadline.count()) + " ms deadline while " + to_string(t->state);
     t->state = TransferState::failed;
@@ -249,18 +249,17 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
 
   // Bytes a transfer moves: its blocks, and the images it carries.
   std::uint64_t bytes_of(const Transfer& t) const {
-    const kv::TransferSpec& s = t.spec();
-    if (s.registration >= regs.size()) return 0;
-    const kv::Layout& l = regs[s.registration].layout;
-    return s.blocks.size() * l.bytes_per_block() +
-           std::uint64_t{images_of(regs[s.registration], s)} * l.checkpoint.image_bytes;
+    if (t.spec.registration >= regs.size()) return 0;
+    const kv::Layout& l = regs[t.spec.registration].layout;
+    return t.spec.blocks.size() * l.bytes_per_block() +
+           std::uint64_t{images_of(regs[t.spec.registration], t.spec)} * l.checkpoint.image_bytes;
   }
 
   // Hands the transfer's end to the engine's thread, which frees or reuses
   // its entry from then on (the strand reads only its own spec).
   void deliver(Transfer& t) {
     metrics.transfer_ended(t.kind, t.error, bytes_of(t), std::chrono::duration<double>(Clock::now() - t.posted).count());
-    auto r = live_per_request.find(t.spec().request);
+    auto r = live_per_request.find(t.spec.request);
     if (r != live_per_request.end() && --r->second == 0) live_per_request.erase(r);
     TransferEnd e;
     e.kind = t.kind;
@@ -317,8 +316,8 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
       std::string what = "kvstrand: fence timed out after " + std::to_string(timeout.count()) +
                          " ms with transfers still live:";
       for (const auto& [tid, live] : transfers)
-        if (it->requests.contains(live.t->spec().request))
-          what += " " + std::to_string(tid) + " (" + to_string(live.t->kind) + " of '" + live.t->spec().request +
+        if (it->requests.contains(live.t->spec.request))
+          what += " " + std::to_string(tid) + " (" + to_string(live.t->kind) + " of '" + live.t->spec.request +
                   "', " + to_string(live.t->state) + ")";
       set_fail_stop(TransferErrc::fence_timeout, what);
       Handler h = std::move(it->handler);
@@ -338,7 +337,7 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
     std::vector<std::shared_ptr<Transfer>> abandoned;
     for (auto& [tid, live] : transfers) abandoned.push_back(live.t);
     for (const auto& t : abandoned) {
-      names += " " + std::to_string(t->id) + " (" + to_string(t->kind) + " of '" + t->spec().request + "', " +
+      names += " " + std::to_string(t->id) + " (" + to_string(t->kind) + " of '" + t->spec.request + "', " +
                to_string(t->state) + ")";
       t->state = TransferState::failed;
       t->error = TransferErrc::deadline_exceeded;
@@ -363,7 +362,7 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
     auto add = [&](const Transfer& t, bool past) {
       TransferInfo i;
       i.id = t.id;
-      i.request = t.spec().request;
+      i.request = t.spec.request;
       i.kind = t.kind;
       i.state = t.state;
       i.age = std::chrono::duration_cast<std::chrono::microseconds>(now - t.posted);

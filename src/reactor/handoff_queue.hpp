@@ -14,9 +14,9 @@
 // for an item already taken costs one idle tick).
 //
 // An item is consumed where it lies, by reference, and left in its slot:
-// the producer's next push into that slot swaps it back out, so what the
-// consumer did not take (a vector's buffer) returns to the thread that
-// allocated it, to be reused or freed there. Memory freed on the other
+// the producer's next emplace into that slot writes over it (a push swaps
+// it back out), so what the consumer did not take (a vector's buffer)
+// stays with the thread that allocated it, to be reused or freed there. Memory freed on the other
 // thread is what made the engine's own allocations slower beside kvstrand
 // (docs/PERFORMANCE.md).
 //

@@ -1,9 +1,10 @@
 // The one place the reactor strand hands results to the engine's thread.
 //
-// The strand pushes transfers' ends (and lookup answers) as they come; the step thread
-// drains them in finished() without waiting for the reactor. A mutex guards
-// this handoff only (values, not transfer state): it is the boundary between
-// the two threads, like the strand's own queue in the other direction.
+// The strand pushes transfers' ends (and lookup answers) as they come; the
+// step thread drains them in finished() without waiting for the reactor. A
+// mutex guards this handoff only (values, not transfer state): it is the
+// boundary between the two threads, like the strand's own queue in the
+// other direction.
 #pragma once
 
 #include <atomic>
@@ -35,8 +36,9 @@ struct FailStopState {
 // A transfer's end as the strand hands it over: a small record naming the
 // engine's own spec. The engine's thread makes the TransferOutcome (and the
 // SourceSafe notice) from its own memory in finished(), and frees it there:
-// the strand never writes, allocates or frees the engine's specs. Memory crossing the two threads made the engine's own code slower
-// beside kvstrand (docs/PERFORMANCE.md, "Step-thread cost").
+// the strand never reads, writes, allocates or frees the engine's specs.
+// Memory crossing the two threads made the engine's own code slower beside
+// kvstrand (docs/PERFORMANCE.md, "Step-thread cost").
 struct TransferEnd {
   TransferKind kind = TransferKind::save;
   bool ok = false;

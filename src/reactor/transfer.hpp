@@ -10,7 +10,6 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -69,10 +68,10 @@ struct Transfer {
 
   std::uint64_t id = 0;
   TransferKind kind = TransferKind::save;
-  // Its own spec, unpacked from what submit() packed: the strand never
-  // reads the engine's memory after start, so a transfer kept past its end
-  // (stuck) needs no copy of its own.
-  kv::TransferSpec own;
+  // Its own spec, unpacked from what submit() packed into the ring's slot:
+  // the strand never reads the engine's spec, so a transfer kept past its
+  // end (stuck) still has what it names.
+  kv::TransferSpec spec;
   // The engine's spec (Connector's live entry), named in the transfer's end
   // so that the engine's thread finds its entry; never read here.
   const kv::TransferSpec* engine_spec = nullptr;
@@ -90,7 +89,6 @@ struct Transfer {
   std::string reason;
 
   bool terminal() const noexcept { return state == TransferState::done || state == TransferState::failed; }
-  const kv::TransferSpec& spec() const noexcept { return own; }
 };
 
 }  // namespace kvstrand::reactor
