@@ -398,6 +398,29 @@ TEST_CASE("F1: a fence sees a transfer posted just before it, still queued", "[r
   }
 }
 
+TEST_CASE("connector: a batch submitted to a sleeping reactor is taken with nothing else to wake it",
+          "[reactor][gpu]") {
+  if (!device_present()) return;
+  // submit() puts a batch into the ring and checks once, at its end, whether
+  // the reactor sleeps: nothing but that check wakes it here (finished()
+  // only reads).
+  reactor::ConnectorOptions o;
+  o.reactor_idle_spin = 0us;
+  Rig rig(o);
+  for (int round = 0; round < 5; ++round) {
+    std::this_thread::sleep_for(5ms);  // the reactor is asleep again
+    std::vector<reactor::Connector::Op> ops;
+    for (int i = 0; i < 3; ++i)
+      ops.push_back({reactor::TransferKind::save,
+                     rig.save_spec("b" + std::to_string(round * 3 + i), 200 + round * 3 + i, 0, 1,
+                                   Rig::block_range(static_cast<std::uint32_t>(4 * i), 4)),
+                     nullptr});
+    rig.conn->submit(std::move(ops));
+    auto f = rig.wait_for([](const reactor::Finished& f) { return f.saves.size() == 3; });
+    for (const auto& s : f.saves) REQUIRE(s.ok);
+  }
+}
+
 TEST_CASE("F1 and F13: a fence timeout is fail-stop, raised on every later call", "[reactor][sim][fault]") {
   if (!sim_hooks_present()) return;
   Rig rig;

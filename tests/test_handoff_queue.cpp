@@ -210,6 +210,29 @@ TEST_CASE("handoff queue: sleep() refuses while an item waits, and a push to a s
   }
 }
 
+TEST_CASE("handoff queue: a batch of staged items wakes a sleeping poller once notified, all of it", "[handoff]") {
+  reactor::PollerOptions o;
+  o.idle_spin = 0us;
+  StrandThread s(o);
+  std::vector<int> seen;  // written on the strand only
+  std::atomic<int> taken{0};
+  auto q = std::make_shared<HandoffQueue<int>>(8, s.poller, [&](int& v) {
+    seen.push_back(v);
+    ++taken;
+  });
+  s.on_strand([&] { s.poller.add_source(q); });
+  for (int round = 0; round < 10; ++round) {
+    std::this_thread::sleep_for(2ms);  // the poller is asleep again
+    for (int i = 0; i < 3; ++i) REQUIRE(q->stage([&](int& slot) { slot = round * 3 + i; }));
+    q->notify();
+    REQUIRE(eventually([&] { return taken.load() == round * 3 + 3; }));
+  }
+  std::vector<int> expected(30);
+  for (int i = 0; i < 30; ++i) expected[static_cast<std::size_t>(i)] = i;
+  s.on_strand([] {});  // what the strand wrote is seen here after this
+  REQUIRE(seen == expected);
+}
+
 TEST_CASE("handoff queue: a producer racing the poller's sleeps loses nothing and keeps the order", "[handoff]") {
   // Short spins so the poller goes to sleep and wakes many times while the
   // producer pushes in bursts with pauses of about the spin window.

@@ -549,8 +549,12 @@ void Connector::submit(std::vector<Op> ops) {
     if (claim(ops)) throw TransferRefused(TransferErrc::blocks_in_use, *refusal);
   }
   // The common case: each into the ring, which an awake strand takes on its
-  // next tick (no lock, no wake-up). A full ring: the rest in a post, after
-  // the ring.
+  // next tick (no lock, no wake-up), and one wake-up check for the batch,
+  // however the loop ends. A full ring: the rest in a post, after the ring.
+  struct Notify {
+    HandoffQueue<Submission>& ring;
+    ~Notify() { ring.notify(); }
+  } notify{*core_->submissions};
   std::vector<Submission> rest;
   for (Op& op : ops) {
     // A load naming a lease ends it: no other load, export or release may.
@@ -562,7 +566,7 @@ void Connector::submit(std::vector<Op> ops) {
       s.producer = std::move(op.producer);
       pack(*spec, s.packed);
     };
-    if (!rest.empty() || !core_->submissions->emplace(fill)) fill(rest.emplace_back());
+    if (!rest.empty() || !core_->submissions->stage(fill)) fill(rest.emplace_back());
   }
   if (!rest.empty())
     post_after_submissions([core = core_, rest = std::move(rest)]() mutable {

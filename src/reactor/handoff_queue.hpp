@@ -8,10 +8,12 @@
 // poller has said it sleeps does the producer post a wake-up (the strand's
 // mutex and the cross-CPU wake, tens of microseconds on a paravirtualised
 // VM: docs/PERFORMANCE.md). The sleep handshake is Dekker's: the producer
-// stores the item then reads `sleeping_`; the strand stores `sleeping_` then
-// reads the ring; with both sequentially consistent, at least one sees the
-// other, so an item is never left in a ring nobody polls (a wake-up posted
-// for an item already taken costs one idle tick).
+// stores the item, fences (a read-modify-write of the tail), then reads
+// `sleeping_`; the strand stores
+// `sleeping_` then reads the ring, both sequentially consistent; at least
+// one sees the other, so an item is never left in a ring nobody polls (a
+// wake-up posted for an item already taken costs one idle tick). A batch
+// (stage() each item, then notify()) fences once.
 //
 // An item is consumed where it lies, by reference, and left in its slot:
 // the producer's next emplace into that slot writes over it (a push swaps
@@ -60,13 +62,37 @@ class HandoffQueue final : public PollSource {
   // the slot than `fill` writes: the lines the strand reads cross once.
   template <class Fill>
   bool emplace(Fill&& fill) {
+    if (!stage(fill)) return false;
+    notify();
+    return true;
+  }
+
+  // Producer: emplace() without the wake-up check, for a batch of items;
+  // notify() after the last one. The item is published at once (an awake
+  // strand takes it on its next tick); a sleeping one is woken by notify().
+  // The check costs a full fence, which waits until every store before it
+  // (the slot's lines, owned by the strand's core since it read them) has
+  // reached this core: once a batch instead of once an item
+  // (docs/PERFORMANCE.md, "Step-thread cost").
+  template <class Fill>
+  bool stage(Fill&& fill) {
     const std::size_t t = tail_.load(std::memory_order_relaxed);
     if (t - head_.load(std::memory_order_acquire) > mask_) return false;
     fill(slots_[t & mask_]);
-    tail_.store(t + 1, std::memory_order_seq_cst);
+    tail_.store(t + 1, std::memory_order_release);
+    return true;
+  }
+
+  // Producer: wakes the strand if it said it sleeps, for everything staged
+  // so far. The tail's sequentially consistent read-modify-write (a full
+  // fence that TSan understands, which atomic_thread_fence is not) is the
+  // producer's half of the sleep handshake: with sleep()'s sequentially
+  // consistent store and load, either this reads `sleeping_` as set or the
+  // strand reads the new tail.
+  void notify() {
+    tail_.fetch_add(0, std::memory_order_seq_cst);
     if (sleeping_.load(std::memory_order_seq_cst) && sleeping_.exchange(false, std::memory_order_seq_cst))
       poller_.wake();
-    return true;
   }
 
   // Strand: hands every item pushed so far to `consume`, in order. A poll
