@@ -421,6 +421,33 @@ TEST_CASE("connector: a batch submitted to a sleeping reactor is taken with noth
   }
 }
 
+TEST_CASE("connector: more ends than the ring holds wait behind it, none lost, each once", "[reactor][gpu]") {
+  if (!device_present()) return;
+  // Every save ends before the engine drains any: the mailbox's ring fills
+  // and the rest wait behind its lock.
+  Rig rig;
+  const int n = static_cast<int>(reactor::Mailbox::kEndSlots) + 44;
+  std::vector<reactor::Connector::Op> ops;
+  std::vector<std::string> requests;
+  for (int i = 0; i < n; ++i) {
+    requests.push_back("o" + std::to_string(i));
+    ops.push_back({reactor::TransferKind::save,
+                   rig.save_spec(requests.back(), 1000 + i, 0, 1, Rig::block_range(0, 4)), nullptr});
+  }
+  rig.conn->submit(std::move(ops));
+  rig.conn->fence(requests, 10s);  // every one has ended
+  auto f = rig.conn->finished();
+  std::set<std::string> ended;
+  for (const auto& s : f.saves) ended.insert(s.request);
+  REQUIRE(f.saves.size() == static_cast<std::size_t>(n));
+  REQUIRE(ended.size() == static_cast<std::size_t>(n));
+  REQUIRE(rig.conn->finished().saves.empty());
+  // The ring goes on after it: the next one ends through it.
+  rig.conn->save(rig.save_spec("after", 5000, 0, 1, Rig::block_range(0, 4)));
+  f = rig.wait_for([](const reactor::Finished& f) { return f.saves.size() == 1; });
+  REQUIRE(f.saves[0].request == "after");
+}
+
 TEST_CASE("F1 and F13: a fence timeout is fail-stop, raised on every later call", "[reactor][sim][fault]") {
   if (!sim_hooks_present()) return;
   Rig rig;

@@ -122,14 +122,8 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
     t->spec = unpack(p.packed.words());  // all the strand reads of the spec, once
     t->engine_spec = p.spec;
     t->producer = std::move(p.producer);
-    if (t->kind == TransferKind::load) {
-      if ((t->queued_event = queued_event())) {
-        // The mailbox, not Core: a stuck transfer is kept (by Core) for good,
-        // and must not keep Core alive in turn.
-        t->on_queued = [mailbox = mailbox, request = t->spec.request, reg = t->spec.registration,
-                        ev = t->queued_event] { mailbox->push_queued(request, reg, ev); };
-      }
-    }
+    if (t->kind == TransferKind::load && p.queued_notice != nullptr && (t->queued_event = queued_event()))
+      t->queued_notice = p.queued_notice;
     t->posted = Clock::now();
     t->deadline = t->posted + deadline;
     Live& live = transfers[t->id];
@@ -187,7 +181,8 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
       t->state = TransferState::pending;
       // A load's copies are queued: the engine may now order its own stream
       // after them (Connector::order_after_load).
-      if (t->queued_event && t->queued_event->record(stream).ok() && t->on_queued) t->on_queued();
+      if (t->queued_notice != nullptr && t->queued_event->record(stream).ok())
+        t->queued_notice->store(t->queued_event.get(), std::memory_order_release);
     };
     TierJob job{t->spec, t->deadline, std::move(queued), [t] { return !t->terminal(); }};
     // (One co_await a statement: GCC 12 destroys a conditional's awaited
@@ -261,18 +256,20 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
     metrics.transfer_ended(t.kind, t.error, bytes_of(t), std::chrono::duration<double>(Clock::now() - t.posted).count());
     auto r = live_per_request.find(t.spec.request);
     if (r != live_per_request.end() && --r->second == 0) live_per_request.erase(r);
-    TransferEnd e;
-    e.kind = t.kind;
-    e.ok = t.state == TransferState::done;
-    e.error = t.error;
     // A save frees its source blocks once its copy out of them is known to
     // have ended (done, failed, or never queued). Never after a deadline
     // failure or a shutdown that cut the wait short: the copy may still run.
-    e.source_safe = t.kind == TransferKind::save && t.error != TransferErrc::deadline_exceeded &&
-                    t.error != std::errc::operation_canceled;
-    e.reason = t.reason;
-    e.spec = t.engine_spec;
-    mailbox->push(std::move(e));
+    const bool source_safe = t.kind == TransferKind::save && t.error != TransferErrc::deadline_exceeded &&
+                             t.error != std::errc::operation_canceled;
+    mailbox->push_end([&](TransferEnd& e) {
+      e.kind = t.kind;
+      e.ok = t.state == TransferState::done;
+      e.error = t.error;
+      e.source_safe = source_safe;
+      e.reason.assign(t.reason);
+      e.spec = t.engine_spec;
+      e.queued = std::move(t.queued_event);  // the strand is done with it: no record after the end
+    });
     check_fences();
   }
 
@@ -559,12 +556,13 @@ void Connector::submit(std::vector<Op> ops) {
   for (Op& op : ops) {
     // A load naming a lease ends it: no other load, export or release may.
     if (op.kind == TransferKind::load && op.spec.tier_lease != 0) leases_held_.erase(op.spec.tier_lease);
-    const kv::TransferSpec* spec = add_live(op);
+    Uses& live = add_live(op);
     auto fill = [&](Submission& s) {
       s.kind = op.kind;
-      s.spec = spec;
+      s.spec = &live.spec;
+      s.queued_notice = live.load ? &live.queued.event : nullptr;
       s.producer = std::move(op.producer);
-      pack(*spec, s.packed);
+      pack(live.spec, s.packed);
     };
     if (!rest.empty() || !core_->submissions->stage(fill)) fill(rest.emplace_back());
   }
@@ -574,7 +572,7 @@ void Connector::submit(std::vector<Op> ops) {
     });
 }
 
-const kv::TransferSpec* Connector::add_live(Op& op) {
+Connector::Uses& Connector::add_live(Op& op) {
   // A drained node's string and slot list keep their capacity; the spec
   // itself is the engine's, moved in.
   auto it = spare_.insert(live_, [&](TransferKey& k, Uses& u) {
@@ -589,8 +587,9 @@ const kv::TransferSpec* Connector::add_live(Op& op) {
       return false;
     });
     u.spec = std::move(op.spec);
+    u.queued.event.store(nullptr, std::memory_order_relaxed);  // published with the submission
   });
-  return &it->second.spec;
+  return it->second;
 }
 
 template <class F>
@@ -699,9 +698,11 @@ asio::awaitable<void> Connector::answer_adopt(std::shared_ptr<Core> core, std::u
 LoadOrder Connector::order_after_load(const std::string& request, hip::Stream& stream, std::uint32_t registration) {
   CallTimer timed(step_calls_.get());
   raise_fail_stop();
-  if (!live_.contains(TransferKeyView{request, TransferKind::load, registration})) return LoadOrder::no_live_load;
-  std::shared_ptr<const hip::Event> ev = mailbox_->queued(request, registration);
-  if (!ev) return LoadOrder::not_queued_yet;
+  auto it = live_.find(TransferKeyView{request, TransferKind::load, registration});
+  if (it == live_.end()) return LoadOrder::no_live_load;
+  // Alive while the entry is: the transfer, then its undrained end, holds it.
+  const hip::Event* ev = it->second.queued.event.load(std::memory_order_acquire);
+  if (ev == nullptr) return LoadOrder::not_queued_yet;
   if (hip::Status s = stream.wait(*ev); !s.ok())
     throw TransferRefused(TransferErrc::device_error, "order_after_load of request '" + request + "': " + s.describe());
   return LoadOrder::ordered;
@@ -808,19 +809,21 @@ Finished Connector::finished() {
   if (!mailbox_->pending()) return Finished{};
   CallTimer timed(step_calls_.get());
   raise_fail_stop();
-  mailbox_->drain(drained_);
+  mailbox_->drain_locked(drained_);
   Finished f;
   std::size_t saves = 0, safe = 0;
-  for (const TransferEnd& e : drained_.ends) {
+  auto tally = [&](const TransferEnd& e) {
     saves += e.kind == TransferKind::save;
     safe += e.source_safe;
-  }
+  };
+  const std::size_t in_ring = mailbox_->peek_ends(tally);
+  for (const TransferEnd& e : drained_.ends) tally(e);
   f.saves.reserve(saves);  // each vector allocated once
-  f.loads.reserve(drained_.ends.size() - saves);
+  f.loads.reserve(in_ring + drained_.ends.size() - saves);
   f.source_safe.reserve(safe);
   // Each outcome is made here from the transfer's live entry, whose spec
   // the end names: this thread's memory, freed (or reused) by this thread.
-  for (const TransferEnd& e : drained_.ends) {
+  auto end = [&](TransferEnd& e) {
     // Always there: an entry is dropped only here, once its end is drained.
     auto it = live_.find(TransferKeyView{e.spec->request, e.kind, e.spec->registration});
     Uses& u = it->second;
@@ -830,7 +833,7 @@ Finished Connector::finished() {
     o.registration = u.spec.registration;
     o.ok = e.ok;
     o.error = e.error;
-    o.reason = e.reason;
+    o.reason = e.reason;  // a copy: a ring slot's buffer stays the strand's
     o.tokens = u.spec.tokens;
     if (e.source_safe) f.source_safe.push_back(SourceSafe{o.request, o.registration, u.spec.blocks});
     // A save's outcome names its blocks; a failed load's, the blocks it
@@ -838,8 +841,11 @@ Finished Connector::finished() {
     count(u, -1);  // a terminal one (forget_uses) counts nothing any more
     if (e.kind == TransferKind::save || !e.ok) o.blocks = std::move(u.spec.blocks);
     (e.kind == TransferKind::save ? f.saves : f.loads).push_back(std::move(o));
+    e.queued.reset();  // the entry that named it goes now
     spare_.erase(live_, it);
-  }
+  };
+  mailbox_->drain_ends(in_ring, end);
+  for (TransferEnd& e : drained_.ends) end(e);
   drained_.ends.clear();
   f.lookups = std::move(drained_.lookups);
   drained_.lookups.clear();

@@ -28,6 +28,7 @@
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/bind_executor.hpp>
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -262,6 +263,7 @@ class Connector {
   struct Submission {
     TransferKind kind = TransferKind::save;
     const kv::TransferSpec* spec = nullptr;
+    std::atomic<const hip::Event*>* queued_notice = nullptr;  // a load's live entry's (Uses::queued)
     std::shared_ptr<const hip::Event> producer;
     PackedSpec packed;
   };
@@ -326,6 +328,18 @@ class Connector {
     // the spec packed into the submission ring's slot).
     kv::TransferSpec spec;
     std::vector<std::int32_t> slots;  // numbered across state memories (any_slot_use)
+    // A load's copies-queued event, once the strand has recorded it (the
+    // one word of this entry the strand writes; the end that follows holds
+    // the event until drained). Moved only before the strand knows the entry.
+    struct QueuedNotice {
+      std::atomic<const hip::Event*> event{nullptr};
+      QueuedNotice() = default;
+      QueuedNotice(QueuedNotice&& o) noexcept : event(o.event.load(std::memory_order_relaxed)) {}
+      QueuedNotice& operator=(QueuedNotice&& o) noexcept {
+        event.store(o.event.load(std::memory_order_relaxed), std::memory_order_relaxed);
+        return *this;
+      }
+    } queued;
   };
   // Hashed: a transfer looks itself up three times (check, insert, end),
   // and a tree's string compares were a measurable part of the step.
@@ -335,8 +349,8 @@ class Connector {
   // node, its request string and its slot list.
   SpareNodes<LiveMap> spare_;
   std::vector<TransferKeyView> batch_;  // submit()'s duplicate check, reused
-  // Moves the op's spec into its live entry; returns that spec.
-  const kv::TransferSpec* add_live(Op& op);
+  // Moves the op's spec into its live entry; returns that entry.
+  Uses& add_live(Op& op);
   // How many live transfers read (a save) or write (a load) each block and
   // image slot, per registration (each group has its own pool): flat
   // counts by id, so a post allocates nothing for them.

@@ -1,14 +1,15 @@
 // The one place the reactor strand hands results to the engine's thread.
 //
 // The strand pushes transfers' ends (and lookup answers) as they come; the
-// step thread drains them in finished() without waiting for the reactor. A
-// mutex guards this handoff only (values, not transfer state): it is the
-// boundary between the two threads, like the strand's own queue in the
-// other direction.
+// step thread drains them in finished() without waiting for the reactor.
+// Ends, one or more every step, go through a lock-free single-producer
+// ring; lookup answers and the fail-stop, rarer, through a mutex that
+// guards only them (values, not transfer state): the boundary between the
+// two threads, like the submission ring in the other direction.
 #pragma once
 
 #include <atomic>
-#include <map>
+#include <cstddef>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -17,7 +18,7 @@
 #include <vector>
 
 #include <kvstrand/finished.hpp>
-#include "reactor/spare_nodes.hpp"
+#include "reactor/spsc_ring.hpp"
 #include "reactor/transfer.hpp"
 
 namespace kvstrand::reactor {
@@ -46,54 +47,84 @@ struct TransferEnd {
   // failed, or never queued): its blocks may be reused.
   bool source_safe = false;
   std::error_code error;
-  std::string reason;  // empty unless it failed
+  std::string reason;  // empty unless it failed; its buffer stays the strand's (copied out, never moved)
   const kv::TransferSpec* spec = nullptr;  // the engine's (Transfer::engine_spec): read on the engine's thread only
+  // A load's copies-queued event, which the engine's live entry names
+  // (Connector::order_after_load): held here until the end is drained, so
+  // it is not recorded again for another load while the engine may wait on
+  // it. The engine's thread lets it go in finished().
+  std::shared_ptr<const hip::Event> queued;
 };
 
-// What one drain takes: the engine's, reused from call to call so that a
-// drain allocates nothing once warm (the vectors are swapped, not made).
+// What waits behind the mailbox's lock, taken in one drain: the engine's,
+// reused from call to call (its vectors trade places with the mailbox's).
 struct Drained {
-  std::vector<TransferEnd> ends;
+  std::vector<TransferEnd> ends;  // ends that found the ring full
   std::vector<LookupOutcome> lookups;
 };
 
 class Mailbox {
  public:
-  void push(TransferEnd e);
+  // Ends in the ring before any waits behind the lock: enough for the
+  // transfers a few steps end, few enough that its lines stay in cache.
+  static constexpr std::size_t kEndSlots = 256;
+
+  Mailbox() : ends_(kEndSlots) {}
+
+  // Strand: fill(end) writes every field of the next end, over the ring
+  // slot's old one (whose reason's buffer it may reuse) or, the ring full,
+  // into a new one behind the lock. Ends carry no order among themselves.
+  template <class Fill>
+  void push_end(Fill&& fill) {
+    if (ends_.emplace(fill)) return;
+    std::lock_guard lk(m_);
+    fill(overflow_.emplace_back());
+    pending_flag_.store(true, std::memory_order_release);
+  }
   void push(LookupOutcome l);
   // Keeps the first fail-stop: later ones are consequences of it.
   void set_fail_stop(std::error_code code, std::string what);
 
-  // Swaps what is pending into `into`, whose vectors must be empty (their
-  // capacity is what the strand pushes into next). This and terminal() run
-  // on the engine's thread only: they read the specs the ends name.
-  void drain(Drained& into);
-  // Whether drain() would return anything, or a fail-stop is set: one
-  // atomic load, no lock (a push racing it is seen by the next call).
-  bool pending() const noexcept { return pending_flag_.load(std::memory_order_acquire); }
+  // The rest run on the engine's thread only: they read the specs the ends
+  // name.
+  //
+  // Whether an end or an answer waits, or a fail-stop is set: two atomic
+  // loads, no lock (a push racing it is seen by the next call).
+  bool pending() const noexcept {
+    return !ends_.empty() || pending_flag_.load(std::memory_order_acquire);
+  }
+  // Swaps what waits behind the lock into `into`, whose vectors must be
+  // empty; no lock when nothing does (the common case).
+  void drain_locked(Drained& into);
+  // f(const TransferEnd&) for each end waiting in the ring, left in place;
+  // returns how many.
+  template <class F>
+  std::size_t peek_ends(F f) const {
+    return ends_.peek(f);
+  }
+  // f(TransferEnd&) for each of the first `n` ends waiting in the ring (n
+  // from peek_ends), each slot then given back to the strand.
+  template <class F>
+  void drain_ends(std::size_t n, F f) {
+    ends_.consume(f, n);
+  }
   std::optional<FailStopState> fail_stop() const;
   // Whether a fail-stop is set: one atomic load, no lock (the step thread's
   // calls check it first and lock only to read it).
   bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
   // The transfers whose outcome is here, not yet drained: terminal.
   std::vector<TransferKey> terminal() const;
-  // A load's copies are queued, `event` recorded after them. Kept until
-  // that load's outcome is drained.
-  void push_queued(const std::string& request, std::uint32_t registration, std::shared_ptr<const hip::Event> event);
-  std::shared_ptr<const hip::Event> queued(const std::string& request, std::uint32_t registration) const;
 
  private:
+  SpscRing<TransferEnd> ends_;
   mutable std::mutex m_;
+  // Written under m_: true while overflow_ or lookups_ is not empty or
+  // fail_ is set.
   std::atomic<bool> pending_flag_{false};
   std::atomic<bool> failed_{false};  // written under m_, once fail_ is set
-  Drained pending_;  // pending_flag_: written under m_, true while this is not empty or fail_ is set
+  std::vector<TransferEnd> overflow_;
+  std::vector<LookupOutcome> lookups_;
   std::optional<FailStopState> fail_;
-  // Keyed by request and registration (kind: always load). A drained load's
-  // node is kept for the next push_queued, up to a bound: the strand makes
-  // them and the engine's thread ends them.
-  using QueuedMap = std::map<TransferKey, std::shared_ptr<const hip::Event>, TransferKeyLess>;
-  QueuedMap queued_;
-  SpareNodes<QueuedMap> spare_queued_;
 };
 
 }  // namespace kvstrand::reactor

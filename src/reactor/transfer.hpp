@@ -5,6 +5,7 @@
 // timer per transfer, so nothing another transfer does can delay it.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <compare>
 #include <cstdint>
@@ -78,10 +79,14 @@ struct Transfer {
   // The engine's event after the last forward touching these blocks; held
   // until it is seen complete (Connector's producer contract).
   std::shared_ptr<const hip::Event> producer;
-  // A load: recorded after its copies once they are queued, then
-  // on_queued() runs (Connector::order_after_load waits on it).
+  // A load: recorded after its copies once they are queued, then named in
+  // `queued_notice` (Connector::order_after_load waits on it). Handed to
+  // the engine's thread in the transfer's end, which holds it until drained.
   std::shared_ptr<hip::Event> queued_event;
-  std::function<void()> on_queued;
+  // The engine's live entry's (Connector::Uses::queued): the one word of
+  // the engine's memory the strand writes, once, before the end; the entry
+  // outlives it (dropped only once the end is drained).
+  std::atomic<const hip::Event*>* queued_notice = nullptr;
   TransferState state = TransferState::queued;
   Clock::time_point posted{};
   Clock::time_point deadline{};

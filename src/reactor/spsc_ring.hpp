@@ -1,0 +1,90 @@
+// SpscRing<T>: a bounded ring one thread writes and one other thread reads,
+// without a lock.
+//
+// The strand hands each transfer's end to the engine's thread through one
+// (Mailbox): a push is a write into the slot and one store, a drain one load
+// and one store, where a mutex made both threads take and give back its
+// line on every end (docs/PERFORMANCE.md, "Step-thread cost").
+//
+// An item is read where it lies and left in its slot: the producer writes
+// over it when the slot comes round again, so what the consumer did not take
+// out (a string's buffer) stays with the thread that allocated it.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <limits>
+#include <vector>
+
+namespace kvstrand::reactor {
+
+template <class T>
+class SpscRing {
+ public:
+  // `capacity` is rounded up to a power of two.
+  explicit SpscRing(std::size_t capacity) : slots_(round_up(capacity)), mask_(slots_.size() - 1) {}
+
+  std::size_t capacity() const noexcept { return slots_.size(); }
+
+  // Producer. True: `fill(slot)` has written the next item over what that
+  // slot held before (a consumed item, or T{}) and the item is published.
+  // False (and `fill` not called) when the ring is full.
+  template <class Fill>
+  bool emplace(Fill&& fill) {
+    const std::size_t t = tail_.load(std::memory_order_relaxed);
+    if (t - head_.load(std::memory_order_acquire) > mask_) return false;
+    fill(slots_[t & mask_]);
+    tail_.store(t + 1, std::memory_order_release);
+    return true;
+  }
+
+  // Consumer: whether an item is waiting (one load; a push racing it is
+  // seen by the next call).
+  bool empty() const noexcept {
+    return tail_.load(std::memory_order_acquire) == head_.load(std::memory_order_relaxed);
+  }
+
+  // Consumer: f(const T&) for each item waiting, in order, at most `max`,
+  // leaving them in the ring; returns how many.
+  template <class F>
+  std::size_t peek(F f, std::size_t max = std::numeric_limits<std::size_t>::max()) const {
+    const std::size_t h = head_.load(std::memory_order_relaxed);
+    const std::size_t t = tail_.load(std::memory_order_acquire);
+    std::size_t n = 0;
+    for (; n < t - h && n < max; ++n) f(static_cast<const T&>(slots_[(h + n) & mask_]));
+    return n;
+  }
+
+  // Consumer: f(T&) for each item waiting, in order, at most `max`, each
+  // slot given back to the producer once f returns (or throws: that item
+  // is not handed out again); returns how many.
+  template <class F>
+  std::size_t consume(F f, std::size_t max = std::numeric_limits<std::size_t>::max()) {
+    const std::size_t first = head_.load(std::memory_order_relaxed);
+    const std::size_t t = tail_.load(std::memory_order_acquire);
+    // One store at the end, however it ends: the producer reads this line
+    // on every push, and a store per item would pull it back each time.
+    struct Release {
+      std::atomic<std::size_t>& head;
+      std::size_t next;
+      ~Release() { head.store(next, std::memory_order_release); }
+    } release{head_, first};
+    while (release.next != t && release.next - first < max) f(slots_[release.next++ & mask_]);
+    return release.next - first;
+  }
+
+ private:
+  static std::size_t round_up(std::size_t n) {
+    std::size_t c = 1;
+    while (c < n) c <<= 1;
+    return c;
+  }
+
+  std::vector<T> slots_;
+  const std::size_t mask_;
+  // Apart, so the producer's and the consumer's stores do not share a line.
+  alignas(64) std::atomic<std::size_t> tail_{0};  // written by the producer
+  alignas(64) std::atomic<std::size_t> head_{0};  // written by the consumer
+};
+
+}  // namespace kvstrand::reactor
