@@ -3,9 +3,10 @@
 // The strand pushes transfers' ends (and lookup answers) as they come; the
 // step thread drains them in finished() without waiting for the reactor.
 // Ends, one or more every step, go through a lock-free single-producer
-// ring; lookup answers and the fail-stop, rarer, through a mutex that
-// guards only them (values, not transfer state): the boundary between the
-// two threads, like the submission ring in the other direction.
+// ring; lookup answers, the fail-stop and ends past a full ring, rarer,
+// through a mutex that guards only them (values, not transfer state): the
+// boundary between the two threads, like the submission ring in the other
+// direction.
 #pragma once
 
 #include <atomic>
@@ -47,7 +48,10 @@ struct TransferEnd {
   // failed, or never queued): its blocks may be reused.
   bool source_safe = false;
   std::error_code error;
-  std::string reason;  // empty unless it failed; its buffer stays the strand's (copied out, never moved)
+  // Empty unless it failed. Copied out, never moved: a ring slot's buffer
+  // stays the strand's (an end past the ring is freed by the engine's
+  // thread, a rare case).
+  std::string reason;
   const kv::TransferSpec* spec = nullptr;  // the engine's (Transfer::engine_spec): read on the engine's thread only
   // A load's copies-queued event, which the engine's live entry names
   // (Connector::order_after_load): held here until the end is drained, so

@@ -4,7 +4,7 @@
 // An entry's strings and vectors keep their capacity in a kept node, so an
 // insert that refills one allocates nothing; the node itself is not freed
 // and made again. Used where an entry is made and ended every step (the
-// Connector's live transfers, the mailbox's queued-load events): memory the
+// Connector's live transfers): memory the
 // other thread frees or a warm step allocates is what made the engine's own
 // code slower beside kvstrand (docs/PERFORMANCE.md, "Step-thread cost").
 #pragma once
