@@ -9,7 +9,6 @@
 #include <chrono>
 #include <compare>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
