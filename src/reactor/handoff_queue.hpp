@@ -4,16 +4,16 @@
 // A bounded single-producer, single-consumer ring. The producer (the engine's
 // thread: one thread at a time, as for every Connector call) push()es; the
 // strand takes items on every Poller tick (it is a PollSource) and hands each
-// to `consume`, in order. A push is two stores and a load; only when the
-// poller has said it sleeps does the producer post a wake-up (the strand's
+// to `consume`, in order. A push is its stores, one fence and a load; only
+// when the poller has said it sleeps does the producer post a wake-up (the strand's
 // mutex and the cross-CPU wake, tens of microseconds on a paravirtualised
 // VM: docs/PERFORMANCE.md). The sleep handshake is Dekker's: the producer
 // stores the item, fences (a read-modify-write of the tail), then reads
-// `sleeping_`; the strand stores
-// `sleeping_` then reads the ring, both sequentially consistent; at least
-// one sees the other, so an item is never left in a ring nobody polls (a
-// wake-up posted for an item already taken costs one idle tick). A batch
-// (stage() each item, then notify()) fences once.
+// `sleeping_`; the strand stores `sleeping_` then reads the ring, both
+// sequentially consistent; at least one sees the other, so an item is
+// never left in a ring nobody polls (a wake-up posted for an item already
+// taken costs one idle tick). A batch (stage() each item, then notify())
+// fences once.
 //
 // An item is consumed where it lies, by reference, and left in its slot:
 // the producer's next emplace into that slot writes over it (a push swaps
