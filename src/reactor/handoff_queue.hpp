@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "reactor/poller.hpp"
+#include "reactor/spsc_ring.hpp"
 
 namespace kvstrand::reactor {
 
@@ -42,7 +43,7 @@ class HandoffQueue final : public PollSource {
  public:
   // `capacity` is rounded up to a power of two.
   HandoffQueue(std::size_t capacity, Poller& poller, std::function<void(T&)> consume)
-      : slots_(round_up(capacity)), mask_(slots_.size() - 1), poller_(poller), consume_(std::move(consume)) {}
+      : ring_(capacity), poller_(poller), consume_(std::move(consume)) {}
 
   // Producer. True: `item` is in the ring, and `item` now holds what that
   // slot held before (a consumed item, or T{}). False (and `item`
@@ -76,11 +77,7 @@ class HandoffQueue final : public PollSource {
   // (docs/PERFORMANCE.md, "Step-thread cost").
   template <class Fill>
   bool stage(Fill&& fill) {
-    const std::size_t t = tail_.load(std::memory_order_relaxed);
-    if (t - head_.load(std::memory_order_acquire) > mask_) return false;
-    fill(slots_[t & mask_]);
-    tail_.store(t + 1, std::memory_order_release);
-    return true;
+    return ring_.emplace(fill);
   }
 
   // Producer: wakes the strand if it said it sleeps, for everything staged
@@ -90,7 +87,7 @@ class HandoffQueue final : public PollSource {
   // consistent store and load, either this reads `sleeping_` as set or the
   // strand reads the new tail.
   void notify() {
-    tail_.fetch_add(0, std::memory_order_seq_cst);
+    ring_.fence_published();
     if (sleeping_.load(std::memory_order_seq_cst) && sleeping_.exchange(false, std::memory_order_seq_cst))
       poller_.wake();
   }
@@ -101,29 +98,19 @@ class HandoffQueue final : public PollSource {
   // `consume` leaves poll() with that item dropped (as before it was
   // handed over) and the queue usable.
   bool poll() override {
-    if (polling_) return false;
-    std::size_t h = head_.load(std::memory_order_relaxed);
-    const std::size_t t = tail_.load(std::memory_order_acquire);
-    if (h == t) return false;
+    if (polling_ || ring_.empty()) return false;
     polling_ = true;
     struct Polling {
       bool& flag;
       ~Polling() { flag = false; }
     } polling{polling_};
-    for (; h != t; ++h) {
-      struct Release {  // the slot is the producer's again, consumed or thrown
-        std::atomic<std::size_t>& head;
-        std::size_t next;
-        ~Release() { head.store(next, std::memory_order_release); }
-      } release{head_, h + 1};
-      consume_(slots_[h & mask_]);
-    }
+    ring_.consume([this](T& item) { consume_(item); });
     return true;
   }
 
   bool sleep() override {
     sleeping_.store(true, std::memory_order_seq_cst);
-    if (tail_.load(std::memory_order_seq_cst) == head_.load(std::memory_order_relaxed)) return true;
+    if (ring_.empty(std::memory_order_seq_cst)) return true;
     sleeping_.store(false, std::memory_order_relaxed);
     return false;
   }
@@ -135,20 +122,10 @@ class HandoffQueue final : public PollSource {
   }
 
  private:
-  static std::size_t round_up(std::size_t n) {
-    std::size_t c = 1;
-    while (c < n) c <<= 1;
-    return c;
-  }
-
-  std::vector<T> slots_;
-  const std::size_t mask_;
+  SpscRing<T> ring_;
   Poller& poller_;
   std::function<void(T&)> consume_;
   bool polling_ = false;  // the strand's only
-  // Apart, so the producer's and the strand's stores do not share a line.
-  alignas(64) std::atomic<std::size_t> tail_{0};   // written by the producer
-  alignas(64) std::atomic<std::size_t> head_{0};   // written by the strand
   alignas(64) std::atomic<bool> sleeping_{true};  // a new queue's poller has not seen it yet: wake it
 };
 

@@ -1,7 +1,8 @@
 // SpscRing<T>: a bounded ring one thread writes and one other thread reads,
 // without a lock.
 //
-// The strand hands each transfer's end to the engine's thread through one
+// The engine's thread hands submissions to the strand through one
+// (HandoffQueue), and the strand each transfer's end back through another
 // (Mailbox): a push is a write into the slot and one store, a drain one load
 // and one store, so the step thread's finished() takes no lock. (Measured
 // no faster than the mutex it replaced: the ends' lines cross either way;
@@ -39,10 +40,16 @@ class SpscRing {
     return true;
   }
 
-  // Consumer: whether an item is waiting (one load; a push racing it is
-  // seen by the next call).
-  bool empty() const noexcept {
-    return tail_.load(std::memory_order_acquire) == head_.load(std::memory_order_relaxed);
+  // Producer: a full fence after everything published so far, ordered
+  // with the tail (a sequentially consistent read-modify-write of it: TSan
+  // understands it, atomic_thread_fence it does not). The producer's half
+  // of a sleep handshake (HandoffQueue).
+  void fence_published() noexcept { tail_.fetch_add(0, std::memory_order_seq_cst); }
+
+  // Consumer: whether no item is waiting (one load of the tail, with
+  // `order`; a push racing it is seen by the next call).
+  bool empty(std::memory_order order = std::memory_order_acquire) const noexcept {
+    return tail_.load(order) == head_.load(std::memory_order_relaxed);
   }
 
   // Consumer: f(const T&) for each item waiting, in order, at most `max`,
