@@ -213,6 +213,11 @@ TEST_CASE("poller: idle costs nothing, and other strand work runs while it spins
   auto ev = must(hip::Event::create());
   require_ok(hip::sim::hold_stream(s));
   require_ok(ev.record(s));
+  // The spin window spans the whole test: with the default 2 ms, a strand
+  // slowed past 2 ms before the first tick (TSan, a loaded CI machine) backs
+  // off on the timer at once and never spins.
+  reactor::PollerOptions options;
+  options.spin = 60s;
   run_on_strand([&](Poller& poller, Strand& strand) -> asio::awaitable<void> {
     bool done = false;
     spawn_wait(strand, poller, ev, [&](std::error_code ec) {
@@ -229,5 +234,5 @@ TEST_CASE("poller: idle costs nothing, and other strand work runs while it spins
     co_await sleep_for(strand, 20ms);
     REQUIRE(poller.stats().ticks == ticks);  // nothing outstanding: no ticks
     REQUIRE(poller.stats().outstanding == 0);
-  });
+  }, options);
 }
