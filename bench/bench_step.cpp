@@ -16,6 +16,14 @@
 //   the handoff floor, the spec read in place: ...; kvstrand above it: ...
 //   the handoff floor, a compact record: ...; kvstrand above it: ...
 //
+// The arms take turns: every arm is made once, then the run is cut into
+// rounds (--rounds, default 5) and each round gives every arm its share of
+// the steps in turn; between its turns an arm's helper threads rest (no
+// spinning, no scraping). A host whose speed drifts over seconds (the lent
+// H200 hosts' baseline moved 4.0-6.4 us between arms run one after
+// another) then shifts every arm alike, not one arm against another. Each
+// round prints its own difference to the baseline, so drift stays visible.
+//
 // Each arm also prints the p50 of the engine's own work in the step (its
 // planning before submit()): the same code in every arm, so what it gains
 // in the kvstrand arms is what kvstrand's threads cost it (caches, memory
@@ -43,8 +51,8 @@
 // that CPU only, in every arm; kvstrand's threads are left where the
 // scheduler puts them, or, with --kv-cpu CPU, kept on that one.
 //
-// usage: bench_step [steps] [--idle-spin US] [--pin CPU] [--kv-cpu CPU]
-//        (default 10000 steps; the reactor's idle spin,
+// usage: bench_step [steps] [--rounds N] [--idle-spin US] [--pin CPU] [--kv-cpu CPU]
+//        (default 10000 steps an arm over 5 rounds; the reactor's idle spin,
 //        ConnectorOptions::reactor_idle_spin, default 2000; no pinning)
 #include <arpa/inet.h>
 #include <pthread.h>
@@ -170,6 +178,7 @@ class Copier {
   ~Copier() { stop(); }
   void stop() {
     stop_ = true;
+    rest(false);
     if (thread_.joinable()) thread_.join();
   }
   void post(bool save, std::uint32_t first_block) {
@@ -178,6 +187,11 @@ class Copier {
     posted_.store(n + 1, std::memory_order_release);
   }
   std::size_t done() const { return done_.load(std::memory_order_acquire); }
+  // Between its arm's turns, once it has moved what was posted, it blocks.
+  void rest(bool on) {
+    resting_.store(on);
+    if (!on) resting_.notify_one();
+  }
 
  private:
   static constexpr std::size_t kPlaneBytes = 16 * kPlaneBlockBytes;  // one op's blocks of one plane
@@ -187,6 +201,7 @@ class Copier {
     while (!stop_) {
       const std::size_t posted = posted_.load(std::memory_order_acquire);
       if (posted == done) {
+        resting_.wait(true);
         std::this_thread::sleep_for(std::chrono::microseconds(50));
         continue;
       }
@@ -214,7 +229,7 @@ class Copier {
   std::vector<std::byte*> planes_;
   std::vector<PostedOp> ops_;  // in posting order
   std::atomic<std::size_t> posted_{0}, done_{0};
-  std::atomic<bool> stop_{false};
+  std::atomic<bool> stop_{false}, resting_{false};
   std::thread thread_;
 };
 
@@ -251,10 +266,176 @@ auto on_cpus(int cpu, Make make) {
   return made;
 }
 
+// One arm's figures, gathered over its turns.
+struct Samples {
+  std::vector<double> us, submit_us, finished_us, plan_us;  // per step
+  std::size_t posted = 0, completed = 0, moved = 0;
+};
+
+// One arm: its engine and what stands in for kvstrand's part (nothing,
+// kvstrand itself, the copier, a handoff floor), made once and kept over
+// the rounds; it steps only in its turns.
+class Arm {
+ public:
+  enum class Kind { baseline, kvstrand, kvstrand_http, copies, floor_in_place, floor_compact };
+  struct Setup {
+    std::vector<std::byte*> planes;
+    std::uint32_t pool_blocks = 0;
+    std::chrono::microseconds idle_spin{};
+    int kv_cpu = -1;
+    std::size_t max_ops = 0;  // over the whole run: the copier's op list
+  };
+
+  Arm(Kind kind, const Setup& setup) {
+    using Reads = bench::HandoffFloor::Reads;
+    if (kind == Kind::floor_in_place || kind == Kind::floor_compact)
+      on_cpus(setup.kv_cpu, [&] {
+        handoff_.emplace(64, kind == Kind::floor_compact ? Reads::compact : Reads::in_place);  // 16 requests, a save and a load each
+        return 0;
+      });
+    if (kind == Kind::copies)
+      on_cpus(setup.kv_cpu, [&] {
+        copier_.emplace(setup.max_ops, setup.planes, kTierBytes);
+        return 0;
+      });
+    if (kind == Kind::kvstrand || kind == Kind::kvstrand_http) {
+      reactor::ConnectorOptions opts;
+      opts.tier_bytes = kTierBytes;
+      opts.reactor_idle_spin = setup.idle_spin;
+      if (kind == Kind::kvstrand_http) opts.http = common::HttpOptions{};
+      conn_ = on_cpus(setup.kv_cpu, [&] { return std::make_unique<reactor::Connector>(opts); });
+      if (kind == Kind::kvstrand_http)
+        scraper_ = std::thread([this, port = conn_->http_port()] {
+          while (!done_) {
+            if (!resting_) {
+              scrape(port, "/metrics");
+              scrape(port, "/debug/transfers");
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(250));
+          }
+        });
+      reactor::Registration reg;
+      reg.layout = engine_.layout;
+      for (std::byte* p : setup.planes) reg.planes.push_back({p, setup.pool_blocks});
+      conn_->register_layout(reg);
+    }
+    rest();
+  }
+  ~Arm() { stop(); }
+  Arm(const Arm&) = delete;
+  Arm& operator=(const Arm&) = delete;
+
+  void stop() {
+    done_ = true;
+    if (scraper_.joinable()) scraper_.join();
+    if (conn_) conn_->close();
+    if (copier_) copier_->stop();
+    if (handoff_) handoff_->stop();
+  }
+
+  // `n` steps, each timed, its figures added to samples.
+  void turn(int n) {
+    resting_ = false;
+    if (handoff_) handoff_->rest(false);
+    if (copier_) copier_->rest(false);
+    int cpu = sched_getcpu();
+    for (int step = 0; step < n; ++step) {
+      if (const int now = sched_getcpu(); now != cpu) {  // before the clock: not timed
+        ++s_.moved;
+        cpu = now;
+      }
+      one_step();
+      std::this_thread::sleep_for(std::chrono::microseconds(200));  // the forward pass
+    }
+    rest();
+  }
+
+  const Samples& samples() const { return s_; }
+
+ private:
+  // Between turns its helper threads neither spin nor scrape (kvstrand's
+  // reactor stops spinning by itself once idle for its idle spin).
+  void rest() {
+    resting_ = true;
+    if (handoff_) handoff_->rest(true);
+    if (copier_) copier_->rest(true);
+  }
+
+  void one_step() {
+    const auto t0 = Clock::now();
+    auto ops = engine_.plan_step();
+    s_.plan_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    s_.posted += ops.size();
+    if (conn_) {
+      const auto s0 = Clock::now();
+      if (!ops.empty()) conn_->submit(std::move(ops));
+      const auto s1 = Clock::now();
+      auto f = conn_->finished();
+      s_.submit_us.push_back(std::chrono::duration<double, std::micro>(s1 - s0).count());
+      s_.finished_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - s1).count());
+      s_.completed += f.saves.size() + f.loads.size();
+      engine_.settle(f);
+    } else if (handoff_) {
+      // The floor arms: each op handed to the other thread and back.
+      for (auto& op : ops) handoff_->post(op.kind == reactor::TransferKind::save, std::move(op.spec));
+      reactor::Finished f;
+      handoff_->drain([&](bool save, kv::TransferSpec& spec) {
+        reactor::TransferOutcome o;
+        o.request = spec.request;
+        o.kind = save ? reactor::TransferKind::save : reactor::TransferKind::load;
+        o.ok = true;
+        if (o.kind == reactor::TransferKind::save) o.blocks = std::move(spec.blocks);
+        (o.kind == reactor::TransferKind::save ? f.saves : f.loads).push_back(std::move(o));
+      });
+      s_.completed += f.saves.size() + f.loads.size();
+      engine_.settle(f);
+    } else if (copier_) {
+      // The copies arm: an op completes when the copier has moved its bytes.
+      for (auto& op : ops) {
+        reactor::TransferOutcome o;
+        o.request = op.spec.request;
+        o.kind = op.kind;
+        o.ok = true;
+        copying_.push_back(std::move(o));
+        copier_->post(op.kind == reactor::TransferKind::save, op.spec.blocks.front());
+      }
+      reactor::Finished f;
+      for (const std::size_t done = copier_->done(); s_.completed < done; ++s_.completed) {
+        (copying_.front().kind == reactor::TransferKind::save ? f.saves : f.loads).push_back(std::move(copying_.front()));
+        copying_.pop_front();
+      }
+      engine_.settle(f);
+    } else {
+      // Baseline: everything posted completes at once, with no kvstrand call.
+      reactor::Finished f;
+      for (auto& op : ops) {
+        reactor::TransferOutcome o;
+        o.request = op.spec.request;
+        o.kind = op.kind;
+        o.ok = true;
+        (op.kind == reactor::TransferKind::save ? f.saves : f.loads).push_back(std::move(o));
+      }
+      s_.completed += ops.size();
+      engine_.settle(f);
+    }
+    s_.us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+  }
+
+  Engine engine_;
+  std::unique_ptr<reactor::Connector> conn_;
+  std::optional<Copier> copier_;
+  std::deque<reactor::TransferOutcome> copying_;  // posted to the copier, in order
+  std::optional<bench::HandoffFloor> handoff_;
+  std::atomic<bool> done_{false}, resting_{false};
+  std::thread scraper_;
+  Samples s_;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int steps = 10000;
+  int rounds = 5;
   std::chrono::microseconds idle_spin = kvstrand::ConnectorOptions{}.reactor_idle_spin;
   int pin = -1, kv_cpu = -1;
   for (int i = 1; i < argc; ++i) {
@@ -265,6 +446,8 @@ int main(int argc, char** argv) {
       pin = std::atoi(argv[++i]);
     else if (a == "--kv-cpu" && i + 1 < argc)
       kv_cpu = std::atoi(argv[++i]);
+    else if (a == "--rounds" && i + 1 < argc)
+      rounds = std::max(1, std::atoi(argv[++i]));
     else
       steps = std::max(100, std::atoi(argv[i]));
   }
@@ -289,151 +472,61 @@ int main(int argc, char** argv) {
   std::vector<hip::DeviceBuffer> planes;
   for (int p = 0; p < 5; ++p) planes.push_back(hip::DeviceBuffer::allocate(pool_blocks * kPlaneBlockBytes).value());
 
-  using Reads = bench::HandoffFloor::Reads;
-  auto run = [&](bool with_kvstrand, bool with_http = false, bool with_copies = false,
-                 std::optional<Reads> floor = std::nullopt) {
-    Engine engine;
-    std::optional<bench::HandoffFloor> handoff;
-    if (floor)
-      on_cpus(kv_cpu, [&] {
-        handoff.emplace(64, *floor);  // 16 requests, a save and a load each at most
-        return 0;
-      });
-    std::unique_ptr<reactor::Connector> conn;
-    std::optional<Copier> copier;
-    if (with_copies) {
-      std::vector<std::byte*> plane_ptrs;
-      for (auto& p : planes) plane_ptrs.push_back(p.data());
-      on_cpus(kv_cpu, [&] {
-        copier.emplace(static_cast<std::size_t>(steps) * kRequests, std::move(plane_ptrs), kTierBytes);
-        return 0;
-      });
-    }
-    std::deque<reactor::TransferOutcome> copying;  // posted to the copier, in order
-    std::atomic<bool> done{false};
-    std::thread scraper;
-    if (with_kvstrand) {
-      reactor::ConnectorOptions opts;
-      opts.tier_bytes = kTierBytes;
-      opts.reactor_idle_spin = idle_spin;
-      if (with_http) opts.http = common::HttpOptions{};
-      conn = on_cpus(kv_cpu, [&] { return std::make_unique<reactor::Connector>(opts); });
-      if (with_http)
-        scraper = std::thread([&done, port = conn->http_port()] {
-          while (!done) {
-            scrape(port, "/metrics");
-            scrape(port, "/debug/transfers");
-            std::this_thread::sleep_for(std::chrono::milliseconds(250));
-          }
-        });
-      reactor::Registration reg;
-      reg.layout = engine.layout;
-      for (auto& p : planes) reg.planes.push_back({p.data(), pool_blocks});
-      conn->register_layout(reg);
-    }
-    std::vector<double> us, submit_us, finished_us, plan_us;
-    std::size_t posted = 0, completed = 0, moved = 0;
-    int cpu = sched_getcpu();
-    for (int step = 0; step < steps; ++step) {
-      if (const int now = sched_getcpu(); now != cpu) {  // before the clock: not timed
-        ++moved;
-        cpu = now;
-      }
-      const auto t0 = Clock::now();
-      auto ops = engine.plan_step();
-      plan_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
-      posted += ops.size();
-      if (conn) {
-        const auto s0 = Clock::now();
-        if (!ops.empty()) conn->submit(std::move(ops));
-        const auto s1 = Clock::now();
-        auto f = conn->finished();
-        submit_us.push_back(std::chrono::duration<double, std::micro>(s1 - s0).count());
-        finished_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - s1).count());
-        completed += f.saves.size() + f.loads.size();
-        engine.settle(f);
-      } else if (handoff) {
-        // The floor arms: each op handed to the other thread and back.
-        for (auto& op : ops) handoff->post(op.kind == reactor::TransferKind::save, std::move(op.spec));
-        reactor::Finished f;
-        handoff->drain([&](bool save, kv::TransferSpec& spec) {
-          reactor::TransferOutcome o;
-          o.request = spec.request;
-          o.kind = save ? reactor::TransferKind::save : reactor::TransferKind::load;
-          o.ok = true;
-          if (o.kind == reactor::TransferKind::save) o.blocks = std::move(spec.blocks);
-          (o.kind == reactor::TransferKind::save ? f.saves : f.loads).push_back(std::move(o));
-        });
-        completed += f.saves.size() + f.loads.size();
-        engine.settle(f);
-      } else if (copier) {
-        // The copies arm: an op completes when the copier has moved its bytes.
-        for (auto& op : ops) {
-          reactor::TransferOutcome o;
-          o.request = op.spec.request;
-          o.kind = op.kind;
-          o.ok = true;
-          copying.push_back(std::move(o));
-          copier->post(op.kind == reactor::TransferKind::save, op.spec.blocks.front());
-        }
-        reactor::Finished f;
-        for (const std::size_t done = copier->done(); completed < done; ++completed) {
-          (copying.front().kind == reactor::TransferKind::save ? f.saves : f.loads).push_back(std::move(copying.front()));
-          copying.pop_front();
-        }
-        engine.settle(f);
-      } else {
-        // Baseline: everything posted completes at once, with no kvstrand call.
-        reactor::Finished f;
-        for (auto& op : ops) {
-          reactor::TransferOutcome o;
-          o.request = op.spec.request;
-          o.kind = op.kind;
-          o.ok = true;
-          (op.kind == reactor::TransferKind::save ? f.saves : f.loads).push_back(std::move(o));
-        }
-        completed += ops.size();
-        engine.settle(f);
-      }
-      us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
-      std::this_thread::sleep_for(std::chrono::microseconds(200));  // the forward pass
-      if (step % 2000 == 1999)
-        std::fprintf(stderr, "  %s: step %d of %d\n",
-                     with_kvstrand ? "kvstrand" : with_copies ? "copies" : floor ? "floor" : "baseline", step + 1,
-                   steps);
-    }
-    done = true;
-    if (scraper.joinable()) scraper.join();
-    if (conn) conn->close();
-    if (copier) copier->stop();
-    if (handoff) handoff->stop();
-    std::printf("  %s: %zu transfers posted, %zu completed\n",
-                with_http      ? "kvstrand + debug endpoint"
-                : with_kvstrand ? "kvstrand"
-                : with_copies   ? "baseline with the copies"
-                : floor         ? (*floor == Reads::compact ? "the handoff floor, a compact record"
-                                                            : "the handoff floor, the spec in place")
-                                : "baseline",
-                posted, completed);
-    std::printf("    the engine's own planning p50 %.2f us; the step thread woke on another CPU in %.1f %% of steps\n",
-                pct(plan_us, 0.5), 100.0 * static_cast<double>(moved) / steps);
-    if (conn)  // where the step's kvstrand time goes
-      std::printf("    of which submit() p50 %.2f p99 %.2f us, finished() p50 %.2f p99 %.2f us\n", pct(submit_us, 0.5),
-                  pct(submit_us, 0.99), pct(finished_us, 0.5), pct(finished_us, 0.99));
-    return us;
-  };
-
-  std::printf("bench_step: backend %s, %d requests, %d steps, 200 us forward pass between steps, reactor idle spin %lld us, "
-              "step thread %s\n",
-              hip::backend_name(), kRequests, steps, static_cast<long long>(idle_spin.count()),
+  std::printf("bench_step: backend %s, %d requests, %d steps an arm in %d rounds, 200 us forward pass between steps, "
+              "reactor idle spin %lld us, step thread %s\n",
+              hip::backend_name(), kRequests, steps, rounds, static_cast<long long>(idle_spin.count()),
               pin >= 0 ? ("pinned to CPU " + std::to_string(pin)).c_str() : "not pinned");
   if (kv_cpu >= 0) std::printf("kvstrand's threads (and the copies arm's copier) on CPU %d only\n", kv_cpu);
-  const auto base = run(false);
-  const auto kvs = run(true);
-  const auto web = run(true, true);
-  const auto copies = run(false, false, true);
-  const auto in_place = run(false, false, false, Reads::in_place);
-  const auto compact = run(false, false, false, Reads::compact);
+  Arm::Setup setup;
+  for (auto& p : planes) setup.planes.push_back(p.data());
+  setup.pool_blocks = pool_blocks;
+  setup.idle_spin = idle_spin;
+  setup.kv_cpu = kv_cpu;
+  setup.max_ops = static_cast<std::size_t>(steps) * kRequests;
+  Arm base_a(Arm::Kind::baseline, setup), kvs_a(Arm::Kind::kvstrand, setup), web_a(Arm::Kind::kvstrand_http, setup),
+      copies_a(Arm::Kind::copies, setup), in_place_a(Arm::Kind::floor_in_place, setup),
+      compact_a(Arm::Kind::floor_compact, setup);
+  // The p50 of the steps `arm` took since it had `from`: one turn's.
+  auto turn_p50 = [](const Arm& arm, std::size_t from) {
+    const auto& us = arm.samples().us;
+    return pct(std::vector<double>(us.begin() + static_cast<std::ptrdiff_t>(from), us.end()), 0.5);
+  };
+  for (int r = 0; r < rounds; ++r) {
+    const int n = steps / rounds + (r < steps % rounds ? 1 : 0);
+    const std::size_t from = base_a.samples().us.size();
+    for (Arm* arm : {&base_a, &kvs_a, &web_a, &copies_a, &in_place_a, &compact_a}) {
+      arm->turn(n);
+      // What the last turn left running (transfers ending, a reactor's idle
+      // spin) settles before the next arm's turn.
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    const double b = turn_p50(base_a, from);
+    std::printf("  round %d of %d, %d steps an arm: baseline p50 %.2f us; above it: kvstrand %.2f, the handoff floor "
+                "(compact) %.2f\n",
+                r + 1, rounds, n, b, turn_p50(kvs_a, from) - b, turn_p50(compact_a, from) - b);
+    std::fflush(stdout);
+  }
+  for (Arm* arm : {&base_a, &kvs_a, &web_a, &copies_a, &in_place_a, &compact_a}) arm->stop();
+  auto report = [&](const Samples& s, const char* what, bool kvstrand) {
+    std::printf("  %s: %zu transfers posted, %zu completed\n", what, s.posted, s.completed);
+    std::printf("    the engine's own planning p50 %.2f us; the step thread woke on another CPU in %.1f %% of steps\n",
+                pct(s.plan_us, 0.5), 100.0 * static_cast<double>(s.moved) / static_cast<double>(s.us.size()));
+    if (kvstrand)  // where the step's kvstrand time goes
+      std::printf("    of which submit() p50 %.2f p99 %.2f us, finished() p50 %.2f p99 %.2f us\n", pct(s.submit_us, 0.5),
+                  pct(s.submit_us, 0.99), pct(s.finished_us, 0.5), pct(s.finished_us, 0.99));
+  };
+  report(base_a.samples(), "baseline", false);
+  report(kvs_a.samples(), "kvstrand", true);
+  report(web_a.samples(), "kvstrand + debug endpoint", true);
+  report(copies_a.samples(), "baseline with the copies", false);
+  report(in_place_a.samples(), "the handoff floor, the spec in place", false);
+  report(compact_a.samples(), "the handoff floor, a compact record", false);
+  const auto& base = base_a.samples().us;
+  const auto& kvs = kvs_a.samples().us;
+  const auto& web = web_a.samples().us;
+  const auto& copies = copies_a.samples().us;
+  const auto& in_place = in_place_a.samples().us;
+  const auto& compact = compact_a.samples().us;
   std::printf("baseline p50 %.2f p99 %.2f\n", pct(base, 0.5), pct(base, 0.99));
   std::printf("step-thread us per step: p50 %.2f p99 %.2f (above baseline: p50 %.2f p99 %.2f)\n", pct(kvs, 0.5),
               pct(kvs, 0.99), pct(kvs, 0.5) - pct(base, 0.5), pct(kvs, 0.99) - pct(base, 0.99));

@@ -65,7 +65,14 @@ class HandoffFloor {
   ~HandoffFloor() { stop(); }
   void stop() {
     stop_.store(true, std::memory_order_relaxed);
+    rest(false);
     if (thread_.joinable()) thread_.join();
+  }
+  // Between its arm's turns the other thread blocks instead of spinning, so
+  // it costs the other arms nothing.
+  void rest(bool on) {
+    resting_.store(on);
+    if (!on) resting_.notify_one();
   }
 
   // Step thread: the spec is moved into a free slot and the slot posted.
@@ -110,6 +117,7 @@ class HandoffFloor {
   void loop() {
     std::uint64_t sum = 0;  // what a copy would compute from them
     while (!stop_.load(std::memory_order_relaxed)) {
+      resting_.wait(true);
       to_.drain([&](std::uint32_t slot) {
         if (reads_ == Reads::in_place) {
           const kv::TransferSpec& s = ops_[slot].spec;  // read where it lies, never written here
@@ -133,7 +141,7 @@ class HandoffFloor {
   std::vector<Record> records_;   // compact: written by the step thread, read by the other
   std::vector<std::uint32_t> free_;  // the step thread's
   SpscRing to_, from_;
-  std::atomic<bool> stop_{false};
+  std::atomic<bool> stop_{false}, resting_{false};
   std::uint64_t sink_ = 0;
   std::thread thread_;
 };

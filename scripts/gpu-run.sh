@@ -45,7 +45,7 @@ for bench in "bench_poller 1000" "bench_chunk_keys" "bench_step" "bench_transfer
   "$build"/bench/$bench >"$results/one.log" 2>&1 || failed=1
   { echo "=== $bench"; cat "$results/one.log"; } >>"$results/bench.log"
   # the figures are the last lines
-  lines=1; [[ $name == bench_transfer ]] && lines=11; [[ $name == bench_step ]] && lines=4
+  lines=1; [[ $name == bench_transfer ]] && lines=11; [[ $name == bench_step ]] && lines=6
   [[ $name == bench_node ]] && lines=12
   tail -n $lines "$results/one.log" | tee -a "$summary"
   rm -f "$results/one.log"
