@@ -41,10 +41,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <memory>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -83,6 +86,56 @@ reactor::Finished wait_one(reactor::Connector& c) {
 
 struct LoadFigures {
   std::vector<double> load_us, copy_us, batch_us;
+  // The same batch from host memory made as the node tier's arena is.
+  std::vector<double> shared_batch_us, huge_batch_us;
+  std::string no_huge;  // why there are no huge-page figures
+};
+
+// Host memory as kvstrand-server's arena is: a memfd mapped shared, its
+// pages faulted in, registered with the device (hipHostRegister) rather
+// than allocated pinned by it; with 4 KiB pages, or huge ones when the
+// system has them reserved. A load through the node tier gathers from such
+// memory, the embedded tier's loads from pinned memory: this tells what the
+// memory itself costs the batch.
+class SharedSource {
+ public:
+  // None when the memory cannot be had (huge: none reserved), and why.
+  static std::unique_ptr<SharedSource> make(std::size_t bytes, bool huge, std::string* why) {
+    constexpr std::size_t kHuge = 2ull << 20;
+    if (huge) bytes = (bytes + kHuge - 1) / kHuge * kHuge;
+    const int fd = ::memfd_create("bench_transfer-shared", MFD_CLOEXEC | (huge ? MFD_HUGETLB : 0u));
+    if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+      *why = std::string("memfd: ") + std::strerror(errno);
+      if (fd >= 0) ::close(fd);
+      return nullptr;
+    }
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    ::close(fd);  // the mapping keeps the file
+    if (p == MAP_FAILED) {
+      *why = std::string("mmap: ") + std::strerror(errno);
+      return nullptr;
+    }
+    std::unique_ptr<SharedSource> m(new SharedSource(static_cast<std::byte*>(p), bytes));
+    std::memset(m->data_, 0x33, bytes);
+    auto reg = hip::HostRegistration::register_range(m->data_, bytes);
+    if (!reg.ok()) {
+      *why = reg.status().describe();
+      return nullptr;
+    }
+    m->reg_.emplace(std::move(reg).value());
+    return m;
+  }
+  ~SharedSource() {
+    reg_.reset();  // unregistered before the memory goes
+    ::munmap(data_, bytes_);
+  }
+  std::byte* data() const { return data_; }
+
+ private:
+  SharedSource(std::byte* p, std::size_t n) : data_(p), bytes_(n) {}
+  std::byte* data_;
+  std::size_t bytes_;
+  std::optional<hip::HostRegistration> reg_;
 };
 
 // Saves prompt 0 once, then loads its tokens [64, 512) `iterations` times
@@ -92,7 +145,8 @@ struct LoadFigures {
 // copy_batch on a stream of its own, launched and awaited like the
 // contiguous copy. That is the batch path's own floor on this device; the
 // load's time above it is kvstrand's (the ring, the strand, the poller, the
-// mailbox).
+// mailbox). The same batch is then run from a SharedSource of 4 KiB pages
+// and, where huge pages are reserved, of huge pages.
 LoadFigures measure_loads(reactor::Connector& conn, Pool& pool, const kv::Layout& l, int iterations) {
   std::mt19937 rng(1);
   auto scattered = [&](std::size_t n) {
@@ -119,10 +173,14 @@ LoadFigures measure_loads(reactor::Connector& conn, Pool& pool, const kv::Layout
   auto stream = must(hip::Stream::create(), "stream");
   auto src = must(hip::PinnedBuffer::allocate(load_bytes), "pinned");
   std::memset(src.data(), 0x33, src.size());
+  std::string why_not;
+  const auto shared = SharedSource::make(load_bytes, false, &why_not);
+  if (!shared) die("shared memory source: " + why_not);
+  LoadFigures fig;
+  const auto huge = SharedSource::make(load_bytes, true, &fig.no_huge);
   auto dst = must(hip::DeviceBuffer::allocate(load_bytes), "device");
   auto ev = must(hip::Event::create(), "event");
   const auto keys = prompt_keys(l, 0);
-  LoadFigures fig;
   for (int i = 0; i < iterations; ++i) {
     kv::TransferSpec s;
     s.request = "load";
@@ -150,26 +208,33 @@ LoadFigures measure_loads(reactor::Connector& conn, Pool& pool, const kv::Layout
     (void)ev.record(stream);
     (void)ev.synchronize();
     fig.copy_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t1).count());
-    std::vector<hip::Segment> segs;
-    const std::uint64_t plane_bytes = kBlockBytes / 5;
-    std::uint64_t at = 0;
-    for (std::size_t p = 0; p < pool.planes.size(); ++p)
-      for (const kv::BlockId b : blocks) {
-        segs.push_back({src.data() + at, pool.planes[p].data() + b * plane_bytes, plane_bytes});
-        at += plane_bytes;
-      }
-    segs.push_back({src.data() + at, pool.state.data() + 2 * kImageBytes, kImageBytes});
-    const auto t2 = Clock::now();
-    if (auto st = hip::copy_batch(stream, hip::CopyKind::host_to_device, segs); !st.ok()) die("batch: " + st.message());
-    (void)ev.record(stream);
-    (void)ev.synchronize();
-    fig.batch_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t2).count());
+    // The load's batch alone from `from`, timed into `into`.
+    auto batch_from = [&](std::byte* from, std::vector<double>& into) {
+      std::vector<hip::Segment> segs;
+      const std::uint64_t plane_bytes = kBlockBytes / 5;
+      std::uint64_t at = 0;
+      for (std::size_t p = 0; p < pool.planes.size(); ++p)
+        for (const kv::BlockId b : blocks) {
+          segs.push_back({from + at, pool.planes[p].data() + b * plane_bytes, plane_bytes});
+          at += plane_bytes;
+        }
+      segs.push_back({from + at, pool.state.data() + 2 * kImageBytes, kImageBytes});
+      const auto t2 = Clock::now();
+      if (auto st = hip::copy_batch(stream, hip::CopyKind::host_to_device, segs); !st.ok()) die("batch: " + st.message());
+      (void)ev.record(stream);
+      (void)ev.synchronize();
+      into.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t2).count());
+    };
+    batch_from(src.data(), fig.batch_us);
+    batch_from(shared->data(), fig.shared_batch_us);
+    if (huge) batch_from(huge->data(), fig.huge_batch_us);
   }
   return fig;
 }
 
 struct LoadRatios {
   double load = 0, batch_alone = 0;  // to one contiguous copy
+  double shared_batch = 0;           // the batch from shared 4 KiB pages, to one contiguous copy
 };
 
 LoadRatios report(const char* path, const LoadFigures& f) {
@@ -180,8 +245,17 @@ LoadRatios report(const char* path, const LoadFigures& f) {
               path, pct(f.load_us, 0.5), pct(f.load_us, 0.99), mb / pct(f.load_us, 0.5), pct(f.copy_us, 0.5),
               pct(f.copy_us, 0.99), mb / pct(f.copy_us, 0.5), ratio, pct(f.batch_us, 0.5),
               pct(f.batch_us, 0.5) / pct(f.copy_us, 0.5));
+  const double copy = pct(f.copy_us, 0.5);
+  char huge[64];
+  if (!f.huge_batch_us.empty())
+    std::snprintf(huge, sizeof huge, "p50 %.0f us (ratio %.2f)", pct(f.huge_batch_us, 0.5),
+                  pct(f.huge_batch_us, 0.5) / copy);
+  std::printf("  %-22s the batch alone from shared memory (a registered memfd): 4 KiB pages p50 %6.0f us (ratio %.2f); "
+              "huge pages %s\n",
+              "", pct(f.shared_batch_us, 0.5), pct(f.shared_batch_us, 0.5) / copy,
+              f.huge_batch_us.empty() ? ("none: " + f.no_huge).c_str() : huge);
   std::fflush(stdout);
-  return {ratio, pct(f.batch_us, 0.5) / pct(f.copy_us, 0.5)};
+  return {ratio, pct(f.batch_us, 0.5) / copy, pct(f.shared_batch_us, 0.5) / copy};
 }
 
 // 16 saves in flight, each a distinct 2-chunk prompt out of the pool, for
@@ -486,7 +560,9 @@ int main(int argc, char** argv) {
   }
   ::close(arena_fd);
   std::printf("load latency ratio to one contiguous copy: embedded %.2f (one copy a segment: %.2f, DMA batch: %.2f), "
-              "node %.2f (node/embedded %.3f); the batch alone %.2f\n",
-              embedded.load, plain.load, dma.load, served.load, served.load / embedded.load, embedded.batch_alone);
+              "node %.2f (node/embedded %.3f); the batch alone %.2f (from shared 4 KiB pages %.2f: shared/pinned "
+              "%.3f)\n",
+              embedded.load, plain.load, dma.load, served.load, served.load / embedded.load, embedded.batch_alone,
+              embedded.shared_batch, embedded.shared_batch / embedded.batch_alone);
   return 0;
 }
