@@ -184,6 +184,21 @@ TEST_CASE("connector: each registration is its own pool: same block ids in two g
   REQUIRE(f.loads[0].registration == rig.swa->id);
 }
 
+namespace {
+
+// order_after_load(request) on the engine's stream, asked until the load's
+// copies are queued (or 2 s have passed).
+reactor::LoadOrder order_once_queued(Rig& rig, const std::string& request) {
+  reactor::LoadOrder order = reactor::LoadOrder::not_queued_yet;
+  for (int i = 0; i < 10000 && order == reactor::LoadOrder::not_queued_yet; ++i) {
+    order = rig.conn->order_after_load(request, rig.engine_stream);
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return order;
+}
+
+}  // namespace
+
 TEST_CASE("connector: order_after_load makes the engine's stream wait on the device for the load's copies",
           "[reactor][sim]") {
   if (!device_present() || !sim_hooks_present()) return;
@@ -197,12 +212,7 @@ TEST_CASE("connector: order_after_load makes the engine's stream wait on the dev
   // The tier's load stream is held: the load's copies are queued, not run.
   require_ok(hip::sim::hold_stream(rig.tier->load_stream()));
   rig.conn->load(rig.load_spec("a", 1, 0, 2, Rig::block_range(20, 8), 9));
-  reactor::LoadOrder order = reactor::LoadOrder::not_queued_yet;
-  for (int i = 0; i < 10000 && order == reactor::LoadOrder::not_queued_yet; ++i) {
-    order = rig.conn->order_after_load("a", rig.engine_stream);
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-  REQUIRE(order == reactor::LoadOrder::ordered);
+  REQUIRE(order_once_queued(rig, "a") == reactor::LoadOrder::ordered);
   // Work the engine queues now runs after the copies: a read of the
   // destination (pinned memory, so the read itself is asynchronous).
   const std::uint64_t n = 8 * Rig::kPlaneBlockBytes;
@@ -217,6 +227,35 @@ TEST_CASE("connector: order_after_load makes the engine's stream wait on the dev
   f = rig.wait_for([](const reactor::Finished& f) { return f.loads.size() == 1; });
   REQUIRE(f.loads[0].ok);
   REQUIRE(rig.conn->order_after_load("a", rig.engine_stream) == reactor::LoadOrder::no_live_load);
+}
+
+TEST_CASE("connector: a load's copies-queued event is recorded for no other load before its end is drained",
+          "[reactor][sim]") {
+  if (!device_present() || !sim_hooks_present()) return;
+  Rig rig;
+  rig.conn->save(rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8)));
+  rig.conn->save(rig.save_spec("b", 2, 0, 2, Rig::block_range(8, 8)));
+  rig.wait_for([](const reactor::Finished& f) { return f.saves.size() == 2; });
+  // a's load ends; its end waits, not drained.
+  rig.conn->load(rig.load_spec("a", 1, 0, 2, Rig::block_range(20, 8), 9));
+  for (int i = 0; i < 10000 && !rig.conn->finished_pending(); ++i)
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  REQUIRE(rig.conn->finished_pending());
+  // b's copies are queued and held; its event is recorded.
+  require_ok(hip::sim::hold_stream(rig.tier->load_stream()));
+  rig.conn->load(rig.load_spec("b", 2, 0, 2, Rig::block_range(30, 8), 10));
+  REQUIRE(order_once_queued(rig, "b") == reactor::LoadOrder::ordered);
+  // Ordering after a's load waits for a's copies, which have run: had b's
+  // load been lent a's event, the engine's stream would wait for b's held
+  // copies.
+  auto probe = must(hip::Stream::create());
+  REQUIRE(rig.conn->order_after_load("a", probe) == reactor::LoadOrder::ordered);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  REQUIRE(probe.query().ok());
+  require_ok(hip::sim::release_stream(rig.tier->load_stream()));
+  auto f = rig.wait_for([](const reactor::Finished& f) { return f.loads.size() == 2; });
+  REQUIRE(f.loads[0].ok);
+  REQUIRE(f.loads[1].ok);
 }
 
 TEST_CASE("connector: a load starting mid-chunk (the HBM frontier) takes the right blocks", "[reactor][gpu]") {

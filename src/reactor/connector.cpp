@@ -21,7 +21,7 @@
 #include "reactor/local_tier.hpp"
 #include "reactor/node_tier.hpp"
 #include "hip/keep_for_process_life.hpp"
-#include "hip/shared_events.hpp"
+#include "reactor/queued_events.hpp"
 #include "proto/lease_handoff.hpp"
 #include <kvstrand/namespace_id.hpp>
 
@@ -106,7 +106,8 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
         // Core outlives every tick that polls the queue: the poller drops it
         // when the reactor stops, before the Connector lets Core go.
         submissions(std::make_shared<HandoffQueue<Submission>>(kSubmissionSlots, r.poller(),
-                                                              [this](Submission& p) { start(p); })) {}
+                                                              [this](Submission& p) { start(p); })),
+        queued_events(*mailbox) {}
 
   // Transfers of submit() not yet taken by the strand; more wait in posts.
   static constexpr std::size_t kSubmissionSlots = 256;
@@ -122,7 +123,7 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
     t->spec = unpack(p.packed.words());  // all the strand reads of the spec, once
     t->engine_spec = p.spec;
     t->producer = std::move(p.producer);
-    if (t->kind == TransferKind::load && p.queued_notice != nullptr && (t->queued_event = queued_event()))
+    if (t->kind == TransferKind::load && p.queued_notice != nullptr && (t->queued_event = queued_events.lend()))
       t->queued_notice = p.queued_notice;
     t->posted = Clock::now();
     t->deadline = t->posted + deadline;
@@ -182,7 +183,7 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
       // A load's copies are queued: the engine may now order its own stream
       // after them (Connector::order_after_load).
       if (t->queued_notice != nullptr && t->queued_event->record(stream).ok())
-        t->queued_notice->store(t->queued_event.get(), std::memory_order_release);
+        t->queued_notice->store(t->queued_event, std::memory_order_release);
     };
     TierJob job{t->spec, t->deadline, std::move(queued), [t] { return !t->terminal(); }};
     // (One co_await a statement: GCC 12 destroys a conditional's awaited
@@ -234,14 +235,6 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
     mailbox->set_fail_stop(code, what);
   }
 
-  // A load's "copies queued" event, free once no transfer and no undrained
-  // outcome holds it. None if the device cannot make one: order_after_load
-  // then answers not_queued_yet and the engine waits for finished().
-  std::shared_ptr<hip::Event> queued_event() {
-    auto ev = queued_events.acquire();
-    return ev.ok() ? std::move(ev).value() : nullptr;
-  }
-
   // Bytes a transfer moves: its blocks, and the images it carries.
   std::uint64_t bytes_of(const Transfer& t) const {
     if (t.spec.registration >= regs.size()) return 0;
@@ -261,15 +254,17 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
     // failure or a shutdown that cut the wait short: the copy may still run.
     const bool source_safe = t.kind == TransferKind::save && t.error != TransferErrc::deadline_exceeded &&
                              t.error != std::errc::operation_canceled;
-    mailbox->push_end([&](TransferEnd& e) {
+    const EndReceipt receipt = mailbox->push_end([&](TransferEnd& e) {
       e.kind = t.kind;
       e.ok = t.state == TransferState::done;
       e.error = t.error;
       e.source_safe = source_safe;
       e.reason.assign(t.reason);
       e.spec = t.engine_spec;
-      e.queued = std::move(t.queued_event);  // the strand is done with it: no record after the end
     });
+    // No record after the end (the transfer is terminal); the engine may
+    // wait on the event until it has taken the end.
+    if (t.queued_event != nullptr) queued_events.give_back(std::exchange(t.queued_event, nullptr), receipt);
     check_fences();
   }
 
@@ -386,7 +381,10 @@ struct Connector::Core : std::enable_shared_from_this<Connector::Core> {
   // the strand sees the engine's calls in the order they were made.
   std::shared_ptr<HandoffQueue<Submission>> submissions;
   std::deque<Registration> regs;  // by id; a deque: tiers keep pointers to them
-  hip::SharedEvents queued_events;
+  // A load's "copies queued" event; none if the device cannot make one:
+  // order_after_load then answers not_queued_yet and the engine waits for
+  // finished().
+  QueuedEvents queued_events;
   std::uint64_t next_id = 1;
   std::uint64_t next_fence = 1;
   std::map<std::uint64_t, Live> transfers;                     // live
@@ -841,7 +839,6 @@ Finished Connector::finished() {
     count(u, -1);  // a terminal one (forget_uses) counts nothing any more
     if (e.kind == TransferKind::save || !e.ok) o.blocks = std::move(u.spec.blocks);
     (e.kind == TransferKind::save ? f.saves : f.loads).push_back(std::move(o));
-    e.queued.reset();  // the entry that named it goes now
     spare_.erase(live_, it);
   };
   mailbox_->drain_ends(in_ring, end);

@@ -329,8 +329,9 @@ class Connector {
     kv::TransferSpec spec;
     std::vector<std::int32_t> slots;  // numbered across state memories (any_slot_use)
     // A load's copies-queued event, once the strand has recorded it (the
-    // one word of this entry the strand writes; the end that follows holds
-    // the event until drained). Moved only before the strand knows the entry.
+    // one word of this entry the strand writes; the strand lends the event
+    // to no other load until this thread has taken the end: QueuedEvents).
+    // Moved only before the strand knows the entry.
     struct QueuedNotice {
       std::atomic<const hip::Event*> event{nullptr};
       QueuedNotice() = default;

@@ -30,6 +30,7 @@ void Mailbox::set_fail_stop(std::error_code code, std::string what) {
 void Mailbox::drain_locked(Drained& into) {
   if (!pending_flag_.load(std::memory_order_acquire)) return;
   std::lock_guard lk(m_);
+  if (!overflow_.empty()) overflow_drains_.fetch_add(1, std::memory_order_release);
   std::swap(overflow_, into.ends);
   std::swap(lookups_, into.lookups);
   pending_flag_.store(fail_.has_value(), std::memory_order_release);

@@ -53,11 +53,13 @@ struct TransferEnd {
   // thread, a rare case).
   std::string reason;
   const kv::TransferSpec* spec = nullptr;  // the engine's (Transfer::engine_spec): read on the engine's thread only
-  // A load's copies-queued event, which the engine's live entry names
-  // (Connector::order_after_load): held here until the end is drained, so
-  // it is not recorded again for another load while the engine may wait on
-  // it. The engine's thread lets it go in finished().
-  std::shared_ptr<const hip::Event> queued;
+};
+
+// Where push_end put an end, for the strand to ask later whether the
+// engine's thread has taken it (Mailbox::taken).
+struct EndReceipt {
+  bool in_ring = true;
+  std::uint64_t at = 0;  // its index in the ring; behind the lock: the overflow's drains when it was pushed
 };
 
 // What waits behind the mailbox's lock, taken in one drain: the engine's,
@@ -79,11 +81,21 @@ class Mailbox {
   // slot's old one (whose reason's buffer it may reuse) or, the ring full,
   // into a new one behind the lock. Ends carry no order among themselves.
   template <class Fill>
-  void push_end(Fill&& fill) {
-    if (ends_.emplace(fill)) return;
+  EndReceipt push_end(Fill&& fill) {
+    const std::uint64_t at = ends_.next_index();
+    if (ends_.emplace(fill)) return {true, at};
     std::lock_guard lk(m_);
     fill(overflow_.emplace_back());
     pending_flag_.store(true, std::memory_order_release);
+    return {false, overflow_drains_.load(std::memory_order_relaxed)};
+  }
+  // Strand: whether the engine's thread has taken the end `r` names. An
+  // end in the ring is taken once the engine has handled it and given its
+  // slot back; one behind the lock once drain_locked() swapped it out (the
+  // engine handles it before that finished() returns). Nothing the engine's
+  // thread writes for this alone: the ring's head and a drain count.
+  bool taken(EndReceipt r) const noexcept {
+    return r.in_ring ? ends_.consumed() > r.at : overflow_drains_.load(std::memory_order_acquire) > r.at;
   }
   void push(LookupOutcome l);
   // Keeps the first fail-stop: later ones are consequences of it.
@@ -126,6 +138,7 @@ class Mailbox {
   // fail_ is set.
   std::atomic<bool> pending_flag_{false};
   std::atomic<bool> failed_{false};  // written under m_, once fail_ is set
+  std::atomic<std::uint64_t> overflow_drains_{0};  // drains that took overflow_ (written under m_)
   std::vector<TransferEnd> overflow_;
   std::vector<LookupOutcome> lookups_;
   std::optional<FailStopState> fail_;

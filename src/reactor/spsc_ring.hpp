@@ -40,6 +40,13 @@ class SpscRing {
     return true;
   }
 
+  // Producer: the index the next item pushed will have (items are numbered
+  // from 0 in push order).
+  std::size_t next_index() const noexcept { return tail_.load(std::memory_order_relaxed); }
+  // Producer: how many items the consumer has taken and given back; those
+  // numbered below it are done with, the consumer's f returned for each.
+  std::size_t consumed() const noexcept { return head_.load(std::memory_order_acquire); }
+
   // Producer: a full fence after everything published so far, ordered
   // with the tail (a sequentially consistent read-modify-write of it: TSan
   // understands it, atomic_thread_fence it does not). The producer's half

@@ -79,9 +79,9 @@ struct Transfer {
   // until it is seen complete (Connector's producer contract).
   std::shared_ptr<const hip::Event> producer;
   // A load: recorded after its copies once they are queued, then named in
-  // `queued_notice` (Connector::order_after_load waits on it). Handed to
-  // the engine's thread in the transfer's end, which holds it until drained.
-  std::shared_ptr<hip::Event> queued_event;
+  // `queued_notice` (Connector::order_after_load waits on it). Lent by the
+  // strand's QueuedEvents, given back with the transfer's end.
+  hip::Event* queued_event = nullptr;
   // The engine's live entry's (Connector::Uses::queued): the one word of
   // the engine's memory the strand writes, once, before the end; the entry
   // outlives it (dropped only once the end is drained).
