@@ -415,6 +415,7 @@ Connector::Connector(ConnectorOptions options) : options_(std::move(options)) {
     tier = std::make_unique<LocalTier>(*reactor_, options_.tier_bytes);
   }
   core_ = std::make_shared<Core>(*reactor_, std::move(tier), mailbox_, options_.transfer_deadline);
+  submissions_ = core_->submissions.get();
   reactor_->call([this]() -> asio::awaitable<void> {
     reactor_->poller().add_source(core_->submissions);
     co_return;
@@ -520,6 +521,10 @@ void Connector::load(kv::TransferSpec spec, std::shared_ptr<const hip::Event> pr
 
 void Connector::submit(std::vector<Op> ops) {
   CallTimer timed(step_calls_.get());
+  // The ring slots this batch will write were last read by the strand:
+  // their lines come over while the checks below run. (The fields and the
+  // packed words of a transfer of a chunk or two.)
+  submissions_->prefetch(ops.size(), 320);
   batch_.clear();
   for (const Op& op : ops) {
     check(op.kind, op.spec);
@@ -549,7 +554,7 @@ void Connector::submit(std::vector<Op> ops) {
   struct Notify {
     HandoffQueue<Submission>& ring;
     ~Notify() { ring.notify(); }
-  } notify{*core_->submissions};
+  } notify{*submissions_};
   std::vector<Submission> rest;
   for (Op& op : ops) {
     // A load naming a lease ends it: no other load, export or release may.
@@ -562,7 +567,7 @@ void Connector::submit(std::vector<Op> ops) {
       s.producer = std::move(op.producer);
       pack(live.spec, s.packed);
     };
-    if (!rest.empty() || !core_->submissions->stage(fill)) fill(rest.emplace_back());
+    if (!rest.empty() || !submissions_->stage(fill)) fill(rest.emplace_back());
   }
   if (!rest.empty())
     post_after_submissions([core = core_, rest = std::move(rest)]() mutable {

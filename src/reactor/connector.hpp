@@ -63,6 +63,9 @@ using common::HttpResponse;
 using common::HttpRoutes;
 using common::AtomicHistogram;
 
+template <class T>
+class HandoffQueue;
+
 // The public options (include/kvstrand/connector.hpp: the deadline, the
 // tier, the device, the bounds, the debug endpoint) and what only the
 // library's own code and its tests set. One set of fields: the public
@@ -312,6 +315,9 @@ class Connector {
   std::shared_ptr<AtomicHistogram> step_calls_;  // only with the debug endpoint on
   std::unique_ptr<DebugHttp> http_;
   std::shared_ptr<Core> core_;
+  // core_'s submission ring, as this thread reaches it: a pointer of its
+  // own, not read out of Core, whose lines the strand writes.
+  HandoffQueue<Submission>* submissions_ = nullptr;
   std::shared_ptr<Mailbox> mailbox_;
   Drained drained_;  // finished()'s, reused: its vectors trade places with the mailbox's
   // Engine-thread state: what this thread posted and has not yet drained.

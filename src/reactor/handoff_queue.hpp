@@ -79,6 +79,9 @@ class HandoffQueue final : public PollSource {
   bool stage(Fill&& fill) {
     return ring_.emplace(fill);
   }
+  // Producer: before a batch of `n`, the first `bytes` of each slot it
+  // will fill brought here for writing (SpscRing::prefetch_for_write).
+  void prefetch(std::size_t n, std::size_t bytes) const noexcept { ring_.prefetch_for_write(n, bytes); }
 
   // Producer: wakes the strand if it said it sleeps, for everything staged
   // so far. The tail's sequentially consistent read-modify-write (a full
