@@ -311,7 +311,7 @@ void RemoteIndex::send_only(Request req) {
   if (!connected_ || !sock_ || !sock_->is_open()) return;
   outbox_.push_back(encode_request(req, next_id_++));
   if (!writing_) {
-    writing_ = gate_.spawn(write_loop(generation_), ends_connection("NodeTier writer"));
+    writing_ = gate_.spawn(write_loop(generation_, true), ends_connection("NodeTier writer"));
   }
 }
 
@@ -329,7 +329,13 @@ bool RemoteIndex::current(const std::shared_ptr<void>& arena) const {
   return arena && arena_ && !arena.owner_before(arena_) && !arena_.owner_before(arena);
 }
 
-asio::awaitable<void> RemoteIndex::write_loop(std::uint64_t generation) {
+asio::awaitable<void> RemoteIndex::write_loop(std::uint64_t generation, bool after_this_handler) {
+  // A message no one awaits a reply to (a release) goes out once the
+  // handler that sent it has returned: the write starts at once otherwise
+  // (a speculative send: the syscall, and waking the server), before what
+  // that handler does next, such as delivering the load whose hold it
+  // releases.
+  if (after_this_handler) co_await asio::post(reactor_.strand(), asio::use_awaitable);
   while (!outbox_.empty() && generation == generation_ && sock_) {
     auto [ec, n] = co_await asio::async_write(*sock_, asio::buffer(outbox_.front()), kAwait);
     if (generation != generation_) co_return;  // dropped meanwhile: the outbox and `writing_` are the next one's

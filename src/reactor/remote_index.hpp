@@ -116,7 +116,7 @@ class RemoteIndex final : public IndexPlane {
   // A transfer's request bounded by its deadline; a refusal says why.
   boost::asio::awaitable<Failure> exchange(proto::Request req, Clock::time_point deadline, proto::Reply* out);
   boost::asio::awaitable<void> read_loop(std::uint64_t generation);
-  boost::asio::awaitable<void> write_loop(std::uint64_t generation);
+  boost::asio::awaitable<void> write_loop(std::uint64_t generation, bool after_this_handler = false);
   void drop_connection(const std::string& why);
   // Resumes once the arena is pinned up to `end` (or pinning failed).
   boost::asio::awaitable<std::error_code> pinned_up_to(std::shared_ptr<ArenaMapping> m, std::uint64_t end);
