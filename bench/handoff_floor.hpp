@@ -2,9 +2,10 @@
 // (kvstrand's reactor) and its end back costs the engine's step thread.
 //
 // The step thread keeps each op's spec in a slot of its own and posts the
-// slot's number into a lock-free single-producer ring; a thread that never
-// sleeps (it stands for the reactor, which polls between the engine's steps)
-// takes it, reads what a copy needs (the blocks and the key) and posts the
+// slot's number into a lock-free single-producer ring (kvstrand's own
+// SpscRing, as its submissions and ends use); a thread that never sleeps
+// while its arm runs (it stands for the reactor, which polls between the
+// engine's steps) takes it, reads what a copy needs (the blocks and the key) and posts the
 // slot's number back through a second ring; the step thread makes the
 // outcome from its own slot. No validation, no deadline, no copy, no
 // allocation after warm-up: only the cache lines that must cross between
@@ -23,34 +24,9 @@
 #include <vector>
 
 #include <kvstrand/transfer_spec.hpp>
+#include "reactor/spsc_ring.hpp"
 
 namespace kvstrand::bench {
-
-// One producer, one consumer; `capacity` a power of two.
-class SpscRing {
- public:
-  explicit SpscRing(std::size_t capacity) : slots_(capacity), mask_(capacity - 1) {}
-  bool push(std::uint32_t v) {
-    const std::size_t t = tail_.load(std::memory_order_relaxed);
-    if (t - head_.load(std::memory_order_acquire) > mask_) return false;
-    slots_[t & mask_] = v;
-    tail_.store(t + 1, std::memory_order_release);
-    return true;
-  }
-  template <class F>
-  void drain(F f) {
-    std::size_t h = head_.load(std::memory_order_relaxed);
-    const std::size_t t = tail_.load(std::memory_order_acquire);
-    for (; h != t; ++h) f(slots_[h & mask_]);
-    head_.store(h, std::memory_order_release);
-  }
-
- private:
-  std::vector<std::uint32_t> slots_;
-  const std::size_t mask_;
-  alignas(64) std::atomic<std::size_t> tail_{0};  // the producer's
-  alignas(64) std::atomic<std::size_t> head_{0};  // the consumer's
-};
 
 class HandoffFloor {
  public:
@@ -90,14 +66,14 @@ class HandoffFloor {
       for (std::uint32_t i = 0; i < r.blocks; ++i) r.block[i] = op.spec.blocks[i];
       r.key = op.spec.keys.front();
     }
-    while (!to_.push(slot)) {
+    while (!to_.emplace([slot](std::uint32_t& s) { s = slot; })) {
     }
   }
   // Step thread: `f(save, spec)` for each op the other thread has
   // finished, its spec the step thread's own; the slot is free again after.
   template <class F>
   void drain(F f) {
-    from_.drain([&](std::uint32_t slot) {
+    from_.consume([&](std::uint32_t slot) {
       f(ops_[slot].save, ops_[slot].spec);
       free_.push_back(slot);
     });
@@ -118,7 +94,7 @@ class HandoffFloor {
     std::uint64_t sum = 0;  // what a copy would compute from them
     while (!stop_.load(std::memory_order_relaxed)) {
       resting_.wait(true);
-      to_.drain([&](std::uint32_t slot) {
+      to_.consume([&](std::uint32_t slot) {
         if (reads_ == Reads::in_place) {
           const kv::TransferSpec& s = ops_[slot].spec;  // read where it lies, never written here
           for (kv::BlockId b : s.blocks) sum += b;
@@ -129,7 +105,7 @@ class HandoffFloor {
           for (std::uint32_t i = 0; i < r.blocks; ++i) sum += r.block[i];
           sum += std::to_integer<std::uint64_t>(r.key.hash[0]) + r.registration + r.begin;
         }
-        while (!from_.push(slot)) {
+        while (!from_.emplace([slot](std::uint32_t& s) { s = slot; })) {
         }
       });
     }
@@ -140,7 +116,7 @@ class HandoffFloor {
   std::vector<Op> ops_;           // the step thread's
   std::vector<Record> records_;   // compact: written by the step thread, read by the other
   std::vector<std::uint32_t> free_;  // the step thread's
-  SpscRing to_, from_;
+  reactor::SpscRing<std::uint32_t> to_, from_;
   std::atomic<bool> stop_{false}, resting_{false};
   std::uint64_t sink_ = 0;
   std::thread thread_;
