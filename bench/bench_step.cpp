@@ -84,9 +84,11 @@
 #include "reactor/connector.hpp"
 #include "handoff_floor.hpp"
 #include "percentile.hpp"
+#include "rest_switch.hpp"
 
 using namespace kvstrand;
 using kvstrand::bench::pct;
+using kvstrand::bench::RestSwitch;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -188,10 +190,7 @@ class Copier {
   }
   std::size_t done() const { return done_.load(std::memory_order_acquire); }
   // Between its arm's turns, once it has moved what was posted, it blocks.
-  void rest(bool on) {
-    resting_.store(on);
-    if (!on) resting_.notify_one();
-  }
+  void rest(bool on) { resting_.set(on); }
 
  private:
   static constexpr std::size_t kPlaneBytes = 16 * kPlaneBlockBytes;  // one op's blocks of one plane
@@ -201,7 +200,7 @@ class Copier {
     while (!stop_) {
       const std::size_t posted = posted_.load(std::memory_order_acquire);
       if (posted == done) {
-        resting_.wait(true);
+        resting_.wait();
         std::this_thread::sleep_for(std::chrono::microseconds(50));
         continue;
       }
@@ -229,7 +228,8 @@ class Copier {
   std::vector<std::byte*> planes_;
   std::vector<PostedOp> ops_;  // in posting order
   std::atomic<std::size_t> posted_{0}, done_{0};
-  std::atomic<bool> stop_{false}, resting_{false};
+  std::atomic<bool> stop_{false};
+  RestSwitch resting_;
   std::thread thread_;
 };
 

@@ -25,6 +25,7 @@
 
 #include <kvstrand/transfer_spec.hpp>
 #include "reactor/spsc_ring.hpp"
+#include "rest_switch.hpp"
 
 namespace kvstrand::bench {
 
@@ -44,12 +45,8 @@ class HandoffFloor {
     rest(false);
     if (thread_.joinable()) thread_.join();
   }
-  // Between its arm's turns the other thread blocks instead of spinning, so
-  // it costs the other arms nothing.
-  void rest(bool on) {
-    resting_.store(on);
-    if (!on) resting_.notify_one();
-  }
+  // Between its arm's turns the other thread blocks instead of spinning.
+  void rest(bool on) { resting_.set(on); }
 
   // Step thread: the spec is moved into a free slot and the slot posted.
   void post(bool save, kv::TransferSpec&& spec) {
@@ -93,7 +90,7 @@ class HandoffFloor {
   void loop() {
     std::uint64_t sum = 0;  // what a copy would compute from them
     while (!stop_.load(std::memory_order_relaxed)) {
-      resting_.wait(true);
+      resting_.wait();
       to_.consume([&](std::uint32_t slot) {
         if (reads_ == Reads::in_place) {
           const kv::TransferSpec& s = ops_[slot].spec;  // read where it lies, never written here
@@ -117,7 +114,8 @@ class HandoffFloor {
   std::vector<Record> records_;   // compact: written by the step thread, read by the other
   std::vector<std::uint32_t> free_;  // the step thread's
   reactor::SpscRing<std::uint32_t> to_, from_;
-  std::atomic<bool> stop_{false}, resting_{false};
+  std::atomic<bool> stop_{false};
+  RestSwitch resting_;
   std::uint64_t sink_ = 0;
   std::thread thread_;
 };
