@@ -31,7 +31,9 @@ class QueuedEvents {
   // A free event (one made when none is free); none if the device cannot
   // make one.
   hip::Event* lend() {
-    collect();
+    // Only when none is free: collect() reads the ring's head, a line the
+    // engine's thread writes on every drain.
+    if (free_.empty()) collect();
     if (!free_.empty()) {
       hip::Event* e = free_.back();
       free_.pop_back();
