@@ -33,8 +33,19 @@
 // The embedded load and the save throughput are also measured by the DMA
 // batch path, in the same run.
 //
+// --split: each load's time is also split where the engine can see it: when
+// order_after_load() first answers `ordered` (its copies are queued), when
+// an event the bench's stream records after that order completes (the
+// copies are done on the device), and when finished() returns its end. The
+// bench thread then polls two calls more in its loop, so the load figures
+// of a --split run are not the plain ones'.
+//
+// --idle-spin US: the reactor's idle spin (ConnectorOptions::reactor_idle_spin)
+// of the measured loads' Connectors, embedded and node tier.
+//
 // usage: bench_transfer [--iterations N] [--pool-blocks N] [--clients 1,2,4,8]
-//                       [--seconds S] [--no-server] [--client-path fastest|per-segment|dma-batch]
+//                       [--seconds S] [--no-server] [--client-path fastest|per-segment|dma-batch] [--split]
+//                       [--idle-spin US]
 #include <spawn.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -86,6 +97,8 @@ reactor::Finished wait_one(reactor::Connector& c) {
 
 struct LoadFigures {
   std::vector<double> load_us, copy_us, batch_us;
+  // --split: from load() to its copies queued, and to those copies done.
+  std::vector<double> queued_us, done_us;
   // The same batch from host memory made as the node tier's arena is.
   std::vector<double> shared_batch_us, huge_batch_us;
   std::string no_huge;  // why there are no huge-page figures
@@ -147,6 +160,9 @@ class SharedSource {
 // load's time above it is kvstrand's (the ring, the strand, the poller, the
 // mailbox). The same batch is then run from a SharedSource of 4 KiB pages
 // and, where huge pages are reserved, of huge pages.
+bool split = false;  // --split
+std::chrono::microseconds idle_spin = reactor::ConnectorOptions{}.reactor_idle_spin;  // --idle-spin
+
 LoadFigures measure_loads(reactor::Connector& conn, Pool& pool, const kv::Layout& l, int iterations) {
   std::mt19937 rng(1);
   auto scattered = [&](std::size_t n) {
@@ -198,10 +214,29 @@ LoadFigures measure_loads(reactor::Connector& conn, Pool& pool, const kv::Layout
         s.tier_lease = lk.lease;
         answered = true;
       }
+    auto us_since = [](Clock::time_point t) { return std::chrono::duration<double, std::micro>(Clock::now() - t).count(); };
     const auto t0 = Clock::now();
     conn.load(std::move(s));
-    auto f = wait_one(conn);
-    fig.load_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    reactor::Finished f;
+    if (split) {
+      double queued = -1, done = -1;
+      for (;;) {
+        if (queued < 0 && conn.order_after_load("load", stream) == LoadOrder::ordered) {
+          queued = us_since(t0);
+          (void)ev.record(stream);
+        }
+        if (queued >= 0 && done < 0 && ev.query().ok()) done = us_since(t0);
+        f = conn.finished();
+        if (!f.loads.empty()) break;
+      }
+      fig.load_us.push_back(us_since(t0));
+      (void)ev.synchronize();  // an end seen before the bench's own event: still waited for here
+      fig.queued_us.push_back(queued);
+      fig.done_us.push_back(done < 0 ? fig.load_us.back() : done);
+    } else {
+      f = wait_one(conn);
+      fig.load_us.push_back(us_since(t0));
+    }
     if (!f.loads[0].ok) die("load failed: " + f.loads[0].reason);
     const auto t1 = Clock::now();
     (void)hip::copy_h2d(stream, dst.data(), src.data(), load_bytes);
@@ -254,6 +289,14 @@ LoadRatios report(const char* path, const LoadFigures& f) {
               "huge pages %s\n",
               "", pct(f.shared_batch_us, 0.5), pct(f.shared_batch_us, 0.5) / copy,
               f.huge_batch_us.empty() ? ("none: " + f.no_huge).c_str() : huge);
+  if (!f.queued_us.empty()) {
+    std::vector<double> tail;  // from the copies done to the end seen, per load
+    for (std::size_t i = 0; i < f.done_us.size(); ++i) tail.push_back(f.load_us[i] - f.done_us[i]);
+    std::printf("  %-22s split, us from load(): copies queued p50 %.1f p99 %.1f; copies done p50 %.0f p99 %.0f; "
+                "then the end seen p50 %.1f p99 %.1f later\n",
+                "", pct(f.queued_us, 0.5), pct(f.queued_us, 0.99), pct(f.done_us, 0.5), pct(f.done_us, 0.99),
+                pct(tail, 0.5), pct(tail, 0.99));
+  }
   std::fflush(stdout);
   return {ratio, pct(f.batch_us, 0.5) / copy, pct(f.shared_batch_us, 0.5) / copy};
 }
@@ -340,7 +383,7 @@ std::unique_ptr<reactor::Connector> connect_when_up(const std::string& socket, P
   const auto end = Clock::now() + 10s;
   for (;;) {
     try {
-      NodeClient c(socket, pool, l);
+      NodeClient c(socket, pool, l, idle_spin);
       // Measured in steady state: the arena pinned for this device first.
       if (c.wait_pinned(120s) < 0) die("the arena was not pinned within 120 s");
       return std::move(c.conn);
@@ -477,6 +520,8 @@ int main(int argc, char** argv) {
     else if (a == "--clients") clients_list = value();
     else if (a == "--seconds") seconds = std::max(0.2, std::stod(value()));
     else if (a == "--no-server") use_server = false;
+    else if (a == "--split") split = true;
+    else if (a == "--idle-spin") idle_spin = std::chrono::microseconds(std::max(0, std::stoi(value())));
     else if (a == "--save-client") client_socket = value();
     else if (a == "--raw-client") raw_fd = std::stoi(value());
     else if (a == "--client-path") client_path = value();
@@ -504,6 +549,7 @@ int main(int argc, char** argv) {
   {
     reactor::ConnectorOptions opts;
     opts.tier_bytes = 64ull << 20;
+    opts.reactor_idle_spin = idle_spin;
     reactor::Connector conn(opts);
     conn.register_layout(pool.registration(l));
     hip::set_batch_path(hip::BatchPath::per_segment);

@@ -98,8 +98,10 @@ inline kv::TransferSpec save_spec(const kv::Layout& l, std::uint64_t prompt, std
 struct NodeClient {
   reactor::NodeTier* tier = nullptr;
   std::unique_ptr<reactor::Connector> conn;
-  NodeClient(const std::string& socket, Pool& pool, const kv::Layout& l) {
+  NodeClient(const std::string& socket, Pool& pool, const kv::Layout& l,
+             std::chrono::microseconds idle_spin = reactor::ConnectorOptions{}.reactor_idle_spin) {
     reactor::ConnectorOptions o;
+    o.reactor_idle_spin = idle_spin;
     o.server_socket = socket;
     o.server_request_timeout = std::chrono::seconds(10);
     o.make_tier = [this, socket](reactor::Reactor& r) {
