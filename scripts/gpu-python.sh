@@ -6,8 +6,10 @@
 # on torch CUDA tensors, where that machine's torch has a GPU), the
 # example engine loop (embedded tier, then twice on a kvstrand-server of its
 # own) and bench_python. The repository is the pack's parent directory.
+# --bench-only: builds the module and runs bench_python alone (the figures
+# for a run with the other benchmarks, where the tests ran before).
 #
-#   cd .gpu-pack && ./gpu-python.sh . $OUT
+#   cd .gpu-pack && ./gpu-python.sh . $OUT [--bench-only]
 set -uo pipefail
 pack=$(cd "${1:-.}" && pwd)
 out=$(mkdir -p "${2:-$pack/out}" && cd "${2:-$pack/out}" && pwd)
@@ -35,6 +37,10 @@ g++ -shared -o "$site/kvstrand/_kvstrand$ext" "${objs[@]}" "$lib" -Wl,-rpath,"$p
 export PYTHONPATH="$site" KVSTRAND_SERVER="$pack/kvstrand-server" KVSTRAND_SOURCE_DIR="$src" PYTHONDONTWRITEBYTECODE=1
 $py -c "import kvstrand, sys; print('kvstrand', kvstrand.__version__, kvstrand.backend(), 'on Python', sys.version.split()[0])"
 status=0
+if [[ ${3:-} == --bench-only ]]; then
+  $py "$src/bench/bench_python.py" | tee "$out/bench_python.txt" || status=1
+  exit $status
+fi
 (cd "$src/tests/python" && $py -m pytest -q -p no:cacheprovider test_module.py test_stubs.py test_vllm.py test_vllm_torch.py) \
   2>&1 | tee "$out/pytest.txt" || status=1
 $py "$src/examples/python/engine_loop.py" --requests 200 | tee "$out/engine_loop.txt" || status=1
