@@ -75,6 +75,32 @@ std::string repr_outcome(const TransferOutcome& o) {
          ") " + (o.ok ? "ok" : "failed: " + o.reason) + ")";
 }
 
+// Connector.finished(): nothing to drain is the step loop's common case, a
+// call every step. Then one shared empty result (read-only), no lock, the
+// GIL kept, and none of pybind11's dispatch (which builds an argument
+// vector and a call record a call: most of what the call cost). Otherwise
+// the drain is Connector._drain's.
+PyObject* finished_now(PyObject* self, PyObject*) {
+  py::detail::make_caster<PyConnector> conn;
+  if (!conn.load(self, false)) {
+    PyErr_SetString(PyExc_TypeError, "Connector.finished: not called on a Connector");
+    return nullptr;
+  }
+  // Never freed: it may be returned until the interpreter's last moment.
+  static PyObject* empty = [] {
+    try {
+      return py::cast(Finished{}).release().ptr();
+    } catch (...) {
+      return static_cast<PyObject*>(nullptr);  // the module's Finished type is registered before any call
+    }
+  }();
+  if (empty != nullptr && !py::detail::cast_op<PyConnector&>(conn).finished_pending()) {
+    Py_INCREF(empty);
+    return empty;
+  }
+  return PyObject_CallMethod(self, "_drain", nullptr);
+}
+
 }  // namespace
 
 void bind_connector(py::module_& m) {
@@ -261,10 +287,11 @@ void bind_connector(py::module_& m) {
       .value("not_queued_yet", LoadOrder::not_queued_yet)
       .value("no_live_load", LoadOrder::no_live_load);
 
-  py::class_<PyConnector>(m, "Connector",
+  py::class_<PyConnector> connector(m, "Connector",
                           "Offloads and restores KV blocks without stalling the caller: save/load/submit/lookup only "
                           "post, finished() only reads; fence() and close() wait (GIL released). Raises "
-                          "TransferRefused (nothing posted), FailStop (stop the engine), ConfigError (options).")
+                          "TransferRefused (nothing posted), FailStop (stop the engine), ConfigError (options).");
+  connector
       .def(py::init([](const std::optional<ConnectorOptions>& options, const py::kwargs& kwargs) {
              py::object o = py::cast(options.value_or(ConnectorOptions{}));
              for (const auto& [k, v] : kwargs) {
@@ -327,17 +354,10 @@ void bind_connector(py::module_& m) {
           },
           "request"_a, "stream"_a, "registration"_a = 0,
           "Makes the engine's stream wait, on the device, for the copies of the live load of `request`.")
-      .def(
-          "finished",
-          [](PyConnector& c) -> py::object {
-            // Nothing to drain, the step loop's common case: one shared empty
-            // result (read-only), no lock, the GIL kept. Never freed: it may
-            // be returned until the interpreter's last moment.
-            static const py::object* empty = new py::object(py::cast(Finished{}));
-            if (!c.finished_pending()) return *empty;
-            return py::cast(c.call([](Connector& x) { return x.finished(); }));
-          },
-          "Everything that became terminal since the last call. Never waits. Raises FailStop once a deadline passed.")
+      // finished() itself is a plain CPython method (finished_now, added last);
+      // what it drains comes from here, through pybind11's exception
+      // translation (FailStop).
+      .def("_drain", [](PyConnector& c) { return c.call([](Connector& x) { return x.finished(); }); })
       .def(
           "fence",
           [](PyConnector& c, std::vector<std::string> requests, const py::object& timeout) {
@@ -359,6 +379,13 @@ void bind_connector(py::module_& m) {
                              [](PyConnector& c) { return c.call([](Connector& x) { return x.debug_port(); }); })
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__", [](PyConnector& c, const py::args&) { c.call([](Connector& x) { x.close(); }); });
+  // A method descriptor of the type, as a C type's own methods are.
+  static PyMethodDef finished_def{"finished", finished_now, METH_NOARGS,
+                                  "finished(self) -> Finished\n\nEverything that became terminal since the last call. "
+                                  "Never waits. Raises FailStop once a deadline passed."};
+  PyObject* descr = PyDescr_NewMethod(reinterpret_cast<PyTypeObject*>(connector.ptr()), &finished_def);
+  if (descr == nullptr) throw py::error_already_set();
+  connector.attr("finished") = py::reinterpret_steal<py::object>(descr);
 }
 
 }  // namespace kvstrand::python
