@@ -151,6 +151,9 @@ class SharedSource {
   std::optional<hip::HostRegistration> reg_;
 };
 
+bool split = false;  // --split
+std::chrono::microseconds idle_spin = reactor::ConnectorOptions{}.reactor_idle_spin;  // --idle-spin
+
 // Saves prompt 0 once, then loads its tokens [64, 512) `iterations` times
 // into scattered blocks, each followed by one contiguous copy of as many
 // bytes and by the load's batch alone: the same 141 segments (28 blocks of
@@ -160,9 +163,6 @@ class SharedSource {
 // load's time above it is kvstrand's (the ring, the strand, the poller, the
 // mailbox). The same batch is then run from a SharedSource of 4 KiB pages
 // and, where huge pages are reserved, of huge pages.
-bool split = false;  // --split
-std::chrono::microseconds idle_spin = reactor::ConnectorOptions{}.reactor_idle_spin;  // --idle-spin
-
 LoadFigures measure_loads(reactor::Connector& conn, Pool& pool, const kv::Layout& l, int iterations) {
   std::mt19937 rng(1);
   auto scattered = [&](std::size_t n) {
