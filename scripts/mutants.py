@@ -383,8 +383,8 @@ MUTANTS = [
      [("pytest:test_vllm.py", "hybrid_model_resumes")], "a sliding window's load writes the null block"),
     # The Python binding's finished() (a plain CPython method; issue 31).
     ("py-finished-never-drains", "src/python/connector.cpp",
-     "  if (empty != nullptr && !py::detail::cast_op<PyConnector&>(conn).finished_pending()) {",
-     "  if (empty != nullptr) {",
+     "  if (!py::detail::cast_op<PyConnector&>(conn).finished_pending()) {",
+     "  if (true) {",
      [("pytest:test_connector.py", "fail_stop_raised_by_every_later_call")],
      "Python's finished() answers nothing to drain when an end or a fail-stop waits"),
     ("vllm-stream-0-ignored", "python/kvstrand/vllm/worker.py",

@@ -75,28 +75,25 @@ std::string repr_outcome(const TransferOutcome& o) {
          ") " + (o.ok ? "ok" : "failed: " + o.reason) + ")";
 }
 
+// What finished() returns with nothing to drain: one Finished (read-only
+// from Python), made once the type is bound and never freed (it may be
+// returned until the interpreter's last moment).
+PyObject* g_empty_finished = nullptr;
+
 // Connector.finished(): nothing to drain is the step loop's common case, a
-// call every step. Then one shared empty result (read-only), no lock, the
-// GIL kept, and none of pybind11's dispatch (which builds an argument
-// vector and a call record a call: most of what the call cost). Otherwise
-// the drain is Connector._drain's.
+// call every step. Then the shared empty result, no lock, the GIL kept, and
+// none of pybind11's dispatch (which builds an argument vector and a call
+// record a call: most of what the call cost). Otherwise the drain is
+// Connector._drain's.
 PyObject* finished_now(PyObject* self, PyObject*) {
   py::detail::make_caster<PyConnector> conn;
   if (!conn.load(self, false)) {
     PyErr_SetString(PyExc_TypeError, "Connector.finished: not called on a Connector");
     return nullptr;
   }
-  // Never freed: it may be returned until the interpreter's last moment.
-  static PyObject* empty = [] {
-    try {
-      return py::cast(Finished{}).release().ptr();
-    } catch (...) {
-      return static_cast<PyObject*>(nullptr);  // the module's Finished type is registered before any call
-    }
-  }();
-  if (empty != nullptr && !py::detail::cast_op<PyConnector&>(conn).finished_pending()) {
-    Py_INCREF(empty);
-    return empty;
+  if (!py::detail::cast_op<PyConnector&>(conn).finished_pending()) {
+    Py_INCREF(g_empty_finished);
+    return g_empty_finished;
   }
   return PyObject_CallMethod(self, "_drain", nullptr);
 }
@@ -281,6 +278,7 @@ void bind_connector(py::module_& m) {
         for (const auto* o : f.failed_loads()) out.push_back(*o);
         return out;
       });
+  g_empty_finished = py::cast(Finished{}).release().ptr();
 
   py::enum_<LoadOrder>(m, "LoadOrder", "What Connector.order_after_load did.")
       .value("ordered", LoadOrder::ordered)
