@@ -167,6 +167,7 @@ struct Engine::Impl {
   std::deque<std::uint64_t> waiting;
   std::list<std::uint64_t> running;  // admission order
   std::map<std::uint64_t, std::pair<std::uint64_t, bool>> lookup_owner;  // lookup id -> (request n, draft group?)
+  std::vector<LookupOutcome> held_answers;  // cfg.hold_lookup_answers
   std::map<std::string, LoadInFlight> loads;            // load name -> its request and record
   std::map<std::string, SaveInFlight> saves;            // save name -> in flight
   std::map<std::uint64_t, TailSave> tails;              // finished request n -> its tail save
@@ -418,7 +419,7 @@ struct Engine::Impl {
       if (local.frontier < grid_ceiling(r)) {
         if (!r.lookup_id) {
           r.lookup_id = timed([&] { return conn->lookup(r.keys); });
-          if (warm) ++stats.lookups_measured;
+          r.rec.looked_up = true;
           lookup_owner[*r.lookup_id] = {r.n, false};
           ++stats.lookups;
           if (draft_layout) {
@@ -603,10 +604,27 @@ struct Engine::Impl {
 
   // ---- completions --------------------------------------------------------------
 
+  // The lookup answers to act on now: all of them, unless a test holds one
+  // prompt's (cfg.hold_lookup_answers).
+  std::vector<LookupOutcome> answers_due(std::vector<LookupOutcome> arrived) {
+    const auto& hold = cfg.hold_lookup_answers;
+    if (hold.until_done == 0 || (held_answers.empty() && arrived.empty())) return arrived;
+    arrived.insert(arrived.end(), held_answers.begin(), held_answers.end());
+    held_answers.clear();
+    std::vector<LookupOutcome> due;
+    for (auto& lk : arrived) {
+      const auto owner = lookup_owner.find(lk.id);
+      const auto r = owner == lookup_owner.end() ? live.end() : live.find(owner->second.first);
+      const bool held = r != live.end() && r->second->prompt_index == hold.prompt && stats.done.size() < hold.until_done;
+      (held ? held_answers : due).push_back(std::move(lk));
+    }
+    return due;
+  }
+
   void drain() {
     if (!conn) return;
     Finished f = timed([&] { return conn->finished(); });
-    for (const auto& lk : f.lookups) {
+    for (const auto& lk : answers_due(std::move(f.lookups))) {
       auto it = lookup_owner.find(lk.id);
       if (it == lookup_owner.end()) continue;
       if (auto r = live.find(it->second.first); r != live.end()) {

@@ -65,6 +65,13 @@ struct EngineConfig {
   // Tests, sim backend only: every operation on the engine's own stream
   // waits this long (copies stay queued while the step goes on).
   std::chrono::microseconds sim_stream_delay{0};
+  // Tests: the tier's answers to this prompt's lookups are held until this
+  // many requests are done (0: off), as a reactor that the scheduler stalls
+  // while the step thread runs on would hold them.
+  struct {
+    std::uint32_t prompt = 0;
+    std::uint64_t until_done = 0;
+  } hold_lookup_answers;
 };
 
 // Refuses a configuration the engine cannot serve correctly, naming the option.
@@ -80,6 +87,7 @@ struct RequestRecord {
   std::optional<std::uint32_t> load_begin;
   std::uint32_t preemptions = 0;
   bool resumed = false;
+  bool looked_up = false;  // asked the tier (never while HBM holds the prompt: F31)
 };
 
 struct RunStats {
@@ -88,7 +96,7 @@ struct RunStats {
   double end_at = 0;
   std::uint64_t resumed = 0, verified = 0, mismatches = 0;
   std::uint64_t checkpoints_checked = 0;
-  std::uint64_t lookups = 0, lookups_measured = 0;  // measured: issued after the warm-up
+  std::uint64_t lookups = 0;
   std::uint64_t deferred_steps = 0, loads = 0, loads_failed = 0, loads_from_zero = 0;
   double kvstrand_call_seconds = 0;  // step-thread time inside kvstrand calls (on the clock too)
   std::uint64_t saves = 0, saves_failed = 0, preemptions = 0, stale_outcomes = 0, steps = 0;
