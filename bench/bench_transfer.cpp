@@ -43,9 +43,14 @@
 // --idle-spin US: the reactor's idle spin (ConnectorOptions::reactor_idle_spin)
 // of the measured loads' Connectors, embedded and node tier.
 //
+// --idle-ms MS: the bench sleeps MS before each load's lookup, as an engine
+// idle between requests: past the idle spin the reactor is asleep when the
+// lookup comes, and the load that follows it shows whether it finds the
+// reactor awake again.
+//
 // usage: bench_transfer [--iterations N] [--pool-blocks N] [--clients 1,2,4,8]
 //                       [--seconds S] [--no-server] [--client-path fastest|per-segment|dma-batch] [--split]
-//                       [--idle-spin US]
+//                       [--idle-spin US] [--idle-ms MS]
 #include <spawn.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -153,6 +158,7 @@ class SharedSource {
 
 bool split = false;  // --split
 std::chrono::microseconds idle_spin = reactor::ConnectorOptions{}.reactor_idle_spin;  // --idle-spin
+std::chrono::milliseconds idle_before_lookup{0};                                     // --idle-ms
 
 // Saves prompt 0 once, then loads its tokens [64, 512) `iterations` times
 // into scattered blocks, each followed by one contiguous copy of as many
@@ -208,6 +214,7 @@ LoadFigures measure_loads(reactor::Connector& conn, Pool& pool, const kv::Layout
     s.state_slots = {2};
     // As an engine does: the lookup at admission (untimed), the load naming
     // its lease later (the node tier copies without asking the server).
+    std::this_thread::sleep_for(idle_before_lookup);
     conn.lookup(keys);
     for (bool answered = false; !answered;)
       for (const auto& lk : conn.finished().lookups) {
@@ -522,6 +529,7 @@ int main(int argc, char** argv) {
     else if (a == "--no-server") use_server = false;
     else if (a == "--split") split = true;
     else if (a == "--idle-spin") idle_spin = std::chrono::microseconds(std::max(0, std::stoi(value())));
+    else if (a == "--idle-ms") idle_before_lookup = std::chrono::milliseconds(std::max(0, std::stoi(value())));
     else if (a == "--save-client") client_socket = value();
     else if (a == "--raw-client") raw_fd = std::stoi(value());
     else if (a == "--client-path") client_path = value();
