@@ -29,7 +29,7 @@ for lib in "$build"/libkvstrand.so.*.*.*; do
   cp -L "$lib" "$pack/lib/$soname"
   strip --strip-unneeded "$pack/lib/$soname"
 done
-cp scripts/gpu-run.sh scripts/gpu-soak.sh scripts/gpu-python.sh "$pack/"
+cp scripts/gpu-run.sh scripts/gpu-soak.sh scripts/gpu-python.sh scripts/gpu-goal.sh "$pack/"
 # What gpu-python.sh builds the Python module with there (its sources come
 # from the carried tree): pybind11's headers and the generated version.hpp.
 mkdir -p "$pack/pybind11" "$pack/include/kvstrand"
