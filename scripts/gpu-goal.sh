@@ -6,9 +6,11 @@
 # - bench_transfer --iterations 200 --seconds 1: the scattered load against
 #   one contiguous copy (embedded, through the node tier, the batch alone),
 #   and saves from 1, 2, 4 and 8 processes against one;
-# - bench_transfer --no-server --clients 1 --idle-ms 5: the same embedded
-#   load after 5 ms idle before each lookup (the reactor asleep when the
-#   lookup comes), beside the runs above where it never sleeps;
+# - bench_transfer --no-server --clients 1 --split, with --idle-ms 0 and 5:
+#   the embedded load's time until its copies are queued, when the lookup
+#   before it finds the reactor awake (within the idle spin of the last
+#   load) and when it finds it asleep (5 ms idle first): whether a lookup
+#   should keep the reactor spinning as a submit does;
 # - bench_python (gpu-python.sh --bench-only builds the module there):
 #   finished() with nothing to drain against a no-op call.
 # Writes goal.log (every benchmark's whole output), goal.txt (the lines the
@@ -31,7 +33,12 @@ bench() {
   local label=$1 lines=$2
   shift 2
   echo "=== $label: $*" | tee -a "$sum" >>"$log"
-  "$@" >"$results/one.log" 2>&1 || { status=1; echo "  (exit $?)" | tee -a "$sum"; }
+  "$@" >"$results/one.log" 2>&1
+  local rc=$?
+  if [[ $rc != 0 ]]; then
+    status=1
+    echo "  (exit $rc)" | tee -a "$sum"
+  fi
   cat "$results/one.log" >>"$log"
   tail -n "$lines" "$results/one.log" | tee -a "$sum"
   rm -f "$results/one.log"
@@ -39,7 +46,10 @@ bench() {
 for run in 1 2 3; do
   bench "run $run" 6 "$pack/bench/bench_step"
   bench "run $run" 11 "$pack/bench/bench_transfer" --iterations 200 --seconds 1
-  bench "run $run, idle before each lookup" 3 "$pack/bench/bench_transfer" --iterations 200 --no-server --clients 1 --idle-ms 5
+  for idle in 0 5; do
+    bench "run $run, split, idle before each lookup $idle ms" 7 "$pack/bench/bench_transfer" --iterations 200 \
+      --no-server --clients 1 --split --idle-ms $idle
+  done
 done
 echo "=== bench_python (three runs)" | tee -a "$sum"
 "$pack/gpu-python.sh" "$pack" "$results" --bench-only >>"$log" 2>&1 || status=1
