@@ -296,7 +296,7 @@ TEST_CASE("engine: a working set that fits HBM pays nothing for the tier (F31)",
   REQUIRE(tier.loads == 0);
   std::map<std::uint32_t, double> first_finish;  // prompt -> when HBM first held it (done is in completion order)
   for (const auto& r : tier.done) first_finish.try_emplace(r.prompt, r.finish);
-  std::uint64_t covered = 0, late_looked_up = 0;
+  std::uint64_t covered = 0, late_looked_up = 0, late_measured_looked_up = 0;
   for (const auto& r : tier.done) {
     if (r.arrival > first_finish.at(r.prompt)) {
       ++covered;
@@ -304,9 +304,13 @@ TEST_CASE("engine: a working set that fits HBM pays nothing for the tier (F31)",
       REQUIRE_FALSE(r.looked_up);  // HBM covers what the tier could add: no lookup, no deferral
     }
     late_looked_up += r.prompt == late_prompt && r.looked_up;
+    late_measured_looked_up += r.prompt == late_prompt && r.looked_up && r.finish > tier.warm_at;
   }
   REQUIRE(covered > tier.done.size() / 2);
-  REQUIRE(late_looked_up >= 2);  // the late answers held that prompt past the warm-up's 12
+  REQUIRE(late_looked_up >= 2);  // the held answers kept that prompt out of HBM for a second request
+  // The case CI hit: a request measured after the warm-up asked the tier,
+  // rightly, since its prompt was not yet computed.
+  REQUIRE(late_measured_looked_up >= 1);
   // The same work, request for request: every measured request resumed
   // from HBM exactly as far as without the tier, and computed the same.
   // (The rates also hold the real time spent in kvstrand calls, so they
