@@ -7,7 +7,8 @@
 #                                 hip backend's compile-and-link check
 #   scripts/bootstrap.sh --fuzz   also clang-14 and its libFuzzer runtime
 #   scripts/bootstrap.sh --test   also what the tests drive: curl, promtool
-#                                 (prometheus), headless chromium, pytest
+#                                 (prometheus), headless chromium, pytest,
+#                                 prometheus_client (the pictures of vLLM)
 set -euo pipefail
 
 pkgs=(make cmake ninja-build g++ libboost1.81-dev libspdlog-dev catch2 libssl-dev libcli11-dev gnuplot-nox
@@ -16,7 +17,7 @@ pkgs=(make cmake ninja-build g++ libboost1.81-dev libspdlog-dev catch2 libssl-de
 case "${1:-}" in
   --hip) pkgs+=(libamdhip64-dev) ;;
   --fuzz) pkgs+=(clang-14 libclang-rt-14-dev) ;;
-  --test) pkgs+=(curl prometheus chromium pkg-config python3-pytest) ;;
+  --test) pkgs+=(curl prometheus chromium pkg-config python3-pytest python3-prometheus-client) ;;
 esac
 
 missing=()

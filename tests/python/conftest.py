@@ -7,6 +7,7 @@ import os
 import queue
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -15,7 +16,13 @@ import urllib.request
 import numpy as np
 import pytest
 
-import kvstrand
+# The picture of vLLM kvstrand.vllm imports (vllm_pictures/README.md):
+# placed before anything imports kvstrand.vllm. "none": no vLLM at all.
+VLLM_PICTURE = os.environ.setdefault("KVSTRAND_VLLM_PICTURE", "newest")
+if VLLM_PICTURE != "none":
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "vllm_pictures", VLLM_PICTURE))
+
+import kvstrand  # noqa: E402
 
 BLOCKS = 32
 BLOCK_BYTES = 4096

@@ -32,11 +32,21 @@ keeps of vLLM, each a place where a connector's bugs hide:
   clear_connector_metadata; an id counts as finished once every worker said
   so (vLLM's KVOutputAggregator).
 
-Where vLLM at 00024d3 itself cannot run a connector, the miniature does as
-vLLM does: with several KV-cache groups its load-failure path reads one
-group and raises (hybrid_invalid_blocks=False), as vLLM's does; with Mamba
-groups its scheduler asserts that no external KV is loaded
-(mamba_external_assert=True, vLLM issue #39702; deployments patch it out).
+It follows one picture of vLLM (PICTURE, from KVSTRAND_VLLM_PICTURE, as
+conftest.py installs it; tests/python/vllm_pictures/README.md):
+- "oldest" (v0.18): the workers report loads through get_finished and failed
+  ones by block ids, whose recovery path reads one KV-cache group and raises
+  on more (hybrid_invalid_blocks=False; True stands for a vLLM that handles
+  every group); with Mamba groups the scheduler asserts that no external KV
+  is loaded (mamba_external_assert, vLLM issue #39702).
+- "newest" (main at 00f4240): handle_preemptions before bind; the workers'
+  get_transfer_results, failed loads per request (failed_recving, freed and
+  looked up again), block ids refused under several groups (RuntimeError,
+  as vLLM's _handle_invalid_blocks); no Mamba assert; a Mamba state at a
+  block boundary written to a copy-on-write block that replaces the table's
+  entry at the step's end, handed to the connector in
+  kv_connector_block_state; has_pending_block_frees asked before a
+  preemption; stats shipped through to_dict().
 
 Mamba groups as --mamba-cache-mode align runs them (MambaManager and
 Scheduler._mamba_block_aligned_split): a prefill step's token count is cut
@@ -61,6 +71,7 @@ K/V and the rank, so every block can be checked.
 
 import enum
 import hashlib
+import os
 import pickle
 import time
 from collections import defaultdict, deque
@@ -71,6 +82,8 @@ import numpy as np
 import kvstrand
 from kvstrand.vllm import KvstrandConnector, KVConnectorRole
 
+PICTURE = os.environ.get("KVSTRAND_VLLM_PICTURE", "newest")
+NEWEST = PICTURE != "oldest"
 BLOCK, HEADS, HEAD = 16, 2, 32
 ELEM = 2  # bf16
 NULL = 0
@@ -121,6 +134,13 @@ def kv_shape(planes, num_blocks):
     return (2, num_blocks, BLOCK, HEADS, HEAD) if planes == 2 else (num_blocks, BLOCK, 1, 2 * HEADS * HEAD)
 
 
+def hybrid_strides():
+    """vLLM's element strides for a Mamba hybrid's attention cache (2,
+    num_blocks, block_size, heads, head_size): K and V of a block adjacent."""
+    hidden = BLOCK * HEADS * HEAD
+    return (hidden, 2 * hidden, HEADS * HEAD, HEAD, 1)
+
+
 def kv_offset(planes, num_blocks, half, block):
     """Where a block's K (half 0) or V (half 1) bytes start in a layer's tensor."""
     half_bytes = BLOCK * HEADS * HEAD * ELEM
@@ -164,8 +184,31 @@ class FakeTensor:
     def element_size(self):
         return ELEM
 
+    def stride(self, dim):
+        return int(np.prod(self.shape[dim + 1:]))
+
     def is_contiguous(self):
         return True
+
+
+class HybridAttentionTensor(FakeTensor):
+    """An attention layer's cache in a Mamba hybrid
+    (GPUModelRunner._update_hybrid_attention_mamba_layout): the (2,
+    num_blocks, block_size, heads, head_size) tensor re-strided with
+    as_strided_ to strides (hidden, 2 * hidden, heads * head_size,
+    head_size, 1), hidden = block_size * heads * head_size, so that a block's
+    K and V are adjacent: not contiguous. In memory as one region per block."""
+
+    def __init__(self, planes, num_blocks):
+        super().__init__(1, num_blocks)
+        self.shape = kv_shape(2, num_blocks)
+        self.strides = hybrid_strides()
+
+    def stride(self, dim):
+        return self.strides[dim]
+
+    def is_contiguous(self):
+        return False
 
 
 class FakeStateTensor:
@@ -287,7 +330,9 @@ def token_for(req):
 
 
 def configs(socket, tp, num_blocks, layers, chunk_tokens, groups=None, policy="recompute", spec_tokens=0,
-            cache_dtype="auto", kv_events=False, mamba_cache_mode="align", **extra):
+            cache_dtype="auto", kv_events=False, mamba_cache_mode="align", pipeline_parallel_size=1,
+            decode_context_parallel_size=1, prefill_context_parallel_size=1, revision=None, quantization=None,
+            **extra):
     """vLLM's config objects as kvstrand.vllm reads them. `groups`: a list of
     (kind, layers, window) per KV-cache group; default one full-attention
     group of `layers` layers."""
@@ -299,8 +344,11 @@ def configs(socket, tp, num_blocks, layers, chunk_tokens, groups=None, policy="r
                                            kv_connector_extra_config={"server_socket": socket,
                                                                       "chunk_tokens": chunk_tokens, **extra}),
         cache_config=SimpleNamespace(block_size=BLOCK, cache_dtype=cache_dtype),
-        model_config=SimpleNamespace(model="toy/llama-mini", dtype="torch.bfloat16"),
-        parallel_config=SimpleNamespace(tensor_parallel_size=tp),
+        model_config=SimpleNamespace(model="toy/llama-mini", dtype="torch.bfloat16", revision=revision,
+                                     quantization=quantization),
+        parallel_config=SimpleNamespace(tensor_parallel_size=tp, pipeline_parallel_size=pipeline_parallel_size,
+                                        decode_context_parallel_size=decode_context_parallel_size,
+                                        prefill_context_parallel_size=prefill_context_parallel_size),
         speculative_config=SimpleNamespace(num_speculative_tokens=spec_tokens, method="eagle") if spec_tokens
         else None,
         kv_events_config=SimpleNamespace(enable_kv_cache_events=kv_events))
@@ -468,11 +516,13 @@ class MiniVllm:
     def __init__(self, socket, tp=1, num_blocks=64, layers=2, chunk_tokens=64, stream_provider=None, groups=None,
                  order="new", policy="recompute", hybrid_invalid_blocks=False, spec_tokens=0, budget=64,
                  caching=True, max_running=16, planes=2, tensor=FakeTensor, state_tensor=FakeStateTensor,
-                 mamba_external_assert=True, **extra):
+                 hybrid_tensor=None, mamba_external_assert=not NEWEST, **extra):
         """`tensor(planes, num_blocks)` makes a layer's KV cache: an object with
         write/read (above) whose `tensor` attribute, or itself, is what
         register_kv_caches is given; `state_tensor(num_blocks, page)` a Mamba
-        layer's (FakeStateTensor's write/read)."""
+        layer's (FakeStateTensor's write/read); `hybrid_tensor(planes,
+        num_blocks)` an attention layer's where Mamba groups share its pages
+        (default HybridAttentionTensor with FakeTensor)."""
         if planes != 2:
             extra["planes_per_layer"] = planes
         vllm_config, kv_cache_config = configs(socket, tp, num_blocks, layers, chunk_tokens, groups=groups,
@@ -481,6 +531,9 @@ class MiniVllm:
         self.scheduler = KvstrandConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
         self.hma = len(kv_cache_config.kv_cache_groups) > 1
         self.workers, self.caches = [], []
+        if planes == 2 and any(isinstance(g.kv_cache_spec, MambaSpec) for g in kv_cache_config.kv_cache_groups):
+            # vLLM's hybrid layout: attention shares pages with Mamba state
+            tensor = hybrid_tensor or (HybridAttentionTensor if tensor is FakeTensor else tensor)
         for rank in range(tp):
             w = KvstrandConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config, tp_rank=rank,
                                   stream_provider=stream_provider)
@@ -503,6 +556,7 @@ class MiniVllm:
         self.requests, self.waiting, self.running = {}, [], []
         self.finished_req_ids = set()             # since the last step
         self.finished_recving_kv_req_ids, self.failed_recving_kv_req_ids = set(), set()
+        self.failed_pending = set()               # aggregator: failed_recving awaiting every worker's finish
         self.preempt_next = set()                 # a test's wish: preempt these at the next step
         self.announce_preemptions = True          # False: preempted_req_ids stays empty, as in some versions
         self.meta_hook = None                     # a test may alter the metadata in flight
@@ -512,6 +566,9 @@ class MiniVllm:
         self.published = []                       # KV events vLLM would publish
         self.done, self.errored = [], []
         self.mismatched = []                      # where check() found the wrong KV
+        self.cow = {}                             # (request, Mamba group) -> (index, block) replacing it this step
+        self.offered = []                         # every (group, block, tokens) handed to the connector
+        self.waited_for_frees = 0                 # steps a preemption waited for the connector's frees
 
     # ---- the API server's calls ----
     def add(self, req_id, prompt, max_tokens=2, **keys):
@@ -576,7 +633,8 @@ class MiniVllm:
                 self.kv.free(req)  # asked again: a local hit or the connector
             self.failed_recving_kv_req_ids.remove(req.request_id)
         else:
-            full = self.kv.get_block_ids(req.request_id)[0]  # the full-attention group covers the whole prefix
+            full = next(ids for g, ids in enumerate(self.kv.get_block_ids(req.request_id))
+                        if g not in self.mamba)  # an attention group covers the whole prefix
             n = min(len(full) * BLOCK, req.num_tokens)
             if n == req.num_tokens:
                 n -= 1
@@ -609,6 +667,9 @@ class MiniVllm:
             while True:
                 blocks = self.kv.allocate_slots(req, n, num_lookahead_tokens=lookahead)
                 if blocks is not None:
+                    break
+                if NEWEST and self.scheduler.has_pending_block_frees():
+                    self.waited_for_frees += 1  # blocks come back without preempting anyone: wait
                     break
                 victim = self.running.pop()  # the last running request
                 self._preempt(victim)
@@ -685,11 +746,52 @@ class MiniVllm:
             num_scheduled_tokens=num_scheduled, total_num_scheduled_tokens=sum(num_scheduled.values()),
             finished_req_ids=self.finished_req_ids,
             preempted_req_ids={r.request_id for r in preempted} if self.announce_preemptions else set())
+        if NEWEST:
+            output.kv_connector_block_state = self._block_state(num_scheduled)
         output.kv_connector_metadata = self.scheduler.build_connector_meta(output)
         for req_id, n in num_scheduled.items():  # _update_after_schedule
             self.requests[req_id].num_computed_tokens += n
         self.finished_req_ids = set()
         return output
+
+    def _block_state(self, num_scheduled):
+        """vLLM's KVConnectorBlockState for this step: each scheduled
+        request's table as it is now, and the Mamba states handed over. A
+        step that ends on a block boundary writes each Mamba group's state
+        into a copy-on-write block, which replaces the table's entry at the
+        step's end (_apply_cow); the block the connector was shown before
+        for that position is then freed."""
+        offers = defaultdict(list)
+        for req_id, n in num_scheduled.items():
+            req = self.requests[req_id]
+            end = req.num_computed_tokens + n
+            if not self.mamba or end % BLOCK or end > req.num_prompt_tokens:
+                continue
+            for g in self.mamba:
+                if self.kv.pool.num_free() == 0:
+                    break
+                c = self.kv.pool.take()
+                self.cow[(req_id, g)] = (end // BLOCK - 1, c)
+                offers[req_id].append((g, c, end))
+                self.offered.append((g, c, end))
+        return SimpleNamespace(block_ids={r: self.kv.get_block_ids(r) for r in num_scheduled},
+                               boundary_state_offloads=dict(offers))
+
+    def _apply_cow(self):
+        """The step's copy-on-write blocks take their table entries (and the
+        prefix cache's), and the blocks they replace are freed."""
+        pool = self.kv.pool
+        for (req_id, g), (i, c) in self.cow.items():
+            ids = self.kv.blocks.get(req_id)
+            if ids is None or i >= len(ids[g]):
+                pool.release(c)
+                continue
+            old, ids[g][i] = ids[g][i], c
+            if old in pool.hash_of:
+                key = pool.hash_of.pop(old)
+                pool.cached[key], pool.hash_of[c] = c, key
+            pool.release(old)
+        self.cow = {}
 
     def _mamba_block_aligned_split(self, req, n, local=0, ext=0):
         """Scheduler._mamba_block_aligned_split: a prefill step ends on the
@@ -734,10 +836,12 @@ class MiniVllm:
             t.write(half, block, data)
         for g in self.mamba:
             ids = self.kv.blocks[req.request_id][g]
+            cow = self.cow.get((req.request_id, g))
+            target = cow[1] if cow is not None else ids[-(-end // BLOCK) - 1]
             for layer, t in enumerate(self.caches[rank][g]):
                 if begin > 0:
                     self.stats["mismatches"] += self._state_differs(req, begin, g, layer, rank)
-                t.write(ids[-(-end // BLOCK) - 1], model_state(req, end, g, layer, rank, t.page))
+                t.write(target, model_state(req, end, g, layer, rank, t.page))
 
     def _state_differs(self, req, at, g, layer, rank):
         """Whether the state the block of token `at` holds is not the model's
@@ -769,8 +873,12 @@ class MiniVllm:
             meta = self.meta_hook(meta) or meta
         sending, recving, invalid, events = set(), set(), set(), None
         for rank, w in enumerate(self.workers):
-            w.bind_connector_metadata(meta)
-            w.handle_preemptions(meta)
+            if NEWEST:  # the model runner handles preemptions before it binds the step's metadata
+                w.handle_preemptions(meta)
+                w.bind_connector_metadata(meta)
+            else:
+                w.bind_connector_metadata(meta)
+                w.handle_preemptions(meta)
             if self.order == "old":
                 w.start_load_kv(None)
             for req_id, n in output.num_scheduled_tokens.items():
@@ -787,7 +895,12 @@ class MiniVllm:
             deferred = self.order == "new" and self.spec_tokens > 0
             if not deferred:
                 w.wait_for_save()
-            s, r = w.get_finished(output.finished_req_ids)
+            if NEWEST:
+                results = w.get_transfer_results(output.finished_req_ids)
+                s, r = results.finished_sending, results.finished_recving
+                self.failed_pending |= results.failed_recving
+            else:
+                s, r = w.get_finished(output.finished_req_ids)
             for req_id in s or ():
                 self.counts[req_id][0] += 1
             for req_id in r or ():
@@ -814,12 +927,17 @@ class MiniVllm:
             if r == self.tp:
                 recving.add(req_id)
                 self.counts[req_id][1] = 0
+        failed = self.failed_pending & recving  # KVOutputAggregator: reported with the request's end
+        self.failed_pending -= failed
         return SimpleNamespace(finished_sending=sending, finished_recving=recving, invalid_block_ids=invalid,
-                               kv_cache_events=events)
+                               failed_recving=failed, kv_cache_events=events)
 
     def _invalid_blocks(self, invalid):
         """vLLM's _handle_invalid_blocks for async loads."""
         failed = set()
+        if NEWEST and self.hma:
+            raise RuntimeError("A KV connector reported block-level load failures (invalid_block_ids) which is not "
+                               "supported for models with multiple KV cache groups")
         for req in [r for r in self.waiting if r.status == Status.WAITING_FOR_REMOTE_KVS]:
             groups = self.kv.get_block_ids(req.request_id)
             if not self.hybrid_invalid_blocks:
@@ -842,8 +960,24 @@ class MiniVllm:
         self.failed_recving_kv_req_ids |= failed
         return set()
 
+    def _failed_recving(self, ids):
+        """vLLM's _handle_failed_recving: a failed load's request computes
+        from 0 under "recompute" (its blocks freed once its load ends)."""
+        affected = set()
+        for req_id in ids:
+            req = self.requests.get(req_id)
+            if req is not None and req.status == Status.WAITING_FOR_REMOTE_KVS:
+                self.stats["load_errors"] += 1
+                affected.add(req_id)
+                if self.recompute:
+                    req.num_computed_tokens = 0
+                    self.failed_recving_kv_req_ids.add(req_id)
+        return set() if self.recompute else affected
+
     def update_from_output(self, output, kv_out):
-        failed = self._invalid_blocks(kv_out.invalid_block_ids) if kv_out.invalid_block_ids else set()
+        self._apply_cow()
+        failed = self._failed_recving(getattr(kv_out, "failed_recving", ()))
+        failed |= self._invalid_blocks(kv_out.invalid_block_ids) if kv_out.invalid_block_ids else set()
         for req_id in output.num_scheduled_tokens:
             req = self.requests.get(req_id)
             if req is None or req.is_finished():
@@ -910,6 +1044,8 @@ class MiniVllm:
         total = None
         for s in self.connector_stats:
             total = s if total is None else total.aggregate(s)
+        if total is not None and NEWEST:  # the scheduler ships them as to_dict(); the logger rebuilds them
+            total = type(self.scheduler).build_kv_connector_stats(total.to_dict())
         return total.reduce() if total is not None else {}
 
     def shutdown(self):

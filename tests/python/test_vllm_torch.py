@@ -11,7 +11,7 @@ import pytest
 
 import kvstrand
 
-from mini_vllm import BLOCK, HEAD, HEADS, MiniVllm, kv_offset, kv_shape
+from mini_vllm import BLOCK, HEAD, HEADS, MiniVllm, hybrid_strides, kv_offset, kv_shape
 
 try:
     import torch
@@ -47,6 +47,18 @@ class TorchKV:
         return self.bytes[at:at + self.half_bytes].cpu().numpy()
 
 
+class TorchHybridKV(TorchKV):
+    """An attention layer's cache in a Mamba hybrid, made as vLLM makes it:
+    the (2, num_blocks, ...) bf16 tensor re-strided in place with
+    as_strided_ so a block's K and V are adjacent (not contiguous)."""
+
+    def __init__(self, planes, num_blocks):
+        super().__init__(2, num_blocks)
+        self.tensor.as_strided_(size=self.tensor.shape, stride=hybrid_strides())
+        assert not self.tensor.is_contiguous()
+        self.planes = 1  # in memory: one region per block, K then V
+
+
 class TorchState:
     """A Mamba layer's state cache as vLLM lays it out in align mode: one page
     per block of a raw bf16 tensor, the conv state's view at the page's start
@@ -76,10 +88,12 @@ class TorchState:
 @pytest.mark.parametrize("tp", [1, 2])
 def test_torch_mamba_state_views_resume_byte_exact(block_server, tp):
     # The seed's shape on torch tensors: attention plus two single-layer Mamba
-    # groups whose states are strided views of a page per block.
+    # groups whose states are strided views of a page per block, the
+    # attention caches in vLLM's hybrid layout (as_strided_, K and V of a
+    # block adjacent), the newest vLLM's copy-on-write state blocks.
     vllm = MiniVllm(block_server.socket, tp=tp, groups=[("full", 2, 0), ("mamba", 1, 0), ("mamba", 1, 0)], caching=False,
-                    tensor=TorchKV, state_tensor=TorchState, hybrid_invalid_blocks=True, chunk_tokens=16, budget=64,
-                    mamba_external_assert=False)
+                    tensor=TorchKV, hybrid_tensor=TorchHybridKV, state_tensor=TorchState, hybrid_invalid_blocks=True,
+                    chunk_tokens=16, budget=64, mamba_external_assert=False)
     vllm.add("a", PREFIX[:150])
     vllm.run(timeout=60)
     b = vllm.add("b", PREFIX[:150])

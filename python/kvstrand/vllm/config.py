@@ -32,10 +32,15 @@ asserts no external KV for it; chunked local attention; cross attention) is
 refused here, naming the group and the reason.
 """
 
+import logging
 import re
 from dataclasses import dataclass, field
 
 import kvstrand
+
+from . import events, interface
+
+log = logging.getLogger("kvstrand.vllm")
 
 OPTION_PREFIX = "kv_connector_extra_config."
 GROUPS_OPTION = "kv_cache_config.kv_cache_groups"
@@ -91,9 +96,18 @@ def _vllm_scheduler_source(method):
         return None
 
 
+def vllm_reports_failures_per_request():
+    """Whether the installed vLLM takes failed loads per request
+    (KVConnectorTransferResults.failed_recving), the report its scheduler
+    recovers from under several KV-cache groups."""
+    return interface.VLLM_AVAILABLE and hasattr(interface.KVConnectorBase_V1, "get_transfer_results")
+
+
 def vllm_recovers_hybrid_load_errors():
     """Whether the installed vLLM's scheduler can take load errors when it
     runs several KV-cache groups: True, False, or None (see above)."""
+    if vllm_reports_failures_per_request():
+        return True
     source = _vllm_scheduler_source("_update_requests_with_invalid_blocks")
     if source is None:
         return None
@@ -112,6 +126,27 @@ def vllm_loads_external_mamba_state():
     if source is None:
         return None
     return re.search(r"assert\s+num_external_computed_tokens\s*==\s*0", source) is None
+
+
+def model_identity(vllm_config):
+    """What names the weights a KV cache was computed with: the model, and
+    where set its revision and quantization (two engines of one model that
+    differ in either compute different KV and must share no chunk), and the
+    decode/prefill context-parallel sizes (how a rank's blocks are cut).
+    Fields at their defaults add nothing, so keys stay those of earlier
+    kvstrand.vllm versions for the plain case."""
+    model = vllm_config.model_config
+    parts = [str(model.model)]
+    for key in ("revision", "quantization"):
+        value = getattr(model, key, None)
+        if value:
+            parts.append(f"{key}={value}")
+    parallel = vllm_config.parallel_config
+    for key in ("decode_context_parallel_size", "prefill_context_parallel_size"):
+        value = int(getattr(parallel, key, 1) or 1)
+        if value != 1:
+            parts.append(f"{key}={value}")
+    return ";".join(parts)
 
 
 @dataclass
@@ -149,6 +184,7 @@ class ConnectorConfig:
     speculative_tokens: int = 0
     speculative_method: str = ""
     kv_events: bool = False  # vLLM publishes KV events (kv_events_config.enable_kv_cache_events)
+    block_major: bool = False  # attention tensors are (2, num_blocks, ...) re-strided block by block (Mamba hybrids)
 
     @property
     def layers(self):
@@ -208,6 +244,14 @@ class ConnectorConfig:
             groups.append(GroupSpec(kind, window, [LayerSpec(n, page) for n in group.layer_names], i))
         if not groups:
             raise config_error(GROUPS_OPTION, "no KV-cache group to serve")
+        # With Mamba groups vLLM lays each attention layer's cache out block by
+        # block (GPUModelRunner._update_hybrid_attention_mamba_layout re-strides
+        # its (2, num_blocks, ...) tensor so a block's K and V are adjacent, to
+        # share pages with the Mamba state): one region per block, whatever
+        # planes_per_layer says of the unhybrid layout.
+        block_major = bool(state_groups) and planes == 2
+        if block_major:
+            planes = 1
         if state_groups and groups[0].kind != "full":
             raise config_error(GROUPS_OPTION, "Mamba groups need a full-attention group to carry their checkpoints "
                                               "(the first attention group is a sliding window here)")
@@ -217,6 +261,21 @@ class ConnectorConfig:
                                 "allocator (Scheduler._update_requests_with_invalid_blocks reads one group's blocks): a "
                                 "load lost with a restarted kvstrand-server would stop the engine. Serve one group "
                                 "(--disable-hybrid-kv-cache-manager) or use a vLLM whose scheduler handles every group")
+        parallel = vllm_config.parallel_config
+        for key, what in (("pipeline_parallel_size", "later pipeline stages register other layers under the "
+                                                      "same keys, and kvstrand.vllm serves one stage's layers"),
+                          ("decode_context_parallel_size", "each rank holds an interleaved share of a block's "
+                                                            "tokens, a layout kvstrand.vllm is not verified with"),
+                          ("prefill_context_parallel_size", "each rank holds an interleaved share of a block's "
+                                                             "tokens, a layout kvstrand.vllm is not verified with")):
+            size = int(getattr(parallel, key, 1) or 1)
+            if size > 1:
+                raise config_error(f"parallel_config.{key}", f"{size}: not served ({what}); run with 1")
+        kv_events = bool(getattr(getattr(vllm_config, "kv_events_config", None), "enable_kv_cache_events", False))
+        if kv_events and events.EVENTS_UNAVAILABLE:
+            log.warning("kvstrand.vllm: KV events off: this vLLM's event types are not the ones kvstrand knows "
+                        "(%s); serving goes on without them", events.EVENTS_UNAVAILABLE)
+            kv_events = False
         model = vllm_config.model_config
         # The cache's dtype, not the model's: fp8_e4m3 and fp8_e5m2 caches of one
         # bf16 model hold different bytes.
@@ -227,11 +286,12 @@ class ConnectorConfig:
             block_size=block_size,
             chunk_tokens=chunk,
             planes_per_layer=planes,
+            block_major=block_major,
             min_load_tokens=get("min_load_tokens", 0, int),
             max_load_failures=get("max_load_failures", 2, int),
             transfer_deadline_s=get("transfer_deadline_s", 60.0, float),
             request_timeout_s=get("request_timeout_s", 10.0, float),
-            model_id=str(model.model),
+            model_id=model_identity(vllm_config),
             dtype=str(model.dtype) if cache_dtype == "auto" else cache_dtype,
             tenant_salt=get("tenant_salt", "", str),
             tp_size=int(vllm_config.parallel_config.tensor_parallel_size),
@@ -241,7 +301,7 @@ class ConnectorConfig:
             state_groups=state_groups,
             speculative_tokens=int(getattr(spec_cfg, "num_speculative_tokens", 0) or 0) if spec_cfg else 0,
             speculative_method=str(getattr(spec_cfg, "method", "") or "") if spec_cfg else "",
-            kv_events=bool(getattr(getattr(vllm_config, "kv_events_config", None), "enable_kv_cache_events", False)),
+            kv_events=kv_events,
         )
         if cfg.max_load_failures < 0:
             raise config_error(OPTION_PREFIX + "max_load_failures", f"{cfg.max_load_failures} is negative")

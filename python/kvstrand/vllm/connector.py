@@ -17,12 +17,33 @@ calls are no-ops. It serves vLLM's hybrid allocator (SupportsHMA): one
 kvstrand registration per KV-cache group.
 """
 
+import logging
+
+import kvstrand
+
+from . import interface
 from .config import ConnectorConfig
 from .interface import KVConnectorBase_V1, KVConnectorRole, SupportsHMA
 from .metadata import KvstrandConnectorMetadata
 from .scheduler import SchedulerSide
-from .stats import KvstrandPromMetrics, KvstrandStats
+from .stats import KvstrandStats, build_prom_metrics
 from .worker import WorkerSide
+
+log = logging.getLogger("kvstrand.vllm")
+_range_checked = False
+
+
+def check_vllm_range():
+    """Once per process: says (once) when the installed vLLM is outside the
+    verified range. Nothing is refused for it: what cannot work is refused
+    where it is found (the interface below, the configuration)."""
+    global _range_checked
+    if _range_checked or not interface.VLLM_AVAILABLE:
+        return
+    _range_checked = True
+    why = interface.version_outside_range(interface.vllm_version())
+    if why:
+        log.warning("kvstrand.vllm: %s; kvstrand.vllm is verified with %s", why, interface.SUPPORTED)
 
 
 def _tp_rank():
@@ -34,13 +55,29 @@ def _tp_rank():
 
 
 class KvstrandConnector(KVConnectorBase_V1, SupportsHMA):
+    def __new__(cls, *args, **kwargs):
+        # A vLLM whose base declares a method kvstrand does not implement has
+        # an interface past the newest verified: say which, not Python's
+        # "Can't instantiate abstract class".
+        missing = sorted(getattr(cls, "__abstractmethods__", ()))
+        if missing:
+            e = kvstrand.ConfigError(
+                f"invalid option 'kv_transfer_config.kv_connector': this vLLM ({interface.vllm_version()}) asks KV "
+                f"connectors for {', '.join(missing)}, which kvstrand.vllm does not implement; it is verified with "
+                f"{interface.SUPPORTED}")
+            e.option = "kv_transfer_config.kv_connector"
+            raise e
+        return super().__new__(cls)
+
     def __init__(self, vllm_config, role, kv_cache_config=None, *, tp_rank=None, stream_provider=None):
         """`tp_rank` and `stream_provider` (the current stream's handle) are
         for drivers other than vLLM, which passes neither: then vLLM's TP rank
         and torch's current stream are used."""
         super().__init__(vllm_config, role, kv_cache_config)
+        check_vllm_range()
         cfg = ConnectorConfig.from_vllm(vllm_config, kv_cache_config)
         self._stats = KvstrandStats()
+        self._stats_off = False
         self._scheduler = self._worker = None
         if role == KVConnectorRole.SCHEDULER:
             self._scheduler = SchedulerSide(cfg, self._stats)
@@ -98,7 +135,15 @@ class KvstrandConnector(KVConnectorBase_V1, SupportsHMA):
         self._side(self._worker, "wait_for_save").save(self._get_connector_metadata())
 
     def get_finished(self, finished_req_ids):
+        """v0.18's report of ended transfers (a failed load: its blocks in
+        get_block_ids_with_load_errors)."""
         return self._side(self._worker, "get_finished").get_finished(finished_req_ids)
+
+    def get_transfer_results(self, finished_req_ids):
+        """A newer vLLM's report of ended transfers: a failed load's request
+        in failed_recving (and finished_recving), never its block ids, which
+        vLLM cannot map back under several KV-cache groups."""
+        return self._side(self._worker, "get_transfer_results").get_transfer_results(finished_req_ids)
 
     def get_block_ids_with_load_errors(self):
         return self._side(self._worker, "get_block_ids_with_load_errors").get_block_ids_with_load_errors()
@@ -110,7 +155,18 @@ class KvstrandConnector(KVConnectorBase_V1, SupportsHMA):
 
     # ---- both sides ----
     def get_kv_connector_stats(self):
-        return self._stats.take()
+        """This interval's counters; None when nothing happened, or when this
+        vLLM's stats class cannot be built (stats off, said once: telemetry
+        never stops the engine)."""
+        if self._stats_off:
+            return None
+        try:
+            return self._stats.take()
+        except Exception as e:  # noqa: BLE001
+            self._stats_off = True
+            log.warning("kvstrand.vllm: connector stats off: this vLLM's KVConnectorStats is not one kvstrand knows "
+                        "(%s: %s); serving goes on without them", type(e).__name__, e)
+            return None
 
     @classmethod
     def build_kv_connector_stats(cls, data=None):
@@ -118,7 +174,7 @@ class KvstrandConnector(KVConnectorBase_V1, SupportsHMA):
 
     @classmethod
     def build_prom_metrics(cls, vllm_config, metric_types, labelnames, per_engine_labelvalues):
-        return KvstrandPromMetrics(vllm_config, metric_types, labelnames, per_engine_labelvalues)
+        return build_prom_metrics(vllm_config, metric_types, labelnames, per_engine_labelvalues)
 
     # ---- scheduler side ----
     def get_num_new_matched_tokens(self, request, num_computed_tokens):
@@ -140,6 +196,11 @@ class KvstrandConnector(KVConnectorBase_V1, SupportsHMA):
 
     def request_finished_all_groups(self, request, block_ids):
         return self._side(self._scheduler, "request_finished_all_groups").request_finished(request, block_ids)
+
+    def has_pending_block_frees(self):
+        """True while finished requests' blocks wait only for their saves:
+        vLLM then waits for them instead of preempting a running request."""
+        return self._side(self._scheduler, "has_pending_block_frees").has_pending_block_frees()
 
     def take_events(self):
         """BlockStored / BlockRemoved for the tier (medium "CPU"), see events.py."""

@@ -30,9 +30,17 @@ MEDIUM = "CPU"  # vLLM's name for host memory in its offloading connector's even
 MAX_PENDING = 4096
 MAX_ANNOUNCED = 1 << 16
 
-try:  # pragma: no cover - vLLM is not installable here
+from .interface import VLLM_AVAILABLE
+
+# Why this vLLM's event types cannot be used (None: they can, or vLLM is not
+# installed and the local copies below stand in). KV events are optional:
+# the connector then runs without them (config.py says so once).
+EVENTS_UNAVAILABLE = None
+try:
     from vllm.distributed.kv_events import BlockRemoved, BlockStored, KVConnectorKVEvents  # type: ignore
-except ImportError:
+except ImportError as e:
+    if VLLM_AVAILABLE:
+        EVENTS_UNAVAILABLE = f"vllm.distributed.kv_events: {type(e).__name__}: {e}"
     @dataclasses.dataclass(frozen=True)
     class BlockStored:
         """vLLM's BlockStored, its fields and their order."""
@@ -129,12 +137,19 @@ class EventLog:
     """The scheduler side's record: saves awaited, chunks announced, events
     not yet taken by vLLM."""
 
-    def __init__(self, writers, block_size):
+    def __init__(self, writers, block_size, group_index=None):
         self.writers = list(writers)  # TP ranks whose saves reach the tier
         self.block_size = block_size
+        # kvstrand's group -> vLLM's index of it (KV-cache groups vLLM
+        # numbers include Mamba groups, which kvstrand does not register):
+        # events name vLLM's, the number a router knows the blocks by.
+        self.group_index = list(group_index) if group_index is not None else None
         self.pending = OrderedDict()   # (save_id, group) -> _Pending
         self.announced = OrderedDict()  # (group, chunk hash) -> converted block hashes
         self.out = []
+
+    def _vllm(self, group):
+        return group if self.group_index is None else self.group_index[group]
 
     def save_posted(self, save_id, group, request, begin, end, chunk_hashes):
         """Blocks [begin, end) of `request` (vLLM's) go to the tier under
@@ -150,7 +165,7 @@ class EventLog:
             parent_block_hash=maybe_convert_block_hash(hashes[begin // bs - 1]) if begin else None,
             token_ids=list(request.prompt_token_ids[begin:end]), block_size=bs,
             lora_id=getattr(lora, "lora_int_id", None) if lora is not None else None, medium=MEDIUM,
-            lora_name=getattr(lora, "lora_name", None) if lora is not None else None, group_idx=group)
+            lora_name=getattr(lora, "lora_name", None) if lora is not None else None, group_idx=self._vllm(group))
         p = _Pending(stored, self.writers)
         p.chunks = [(group, h) for h in chunk_hashes]
         self.pending[(save_id, group)] = p
@@ -185,7 +200,7 @@ class EventLog:
             if blocks:
                 gone.extend(blocks)
         if gone:
-            self.out.append(_event(BlockRemoved, block_hashes=gone, medium=MEDIUM, group_idx=group))
+            self.out.append(_event(BlockRemoved, block_hashes=gone, medium=MEDIUM, group_idx=self._vllm(group)))
 
     def forget_all(self):
         """reset_cache: nothing stored before is read again."""
@@ -193,7 +208,7 @@ class EventLog:
         for (group, _), blocks in self.announced.items():
             by_group.setdefault(group, []).extend(blocks)
         for group, blocks in sorted(by_group.items()):
-            self.out.append(_event(BlockRemoved, block_hashes=blocks, medium=MEDIUM, group_idx=group))
+            self.out.append(_event(BlockRemoved, block_hashes=blocks, medium=MEDIUM, group_idx=self._vllm(group)))
         self.announced.clear()
         self.pending.clear()
 

@@ -1,46 +1,105 @@
-"""The vLLM KV connector V1 interface kvstrand.vllm implements.
+"""The vLLM KV connector V1 interface kvstrand.vllm implements, and the
+range of vLLM it is verified against.
 
-Checked against vLLM's source at commit 003df29 of ``base.py`` and 00024d3
-of ``vllm/v1/core/sched/scheduler.py`` (the scheduler's bookkeeping
-tests/python/mini_vllm.py follows), which keep the interface of v0.18
-(``vllm/distributed/kv_transfer/kv_connector/v1/base.py``:
-``KVConnectorBase_V1(vllm_config, role, kv_cache_config)``, where
-``handle_preemptions`` receives the step's connector metadata, as v0.18.2's
-model runner calls it: bind_connector_metadata, handle_preemptions,
-start_load_kv, the forward pass, wait_for_save, get_finished,
-get_block_ids_with_load_errors, clear_connector_metadata). v0.15 passed
-handle_preemptions a set of request ids instead; KvstrandConnector takes both.
+Supported: vLLM v0.18 (the oldest verified) to vLLM main at commit 00f4240
+(the newest verified). The suite runs the connector against a picture of
+each (tests/python/vllm_pictures): v0.18 reports a failed load by block
+ids (get_finished, get_block_ids_with_load_errors) and takes
+handle_preemptions the step's metadata; 00f4240 reports per request
+(get_transfer_results' failed_recving, the only report it accepts under
+several KV-cache groups), labels Prometheus metrics through
+vllm.v1.metrics.utils instead of make_per_engine, hands Mamba boundary
+states to the connector (SchedulerOutput.kv_connector_block_state) and asks
+has_pending_block_frees before it preempts. KvstrandConnector answers both.
 
-When vLLM is importable its own classes are used, so vLLM sees a subclass of
-its base. Otherwise (these machines cannot install vLLM) a local copy of the
-interface stands in: the same class and method names, arguments and
-defaults, without vLLM's imports (torch and the rest). Tests drive the
-connector through the call order vLLM documents; they do not run vLLM.
+When vLLM is installed its own classes are used, so vLLM sees a subclass of
+its base; a vLLM module kvstrand needs that does not import is an error
+naming it (never a silent stand-in). Without vLLM (drivers other than vLLM,
+an install check) a local copy of the newest interface stands in: the same
+names, arguments and defaults, without vLLM's imports.
 """
 
 import enum
+import importlib
+import importlib.util
+import logging
+import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-VLLM_INTERFACE_VERSION = "0.18"
+log = logging.getLogger("kvstrand.vllm")
 
-try:  # pragma: no cover - vLLM is not installable here
-    from vllm.distributed.kv_transfer.kv_connector.v1.base import (  # type: ignore
-        KVConnectorBase_V1,
-        KVConnectorMetadata,
-        KVConnectorRole,
-        SupportsHMA,
-    )
-    from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (  # type: ignore
-        KVConnectorPromMetrics,
-        KVConnectorStats,
-    )
+OLDEST_VERIFIED = (0, 18)
+NEWEST_VERIFIED = "main at 00f4240"
+SUPPORTED = f"vLLM {OLDEST_VERIFIED[0]}.{OLDEST_VERIFIED[1]} to vLLM {NEWEST_VERIFIED}"
+VLLM_INTERFACE_VERSION = SUPPORTED
 
-    VLLM_AVAILABLE = True
-except ImportError:
-    VLLM_AVAILABLE = False
+_BASE = "vllm.distributed.kv_transfer.kv_connector.v1.base"
+_METRICS = "vllm.distributed.kv_transfer.kv_connector.v1.metrics"
 
+
+def _import_vllm():
+    """vLLM's base and metrics modules, or None where vLLM is not installed.
+    A module that does not import under an installed vLLM is an error
+    naming it: a stand-in would let kvstrand run against an interface that
+    is not the installed one."""
+    if importlib.util.find_spec("vllm") is None:
+        return None
+    modules = []
+    for name in (_BASE, _METRICS):
+        try:
+            modules.append(importlib.import_module(name))
+        except Exception as e:  # noqa: BLE001 - any failure of vLLM's own import says the same
+            raise ImportError(f"kvstrand.vllm: vLLM is installed but {name} does not import "
+                              f"({type(e).__name__}: {e}); kvstrand.vllm is verified with {SUPPORTED}",
+                              name=name) from e
+    return modules
+
+
+def vllm_version():
+    """The installed vLLM's version string, or None."""
+    try:
+        return str(importlib.import_module("vllm").__version__)
+    except (ImportError, AttributeError):
+        return None
+
+
+def version_outside_range(version):
+    """Why `version` is outside the verified range, or None. Versions newer
+    than the newest verified commit cannot be told apart by number (vLLM's
+    main carries the next release's); the interface check catches those."""
+    m = re.match(r"(\d+)\.(\d+)", version or "")
+    if m is None:
+        return f"vLLM {version!r} has no version number kvstrand can read"
+    if (int(m.group(1)), int(m.group(2))) < OLDEST_VERIFIED:
+        return f"vLLM {version} is older than the oldest verified"
+    return None
+
+
+_vllm = _import_vllm()
+VLLM_AVAILABLE = _vllm is not None
+
+if VLLM_AVAILABLE:
+    KVConnectorBase_V1 = _vllm[0].KVConnectorBase_V1
+    KVConnectorMetadata = _vllm[0].KVConnectorMetadata
+    KVConnectorRole = _vllm[0].KVConnectorRole
+    SupportsHMA = _vllm[0].SupportsHMA
+    KVConnectorStats = _vllm[1].KVConnectorStats
+    KVConnectorPromMetrics = _vllm[1].KVConnectorPromMetrics
+
+# Load results as the newest vLLM takes them (its own class where it has
+# one; an older vLLM never asks for them).
+KVConnectorTransferResults = getattr(_vllm[0], "KVConnectorTransferResults", None) if _vllm else None
+if KVConnectorTransferResults is None:
+    @dataclass
+    class KVConnectorTransferResults:
+        finished_sending: set = field(default_factory=set)
+        finished_recving: set = field(default_factory=set)  # failed receives are here too
+        failed_recving: set = field(default_factory=set)
+        prefix_replay_checkpoints: dict = field(default_factory=dict)
+
+if not VLLM_AVAILABLE:
     class KVConnectorRole(enum.Enum):
         SCHEDULER = 0  # the connector in the scheduler process
         WORKER = 1     # the connector in each worker process
@@ -62,6 +121,9 @@ except ImportError:
 
         data: dict = field(default_factory=dict)
 
+        def to_dict(self):
+            return dict(self.data)
+
         def reset(self):
             raise NotImplementedError
 
@@ -78,7 +140,7 @@ except ImportError:
         """Registers a connector's Prometheus metrics and records its stats
         (vLLM's metrics.KVConnectorPromMetrics): metric_types maps
         prometheus_client's Gauge, Counter and Histogram to the classes to
-        make; one labelled child per engine."""
+        make (keyed here by class name: prometheus_client may be absent)."""
 
         def __init__(self, vllm_config: Any, metric_types: dict, labelnames: list, per_engine_labelvalues: dict):
             self._kv_transfer_config = vllm_config.kv_transfer_config
@@ -89,16 +151,13 @@ except ImportError:
             self._labelnames = labelnames
             self.per_engine_labelvalues = per_engine_labelvalues
 
-        def make_per_engine(self, metric: Any) -> dict:
-            return {idx: metric.labels(*values) for idx, values in self.per_engine_labelvalues.items()}
-
         def observe(self, transfer_stats_data: dict, engine_idx: int = 0):
             raise NotImplementedError
 
     class KVConnectorBase_V1(ABC):
         """A local copy of vLLM's interface (see the module's docstring)."""
 
-        def __init__(self, vllm_config: Any, role: KVConnectorRole, kv_cache_config: Any = None):
+        def __init__(self, vllm_config: Any, role: KVConnectorRole, kv_cache_config: Any):
             self._connector_metadata: Optional[KVConnectorMetadata] = None
             self._vllm_config = vllm_config
             if getattr(vllm_config, "kv_transfer_config", None) is None:
@@ -146,6 +205,16 @@ except ImportError:
         def get_finished(self, finished_req_ids: set) -> tuple:
             return None, None
 
+        def get_transfer_results(self, finished_req_ids: set) -> KVConnectorTransferResults:
+            sending, recving = self.get_finished(finished_req_ids)
+            return KVConnectorTransferResults(set(sending or ()), set(recving or ()))
+
+        def finish_forward(self) -> None:
+            return
+
+        def reset_capture_state(self) -> None:
+            return
+
         def get_block_ids_with_load_errors(self) -> set:
             return set()
 
@@ -170,6 +239,9 @@ except ImportError:
 
         def take_events(self):
             return ()
+
+        def has_pending_block_frees(self) -> bool:
+            return False
 
         def get_kv_connector_kv_cache_events(self):
             return None

@@ -35,6 +35,18 @@ log = logging.getLogger("kvstrand.vllm")
 NULL_BLOCK = 0
 
 
+def _current_block_ids(block_state, req_id):
+    """A request's block ids per group as vLLM's KVConnectorBlockState has
+    them (a snapshot dict, or resolved on access), or None."""
+    if block_state is None:
+        return None
+    snapshot = getattr(block_state, "block_ids", None)
+    if isinstance(snapshot, dict):
+        return snapshot.get(req_id)
+    resolve = getattr(block_state, "get_block_ids", None)
+    return resolve(req_id) if resolve is not None else None
+
+
 class _Request:
     def __init__(self, req_id, prompt, hashes, chunk_tokens, epoch):
         self.id = req_id
@@ -75,11 +87,12 @@ class SchedulerSide:
         self.by_lookup = {}                # lookup id -> (request id, rank, group)
         self.loads = []                    # LoadJobs for the next metadata
         self.delayed_free = set()
+        self.freeing = set()               # finished requests whose blocks vLLM holds for their saves
         self.next_save_id = 1
         # KV events, when vLLM publishes them: saves are announced once every
         # rank that writes to the tier committed them.
         writers = [rank for rank in range(cfg.tp_size) if kvstrand.writes_to_tier(self.layouts[rank][0])]
-        self.events = EventLog(writers, cfg.block_size) if cfg.kv_events else None
+        self.events = EventLog(writers, cfg.block_size, [g.index for g in cfg.groups]) if cfg.kv_events else None
 
     # ---- helpers ----
     def _hashes(self, request):
@@ -244,9 +257,10 @@ class SchedulerSide:
         return LoadJob(r.id, begin, end, parts)
 
     def _state_blocks(self, r, at):
-        """Every Mamba layer's block holding the state at token `at` (a block
-        boundary), in the checkpoint image's order; the null block where a
-        group has none there."""
+        """Every Mamba layer's block at token `at` (a block boundary) in the
+        request's block table, in the checkpoint image's order; the null
+        block where a group has none there. For a load: vLLM allocated these
+        for the state the request resumes from."""
         i = at // self.cfg.block_size - 1
         out = []
         for group in self.cfg.state_groups:
@@ -254,13 +268,29 @@ class SchedulerSide:
             out.extend([ids[i] if 0 <= i < len(ids) else NULL_BLOCK] * len(group.layers))
         return out
 
-    def _save_parts(self, r, begin, end, computed_before, step_end):
+    def _handed_state_blocks(self, offers, at):
+        """The blocks vLLM handed over as holding each Mamba group's state at
+        token `at` (kv_connector_block_state.boundary_state_offloads:
+        (vLLM group, block, boundary tokens)), in the image's order; the null
+        block for a group it named none for. In align mode vLLM replaces a
+        state block (copy on write) and frees the one it superseded, so the
+        block at that position of a table kept from earlier steps may hold
+        another state, or be another request's."""
+        named = {(int(g), int(tokens)): int(block) for g, block, tokens in offers or ()}
+        out = []
+        for group in self.cfg.state_groups:
+            out.extend([named.get((group.index, at), NULL_BLOCK)] * len(group.layers))
+        return out
+
+    def _save_parts(self, r, begin, end, computed_before, step_end, offers=None):
         """Each group's part of saving [begin, end). A sliding-window group's
         blocks the window had passed when this step was scheduled may be
         freed (vLLM nulls them): such a group saves nothing of the range, and
         its hits end before it. With Mamba groups, group 0's part carries the
         state of the chunk this step ends on (`step_end`): the only chunk end
-        whose state the Mamba blocks hold now."""
+        whose state the Mamba blocks hold now: the block vLLM handed over for
+        it where vLLM hands them over (`offers` not None), else the table's
+        block at that boundary (v0.18, where the table is append-only)."""
         bs, ct = self.cfg.block_size, self.cfg.chunk_tokens
         parts = []
         for g, group in enumerate(self.cfg.groups):
@@ -271,7 +301,7 @@ class SchedulerSide:
                 continue
             slots = []
             if g == 0 and self.cfg.state_groups and end == step_end:
-                at_end = self._state_blocks(r, end)
+                at_end = self._state_blocks(r, end) if offers is None else self._handed_state_blocks(offers, end)
                 if NULL_BLOCK not in at_end:
                     slots = [-1] * (len(at_end) * ((end - begin) // ct - 1)) + at_end
             parts.append(GroupPart(g, begin, end, ids, r.hashes[g][begin // ct:end // ct], state_slots=slots))
@@ -316,6 +346,15 @@ class SchedulerSide:
                     r.block_ids[g].extend(ids)
             computed[req_id] = cached.num_computed_tokens[i]
         meta.allocated.discard(NULL_BLOCK)
+        # vLLM's own view of the tables (newer vLLM): authoritative where a
+        # table changed in place (align mode's copy on write), and the Mamba
+        # boundary states it hands over this step.
+        block_state = getattr(scheduler_output, "kv_connector_block_state", None)
+        offers = getattr(block_state, "boundary_state_offloads", None) if block_state is not None else None
+        for req_id in computed:
+            current = _current_block_ids(block_state, req_id)
+            if current is not None:
+                self.requests[req_id].block_ids = [list(ids) for ids in current]
         for req_id, before in computed.items():
             r = self.requests[req_id]
             if not r.hashes[0]:
@@ -326,7 +365,8 @@ class SchedulerSide:
             if save is None:
                 continue
             parts = self._save_parts(r, save.begin, save.end, before,
-                                     before + scheduler_output.num_scheduled_tokens.get(req_id, 0))
+                                     before + scheduler_output.num_scheduled_tokens.get(req_id, 0),
+                                     None if block_state is None else (offers or {}).get(req_id, ()))
             # Best effort, as a cache is: a save that fails is a later miss,
             # so the next chunks are planned without waiting for its outcome.
             r.tracker.save_settled(bool(parts))
@@ -343,10 +383,14 @@ class SchedulerSide:
 
     def update_connector_output(self, connector_output):
         """The workers' step outputs, summed: a load whose blocks came back
-        invalid counts against its request; finished_recving ends it."""
+        invalid, or that failed (failed_recving), counts against its
+        request; finished_recving ends it; finished_sending hands a
+        finished request's blocks back."""
+        self.freeing -= set(getattr(connector_output, "finished_sending", None) or ())
         invalid = set(getattr(connector_output, "invalid_block_ids", None) or ())
+        failed = set(getattr(connector_output, "failed_recving", None) or ())  # newer vLLM: per request
         for r in self.requests.values():
-            if r.load_blocks and invalid & r.load_blocks:
+            if r.load_blocks and (invalid & r.load_blocks or r.id in failed):
                 r.load_failures += 1
                 r.load_blocks = set()  # counted once
         for req_id in getattr(connector_output, "finished_recving", None) or ():
@@ -374,8 +418,14 @@ class SchedulerSide:
             return False, None
         if r.saves_posted:  # a save may still read its blocks
             self.delayed_free.add(r.id)  # the workers free it through get_finished
+            self.freeing.add(r.id)
             return True, None
         return False, None
+
+    def has_pending_block_frees(self):
+        """Whether blocks vLLM waits for will come back without preempting
+        anyone: a finished request's, once its saves end (finished_sending)."""
+        return bool(self.freeing)
 
     def reset_cache(self):
         """Stops reading and writing what this engine stored: later requests'

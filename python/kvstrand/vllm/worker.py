@@ -19,6 +19,7 @@ import kvstrand
 
 from .config import config_error
 from .events import KvstrandKVEvents, SaveEnded
+from .interface import KVConnectorTransferResults
 
 log = logging.getLogger("kvstrand.vllm")
 
@@ -66,7 +67,12 @@ class WorkerSide:
         self.saving = {}                   # request id -> _Live save, posted and not terminal (one at a time)
         self.saves_queued = defaultdict(deque)  # request id -> SaveJobs behind its live save
         self.recved = set()                # loads ended since the last get_finished
-        self.load_errors = set()           # blocks failed loads would have written
+        self.failed_loads = set()          # of those, the ones that failed (a newer vLLM's report)
+        self.load_errors = set()           # blocks failed loads would have written (v0.18's report)
+        # Whether vLLM takes failures per request (get_transfer_results), set
+        # by its first call: then no block ids are reported, as vLLM refuses
+        # them under several KV-cache groups (its block ids are per group).
+        self.per_request = False
         self.awaiting_free = set()         # finished requests whose blocks vLLM waits for
         self.saves_ended = [] if cfg.kv_events else None  # SaveEnded for the scheduler's KV events
 
@@ -84,6 +90,9 @@ class WorkerSide:
                     raise config_error("kv_caches", f"no KV cache tensor for layer '{layer.name}'")
                 t = kv_caches[layer.name]
                 shape, elem = tuple(t.shape), t.element_size()
+                if cfg.block_major:
+                    planes.append(self._block_major_plane(layer, t, per_plane))
+                    continue
                 if not t.is_contiguous():
                     raise config_error("kv_caches", f"layer '{layer.name}': the KV cache tensor is not contiguous")
                 # The block dimension: planes_per_layer regions before it, one block's plane bytes after it.
@@ -98,6 +107,18 @@ class WorkerSide:
             state = self._state_parts(kv_caches) if g == 0 else []
             self.registrations.append(
                 self.conn.register_layout(kvstrand.Registration(self.layouts[g], planes, state_parts=state)))
+
+    def _block_major_plane(self, layer, t, page):
+        """An attention layer's cache in a Mamba hybrid: vLLM's (2, num_blocks,
+        ...) view whose strides put block b's K at b * page and its V half a
+        page after, so the layer is one region of `page` bytes per block."""
+        cfg, shape, elem = self.cfg, tuple(t.shape), t.element_size()
+        strides = tuple(t.stride(d) * elem for d in range(2)) if len(shape) >= 2 else ()
+        if shape[:2] != (2, cfg.num_blocks) or strides != (page // 2, page):
+            raise config_error("kv_caches", f"layer '{layer.name}': a tensor of shape {shape} and byte strides "
+                                            f"{strides} is not vLLM's hybrid layout: (2, {cfg.num_blocks}, ...) with "
+                                            f"strides ({page // 2}, {page}), K and V of a block adjacent")
+        return kvstrand.PlaneMemory(t.data_ptr(), cfg.num_blocks)
 
     def _state_parts(self, kv_caches):
         """Every Mamba layer's state memory: its blocks' pages (vLLM's conv
@@ -149,6 +170,7 @@ class WorkerSide:
             # Every block of a load vLLM is told failed: it recomputes from the
             # first, and a part that landed is no use without the others.
             self.load_errors.update(job.block_ids)
+            self.failed_loads.add(job.req_id)
         if self.stats is not None:
             self.stats.load_ended(job.end - job.begin, not live.failed)
         self.recved.add(job.req_id)
@@ -279,13 +301,25 @@ class WorkerSide:
                     self.stats.save_ended(live.job.end - live.job.begin, not live.failed)
         self._post_saves()
 
-    def get_finished(self, finished_req_ids):
+    def _ended(self):
         self._drain()
         sending = {r for r in self.awaiting_free
                    if r not in self.saving and r not in self.saves_queued and r not in self.loading}
         self.awaiting_free -= sending
         recving, self.recved = self.recved, set()
+        failed, self.failed_loads = self.failed_loads, set()
+        return sending, recving, failed
+
+    def get_finished(self, finished_req_ids):
+        sending, recving, _ = self._ended()
         return (sending or None), (recving or None)
+
+    def get_transfer_results(self, finished_req_ids):
+        """A newer vLLM's report: a failed load's request is in both
+        finished_recving and failed_recving, and its blocks are not named."""
+        self.per_request = True
+        sending, recving, failed = self._ended()
+        return KVConnectorTransferResults(finished_sending=sending, finished_recving=recving, failed_recving=failed)
 
     def kv_cache_events(self):
         """The saves that ended since the last call, for the scheduler's KV
@@ -297,7 +331,7 @@ class WorkerSide:
 
     def get_block_ids_with_load_errors(self):
         errors, self.load_errors = self.load_errors, set()
-        return errors
+        return set() if self.per_request else errors
 
     def shutdown(self):
         self.conn.close()

@@ -1,0 +1,1 @@
+../../../newest/vllm/distributed/kv_events.py
