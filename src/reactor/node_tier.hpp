@@ -17,6 +17,11 @@ class NodeTier final : public HostTier {
       : HostTier(reactor, std::make_unique<RemoteIndex>(reactor, std::move(options))) {}
 
   std::uint64_t reconnects() const noexcept { return remote().reconnects(); }
+  // Requests turned away while no server answered; registrations a server
+  // refused on a later connection (read on the strand, or after close()).
+  std::uint64_t turned_away() const noexcept { return remote().turned_away(); }
+  std::uint64_t connect_attempts() const noexcept { return remote().connect_attempts(); }
+  std::uint64_t refusals() const noexcept { return remote().refusals(); }
   std::uint64_t arena_mapped() const noexcept { return remote().arena_mapped(); }
   std::uint64_t arena_kept() const noexcept { return remote().arena_kept(); }
   // The current arena's size and how much of it is pinned (on the strand).

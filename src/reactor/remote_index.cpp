@@ -73,20 +73,30 @@ RemoteIndex::~RemoteIndex() {
 
 asio::awaitable<Failure> RemoteIndex::attach(const Registration& reg) {
   regs_.push_back(&reg);
+  refused_.emplace_back();
   // The handshake registers every registration; connected, only this one.
   // (One co_await a statement: GCC 12 destroys a conditional's awaited
   // temporaries twice.)
   Failure r;
+  attaching_ = regs_.size() - 1;
   if (connected_) {
     const Clock::time_point until = Clock::now() + opt_.request_timeout;
     r = co_await register_one(regs_.size() - 1, until);
   } else {
     r = co_await ensure_connected();
   }
-  if (r) {
-    regs_.pop_back();
-    if (server_regs_.size() > regs_.size()) server_regs_.pop_back();
+  attaching_.reset();
+  if (!r && refused_.back()) r = refused_.back();  // the server answered, and refused it: the engine is told now
+  if (!r || r.ec == TransferErrc::tier_unavailable) {
+    // Attached, or no server answered (not started yet, restarting): kept,
+    // registered when one answers. The tier is a cache: its absence costs
+    // hits, never the engine (lookups miss, saves end tier_unavailable).
+    if (r) spdlog::debug("kvstrand: node tier: registration {} kept until the server answers", regs_.size() - 1);
+    co_return Failure{};
   }
+  regs_.pop_back();
+  refused_.pop_back();
+  if (server_regs_.size() > regs_.size()) server_regs_.pop_back();
   co_return r;
 }
 
@@ -96,15 +106,40 @@ asio::awaitable<Failure> RemoteIndex::ensure_connected() {
     co_await t.async_wait(kAwait);
   }
   if (connected_) co_return Failure{};
+  // Not before the backoff since the last attempt has passed: requests in
+  // between are turned away at once (a miss, a dropped save), not each
+  // made to wait for a connect.
+  if (Clock::now() < next_attempt_) {
+    ++turned_away_;
+    co_return down_;
+  }
   connecting_ = true;
+  ++connect_attempts_;
   Failure r = co_await handshake();
   connecting_ = false;
   if (r) {
-    // Quiet: the words reach the engine in the refusal or the transfer's reason.
+    // Said once an outage (and at debug each attempt): the words reach the
+    // engine in the transfer's reason too.
     spdlog::debug("kvstrand: node tier: {}", r.why);
+    if (!down_)
+      spdlog::warn("kvstrand: node tier: {}; lookups miss and saves are dropped until it answers (retrying, at "
+                   "most every {} ms)", r.why, kMaxBackoff.count());
     drop_connection("connect: " + r.why);
+    down_ = r;
+    ++turned_away_;
+    backoff_ = std::min(backoff_ == std::chrono::milliseconds{0} ? kFirstBackoff : backoff_ * 2, kMaxBackoff);
+    next_attempt_ = Clock::now() + backoff_;
+  } else {
+    if (down_) spdlog::info("kvstrand: node tier: attached to kvstrand-server at {}", opt_.socket);
+    down_ = Failure{};
+    backoff_ = std::chrono::milliseconds{0};
   }
   co_return r;
+}
+
+asio::awaitable<Failure> RemoteIndex::usable(std::uint32_t registration) {
+  if (Failure r = co_await ensure_connected(); r) co_return r;
+  co_return refused_.at(registration);
 }
 
 // Hello, read by hand (before the reader starts) so that the arena's file
@@ -222,7 +257,7 @@ asio::awaitable<Failure> RemoteIndex::handshake() {
     co_return Failure{TransferErrc::tier_unavailable, "the node tier is closing"};
   server_regs_.clear();
   for (std::size_t i = 0; i < regs_.size(); ++i)
-    if (Failure r = co_await register_one(i, until); r) co_return r;
+    if (Failure r = co_await register_one(i, until); r) co_return r;  // no answer: the connection is no use
   if (generation_ > 1) ++reconnects_;
   connected_ = true;
   // Holds whose release could not be sent: the same server may still have
@@ -242,17 +277,29 @@ asio::awaitable<Failure> RemoteIndex::register_one(std::size_t i, Clock::time_po
   Request reg_req = RegisterLayout{regs_[i]->layout};
   std::pair<std::error_code, Reply> reg = co_await call(std::move(reg_req), until);
   if (reg.first) co_return unreachable("no answer to registration " + std::to_string(i) + ": " + reg.first.message());
-  if (reg.second.status != Status::ok)  // the server's own words: which option differs
-    co_return Failure{to_error(reg.second.status), "kvstrand-server at " + opt_.socket + " refused registration " +
+  server_regs_.resize(i + 1);
+  server_regs_[i] = 0;
+  Failure refusal;
+  if (reg.second.status != Status::ok) {  // the server's own words: which option differs
+    refusal = Failure{to_error(reg.second.status), "kvstrand-server at " + opt_.socket + " refused registration " +
                                                        std::to_string(i) + ": " + reg.second.message};
-  const auto& rr = std::get<RegisterReply>(reg.second.payload);
-  if (rr.object_bytes != regs_[i]->object_bytes())
-    co_return Failure{TransferErrc::bad_spec, "kvstrand-server at " + opt_.socket + " stores registration " +
+    if (refusal.ec == TransferErrc::tier_unavailable) refusal.ec = TransferErrc::bad_spec;  // it answered
+  } else if (const auto& rr = std::get<RegisterReply>(reg.second.payload); rr.object_bytes != regs_[i]->object_bytes()) {
+    refusal = Failure{TransferErrc::bad_spec, "kvstrand-server at " + opt_.socket + " stores registration " +
                                                   std::to_string(i) + "'s objects in " +
                                                   std::to_string(rr.object_bytes) + " B, its layout in " +
                                                   std::to_string(regs_[i]->object_bytes()) + " B"};
-  server_regs_.resize(i + 1);
-  server_regs_[i] = rr.registration;
+  } else {
+    server_regs_[i] = rr.registration;
+  }
+  // A refusal is this registration's alone: the others attach, and this
+  // one's lookups miss and saves fail until a server takes it (a later
+  // connection asks again). Said once per refusal, as an error.
+  if (refusal && refusal.why != refused_[i].why && attaching_ != i) {
+    spdlog::error("kvstrand: node tier: {}; that registration runs without the tier", refusal.why);
+    ++refusals_;
+  }
+  refused_[i] = std::move(refusal);
   co_return Failure{};
 }
 
@@ -500,7 +547,7 @@ IndexPlane::LookupResult RemoteIndex::take_lease(std::uint32_t registration, con
 }
 
 asio::awaitable<IndexPlane::LookupResult> RemoteIndex::lookup(std::uint32_t registration, std::vector<kv::ChunkKey> keys) {
-  if (Failure r = co_await ensure_connected(); r) co_return LookupResult{};  // unreachable: a miss, recompute
+  if (Failure r = co_await usable(registration); r) co_return LookupResult{};  // unreachable: a miss, recompute
   Request req = Lookup{server_regs_.at(registration), keys};
   std::pair<std::error_code, Reply> res = co_await call(std::move(req), Clock::now() + opt_.request_timeout);
   if (res.first || res.second.status != Status::ok) co_return LookupResult{};
@@ -509,7 +556,7 @@ asio::awaitable<IndexPlane::LookupResult> RemoteIndex::lookup(std::uint32_t regi
 
 asio::awaitable<IndexPlane::LookupResult> RemoteIndex::adopt(std::uint32_t registration, std::uint64_t lease,
                                                    std::vector<kv::ChunkKey> keys) {
-  if (Failure r = co_await ensure_connected(); r) co_return LookupResult{};
+  if (Failure r = co_await usable(registration); r) co_return LookupResult{};
   Request req = Adopt{server_regs_.at(registration), lease, keys};
   std::pair<std::error_code, Reply> res = co_await call(std::move(req), Clock::now() + opt_.request_timeout);
   if (res.first) co_return LookupResult{};
@@ -552,7 +599,7 @@ asio::awaitable<IndexPlane::Places> RemoteIndex::reserve(std::uint32_t registrat
                                                         const std::vector<kv::ChunkKey>& keys,
                                                         const std::vector<bool>& images, Clock::time_point deadline) {
   Places p;
-  if ((p.failure = co_await ensure_connected())) co_return p;
+  if ((p.failure = co_await usable(registration))) co_return p;
   const std::uint64_t object_bytes = regs_.at(registration)->object_bytes();
   Reserve req;
   req.registration = server_regs_.at(registration);
@@ -632,7 +679,7 @@ asio::awaitable<IndexPlane::Held> RemoteIndex::hold(const kv::TransferSpec& s, C
     leases_.erase(it);
   } else {
     // No lease of this process's own lookup: lease exactly the spec's chunks.
-    if ((h.failure = co_await ensure_connected())) co_return h;
+    if ((h.failure = co_await usable(s.registration))) co_return h;
     Request req = Lookup{server_regs_.at(s.registration), s.keys};
     Reply reply;
     if ((h.failure = co_await exchange(std::move(req), deadline, &reply))) co_return h;

@@ -17,6 +17,14 @@
 // copy was made for them) and the next request reconnects (a restarted
 // server's new arena is mapped anew; the old mapping stays until no copy
 // uses it).
+// Engine and server start in any order: a registration made while no
+// server answers is kept and registered when one does (every connection
+// registers them all again); until then lookups miss and saves end
+// tier_unavailable. Attempts back off (kFirstBackoff doubling to
+// kMaxBackoff); requests between attempts are turned away at once. A
+// registration an answering server refuses is refused to the engine when
+// it registers, and, when the refusal comes on a later connection (a
+// server restarted with other options), runs without the tier, said once.
 // With tp_rank_collapse only rank 0 stores; every rank reads (F34).
 #pragma once
 
@@ -69,6 +77,11 @@ class RemoteIndex final : public IndexPlane {
   boost::asio::awaitable<void> drain() override;
 
   std::uint64_t reconnects() const noexcept { return reconnects_; }
+  // Requests turned away while no server answered, and registrations a
+  // server refused on a later connection (each refusal once).
+  std::uint64_t turned_away() const noexcept { return turned_away_; }
+  std::uint64_t connect_attempts() const noexcept { return connect_attempts_; }
+  std::uint64_t refusals() const noexcept { return refusals_; }
   // Arenas mapped and pinned, and server restarts whose named arena was
   // kept as it was (no new mapping, no pinning again).
   std::uint64_t arena_mapped() const noexcept { return arena_mapped_; }
@@ -93,6 +106,8 @@ class RemoteIndex final : public IndexPlane {
 
   std::function<void(std::exception_ptr)> ends_connection(const char* what);
   boost::asio::awaitable<Failure> ensure_connected();
+  // Connected, and `registration` taken by this server (else why not).
+  boost::asio::awaitable<Failure> usable(std::uint32_t registration);
   boost::asio::awaitable<Failure> handshake();
   // Registers regs_[i] with the server (on a connection that said hello).
   boost::asio::awaitable<Failure> register_one(std::size_t i, Clock::time_point until);
@@ -130,6 +145,16 @@ class RemoteIndex final : public IndexPlane {
   NodeTierOptions opt_;
   common::Gate gate_;  // every coroutine this index starts runs inside it
   std::vector<const Registration*> regs_;  // by registration id
+  std::vector<Failure> refused_;            // by registration id: the server's refusal on this connection
+  std::optional<std::size_t> attaching_;    // the registration attach() is registering (its refusal: thrown)
+  static constexpr std::chrono::milliseconds kFirstBackoff{50};
+  static constexpr std::chrono::milliseconds kMaxBackoff{2000};
+  Failure down_;                            // why no server answers (empty while attached)
+  std::chrono::milliseconds backoff_{0};
+  Clock::time_point next_attempt_{};
+  std::uint64_t turned_away_ = 0;
+  std::uint64_t connect_attempts_ = 0;
+  std::uint64_t refusals_ = 0;
   std::optional<boost::asio::local::stream_protocol::socket> sock_;
   std::uint64_t generation_ = 0;  // bumps on every new connection
   bool connected_ = false;

@@ -115,14 +115,41 @@ def test_a_server_sigkilled_under_a_save_fails_it_cleanly_and_a_restarted_one_se
         restarted.stop()
 
 
-def test_no_server_at_the_socket_is_refused_at_registration_saying_the_path_and_the_os_error(tmp_path):
-    path = str(tmp_path / "none.sock")
-    with pytest.raises(kvstrand.TransferRefused) as e:
-        Engine(server_socket=path, server_request_timeout=1.0)
-    assert e.value.code == kvstrand.TransferErrc.tier_unavailable
-    text = str(e.value)
-    assert path in text and "No such file or directory" in text, text
-    assert text.count("unreachable") <= 1 and text.count(path) == 1, text  # said once
+def test_an_engine_started_before_its_server_misses_then_saves_and_hits_once_it_is_up(tmp_path):
+    # Before: registering raised TransferRefused (tier_unavailable) and the
+    # engine stopped. The tier is a cache: its absence costs hits only.
+    path = str(tmp_path / "later.sock")
+    e = Engine(server_socket=path, server_request_timeout=1.0)
+    prompt = list(range(300, 428))
+    try:
+        e.conn.lookup(e.keys(prompt))
+        assert e.wait(lookups=1)["lookups"][0].hit.tokens == 0
+        e.blocks[0:8] = pattern(8 * BLOCK_BYTES, 9).reshape(8, BLOCK_BYTES)
+        e.conn.save(e.spec("early", prompt, 0, 128))
+        early = e.wait(saves=1)["saves"][0]
+        assert not early.ok and early.error == kvstrand.TransferErrc.tier_unavailable
+        assert path in early.reason and "No such file or directory" in early.reason, early.reason
+        time.sleep(2)
+        server = Server(socket=path)
+        try:
+            for attempt in range(40):  # attached within the connector's backoff (2 s at most)
+                e.conn.save(e.spec(f"s{attempt}", prompt, 0, 128))
+                if e.wait(saves=1)["saves"][0].ok:
+                    break
+                time.sleep(0.1)
+            else:
+                raise AssertionError("no save succeeded once the server was up")
+            e.conn.lookup(e.keys(prompt))
+            answer = e.wait(lookups=1)["lookups"][0]
+            assert answer.hit.tokens == 128
+            e.conn.load(e.spec("l", prompt, 16, 128, tier_lease=answer.lease))
+            assert e.wait(loads=1)["loads"][0].ok
+            np.testing.assert_array_equal(e.blocks[16:24], e.blocks[0:8])
+        finally:
+            e.close()
+            server.stop()
+    finally:
+        e.close()
 
 
 def test_a_layout_the_server_refuses_carries_the_servers_words():
