@@ -8,7 +8,9 @@
 #   scripts/bootstrap.sh --fuzz   also clang-14 and its libFuzzer runtime
 #   scripts/bootstrap.sh --test   also what the tests drive: curl, promtool
 #                                 (prometheus), headless chromium, pytest,
-#                                 prometheus_client (the pictures of vLLM)
+#                                 prometheus_client (the pictures of vLLM),
+#                                 venv, setuptools and wheel (pip install .),
+#                                 systemd-analyze (the unit)
 set -euo pipefail
 
 pkgs=(make cmake ninja-build g++ libboost1.81-dev libspdlog-dev catch2 libssl-dev libcli11-dev gnuplot-nox
@@ -17,7 +19,8 @@ pkgs=(make cmake ninja-build g++ libboost1.81-dev libspdlog-dev catch2 libssl-de
 case "${1:-}" in
   --hip) pkgs+=(libamdhip64-dev) ;;
   --fuzz) pkgs+=(clang-14 libclang-rt-14-dev) ;;
-  --test) pkgs+=(curl prometheus chromium pkg-config python3-pytest python3-prometheus-client) ;;
+  --test) pkgs+=(curl prometheus chromium pkg-config python3-pytest python3-prometheus-client
+                python3-venv python3-setuptools python3-wheel systemd) ;;
 esac
 
 missing=()

@@ -27,6 +27,16 @@ if grep -q INTERFACE_COMPILE_DEFINITIONS "$prefix"/lib/cmake/kvstrand/kvstrandTa
   exit 1
 fi
 "$prefix/bin/kvstrand-server" --version
+# The node service: the unit names the installed server and passes systemd's
+# check; the example config is one the installed server takes.
+for f in lib/systemd/system/kvstrand-server.service share/kvstrand/kvstrand-server.toml share/doc/kvstrand/operations.md; do
+  [[ -e "$prefix/$f" ]] || { echo "check-install: $f was not installed"; exit 1; }
+done
+grep -q "^ExecStart=$prefix/bin/kvstrand-server --config " "$prefix/lib/systemd/system/kvstrand-server.service" ||
+  { echo "check-install: the unit does not run the installed server"; exit 1; }
+systemd-analyze verify "$prefix/lib/systemd/system/kvstrand-server.service"
+# (its tier-bytes is a host's; this machine's is smaller: the command line wins)
+"$prefix/bin/kvstrand-server" --config "$prefix/share/kvstrand/kvstrand-server.toml" --tier-bytes 64M --print-config > /dev/null
 
 cmake -S "$src/examples/consumer" -B "$work/consumer" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" > "$work/configure.log" ||
   { cat "$work/configure.log"; exit 1; }

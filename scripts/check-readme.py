@@ -2,14 +2,15 @@
 """Runs the README's shell blocks as a new user would, so that the README
 cannot go stale without `make test` failing. Run by CTest ("readme: ...").
 
-    scripts/check-readme.py [BUILD_DIR]
+    scripts/check-readme.py [BUILD_DIR [SECTION...]]   (default: every section below)
 
-Sections run: "Quick start", "Embedding" and "Python" (each section's own
+Sections run: "Quick start", "Embedding", "Python" and "Operating a node" (each section's own
 ```sh blocks, before its first subsection). Every line runs as written, in
 bash with `set -e`, from the source tree (Embedding's from a scratch
 directory holding engine.cpp, a copy of examples/consumer/main.cpp, and a
 `build` link to the build), except:
-- /opt/kvstrand (the install prefix) and /tmp/kvstrand.sock (the server's
+- /opt/kvstrand (the install prefix, and the paths that start with it: a
+  virtual environment, a config file) and /tmp/kvstrand.sock (the server's
   socket) become paths in a temporary directory, so a user's own install and
   server are never touched;
 - `make test` is not run: this check runs inside it;
@@ -26,7 +27,7 @@ import sys
 import tempfile
 import time
 
-SECTIONS = ("Quick start", "Embedding", "Python")
+SECTIONS = ("Quick start", "Embedding", "Python", "Operating a node")
 
 
 def blocks(readme, section):
@@ -67,7 +68,7 @@ def main():
         env["PYTHON_DEMO_ARGS"] = "--requests 16"
         env["JOBS"] = env.get("JOBS", "2")
         ran = 0
-        for section in SECTIONS:
+        for section in sys.argv[2:] or SECTIONS:
             found = blocks(readme, section)
             if not found:
                 print(f"check-readme: no sh block in section '{section}' (renamed? update SECTIONS)")

@@ -335,7 +335,7 @@ TEST_CASE("node tier: a server SIGKILLed and restarted while an engine registers
   }
 }
 
-TEST_CASE("node tier: a registration a restarted server refuses runs without the tier, said once; it attaches to "
+TEST_CASE("node tier: a registration a restarted server refuses runs without the tier, said once, and attaches to "
           "a server that takes it", "[server][reactor][fault]") {
   if (!device_present()) return;
   ServerProcess srv(kServerFlags);

@@ -824,3 +824,61 @@ TEST_CASE("server: four client processes store, look up and load each other's pr
   }
   eventually([&] { return stats(srv.socket_path()).leases == 0; }, "every lease released");
 }
+
+TEST_CASE("server: --check exits 1 while no server answers, 0 once one does, and --check-wait waits for one that starts",
+          "[server]") {
+  const std::string server = sibling_binary("../kvstrand-server");
+  const std::string socket = ServerProcess::fresh_socket_path();
+  const ProcessResult none = run_process({server, "--check", socket}, 30s);
+  INFO(none.output);
+  REQUIRE(none.exit_code == 1);
+  REQUIRE(none.output.find("no server answers at " + socket) != std::string::npos);
+  ChildProcess waiting({server, "--check", socket, "--check-wait", "30"});
+  std::this_thread::sleep_for(1s);
+  ServerProcess srv(kFlags, socket);
+  const ProcessResult up = waiting.wait(40s);
+  INFO(up.output);
+  REQUIRE(up.exit_code == 0);
+  REQUIRE(up.output.find("kvstrand-server at " + socket + " answers: protocol") != std::string::npos);
+  REQUIRE(run_process({server, "--check", socket}, 30s).exit_code == 0);
+}
+
+TEST_CASE("server: a supervisor's NOTIFY_SOCKET hears READY=1 once it listens, and /readyz says 503 until the arena is "
+          "whole, then 200", "[server][http]") {
+  // The supervisor's end: a datagram socket, as systemd gives a Type=notify unit.
+  const std::string notify = ServerProcess::fresh_socket_path() + ".notify";
+  const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", notify.c_str());
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  const std::string socket = ServerProcess::fresh_socket_path();
+  // Slow to fill (KVSTRAND_TEST_FILL_DELAY_MS): /readyz is seen not ready first.
+  ChildProcess srv({"/usr/bin/env", "NOTIFY_SOCKET=" + notify, "KVSTRAND_TEST_FILL_DELAY_MS=300",
+                    sibling_binary("../kvstrand-server"), "--socket", socket, "--tier-bytes", "16M", "--slab-bytes",
+                    "4M", "--chunk-tokens", "64", "--log-level", "info", "--http", "127.0.0.1:0"});
+  pollfd p{fd, POLLIN, 0};
+  REQUIRE(::poll(&p, 1, 30000) == 1);
+  char buf[256] = {};
+  const ssize_t n = ::recv(fd, buf, sizeof buf - 1, 0);
+  REQUIRE(n > 0);
+  REQUIRE(std::string(buf, static_cast<std::size_t>(n)).rfind("READY=1\n", 0) == 0);
+  REQUIRE(ServerProcess::connect_to(socket) >= 0);  // said once it listens, not before
+  ::close(fd);
+  ::unlink(notify.c_str());
+  REQUIRE(srv.wait_for_output("debug endpoint on http://127.0.0.1:", 30s));
+  const std::string out = srv.output();
+  const auto at = out.find("debug endpoint on http://127.0.0.1:") + std::string("debug endpoint on http://127.0.0.1:").size();
+  const auto port = static_cast<std::uint16_t>(std::stoi(out.substr(at)));
+  if (!curl_present()) return;
+  Got g = curl(port, "/readyz");
+  REQUIRE(g.code == 503);
+  REQUIRE(g.body.find("not ready: the arena is being populated") != std::string::npos);
+  REQUIRE(curl(port, "/healthz").code == 200);  // alive all the while
+  REQUIRE(srv.wait_for_output("slabs are ready", 30s));
+  g = curl(port, "/readyz");
+  REQUIRE(g.code == 200);
+  REQUIRE(g.body == "ready\n");
+  srv.signal(SIGTERM);
+  srv.wait();
+}

@@ -26,6 +26,19 @@ common::HttpRoutes debug_routes(ServerState state) {
   r["/healthz"] = [st = state] {
     return common::HttpResponse{st.stopping ? 503u : 200u, "text/plain", st.stopping ? "stopping\n" : "ok\n"};
   };
+  // Ready to serve as configured: the arena's every slab populated (a
+  // named arena's objects were recovered before the endpoint opened), no
+  // failure growing it, not stopping. Until then 503, saying which.
+  r["/readyz"] = [st = state] {
+    const std::uint64_t ready = st.ready_bytes(), all = st.arena.bytes();
+    std::string why;
+    if (st.stopping) why = "stopping";
+    else if (!st.fill_error.empty()) why = "the arena could not be populated: " + st.fill_error;
+    else if (ready < all) why = "the arena is being populated: " + std::to_string(ready >> 20) + " of " +
+                                std::to_string(all >> 20) + " MiB";
+    return why.empty() ? common::HttpResponse{200u, "text/plain", "ready\n"}
+                       : common::HttpResponse{503u, "text/plain", "not ready: " + why + "\n"};
+  };
   r["/debug/sessions"] = [st = state] {
     json::array a;
     const auto now = Clock::now();

@@ -1,4 +1,5 @@
-// kvstrand-server's read-only debug endpoint: /healthz, /debug (a page),
+// kvstrand-server's read-only debug endpoint: /healthz (alive), /readyz
+// (serving as configured), /debug (a page),
 // /debug/sessions, /debug/holds, /debug/tier and /metrics, rendered from
 // the server's live state. Every route runs on the server's strand.
 #pragma once

@@ -6,7 +6,9 @@
 #include <cstdio>
 #include <exception>
 
+#include "server/server_check.hpp"
 #include "server/server_options.hpp"
+#include "server/systemd_notify.hpp"
 #include "server/tier_server.hpp"
 
 int main(int argc, char** argv) {
@@ -14,6 +16,7 @@ int main(int argc, char** argv) {
   auto parsed = server::parse_server_options(argc, argv);
   if (auto* code = std::get_if<int>(&parsed)) return *code;
   const auto& opt = std::get<server::ServerOptions>(parsed);
+  if (!opt.check.empty()) return server::check_server(opt.check, opt.check_within);
   spdlog::set_level(spdlog::level::from_str(opt.log_level));
   try {
     server::TierServer srv(opt);
@@ -27,6 +30,9 @@ int main(int argc, char** argv) {
     if (opt.http && !spdlog::should_log(spdlog::level::info))
       std::printf("kvstrand-server: debug endpoint on http://%s:%u/debug\n", opt.http->address.c_str(), srv.http_port());
     std::fflush(stdout);
+    // Listening: a supervisor's Type=notify unit is started (clients may
+    // connect now; /readyz says when the arena is whole).
+    server::notify_supervisor("READY=1\nSTATUS=listening on " + opt.socket);
     if (!srv.wait()) return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kvstrand-server: %s\n", e.what());

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <sstream>
 
 #include <kvstrand/version.hpp>
 
@@ -46,6 +47,24 @@ common::Expected<std::string> read_secret_file(const std::string& path) {
   if (text.empty()) return common::unexpected(path + " holds nothing on its first line");
   return text;
 }
+// The options as a --config file: each one given (in the file read or on
+// the command line) as a key, each other one commented out at its default,
+// so that reading the file back gives the same options (an unset option
+// written as set would count as given: "--l2-timeout needs --l2").
+std::string printable_config(const CLI::App& app) {
+  std::istringstream all(app.config_to_str(true, true));
+  std::string out, line;
+  while (std::getline(all, line)) {
+    const auto eq = line.find('=');
+    if (!line.empty() && line[0] != '#' && eq != std::string::npos) {
+      const CLI::Option* o = app.get_option_no_throw("--" + line.substr(0, eq));
+      if (o != nullptr && o->count() == 0) line = "# " + line;
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
 }  // namespace
 
 std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
@@ -115,8 +134,31 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
                  "Objects waiting to be written to disk at most (each held in the arena until written, together at "
                  "most an eighth of the arena); more are dropped and counted")
       ->capture_default_str();
+  app.allow_config_extras(CLI::config_extras_mode::error);  // a misspelt key is refused, not ignored
+  app.set_config("--config", "",
+                 "Read options from this file (TOML, or INI): every flag above is a key, e.g. tier-bytes = \"64G\"; "
+                 "a flag on the command line wins over the file");
+  bool print_config = false;
+  app.add_flag("--print-config", print_config,
+               "Print the options in force (the file's, the command line's, the defaults) as a --config file, and exit")
+      ->configurable(false);
+  long long check_wait_s = 0;
+  app.add_option("--check", o.check,
+                 "Only check whether a kvstrand-server answers a hello at this socket: exit 0 if one does, 1 if not "
+                 "(for scripts and container probes)")
+      ->configurable(false);
+  app.add_option("--check-wait", check_wait_s, "With --check: keep trying this many seconds before giving up")
+      ->configurable(false);
   try {
     app.parse(argc, argv);
+  } catch (const CLI::ConfigError& e) {
+    const std::string what = e.what(), prefix = "INI was not able to parse ";
+    std::cerr << "kvstrand-server: invalid --config: "
+              << (what.rfind(prefix, 0) == 0 ? "no such key '" + what.substr(prefix.size()) +
+                                                   "' (keys are the flags without --; --print-config lists them)"
+                                             : what)
+              << "\n";
+    return 2;
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
@@ -124,6 +166,12 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
     std::cerr << "kvstrand-server: invalid " << flag << ": " << why << "\n";
     return 2;
   };
+  if (!o.check.empty()) {  // a probe: no server options are read or checked
+    if (check_wait_s < 0 || check_wait_s > 3600) return refuse("--check-wait", "must be 0 to 3600 s");
+    o.check_within = std::chrono::seconds(check_wait_s);
+    return o;
+  }
+  if (app.get_option("--check-wait")->count() > 0) return refuse("--check-wait", "needs --check");
   auto bytes = common::parse_bytes(tier_bytes);
   if (!bytes) return refuse("--tier-bytes", "'" + tier_bytes + "' is not a size like 8G or 512M");
   if (*bytes == 0) return refuse("--tier-bytes", "must be more than 0, e.g. 8G or 512M");
@@ -244,6 +292,10 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
   } else {
     for (const char* f : {"--disk-bytes", "--disk-timeout", "--disk-queue"})
       if (app.get_option(f)->count() > 0) return refuse(f, "needs --disk");
+  }
+  if (print_config) {  // checked first: a file printed here is one the server takes
+    std::cout << printable_config(app);
+    return 0;
   }
   return o;
 }

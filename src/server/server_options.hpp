@@ -1,5 +1,7 @@
 // kvstrand-server's command line: every flag validated at start-up, a bad
-// value refused with a message naming the flag.
+// value refused with a message naming the flag. Every flag is also a key of
+// a --config file (TOML, or INI), where the command line wins;
+// --print-config writes the options in force as such a file.
 #pragma once
 
 #include <chrono>
@@ -39,6 +41,10 @@ struct ServerOptions {
   std::optional<L2Options> l2;
   // --disk PATH... --disk-bytes N: local disks under the arena (off when unset).
   std::optional<DiskOptions> disk;
+  // --check SOCKET: only check whether a server answers there (exit 0/1),
+  // trying for check_within.
+  std::string check;
+  std::chrono::milliseconds check_within{0};
 };
 
 // The options, or the exit code to leave with (0 after --help; 2 after a

@@ -1031,3 +1031,26 @@ def test_kv_events_this_vllm_cannot_make_are_turned_off_and_the_engine_runs(tmp_
         "print('events', v.config.ConnectorConfig.from_vllm(vc, kc).kv_events)" % here, str(picture))
     assert out.returncode == 0, out.stderr
     assert "events False" in out.stdout and "KV events off" in out.stderr and "kv_events" in out.stderr
+
+
+def test_vllm_starts_before_its_server_serves_without_it_and_uses_it_once_it_is_up(tmp_path):
+    # Before: the scheduler's and workers' Connectors raised TransferRefused
+    # at registration, and vLLM did not start. Now every request is computed
+    # until the server answers, then saved and resumed from it.
+    path = str(tmp_path / "later.sock")
+    vllm = MiniVllm(path, caching=False, request_timeout_s=1.0)
+    vllm.add("a", PREFIX + [1])
+    vllm.run()
+    assert vllm.done == ["a"] and vllm.stats["resumed"] == 0
+    server = Server(socket=path)
+    try:
+        for i in range(40):
+            vllm.add(f"r{i}", PREFIX + [i + 10])
+            vllm.run()
+            if vllm.stats["resumed"]:
+                break
+            time.sleep(0.1)
+        assert vllm.stats["resumed"] >= 1 and vllm.stats["mismatches"] == 0 and vllm.all_blocks_free()
+    finally:
+        vllm.shutdown()
+        server.stop()

@@ -1,0 +1,39 @@
+#include "server/systemd_notify.hpp"
+
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+
+namespace kvstrand::server {
+
+bool notify_supervisor(const std::string& state) {
+  const char* path = std::getenv("NOTIFY_SOCKET");
+  if (path == nullptr || path[0] == '\0') return false;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const std::size_t n = std::strlen(path);
+  if (n >= sizeof addr.sun_path || (path[0] != '/' && path[0] != '@')) {
+    spdlog::debug("kvstrand-server: NOTIFY_SOCKET '{}' is not a socket path", path);
+    return false;
+  }
+  std::memcpy(addr.sun_path, path, n);
+  if (path[0] == '@') addr.sun_path[0] = '\0';  // the abstract namespace
+  const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + n);
+  const bool sent =
+      ::sendto(fd, state.data(), state.size(), MSG_NOSIGNAL, reinterpret_cast<sockaddr*>(&addr), len) ==
+      static_cast<ssize_t>(state.size());
+  if (!sent) spdlog::debug("kvstrand-server: notifying {}: {}", path, std::strerror(errno));
+  ::close(fd);
+  return sent;
+}
+
+}  // namespace kvstrand::server

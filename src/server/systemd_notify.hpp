@@ -1,0 +1,16 @@
+// Readiness for a supervisor: systemd's notify protocol (a unit of
+// Type=notify) spoken directly, a datagram to $NOTIFY_SOCKET, so the server
+// needs no libsystemd. Without $NOTIFY_SOCKET nothing is sent.
+#pragma once
+
+#include <string>
+
+namespace kvstrand::server {
+
+// Sends `state` (e.g. "READY=1\nSTATUS=serving") to $NOTIFY_SOCKET (a path,
+// or '@' for the abstract namespace). True when sent; false when there is
+// no such socket or it cannot be reached (said at debug: a supervisor that
+// asked for notification and cannot be told times the unit out itself).
+bool notify_supervisor(const std::string& state);
+
+}  // namespace kvstrand::server

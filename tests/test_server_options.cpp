@@ -1,0 +1,142 @@
+// kvstrand-server's options: every flag round-trips through a --config
+// file (--print-config writes the options in force, --config reads them
+// back), the command line wins over the file, and a file's bad or unknown
+// key is refused naming it.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "server/server_options.hpp"
+
+using namespace kvstrand;
+using server::ServerOptions;
+
+namespace {
+
+// A directory of this process's own for the files the tests write.
+const std::string& scratch_dir() {
+  static const std::string dir = [] {
+    std::string t = "/tmp/kvstrand-options.XXXXXX";
+    REQUIRE(::mkdtemp(t.data()) != nullptr);
+    return t;
+  }();
+  return dir;
+}
+
+// Every field of the options, as text: two options are the same when this is.
+std::string describe(const ServerOptions& o) {
+  std::ostringstream s;
+  s << "socket=" << o.socket << " tier=" << o.tier_bytes << " slab=" << o.slab_bytes << " huge=" << o.huge_pages
+    << " arena=" << o.arena_path << " chunk=" << o.chunk_tokens << " log=" << o.log_level << " frame=" << o.max_frame
+    << " leased=" << o.max_client_leased << " reserved=" << o.max_client_reserved << " queue=" << o.max_reply_queue;
+  if (o.http) s << " http=" << o.http->address << ":" << o.http->port << "/" << o.http->allow_non_loopback;
+  if (o.l2) {
+    s << " l2=";
+    for (const auto& a : o.l2->seeds) s << a.str() << ",";
+    s << " l2.timeout=" << o.l2->timeout.count() << " l2.inflight=" << o.l2->max_inflight << " l2.ttl="
+      << o.l2->ttl.count() << " l2.user=" << o.l2->credentials.username << " l2.password="
+      << o.l2->credentials.password << " l2.mac=" << (o.l2->mac ? o.l2->mac->secret : "-");
+  }
+  if (o.disk) {
+    s << " disk=";
+    for (const auto& p : o.disk->paths) s << p << ",";
+    s << " disk.bytes=" << o.disk->bytes << " disk.timeout=" << o.disk->timeout.count() << " disk.queue="
+      << o.disk->max_queued;
+  }
+  return s.str();
+}
+
+struct Parsed {
+  std::variant<ServerOptions, int> result;
+  std::string out, err;
+};
+
+Parsed parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "kvstrand-server");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  std::ostringstream out, err;
+  auto* old_out = std::cout.rdbuf(out.rdbuf());
+  auto* old_err = std::cerr.rdbuf(err.rdbuf());
+  auto r = server::parse_server_options(static_cast<int>(argv.size()), argv.data());
+  std::cout.rdbuf(old_out);
+  std::cerr.rdbuf(old_err);
+  return {std::move(r), out.str(), err.str()};
+}
+
+std::string write_file(const std::string& name, const std::string& text, mode_t mode = 0600) {
+  const std::string path = scratch_dir() + "/" + name;
+  std::ofstream(path) << text;
+  ::chmod(path.c_str(), mode);
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("server options: every flag round-trips through --print-config and --config", "[server]") {
+  const std::string password = write_file("l2-password", "s3cret\n");
+  const std::string mac = write_file("l2-mac-key", std::string(40, 'k') + "\n");
+  const std::vector<std::string> every = {
+      "--socket", scratch_dir() + "/opts.sock", "--tier-bytes", "64M", "--slab-bytes", "4M",
+      "--no-huge-pages", "--arena-path", scratch_dir() + "/arena", "--chunk-tokens", "128",
+      "--log-level", "warn", "--max-frame", "2M", "--max-client-leased", "40M", "--max-client-reserved", "20M",
+      "--max-reply-queue", "1M", "--http", "127.0.0.1:9411", "--http-allow-remote",
+      "--l2", "redis://127.0.0.1:7001,127.0.0.1:7002", "--l2-timeout", "250", "--l2-max-inflight", "64",
+      "--l2-ttl", "3600", "--l2-user", "kvs", "--l2-password-file", password, "--l2-mac-key-file", mac,
+      "--disk", scratch_dir() + "/d1", "--disk", scratch_dir() + "/d2", "--disk-bytes", "1G",
+      "--disk-timeout", "750", "--disk-queue", "99"};
+  auto direct = parse(every);
+  INFO(direct.err);
+  REQUIRE(std::holds_alternative<ServerOptions>(direct.result));
+  const std::string want = describe(std::get<ServerOptions>(direct.result));
+
+  auto args = every;
+  args.push_back("--print-config");
+  auto printed = parse(args);
+  REQUIRE(std::get<int>(printed.result) == 0);
+  INFO(printed.out);
+  const std::string file = write_file("server.toml", printed.out);
+  auto from_file = parse({"--config", file});
+  INFO(from_file.err);
+  REQUIRE(std::holds_alternative<ServerOptions>(from_file.result));
+  REQUIRE(describe(std::get<ServerOptions>(from_file.result)) == want);
+
+  // The defaults round-trip too (every key commented out), and the command line wins.
+  auto defaults = parse({"--print-config"});
+  const std::string empty = write_file("defaults.toml", defaults.out);
+  auto again = parse({"--config", empty, "--tier-bytes", "64M"});
+  REQUIRE(std::holds_alternative<ServerOptions>(again.result));
+  REQUIRE(describe(std::get<ServerOptions>(again.result)) ==
+          describe(std::get<ServerOptions>(parse({"--tier-bytes", "64M"}).result)));
+  auto wins = parse({"--config", file, "--chunk-tokens", "256"});
+  REQUIRE(std::get<ServerOptions>(wins.result).chunk_tokens == 256);
+  REQUIRE(std::get<ServerOptions>(wins.result).tier_bytes == 64u << 20);
+}
+
+TEST_CASE("server options: a config file's bad value or unknown key is refused, naming it", "[server]") {
+  auto bad = parse({"--config", write_file("bad.toml", "tier-bytes = \"lots\"\n")});
+  REQUIRE(std::get<int>(bad.result) == 2);
+  REQUIRE(bad.err.find("--tier-bytes") != std::string::npos);
+  auto unknown = parse({"--config", write_file("unknown.toml", "tier-byte = \"8G\"\n")});
+  REQUIRE(std::get<int>(unknown.result) == 2);
+  REQUIRE(unknown.err.find("tier-byte") != std::string::npos);
+  auto orphan = parse({"--config", write_file("orphan.toml", "l2-timeout = 50\n")});
+  REQUIRE(std::get<int>(orphan.result) == 2);
+  REQUIRE(orphan.err.find("--l2-timeout: needs --l2") != std::string::npos);
+  auto missing = parse({"--config", scratch_dir() + "/no-such.toml"});
+  REQUIRE(std::get<int>(missing.result) == 2);
+}
+
+TEST_CASE("server options: --check reads no server option, and --check-wait needs --check", "[server]") {
+  auto check = parse({"--check", "/tmp/x.sock", "--check-wait", "3", "--tier-bytes", "999999T"});
+  REQUIRE(std::holds_alternative<ServerOptions>(check.result));
+  REQUIRE(std::get<ServerOptions>(check.result).check == "/tmp/x.sock");
+  REQUIRE(std::get<ServerOptions>(check.result).check_within == std::chrono::seconds(3));
+  REQUIRE(std::get<int>(parse({"--check-wait", "3"}).result) == 2);
+}
