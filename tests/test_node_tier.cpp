@@ -264,9 +264,9 @@ TEST_CASE("node tier: an engine started 2 s before its server registers, misses,
   INFO(f.loads[0].reason);
   REQUIRE(f.loads[0].ok);
   REQUIRE(rig.snapshot(dst, {6}) == before);
-  rig.conn->close();
-  REQUIRE(rig.node->turned_away() >= 90);
-  REQUIRE(rig.node->connect_attempts() <= 20);
+  const auto counts = rig.conn->arena_mappings();
+  REQUIRE(counts.turned_away >= 90);
+  REQUIRE(counts.connect_attempts <= 20);
 }
 
 TEST_CASE("node tier: a second registration made while the server is down attaches when it returns",
@@ -360,8 +360,7 @@ TEST_CASE("node tier: a registration a restarted server refuses runs without the
   srv.restart(kServerFlags);
   REQUIRE(ready_and_full(srv));
   REQUIRE(save_until_ok(rig, rig.save_spec("c", 1, 0, 2, Rig::block_range(0, 8)), 15s));
-  rig.conn->close();
-  REQUIRE(rig.node->refusals() == 1);
+  REQUIRE(rig.conn->arena_mappings().refusals == 1);
 }
 
 TEST_CASE("node tier: a server that answers and refuses a registration refuses it to the engine at once",

@@ -975,7 +975,9 @@ Connector::ArenaMappings Connector::arena_mappings() {
   if (stopped_) return {};
   return reactor_->call([core = core_]() -> asio::awaitable<ArenaMappings> {
     auto* node = dynamic_cast<NodeTier*>(core->tier.get());
-    co_return node ? ArenaMappings{node->arena_mapped(), node->arena_kept(), node->reconnects()} : ArenaMappings{};
+    co_return node ? ArenaMappings{node->arena_mapped(), node->arena_kept(), node->reconnects(),
+                                   node->turned_away(), node->connect_attempts(), node->refusals()}
+                   : ArenaMappings{};
   });
 }
 

@@ -246,9 +246,13 @@ class Connector {
   // an engine that reaches kvstrand through its public API only.
   void* load_stream_native();
   // The node tier's arena: how many times it was mapped and pinned, and how
-  // many server restarts kept it (a named arena); zeros for another tier.
+  // many server restarts kept it (a named arena); and its connection:
+  // requests turned away while no server answered, connect attempts,
+  // registrations a server refused on a later connection. Zeros for
+  // another tier; read on the strand.
   struct ArenaMappings {
     std::uint64_t mapped = 0, kept = 0, reconnects = 0;
+    std::uint64_t turned_away = 0, connect_attempts = 0, refusals = 0;
   };
   ArenaMappings arena_mappings();
   // The debug endpoint's port (0 when it is off).

@@ -18,7 +18,7 @@ class NodeTier final : public HostTier {
 
   std::uint64_t reconnects() const noexcept { return remote().reconnects(); }
   // Requests turned away while no server answered; registrations a server
-  // refused on a later connection (read on the strand, or after close()).
+  // refused on a later connection (read on the strand: Connector::arena_mappings()).
   std::uint64_t turned_away() const noexcept { return remote().turned_away(); }
   std::uint64_t connect_attempts() const noexcept { return remote().connect_attempts(); }
   std::uint64_t refusals() const noexcept { return remote().refusals(); }
