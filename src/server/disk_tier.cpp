@@ -14,6 +14,7 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstdlib>
@@ -66,14 +67,43 @@ struct File {
   std::uint64_t bytes = 0;
 };
 
-File open_file(std::string path, std::uint64_t bytes) {
+// A file kvstrand did not make is never written into (nor extended): a
+// symbolic link (its target could be anything), or an existing file that
+// holds, at the start of any of its extents, something other than an extent
+// header or zeros (what kvstrand preallocated and has not written yet).
+// Refused naming --disk; the file is not touched.
+void refuse_foreign(const std::string& path, std::uint64_t extent_bytes) {
+  struct stat st{};
+  if (::lstat(path.c_str(), &st) != 0) return;  // absent: made here
+  if (S_ISLNK(st.st_mode))
+    throw std::runtime_error("--disk: " + path + " is a symbolic link: give the file itself (kvstrand writes only "
+                             "into files it can tell are its own)");
+  if (!S_ISREG(st.st_mode)) throw std::runtime_error("--disk: " + path + " is not a regular file");
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) throw std::runtime_error("--disk: cannot open " + path + ": " + std::strerror(errno));
+  std::array<char, kDiskBlock> head{};
+  for (std::uint64_t at = 0; at < static_cast<std::uint64_t>(st.st_size); at += extent_bytes) {
+    const ssize_t n = ::pread(fd, head.data(), head.size(), static_cast<off_t>(at));
+    if (n <= 0) break;
+    const bool zeros = std::all_of(head.begin(), head.begin() + n, [](char c) { return c == 0; });
+    if (!zeros && std::memcmp(head.data(), kExtentMagic, std::min<std::size_t>(n, sizeof kExtentMagic)) != 0) {
+      ::close(fd);
+      throw std::runtime_error("--disk: " + path + " holds data kvstrand did not write (at byte " + std::to_string(at) +
+                               ": neither a disk-tier extent header nor unwritten zeros); it is left as it is: give "
+                               "a path of its own to the disk tier");
+    }
+  }
+  ::close(fd);
+}
+
+File open_file(std::string path, std::uint64_t bytes, std::uint64_t extent_bytes) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (fs::is_directory(path, ec)) path = (fs::path(path) / "kvstrand.disk").string();
+  refuse_foreign(path, extent_bytes);
   struct stat st{};
-  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
-    throw std::runtime_error("--disk: " + path + " is not a regular file");
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0600);
+  // O_NOFOLLOW: a link put there since the check is refused too (ELOOP).
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0 && errno == EINVAL)
     throw std::runtime_error("--disk: the file system of " + path +
                              " does not take O_DIRECT (tmpfs?): give a file on a disk");
@@ -175,7 +205,7 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
     for (std::size_t i = 0; i < n; ++i) {
       const std::uint64_t mine = (extents - i + n - 1) / n;
       if (mine == 0) throw std::runtime_error("--disk-bytes: too small to give each --disk path an extent");
-      files.push_back(open_file(opt.paths[i], mine * extent_bytes));
+      files.push_back(open_file(opt.paths[i], mine * extent_bytes, extent_bytes));
     }
     total_extents = static_cast<std::uint32_t>(extents);
     auto fault = disk_fault_from_env();

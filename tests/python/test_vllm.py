@@ -434,6 +434,21 @@ def test_a_lease_a_worker_cannot_adopt_is_reported_as_load_errors_and_recomputed
     vllm.shutdown()
 
 
+def test_a_failed_load_is_counted_failed_and_loads_no_tokens(server):
+    # vLLM's log and Prometheus read loaded_tokens: a load that failed
+    # brought nothing (every attempt here fails on the one rank).
+    vllm = MiniVllm(server.socket, caching=False)
+    vllm.add("a", PREFIX + [7])
+    vllm.run()
+    vllm.meta_hook = spoil_leases(0, [])
+    vllm.add("b", PREFIX + [8])
+    vllm.run()
+    stats = vllm.summed_stats()
+    assert stats["loads"] >= 1 and stats["loads_failed"] == stats["loads"] and stats["loaded_tokens"] == 0
+    assert vllm.stats["resumed"] == 0 and vllm.stats["mismatches"] == 0
+    vllm.shutdown()
+
+
 def test_a_request_whose_loads_keep_failing_is_offered_no_more_hits(server):
     # A load failing from its first block makes vLLM free the blocks and ask
     # again; without a bound that repeats for as long as the tier answers.
@@ -1054,3 +1069,27 @@ def test_vllm_starts_before_its_server_serves_without_it_and_uses_it_once_it_is_
     finally:
         vllm.shutdown()
         server.stop()
+
+
+def test_the_tenant_salt_option_reaches_the_namespace():
+    spaces = set()
+    for salt in ("", "tenant-a", "tenant-b"):
+        vllm_config, kv_cache_config = configs("/s.sock", 1, 16, 2, 64, tenant_salt=salt)
+        cfg = ConnectorConfig.from_vllm(vllm_config, kv_cache_config)
+        assert cfg.layout(0).tenant_salt == salt
+        spaces.add(kvstrand.namespace_of(cfg.layout(0)))
+    assert len(spaces) == 3
+
+
+def test_tp_ranks_checkpoints_are_combined_as_the_points_every_rank_holds():
+    # A hit resumes at a chunk end only where every rank holds that
+    # checkpoint: the intersection, never the union (a rank without the
+    # state there would resume from garbage).
+    from kvstrand.vllm.scheduler import SchedulerSide
+
+    def answer(tokens, points):
+        return SimpleNamespace(lease=1, hit=SimpleNamespace(tokens=tokens, checkpoints=points))
+
+    r = SimpleNamespace(answers={(0, 0): answer(256, [64, 128, 192, 256]), (1, 0): answer(192, [64, 192])})
+    (hit,) = SchedulerSide._group_hits(SimpleNamespace(ngroups=1), r)
+    assert hit.tokens == 192 and list(hit.checkpoints) == [64, 192]
