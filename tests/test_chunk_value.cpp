@@ -141,6 +141,24 @@ TEST_CASE("chunk value: with a MAC key a value loads only if written under that 
     REQUIRE(l2::decode_chunk_value(forged, key(1), o.size()).has_value());
     REQUIRE_FALSE(l2::decode_chunk_value(forged, key(1), o.size(), &mine, &refusal).has_value());
   }
+  SECTION("a writer who knows the format but not the key cannot relabel one chunk's value as another's") {
+    // Chunk 1's value, its header's chunk key (namespace, rank, hash: bytes
+    // 24 to 92) rewritten as another chunk's, its header checksum made good,
+    // stored where that chunk is looked for. Each target differs from chunk
+    // 1 in one part of the key only, so each part must be under the MAC.
+    kv::ChunkKey other_ns = key(1);
+    other_ns.ns[0] = std::byte{0x01};
+    for (const kv::ChunkKey& target : {other_ns, key(1, 3), key(2)}) {
+      const std::string target_v = l2::encode_chunk_value(target, true, o, &mine);
+      std::string relabelled = v;
+      relabelled.replace(24, 68, target_v, 24, 68);
+      const std::uint64_t sum = XXH3_64bits(relabelled.data(), 120);
+      for (int i = 0; i < 8; ++i) relabelled[120 + i] = static_cast<char>((sum >> (8 * i)) & 0xff);
+      INFO("relabelled as " << l2::redis_key_of(target));
+      REQUIRE(refused(relabelled, target, o.size(), &mine, &refusal).find("MAC does not match") != std::string::npos);
+      REQUIRE(refusal == l2::Refusal::unauthenticated);
+    }
+  }
   SECTION("every byte of the header and a spread of the object, flipped, is refused") {
     for (std::size_t at = 0; at < v.size(); at += at < l2::kChunkHeaderBytes ? 1 : 331) {
       std::string bad = v;

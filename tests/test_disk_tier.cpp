@@ -423,6 +423,82 @@ TEST_CASE("disk: a slow disk: a lookup answers by --disk-timeout, other sessions
   eventually([&] { return n.disk("promoted_total") > 0 && n.disk("in_flight") == 0; }, "the slow reads ended");
   const double promoted = n.disk("promoted_total");
   REQUIRE(n.load(1, 50) == static_cast<std::uint32_t>(promoted));
+  // The reads dropped at the timeout (never started) left nothing behind:
+  // no arena reservation that would make their chunks "stored" for good,
+  // no disk pin. Later lookups read them too, and the whole prompt hits.
+  REQUIRE(promoted < 50);  // some were dropped, or this shows nothing
+  const auto end = std::chrono::steady_clock::now() + 30s;
+  std::uint32_t hit = 0;
+  while ((hit = n.load(1, 50)) < 50) {
+    INFO("prompt 1 hits " << hit << " of 50 chunks; promoted " << n.disk("promoted_total"));
+    REQUIRE(std::chrono::steady_clock::now() < end);
+    std::this_thread::sleep_for(100ms);
+  }
+  eventually([&] { return n.disk("in_flight") == 0; }, "the reads ended");
+  REQUIRE(n.disk("pinned") == 0);
+}
+
+TEST_CASE("disk: a disk hit is answered once its reads end, not at --disk-timeout", "[disk][server]") {
+  DiskDir d;
+  Node n(d);
+  for (int p = 1; p <= 4; ++p) n.store(p, 50);
+  n.written(200);
+  n.restart(d, {"--disk-timeout", "30000"});  // a fresh arena: prompt 1 is on the disk only
+  const auto t0 = std::chrono::steady_clock::now();
+  REQUIRE(n.load(1, 50) == 50);
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  // A bound against a needless wait, not a timing: 50 reads of 17 KiB take
+  // milliseconds; waiting the timeout out takes 30 s.
+  REQUIRE(waited < 15s);
+  REQUIRE(n.disk("timeouts_total") == 0);
+  REQUIRE(n.disk("pinned") == 0);
+}
+
+TEST_CASE("disk: a promotion that finds the arena full reads nothing and holds none of its disk run", "[disk][server]") {
+  DiskDir d;
+  Node n(d);
+  n.store(1, 50);
+  n.written(50);
+  n.restart(d, {"--max-client-reserved", "16M"});  // prompt 1 on the disk only
+  // Every slot of the fresh arena reserved by a save still being written:
+  // nothing there can be evicted for a promotion.
+  Client writer(n.srv.socket_path());
+  const std::uint32_t wreg = open_session(writer);
+  const ReserveReply held = reserve(writer, wreg, keys(500, 900));  // more than the arena's 816
+  std::size_t reserved = 0;
+  for (ChunkState c : held.chunks) reserved += c == ChunkState::reserved;
+  REQUIRE(reserved > 0);
+  REQUIRE(reserved < 900);  // the arena ran out
+  REQUIRE(n.load(1, 50) == 0);
+  REQUIRE(n.disk("lookups_total") == 1);
+  REQUIRE(n.disk("promoted_total") == 0);
+  // Before: only the chunk the arena refused was let go; the rest of the
+  // run stayed pinned on the disk for good (never evictable).
+  REQUIRE(n.disk("pinned") == 0);
+  // Once the writer gives its reservation up, the prompt is read.
+  REQUIRE(must_call(writer, Commit{held.reservation, false}).status == Status::ok);  // false: aborted
+  REQUIRE(n.load(1, 50) == 50);
+  REQUIRE(n.disk("pinned") == 0);
+}
+
+TEST_CASE("disk: SIGTERM writes the queued write-behind before the server exits", "[disk][server][fault]") {
+  DiskDir d;
+  std::optional<Node> n;
+  {
+    Fault slow("delay-ms=300");  // each write ends 300 ms late: most of 200 are still queued at the signal
+    n.emplace(d);
+  }
+  // 100 objects: within the write queue's bound (an eighth of the arena), so none is dropped.
+  for (int p = 1; p <= 2; ++p) n->store(p, 50);
+  REQUIRE(n->disk("write_dropped_total") == 0);
+  REQUIRE(n->disk("written_total") < 100);
+  n->c.reset();
+  n->arena.reset();
+  n->srv.kill(SIGTERM);  // returns once the server is reaped
+  n->restart(d);
+  // Before: the stop dropped the queue (only writes already running ended).
+  REQUIRE(n->disk("recovered_objects_total") == 100);
+  for (int p = 1; p <= 2; ++p) REQUIRE(n->load(p, 50) == 50);
 }
 
 TEST_CASE("disk: a second server on the same disk, and bad --disk flags, are refused naming the flag",

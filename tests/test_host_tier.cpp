@@ -146,3 +146,37 @@ TEST_CASE("host tier: a load whose device copy failed unpins what it pinned", "[
   REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.loads.empty(); }).loads[0].ok);
   REQUIRE(rig.conn->tier_stats().pinned == 0);
 }
+
+TEST_CASE("host tier: a load with state needs an image stored at its last chunk's end: else it fails and writes "
+          "nothing",
+          "[reactor][sim]") {
+  Rig rig;  // the embedded index: its hold says whether the last chunk carries an image
+  const auto src = Rig::block_range(0, 12);  // 3 chunks of 4 blocks
+  // Prompt 1: an image at its first chunk's end only; prompt 2: at its last only.
+  auto first_only = rig.save_spec("a", 1, 0, 3, src);
+  first_only.state_slots = {0, -1, -1};
+  auto last_only = rig.save_spec("b", 2, 0, 3, src);
+  last_only.state_slots = {-1, -1, 1};
+  const auto saved = rig.snapshot(src, {1});
+  rig.conn->save(first_only);
+  rig.conn->save(last_only);
+  auto f = rig.wait_for([](const reactor::Finished& f) { return f.saves.size() == 2; });
+  REQUIRE((f.saves[0].ok && f.saves[1].ok));
+
+  rig.randomize(3);
+  const auto dst = Rig::block_range(20, 12);
+  const auto untouched = rig.snapshot(dst, {7});
+  rig.conn->load(rig.load_spec("a", 1, 0, 3, dst, 7));
+  f = rig.wait_for([](const reactor::Finished& f) { return !f.loads.empty(); });
+  INFO(f.loads[0].reason);
+  REQUIRE_FALSE(f.loads[0].ok);
+  REQUIRE(f.loads[0].error == TransferErrc::missing_chunk);
+  REQUIRE(f.loads[0].reason.find("no checkpoint image") != std::string::npos);
+  REQUIRE(rig.snapshot(dst, {7}) == untouched);  // neither the blocks nor the state slot
+
+  rig.conn->load(rig.load_spec("b", 2, 0, 3, dst, 7));
+  f = rig.wait_for([](const reactor::Finished& f) { return !f.loads.empty(); });
+  INFO(f.loads[0].reason);
+  REQUIRE(f.loads[0].ok);
+  REQUIRE(rig.snapshot(dst, {7}) == saved);  // slot 7 holds the image taken from slot 1
+}

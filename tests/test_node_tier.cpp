@@ -172,6 +172,21 @@ auto save_and_look_up(Rig& rig, const auto& src) {
 }
 
 
+// `adopter` as a scheduler of `layout` (a registration without memory)
+// adopts the hand-off; what its finished() then holds: the one lookup.
+reactor::Finished adopt_in(reactor::Connector& adopter, const kv::Layout& layout, const std::vector<std::byte>& handoff) {
+  Registration plan_only;
+  plan_only.layout = layout;
+  adopter.register_layout(plan_only);
+  adopter.adopt_lease(handoff);
+  reactor::Finished f;
+  for (auto end = std::chrono::steady_clock::now() + 10s; f.lookups.empty() && std::chrono::steady_clock::now() < end;
+       std::this_thread::sleep_for(5ms))
+    f = adopter.finished();
+  REQUIRE(f.lookups.size() == 1);
+  return f;
+}
+
 // Polls finished() until it throws FailStop (its code) or `within` passes (none).
 std::error_code wait_fail_stop(Rig& rig, std::chrono::milliseconds within = 10s) {
   const auto end = std::chrono::steady_clock::now() + within;
@@ -832,15 +847,7 @@ TEST_CASE("node tier: a partial hit's exported lease names only the hit's chunks
   REQUIRE(handoff->keys == rig.keys(1, 0, 2));
   // An adopter of it gets the two chunks (a hand-off of four would be refused as another lease's).
   reactor::Connector adopter(remote(srv));
-  Registration plan_only;
-  plan_only.layout = rig.layout;
-  adopter.register_layout(plan_only);
-  adopter.adopt_lease(bytes);
-  reactor::Finished f;
-  for (auto end = std::chrono::steady_clock::now() + 10s; f.lookups.empty() && std::chrono::steady_clock::now() < end;
-       std::this_thread::sleep_for(5ms))
-    f = adopter.finished();
-  REQUIRE(f.lookups.size() == 1);
+  reactor::Finished f = adopt_in(adopter, rig.layout, bytes);
   REQUIRE(f.lookups[0].hit.tokens == 128);
 
   // A load that names its lookup's lease ends it: it cannot be exported or named again.
@@ -882,4 +889,25 @@ TEST_CASE("node tier: a release that could not be sent while disconnected is sen
   while (srv.releases() == 0 && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(10ms);
   REQUIRE(srv.releases() >= 1);
   REQUIRE(srv.last_released() == 9);
+}
+
+TEST_CASE("node tier: an exported lease is the adopter's alone: the exporter's close leaves it held", "[server][reactor]") {
+  ServerProcess srv(kServerFlags);
+  REQUIRE(ready_and_full(srv));
+  auto exporter = std::make_unique<Rig>(remote(srv));
+  const auto looked = save_and_look_up(*exporter, Rig::block_range(0, 8));
+  REQUIRE(looked.lease != 0);
+  const std::vector<std::byte> bytes = exporter->conn->export_lease(looked.lease);
+  reactor::Connector adopter(remote(srv));
+  reactor::Finished f = adopt_in(adopter, exporter->layout, bytes);
+  REQUIRE(f.lookups[0].hit.tokens == 128);
+  REQUIRE(stats(srv.socket_path()).leases == 1);
+  // The exporter gave the lease away: its close releases the leases it
+  // still holds, and this is not one of them (a release names a hold by
+  // id, whoever holds it now).
+  exporter.reset();
+  REQUIRE(stats(srv.socket_path()).leases == 1);
+  REQUIRE(stats(srv.socket_path()).pinned == 2);
+  adopter.release_lookup(f.lookups[0].lease);
+  eventually([&] { return stats(srv.socket_path()).leases == 0; }, "the adopter's release ended the lease");
 }

@@ -11,6 +11,9 @@
 #include "tier/object_table.hpp"
 #include "tier/size_classes.hpp"
 
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 using namespace kvstrand;
 using tier::Index;
 using tier::ObjectTable;
@@ -266,4 +269,46 @@ TEST_CASE("object table: a slab given to another class holds no entry of its ear
   REQUIRE(again.found.objects == 0);
   REQUIRE(again.found.dropped_uncommitted == 0);
   REQUIRE(again.found.dropped_corrupt == 0);
+}
+
+TEST_CASE("object table: objects found after a restart are evicted like any other when the arena is full",
+          "[tier][recover]") {
+  // Before: restored objects were not counted as evictable, so a restarted
+  // server on a full named arena refused every save as full, for good.
+  std::vector<std::byte> arena(kSlabs * kSlab);
+  const int capacity = static_cast<int>(tier::described_geometry(kSlab, kObject).per_slab * kSlabs);
+  {
+    Life first(arena, false);
+    first.store(0, capacity);
+    REQUIRE(first.index().stats().objects == static_cast<std::size_t>(capacity));  // every slot of every slab
+  }
+  Life second(arena);
+  REQUIRE(second.found.objects == static_cast<std::size_t>(capacity));
+  REQUIRE(second.hit(0, capacity) == static_cast<std::uint32_t>(capacity));
+  second.store(10000, 10010);  // REQUIREs all ten reserved: ten restored objects make room
+  REQUIRE(second.hit(10000, 10010) == 10);
+  int restored_left = 0;
+  for (int i = 0; i < capacity; ++i) restored_left += static_cast<int>(second.hit(i, i + 1));
+  REQUIRE(restored_left == capacity - 10);
+}
+
+TEST_CASE("object table: a slab of the format before the stride field (stride 0) is read, not dropped", "[tier][recover]") {
+  // Tables written before slabs recorded their stride have 0 there (the
+  // bytes were reserved zeros, under the header checksum): their objects
+  // lie object_bytes apart. An upgrade must keep them.
+  std::vector<std::byte> arena(kSlabs * kSlab);
+  {
+    Life first(arena, false);
+    first.store(0, 5);
+  }
+  std::byte* h = arena.data();  // slab 0's header: stride at 40, checksum of [0, 56) at 56
+  std::memset(h + 40, 0, 8);
+  const std::uint64_t sum = XXH3_64bits(h, 56);
+  std::memcpy(h + 56, &sum, 8);  // host byte order, as the table stores its fields
+  Life upgraded(arena);
+  INFO(upgraded.found.unreadable);
+  REQUIRE(upgraded.found.unreadable.empty());
+  REQUIRE(upgraded.found.objects == 5);
+  REQUIRE(upgraded.found.dropped_corrupt == 0);
+  REQUIRE(upgraded.hit(0, 5) == 5);
 }

@@ -236,3 +236,36 @@ TEST_CASE("poller: idle costs nothing, and other strand work runs while it spins
     REQUIRE(poller.stats().outstanding == 0);
   }, options);
 }
+
+TEST_CASE("poller: a wait that arrives while the poller sleeps its backoff is not left to wait it out", "[poller][sim]") {
+  if (!sim_hooks_present()) return;
+  // One event that will not complete keeps the poller backing off; the
+  // backoff here is 5 s, so a new wait left to the timer would take 5 s.
+  auto held = must(hip::Stream::create());
+  auto free_stream = must(hip::Stream::create());
+  auto stuck = must(hip::Event::create());
+  auto done_ev = must(hip::Event::create());
+  require_ok(hip::sim::hold_stream(held));
+  require_ok(stuck.record(held));
+  require_ok(done_ev.record(free_stream));
+  require_ok(free_stream.synchronize());
+  reactor::PollerOptions o;
+  o.spin = 0us;
+  o.idle_spin = 0us;
+  o.min_backoff = o.max_backoff = 5s;
+  std::chrono::steady_clock::duration waited{};
+  std::uint64_t timer_ticks_before = 0;
+  run_on_strand([&](Poller& poller, Strand& strand) -> asio::awaitable<void> {
+    spawn_wait(strand, poller, stuck, [](std::error_code) {});  // ended by the shutdown at the end
+    co_await sleep_for(strand, 50ms);
+    timer_ticks_before = poller.stats().timer_ticks;
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::error_code ec = co_await poller.ready(done_ev);
+    waited = std::chrono::steady_clock::now() - t0;
+    REQUIRE(!ec);
+  }, o);
+  require_ok(hip::sim::release_stream(held));
+  REQUIRE(timer_ticks_before >= 1);  // it was asleep on the timer when the wait came
+  // A bound against a needless wait, not a timing: the backoff is 5 s.
+  REQUIRE(waited < 2500ms);
+}

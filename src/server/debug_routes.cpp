@@ -110,6 +110,7 @@ common::HttpRoutes debug_routes(ServerState state) {
                                {"objects", d.objects},
                                {"write_queue", d.queue},
                                {"in_flight", d.in_flight},
+                               {"pinned", d.pinned},
                                {"written", d.written},
                                {"write_dropped", d.write_dropped},
                                {"write_errors", d.write_errors},
@@ -198,6 +199,8 @@ common::HttpRoutes debug_routes(ServerState state) {
               d.registered_buffers ? 1 : 0);
       p.gauge("kvstrand_server_disk_write_queue", "Objects waiting to be written to disk", static_cast<double>(d.queue));
       p.gauge("kvstrand_server_disk_in_flight", "Objects being read or written", static_cast<double>(d.in_flight));
+      p.gauge("kvstrand_server_disk_pinned", "Disk objects held by promotions into the arena (0 at rest: one held for good can never be evicted)",
+              static_cast<double>(d.pinned));
       p.counter("kvstrand_server_disk_written_total", "Objects written behind to disk", d.written);
       p.counter("kvstrand_server_disk_written_bytes_total", "Object bytes written behind to disk", d.written_bytes);
       p.counter("kvstrand_server_disk_write_dropped_total",

@@ -574,6 +574,7 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
     s.used_bytes = d.used_bytes;
     s.objects = d.objects;
     s.evictions = d.evictions;
+    s.pinned = d.pinned;
     s.capacity_bytes = std::uint64_t{total_extents} * (extent_bytes - kDiskBlock);
     s.files = files.size();
     s.registered_buffers = ring && ring->registered();

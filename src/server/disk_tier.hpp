@@ -82,6 +82,7 @@ struct DiskStats {
   double recovery_seconds = 0;
   std::size_t queue = 0;              // objects waiting to be written
   std::size_t in_flight = 0;          // objects being read or written
+  std::size_t pinned = 0;             // disk objects a promotion holds (0 once its reads ended or were dropped)
 };
 
 class DiskTier {
