@@ -1,5 +1,8 @@
 // Namespace and chunk keys (F16, F34).
 #include <catch2/catch.hpp>
+#include <openssl/evp.h>
+
+#include <cstring>
 #include <numeric>
 
 #include <kvstrand/chunk_keys.hpp>
@@ -89,6 +92,32 @@ TEST_CASE("chunk keys: only full chunks, rolling over the whole prefix", "[kv][k
   auto keys4 = kv::chunk_keys(l, ns, tail);
   for (int i = 0; i < 4; ++i) REQUIRE(keys4[i] == keys3[i]);
   REQUIRE(keys4[4] != keys3[4]);
+}
+
+// The key is stored with every object (arena, disk, L2): an upgrade that
+// hashed differently would miss everything an older build stored. So the
+// definition is checked against SHA-256 computed apart, over the bytes
+// namespace || previous key || the chunk's token ids (little-endian).
+TEST_CASE("chunk keys: each key is SHA-256 of the namespace, the previous key and the chunk's tokens", "[kv][keys]") {
+  const kv::Layout l = reference_layout();
+  const kv::Digest ns = kv::namespace_of(l);
+  const auto toks = prompt(3 * 256 + 17);
+  const auto keys = kv::chunk_keys(l, ns, toks);
+  REQUIRE(keys.size() == 3);
+  kv::Digest prev{};
+  for (std::size_t c = 0; c < keys.size(); ++c) {
+    std::vector<unsigned char> bytes(ns.size() + prev.size() + 256 * 4);
+    std::memcpy(bytes.data(), ns.data(), ns.size());
+    std::memcpy(bytes.data() + 32, prev.data(), prev.size());
+    std::memcpy(bytes.data() + 64, toks.data() + c * 256, 256 * 4);
+    kv::Digest want{};
+    unsigned len = 0;
+    REQUIRE(EVP_Digest(bytes.data(), bytes.size(), reinterpret_cast<unsigned char*>(want.data()), &len, EVP_sha256(),
+                       nullptr) == 1);
+    CHECK(keys[c].hash == want);
+    CHECK(keys[c].ns == ns);
+    prev = want;
+  }
 }
 
 TEST_CASE("chunk keys: incremental hashing matches hashing the whole prompt", "[kv][keys]") {

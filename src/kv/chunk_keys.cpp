@@ -1,6 +1,10 @@
 #include <kvstrand/chunk_keys.hpp>
 
-#include <openssl/evp.h>
+// SHA256_Init/Update/Final are deprecated in OpenSSL 3 in favour of EVP, but
+// EVP's per-digest init and final (a provider dispatch each) are paid once per
+// chunk key, and a key is a single short digest: the low-level calls keep key
+// computation at one-shot hashing speed (docs/PERFORMANCE.md, chunk keys).
+#include <openssl/sha.h>
 
 #include <bit>
 #include <cstring>
@@ -23,28 +27,22 @@ std::string to_hex(const Digest& d) {
 }
 
 struct ChunkHasher::Impl {
-  EVP_MD* md = EVP_MD_fetch(nullptr, "SHA256", nullptr);
-  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-  ~Impl() {
-    EVP_MD_CTX_free(ctx);
-    EVP_MD_free(md);
-  }
+  SHA256_CTX ctx;
 };
 
-ChunkHasher::ChunkHasher() : impl_(std::make_unique<Impl>()) {
-  if (impl_->md == nullptr || impl_->ctx == nullptr) throw std::runtime_error("kvstrand: OpenSSL has no SHA-256");
-}
+ChunkHasher::ChunkHasher() : impl_(std::make_unique<Impl>()) {}
 ChunkHasher::~ChunkHasher() = default;
 
 Digest ChunkHasher::next(const Digest& ns, const Digest& prev, std::span<const std::uint32_t> tokens) {
   Digest out{};
-  unsigned len = 0;
-  EVP_MD_CTX* c = impl_->ctx;
-  if (EVP_DigestInit_ex2(c, impl_->md, nullptr) != 1 || EVP_DigestUpdate(c, ns.data(), ns.size()) != 1 ||
-      EVP_DigestUpdate(c, prev.data(), prev.size()) != 1 ||
-      EVP_DigestUpdate(c, tokens.data(), tokens.size_bytes()) != 1 ||
-      EVP_DigestFinal_ex(c, reinterpret_cast<unsigned char*>(out.data()), &len) != 1 || len != out.size())
+  SHA256_CTX* c = &impl_->ctx;
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  if (SHA256_Init(c) != 1 || SHA256_Update(c, ns.data(), ns.size()) != 1 ||
+      SHA256_Update(c, prev.data(), prev.size()) != 1 || SHA256_Update(c, tokens.data(), tokens.size_bytes()) != 1 ||
+      SHA256_Final(reinterpret_cast<unsigned char*>(out.data()), c) != 1)
     throw std::runtime_error("kvstrand: SHA-256 failed");
+#pragma GCC diagnostic pop
   return out;
 }
 
@@ -67,7 +65,14 @@ bool writes_to_tier(const Layout& l) noexcept { return !l.replicated_across_tp |
 std::vector<ChunkKey> chunk_keys(const Layout& l, const Digest& ns, std::span<const std::uint32_t> tokens) {
   thread_local ChunkHasher hasher;
   std::vector<ChunkKey> keys;
-  for (const Digest& h : hasher.hashes(ns, tokens, l.chunk_tokens)) keys.push_back({ns, kv_rank_of(l), h});
+  if (l.chunk_tokens == 0) return keys;
+  keys.reserve(tokens.size() / l.chunk_tokens);
+  const std::uint32_t rank = kv_rank_of(l);
+  Digest h{};
+  for (std::size_t at = 0; at + l.chunk_tokens <= tokens.size(); at += l.chunk_tokens) {
+    h = hasher.next(ns, h, tokens.subspan(at, l.chunk_tokens));
+    keys.push_back({ns, rank, h});
+  }
   return keys;
 }
 
