@@ -1,18 +1,22 @@
-// The scattered load's floor on a GPU: how fast can anything gather 141
+// The scattered load's floor on a GPU: how fast can anything gather
 // segments of pinned host memory into scattered device memory, against one
 // contiguous copy of the same bytes, all timed by CUDA events on the device
 // (no host path, no kvstrand). cuda builds only (bench/CMakeLists.txt).
 //
-// Rows: the shipped kernel (hip::kernel::segment_copy); kernel shapes with
-// 4 or 8 independent 16-byte loads in flight per thread (streaming or plain
-// loads, 128-512 threads, 2-16 blocks a segment), to see whether more
-// memory-level parallelism per thread moves it; one DMA call a segment; one
-// batched DMA call (cudaMemcpyBatchAsync, CUDA 12.8+); and a split of the
-// segments between one batched DMA call and the kernel on two streams. The
-// geometry is bench_transfer's load: 28 blocks x 5 planes of 147,968 B and
-// a 1 MiB image, from a 256 MiB pinned arena into a 256 MiB device pool,
-// both sides in a shuffled order. Each row: the median of 50 runs after 10
-// warm-up runs. The last row checks the shipped kernel's bytes.
+// Geometries: bench_transfer's load (28 blocks x 5 planes of 147,968 B and
+// a 1 MiB image); one segment size at a time from 4 KiB to 2 MiB (~20 MiB
+// each); and the paged layouts engines have (vLLM: one segment per layer,
+// K or V, and block). Each segment lands apart from its neighbours, in a
+// shuffled order, on both sides, so nothing coalesces.
+//
+// Rows, each the median of 50 runs after 10 warm-up runs, as a ratio to
+// the contiguous copy: the shipped kernel (hip::kernel::segment_copy); the
+// kernel it replaced (one 2-D grid of at most 160 segments a launch, a
+// stride loop of one load at a time); one batched DMA call
+// (cudaMemcpyBatchAsync, CUDA 12.8+); and the shipped kernel copying one
+// contiguous range of the same bytes, which is the floor for any gather by
+// the SMs: what is left above it is the gather's own cost. Last, the shipped
+// kernel's bytes are checked for every geometry.
 //
 // usage: bench_gather
 #include <cuda_runtime.h>
@@ -21,7 +25,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "hip/segment_copy_kernel.hpp"
@@ -30,31 +36,33 @@ namespace {
 
 using kvstrand::hip::kernel::KernelSegment;
 
-constexpr int kMaxSegments = 160;
-struct Table {
-  KernelSegment seg[kMaxSegments];
+// The kernel shipped before issue 51, kept as this bench's "before" row.
+constexpr int kBeforePerLaunch = 160;
+struct BeforeTable {
+  KernelSegment seg[kBeforePerLaunch];
 };
 
-// K independent 16-byte loads per thread before its K stores; a block
-// copies tiles of blockDim * K moves and strides over its segment.
-template <int K, bool kStreaming>
-__global__ void gather_unrolled(Table t) {
+__global__ void before_copy_segments(BeforeTable t) {
   const KernelSegment g = t.seg[blockIdx.y];
+  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const uint4* src = reinterpret_cast<const uint4*>(g.src);
   uint4* dst = reinterpret_cast<uint4*>(g.dst);
-  const std::uint64_t n = g.bytes / 16, tile = static_cast<std::uint64_t>(blockDim.x) * K;
-  for (std::uint64_t base = blockIdx.x * tile; base < n; base += gridDim.x * tile) {
-    uint4 r[K];
-#pragma unroll
-    for (int j = 0; j < K; ++j) {
-      const std::uint64_t i = base + j * blockDim.x + threadIdx.x;
-      if (i < n) r[j] = kStreaming ? __ldcs(src + i) : src[i];
+  for (const std::uint64_t n = g.bytes / 16; i < n; i += stride) dst[i] = src[i];
+}
+
+void before_segment_copy(const KernelSegment* segments, int count, cudaStream_t s) {
+  for (int first = 0; first < count; first += kBeforePerLaunch) {
+    const int n = std::min(kBeforePerLaunch, count - first);
+    BeforeTable t{};
+    std::uint64_t largest = 0;
+    for (int i = 0; i < n; ++i) {
+      t.seg[i] = segments[first + i];
+      largest = std::max(largest, t.seg[i].bytes);
     }
-#pragma unroll
-    for (int j = 0; j < K; ++j) {
-      const std::uint64_t i = base + j * blockDim.x + threadIdx.x;
-      if (i < n) dst[i] = r[j];
-    }
+    const std::uint64_t per_block = 256 * 16ull * 4;
+    const unsigned x = static_cast<unsigned>(std::clamp<std::uint64_t>((largest + per_block - 1) / per_block, 1, 64));
+    before_copy_segments<<<dim3(x, static_cast<unsigned>(n)), 256, 0, s>>>(t);
   }
 }
 
@@ -64,44 +72,18 @@ bool ok(cudaError_t e, const char* what) {
   return false;
 }
 
-}  // namespace
+constexpr std::uint64_t kArena = 256ull << 20;
 
-int main() {
-  constexpr std::uint64_t kArena = 256ull << 20, kPlaneBlock = 147'968, kImage = 1ull << 20;
-  constexpr int kSegments = 28 * 5 + 1;
+struct Bench {
   char* host = nullptr;
   char* dev = nullptr;
-  if (!ok(cudaHostAlloc(&host, kArena, 0), "cudaHostAlloc") || !ok(cudaMalloc(&dev, kArena), "cudaMalloc")) return 1;
-  std::memset(host, 0x5a, kArena);
-  // Slots of the largest segment, shuffled on each side: every segment lands
-  // apart from its neighbours, so nothing coalesces.
-  std::vector<std::uint64_t> hslot, dslot;
-  for (std::uint64_t at = 0; at + kImage <= kArena; at += kImage) hslot.push_back(at), dslot.push_back(at);
-  std::mt19937 rng(1);
-  std::shuffle(hslot.begin(), hslot.end(), rng);
-  std::shuffle(dslot.begin(), dslot.end(), rng);
-  std::vector<KernelSegment> segs;
-  std::vector<void*> dsts, srcs;
-  std::vector<std::size_t> sizes;
-  std::uint64_t bytes = 0;
-  for (int i = 0; i < kSegments; ++i) {
-    const std::uint64_t n = i + 1 == kSegments ? kImage : kPlaneBlock;
-    segs.push_back({reinterpret_cast<std::uint64_t>(host + hslot[i]), reinterpret_cast<std::uint64_t>(dev + dslot[i]), n});
-    srcs.push_back(host + hslot[i]);
-    dsts.push_back(dev + dslot[i]);
-    sizes.push_back(n);
-    bytes += n;
-  }
-  Table table{};
-  std::copy(segs.begin(), segs.end(), table.seg);
+  cudaStream_t s{};
+  cudaEvent_t begin{}, end{};
+  std::mt19937 rng{1};
+  int failures = 0;
 
-  cudaStream_t s, side;
-  cudaEvent_t begin, end, join;
-  if (!ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream") ||
-      !ok(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), "stream") || !ok(cudaEventCreate(&begin), "event") ||
-      !ok(cudaEventCreate(&end), "event") || !ok(cudaEventCreate(&join), "event"))
-    return 1;
-  auto median_us = [&](auto&& enqueue) {
+  template <class F>
+  double median_us(F&& enqueue) {
     std::vector<float> ms;
     for (int run = 0; run < 60; ++run) {
       cudaEventRecord(begin, s);
@@ -114,65 +96,108 @@ int main() {
     }
     std::sort(ms.begin(), ms.end());
     return 1e3 * ms[ms.size() / 2];
-  };
-  const double contiguous = median_us([&] { cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, s); });
-  std::printf("bench_gather: %d segments, %.1f MiB, pinned host to device; one contiguous copy %.1f us (%.1f GB/s)\n",
-              kSegments, bytes / 1048576.0, contiguous, bytes / contiguous / 1e3);
-  double best_kernel = 1e9;
-  auto row = [&](const char* name, double us, bool kernel) {
-    if (kernel) best_kernel = std::min(best_kernel, us);
-    std::printf("  %-44s %7.1f us %5.1f GB/s  ratio %.3f\n", name, us, bytes / us / 1e3, us / contiguous);
-  };
-  const double shipped = median_us([&] { kvstrand::hip::kernel::segment_copy(segs.data(), kSegments, s); });
-  row("shipped kernel (segment_copy)", shipped, true);
-  char name[96];
-  for (const unsigned threads : {128u, 256u, 512u})
-    for (const unsigned x : {2u, 4u, 8u, 16u}) {
-      const dim3 grid(x, kSegments);
-      std::snprintf(name, sizeof name, "4 loads/thread, streaming, %u thr x %u blk", threads, x);
-      row(name, median_us([&] { gather_unrolled<4, true><<<grid, threads, 0, s>>>(table); }), true);
-      std::snprintf(name, sizeof name, "8 loads/thread, streaming, %u thr x %u blk", threads, x);
-      row(name, median_us([&] { gather_unrolled<8, true><<<grid, threads, 0, s>>>(table); }), true);
-      std::snprintf(name, sizeof name, "8 loads/thread, plain, %u thr x %u blk", threads, x);
-      row(name, median_us([&] { gather_unrolled<8, false><<<grid, threads, 0, s>>>(table); }), true);
+  }
+
+  // Lays the segments out in a shuffled order with a 4 KiB gap after each,
+  // independently on each side.
+  std::vector<std::uint64_t> scatter(const std::vector<std::uint64_t>& sizes) {
+    std::vector<std::size_t> order(sizes.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<std::uint64_t> at(sizes.size());
+    std::uint64_t next = 0;
+    for (std::size_t i : order) {
+      at[i] = next;
+      next += (sizes[i] + 4096 + 4095) & ~std::uint64_t{4095};
     }
-  row("one cudaMemcpyAsync a segment", median_us([&] {
-        for (int i = 0; i < kSegments; ++i) cudaMemcpyAsync(dsts[i], srcs[i], sizes[i], cudaMemcpyHostToDevice, s);
-      }),
-      false);
+    return at;
+  }
+
+  void geometry(const std::string& name, const std::vector<std::uint64_t>& sizes, bool per_segment_dma = false) {
+    const std::uint64_t bytes = std::accumulate(sizes.begin(), sizes.end(), std::uint64_t{0});
+    const auto hat = scatter(sizes), dat = scatter(sizes);
+    for (std::size_t i = 0; i < sizes.size(); ++i)
+      if (hat[i] + sizes[i] > kArena || dat[i] + sizes[i] > kArena) {
+        std::fprintf(stderr, "bench_gather: %s does not fit the 256 MiB arena\n", name.c_str());
+        ++failures;
+        return;
+      }
+    std::vector<KernelSegment> segs;
+    std::vector<void*> dsts, srcs;
+    std::vector<std::size_t> lens(sizes.begin(), sizes.end());
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      segs.push_back({reinterpret_cast<std::uint64_t>(host + hat[i]), reinterpret_cast<std::uint64_t>(dev + dat[i]),
+                      sizes[i]});
+      srcs.push_back(host + hat[i]);
+      dsts.push_back(dev + dat[i]);
+    }
+    const int n = static_cast<int>(segs.size());
+    const double contiguous = median_us([&] { cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, s); });
+    std::printf("%s: %d segments, %.1f MiB; one contiguous copy %.1f us (%.1f GB/s)\n", name.c_str(), n,
+                bytes / 1048576.0, contiguous, bytes / contiguous / 1e3);
+    auto row = [&](const char* what, double us) {
+      std::printf("  %-46s %8.1f us %5.1f GB/s  ratio %.3f\n", what, us, bytes / us / 1e3, us / contiguous);
+    };
+    const KernelSegment whole{reinterpret_cast<std::uint64_t>(host), reinterpret_cast<std::uint64_t>(dev), bytes};
+    row("kernel, one contiguous range (the SMs' floor)",
+        median_us([&] { kvstrand::hip::kernel::segment_copy(&whole, 1, s); }));
+    row("shipped kernel (segment_copy)", median_us([&] { kvstrand::hip::kernel::segment_copy(segs.data(), n, s); }));
+    row("the kernel before (2-D grid, stride loop)", median_us([&] { before_segment_copy(segs.data(), n, s); }));
 #if CUDART_VERSION >= 12080
-  cudaMemcpyAttributes attr{};
-  attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
-  std::size_t attr_index = 0;
-  row("one cudaMemcpyBatchAsync", median_us([&] {
-        cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), kSegments, &attr, &attr_index, 1, s);
-      }),
-      false);
-  for (const int by_dma : {kSegments / 4, kSegments / 2}) {
-    std::snprintf(name, sizeof name, "split: %d segments by DMA batch, rest kernel", by_dma);
-    row(name, median_us([&] {
-          cudaEventRecord(join, s);
-          cudaStreamWaitEvent(side, join, 0);
-          cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), by_dma, &attr, &attr_index, 1, side);
-          kvstrand::hip::kernel::segment_copy(segs.data() + by_dma, kSegments - by_dma, s);
-          cudaEventRecord(join, side);
-          cudaStreamWaitEvent(s, join, 0);
-        }),
-        false);
-  }
+    cudaMemcpyAttributes attr{};
+    attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    std::size_t attr_index = 0;
+    row("one cudaMemcpyBatchAsync", median_us([&] {
+          cudaMemcpyBatchAsync(dsts.data(), srcs.data(), lens.data(), n, &attr, &attr_index, 1, s);
+        }));
 #endif
-  std::printf("best kernel shape %.3f of the contiguous copy; the shipped kernel %.3f\n", best_kernel / contiguous,
-              shipped / contiguous);
-  // The shipped kernel's bytes, once more from a zeroed pool.
-  if (!ok(cudaMemset(dev, 0, kArena), "cudaMemset")) return 1;
-  kvstrand::hip::kernel::segment_copy(segs.data(), kSegments, s);
-  if (!ok(cudaStreamSynchronize(s), "copy")) return 1;
-  std::vector<char> back(kImage);
-  std::size_t wrong = 0;
-  for (int i = 0; i < kSegments; ++i) {
-    cudaMemcpy(back.data(), dsts[i], sizes[i], cudaMemcpyDeviceToHost);
-    wrong += std::count_if(back.begin(), back.begin() + sizes[i], [](char c) { return c != 0x5a; });
+    if (per_segment_dma)
+      row("one cudaMemcpyAsync a segment", median_us([&] {
+            for (int i = 0; i < n; ++i) cudaMemcpyAsync(dsts[i], srcs[i], lens[i], cudaMemcpyHostToDevice, s);
+          }));
+    // The shipped kernel's bytes, from a zeroed pool.
+    if (!ok(cudaMemsetAsync(dev, 0, kArena, s), "cudaMemset")) return void(++failures);
+    kvstrand::hip::kernel::segment_copy(segs.data(), n, s);
+    if (!ok(cudaStreamSynchronize(s), "copy")) return void(++failures);
+    std::size_t wrong = 0;
+    std::vector<unsigned char> back;
+    for (int i = 0; i < n; ++i) {
+      back.resize(lens[i]);
+      cudaMemcpy(back.data(), dsts[i], lens[i], cudaMemcpyDeviceToHost);
+      for (std::size_t k = 0; k < lens[i]; ++k) wrong += back[k] != static_cast<unsigned char>(hat[i] + k);
+    }
+    std::printf("  shipped kernel: %zu bytes copied wrong\n", wrong);
+    if (wrong != 0) ++failures;
   }
-  std::printf("shipped kernel: %zu bytes copied wrong\n", wrong);
-  return wrong == 0 ? 0 : 1;
+};
+
+std::vector<std::uint64_t> repeat(std::uint64_t size, std::size_t count) { return std::vector<std::uint64_t>(count, size); }
+
+}  // namespace
+
+int main() {
+  Bench b;
+  if (!ok(cudaHostAlloc(&b.host, kArena, 0), "cudaHostAlloc") || !ok(cudaMalloc(&b.dev, kArena), "cudaMalloc")) return 1;
+  // Each byte is its own offset's low byte, so a misplaced copy shows.
+  for (std::uint64_t i = 0; i < kArena; ++i) b.host[i] = static_cast<char>(i);
+  if (!ok(cudaStreamCreateWithFlags(&b.s, cudaStreamNonBlocking), "stream") || !ok(cudaEventCreate(&b.begin), "event") ||
+      !ok(cudaEventCreate(&b.end), "event"))
+    return 1;
+
+  std::vector<std::uint64_t> reference = repeat(147'968, 28 * 5);
+  reference.push_back(1ull << 20);
+  b.geometry("reference load (bench_transfer's)", reference, true);
+  for (const std::uint64_t kib : {4, 16, 64, 256, 1024, 2048})
+    b.geometry(std::to_string(kib) + " KiB segments", repeat(kib << 10, (20ull << 20) / (kib << 10)));
+  // vLLM's paged KV cache: one segment per layer, K or V, and block of 16
+  // tokens; head_dim 128, bf16.
+  b.geometry("vLLM Llama-3-8B, 32 blocks (32 layers x K,V x 8 heads: 32 KiB)", repeat(32 << 10, 32 * 32 * 2));
+  b.geometry("vLLM Llama-3-70B TP8 rank, 64 blocks (80 layers x K,V x 1 head: 4 KiB)", repeat(4 << 10, 64 * 80 * 2));
+  // A hybrid model's resume (an approximation of Jamba-like shapes, not any
+  // one model's): 4 attention layers' K,V for 32 blocks, and 28 recurrent
+  // layers' state, a 96 KiB conv state and a 2 MiB SSM state each.
+  std::vector<std::uint64_t> hybrid = repeat(32 << 10, 32 * 4 * 2);
+  for (int layer = 0; layer < 28; ++layer) hybrid.push_back(96 << 10), hybrid.push_back(2 << 20);
+  b.geometry("hybrid (approximation): attention K,V + recurrent state", hybrid);
+  return b.failures == 0 ? 0 : 1;
 }

@@ -119,6 +119,52 @@ TEST_CASE("every batch path moves the same bytes, aligned runs and odd ones, bot
   hip::set_batch_path(hip::BatchPath::fastest);
 }
 
+TEST_CASE("the fastest load path moves thousands of segments, across launches and tile edges", "[hip][gpu]") {
+  if (!device_present()) return;
+  auto s = must(hip::Stream::create());
+  // 2,600 segments: more than one kernel launch takes; sizes on both sides
+  // of a 16 KiB tile edge, small and large, 16-byte multiples and odd ones;
+  // placed in reverse order on the device so that nothing coalesces.
+  const std::vector<std::size_t> sizes = {4096, 16'384, 16'400, 32'768, 48, 70'001, 16'383, 1};
+  constexpr int kSegments = 2600;
+  std::vector<std::size_t> offset(kSegments + 1, 0);
+  for (int i = 0; i < kSegments; ++i) offset[i + 1] = offset[i] + ((sizes[i % sizes.size()] + 31) & ~std::size_t{15});
+  const std::size_t total = offset[kSegments];
+  auto host = must(hip::PinnedBuffer::allocate(total));
+  auto dev = must(hip::DeviceBuffer::allocate(total));
+  const auto src = random_bytes(total, 21);
+  std::memcpy(host.data(), src.data(), total);
+  write_device(s, dev.data(), std::vector<std::byte>(total, std::byte{0}));
+  std::vector<Segment> h2d;
+  for (int i = 0; i < kSegments; ++i)
+    h2d.push_back({host.data() + offset[i], dev.data() + (total - offset[i + 1]), sizes[i % sizes.size()]});
+  require_ok(hip::copy_batch(s, CopyKind::host_to_device, h2d));
+  const auto on_device = read_device(s, dev.data(), total);
+  for (int i = 0; i < kSegments; ++i) {
+    INFO("segment " << i);
+    REQUIRE(std::memcmp(on_device.data() + (total - offset[i + 1]), src.data() + offset[i], h2d[i].bytes) == 0);
+  }
+}
+
+TEST_CASE("the fastest load path moves segments of 1 MiB and more (the copy engines' share) exactly", "[hip][gpu]") {
+  if (!device_present()) return;
+  auto s = must(hip::Stream::create());
+  const std::vector<std::size_t> sizes = {1 << 20, (1 << 20) + 16, (2 << 20) - 1};
+  constexpr std::size_t kSlot = 3 << 20;
+  auto host = must(hip::PinnedBuffer::allocate(kSlot * sizes.size()));
+  auto dev = must(hip::DeviceBuffer::allocate(kSlot * sizes.size()));
+  const auto src = random_bytes(kSlot * sizes.size(), 23);
+  std::memcpy(host.data(), src.data(), src.size());
+  write_device(s, dev.data(), std::vector<std::byte>(src.size(), std::byte{0}));
+  std::vector<Segment> h2d;
+  for (std::size_t i = 0; i < sizes.size(); ++i)  // reversed slots on the device
+    h2d.push_back({host.data() + i * kSlot + 8, dev.data() + (sizes.size() - 1 - i) * kSlot, sizes[i]});
+  require_ok(hip::copy_batch(s, CopyKind::host_to_device, h2d));
+  const auto on_device = read_device(s, dev.data(), src.size());
+  for (std::size_t i = 0; i < sizes.size(); ++i)
+    REQUIRE(std::memcmp(on_device.data() + (sizes.size() - 1 - i) * kSlot, src.data() + i * kSlot + 8, sizes[i]) == 0);
+}
+
 TEST_CASE("coalesce merges runs contiguous on both sides only", "[hip]") {
   std::byte src[64], dst[64];
   const std::vector<Segment> segs = {

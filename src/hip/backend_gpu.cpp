@@ -18,6 +18,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstring>
@@ -265,9 +266,15 @@ Status memcpy_batch_async(std::span<const Segment> segs, CopyKind kind, void* s,
   // saves at the contiguous copy's rate and several processes' saves
   // share the copy engines without loss, where the kernel's reads of the
   // device run at 0.96 and contend across processes (docs/PERFORMANCE.md,
-  // fifteenth run). Host to device the kernel is faster, and stays.
+  // fifteenth run). Host to device the kernel is faster, unless every
+  // segment is large: the kernel's reads of host memory stay at the SMs'
+  // rate, which the copy engines pass once each call moves 1 MiB or more
+  // (bench_gather, per segment size).
+  constexpr std::uint64_t kCopyEnginesWin = 1 << 20;
+  const bool dma_faster = kind == CopyKind::device_to_host ||
+                          std::all_of(segs.begin(), segs.end(), [](const Segment& g) { return g.bytes >= kCopyEnginesWin; });
   const bool batch = segs.size() >= 2 && (via == BatchVia::dma_batch ||
-                                          (via == BatchVia::fastest && kind == CopyKind::device_to_host &&
+                                          (via == BatchVia::fastest && dma_faster &&
                                            !g_dma_batch_refused.load(std::memory_order_relaxed)));
   if (batch) {
     const cudaError_t e = dma_batch(segs, s);
@@ -292,7 +299,7 @@ Status memcpy_batch_async(std::span<const Segment> segs, CopyKind kind, void* s,
 
 const char* fastest_batch_path() noexcept {
 #if defined(KVSTRAND_GPU_CUDA) && CUDART_VERSION >= 12080
-  return "saves: one cudaMemcpyBatchAsync a batch; loads: one gather/scatter kernel launch a batch";
+  return "saves: one cudaMemcpyBatchAsync a batch; loads: one gather/scatter kernel launch a batch (one cudaMemcpyBatchAsync when every segment is 1 MiB or more)";
 #elif defined(KVSTRAND_GPU_CUDA)
   return "one gather/scatter kernel launch a batch";
 #else
