@@ -552,6 +552,11 @@ MUTANTS = [
      "    }\n  }",
      [("test_poller", "poller: a wait that arrives while the poller sleeps*")],
      "a wait that arrives while the poller backs off waits the backoff out"),
+    ("lookup-hit-no-kick", "src/reactor/connector.cpp",
+     "  if (hit) core->reactor.poller().kick();\n}\n\nstd::vector<std::byte> Connector::export_lease",
+     "}\n\nstd::vector<std::byte> Connector::export_lease",
+     [("test_connector", "connector: a lookup that hits leaves the reactor polling*")],
+     "a lookup's hit leaves the reactor asleep: the load that follows pays a cross-CPU wake-up"),
     # ... what a load with state needs.
     ("load-state-without-image", "src/reactor/host_tier.cpp",
      "  if (!whole || (s.with_state && !held.image_at_end)) {", "  if (!whole) {",

@@ -972,3 +972,26 @@ TEST_CASE("connector: a refused batch leaves no claim behind: its blocks are fre
   rig.conn->load(rig.load_spec("g", 1, 0, 1, Rig::block_range(48, 4), 2));
   rig.conn->load(rig.load_spec("h", 2, 0, 1, Rig::block_range(52, 4), 3));
 }
+
+TEST_CASE("connector: a lookup that hits leaves the reactor polling for the load that follows", "[reactor][gpu]") {
+  if (!device_present()) return;
+  // A hit's load is the engine's next call. If the reactor has gone to
+  // sleep meanwhile, the load pays a cross-CPU wake-up: the answer must set
+  // the poller spinning again for reactor_idle_spin.
+  reactor::ConnectorOptions o;
+  o.reactor_idle_spin = 1s;
+  Rig rig(o);
+  rig.conn->save(rig.save_spec("a", 1, 0, 1, Rig::block_range(0, 4)));
+  REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
+  // Asleep: no spin ticks across 100 ms (the save's window ends within 1 s).
+  auto asleep = [&] {
+    const auto before = rig.conn->poller_stats().spin_ticks;
+    std::this_thread::sleep_for(100ms);
+    return rig.conn->poller_stats().spin_ticks == before;
+  };
+  const auto give_up = std::chrono::steady_clock::now() + 20s;
+  while (!asleep()) REQUIRE(std::chrono::steady_clock::now() < give_up);
+  rig.conn->lookup(rig.keys(1, 0, 1));
+  REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); }).lookups[0].hit.tokens > 0);
+  REQUIRE_FALSE(asleep());
+}

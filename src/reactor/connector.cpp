@@ -641,7 +641,10 @@ asio::awaitable<void> Connector::answer_lookup(std::shared_ptr<Core> core, std::
   Tier::LookupResult r = co_await core->tier->lookup(registration, std::move(keys));
   const std::uint32_t ct = core->regs.at(registration).layout.chunk_tokens;
   if (ct > 0) core->metrics.lookup_answered(asked, r.hit.tokens / ct);
+  const bool hit = r.hit.tokens > 0;
   core->mailbox->push(LookupOutcome{id, std::move(r.hit), r.lease, registration});
+  // A hit's load is the engine's next call: be polling when it comes.
+  if (hit) core->reactor.poller().kick();
 }
 
 std::vector<std::byte> Connector::export_lease(std::uint64_t lease) {
@@ -695,7 +698,9 @@ asio::awaitable<void> Connector::answer_adopt(std::shared_ptr<Core> core, std::u
                                               std::uint32_t registration, std::uint64_t lease,
                                               std::vector<kv::ChunkKey> keys) {
   Tier::LookupResult r = co_await core->tier->adopt(registration, lease, std::move(keys));
+  const bool hit = r.hit.tokens > 0;
   core->mailbox->push(LookupOutcome{id, std::move(r.hit), r.lease, registration});
+  if (hit) core->reactor.poller().kick();
 }
 
 LoadOrder Connector::order_after_load(const std::string& request, hip::Stream& stream, std::uint32_t registration) {

@@ -244,6 +244,8 @@ void Poller::wake() {
   asio::post(impl_->strand, [impl = impl_] { impl->kick(); });
 }
 
+void Poller::kick() { impl_->kick(); }
+
 PollerStats Poller::stats() const {
   PollerStats s = impl_->stats;
   s.outstanding = impl_->waiters.size();

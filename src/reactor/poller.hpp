@@ -112,6 +112,10 @@ class Poller {
   void add_source(std::shared_ptr<PollSource> source);
   // Any thread: makes the poller tick now (a sleeping one resumes spinning).
   void wake();
+  // On the strand: the same, without a post. For work that announces more
+  // (a lookup's answer: the engine's load follows), so the poller is
+  // spinning for `idle_spin` when it comes and no cross-CPU wake-up is paid.
+  void kick();
 
   // On the strand.
   PollerStats stats() const;
