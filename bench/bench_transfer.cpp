@@ -388,6 +388,14 @@ struct Server {
 
 std::unique_ptr<reactor::Connector> connect_when_up(const std::string& socket, Pool& pool, const kv::Layout& l) {
   const auto end = Clock::now() + 10s;
+  // A Connector started before the server keeps its registration and
+  // attaches at its next request after the server is up (at most every 2 s);
+  // this waits for the socket so that the arena is pinned before anything
+  // is measured, with no request needed to attach.
+  while (!std::filesystem::exists(socket)) {
+    if (Clock::now() > end) die("the server's socket " + socket + " did not appear within 10 s");
+    std::this_thread::sleep_for(20ms);
+  }
   for (;;) {
     try {
       NodeClient c(socket, pool, l, idle_spin);

@@ -13,6 +13,10 @@
 #   should keep the reactor spinning as a submit does;
 # - bench_python (gpu-python.sh --bench-only builds the module there):
 #   finished() with nothing to drain against a no-op call.
+# - bench_gather: every gather path against one contiguous copy, per
+#   segment size and for engines' paged layouts, with the SMs' floor (the
+#   kernel copying one contiguous range) in the same run;
+# - bench_chunk_keys: chunk keys for 131,072 tokens against one-shot hashing.
 # Writes goal.log (every benchmark's whole output), goal.txt (the lines the
 # column is read from) and bench_python.txt into RESULTS.
 #
@@ -50,6 +54,8 @@ for run in 1 2 3; do
     bench "run $run, split, idle before each lookup $idle ms" 7 "$pack/bench/bench_transfer" --iterations 200 \
       --no-server --clients 1 --split --idle-ms $idle
   done
+  bench "run $run" 100 "$pack/bench/bench_gather"
+  bench "run $run" 2 "$pack/bench/bench_chunk_keys"
 done
 echo "=== bench_python (three runs)" | tee -a "$sum"
 "$pack/gpu-python.sh" "$pack" "$results" --bench-only >>"$log" 2>&1 || status=1
