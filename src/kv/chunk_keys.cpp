@@ -64,15 +64,11 @@ bool writes_to_tier(const Layout& l) noexcept { return !l.replicated_across_tp |
 
 std::vector<ChunkKey> chunk_keys(const Layout& l, const Digest& ns, std::span<const std::uint32_t> tokens) {
   thread_local ChunkHasher hasher;
+  const std::vector<Digest> hashes = hasher.hashes(ns, tokens, l.chunk_tokens);
   std::vector<ChunkKey> keys;
-  if (l.chunk_tokens == 0) return keys;
-  keys.reserve(tokens.size() / l.chunk_tokens);
+  keys.reserve(hashes.size());
   const std::uint32_t rank = kv_rank_of(l);
-  Digest h{};
-  for (std::size_t at = 0; at + l.chunk_tokens <= tokens.size(); at += l.chunk_tokens) {
-    h = hasher.next(ns, h, tokens.subspan(at, l.chunk_tokens));
-    keys.push_back({ns, rank, h});
-  }
+  for (const Digest& h : hashes) keys.push_back({ns, rank, h});
   return keys;
 }
 
