@@ -28,43 +28,33 @@
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/bind_executor.hpp>
-#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <span>
-#include <map>
-#include <set>
-#include <unordered_map>
 #include <string>
-#include <utility>
 #include <vector>
 
-#include <kvstrand/layout.hpp>
-#include "tier/index.hpp"
-#include "reactor/packed_spec.hpp"
 #include <kvstrand/transfer_spec.hpp>
-#include "hip/stream.hpp"
 #include "common/debug_http.hpp"
-#include "reactor/mailbox.hpp"
-#include "reactor/spare_nodes.hpp"
 #include "common/metrics.hpp"
+#include "hip/stream.hpp"
+#include "reactor/admission.hpp"
+#include "reactor/lookup_book.hpp"
+#include "reactor/mailbox.hpp"
 #include "reactor/reactor.hpp"
 #include "reactor/registration.hpp"
 #include "reactor/tier.hpp"
 #include "reactor/transfer_error.hpp"
+#include "reactor/transfer_table.hpp"
+#include "tier/index.hpp"
 
 namespace kvstrand::reactor {
 
 using common::DebugHttp;
 using common::HttpOptions;
-using common::HttpResponse;
-using common::HttpRoutes;
 using common::AtomicHistogram;
-
-template <class T>
-class HandoffQueue;
 
 // The public options (include/kvstrand/connector.hpp: the deadline, the
 // tier, the device, the bounds, the debug endpoint) and what only the
@@ -84,35 +74,9 @@ struct ConnectorOptions : kvstrand::ConnectorOptions {
 // Refuses options kvstrand cannot serve, naming the option.
 std::optional<kv::ConfigError> validate(const ConnectorOptions& options);
 
-// close() and async_close() complete within this of being called, whatever
-// the transfers and the device do: every live transfer's own deadline, then
-// 1.5 s for the last completions to arrive, then at most 0.5 s for the tier
-// to end its session (NodeTier). A transfer still live at 1.5 s past the
-// deadline is abandoned: failed, kept as stuck, the fail-stop set and the
-// log naming it; the tier's memory is then left allocated on purpose.
-constexpr std::chrono::milliseconds close_bound(std::chrono::milliseconds transfer_deadline) {
-  return transfer_deadline + std::chrono::milliseconds(2000);
-}
-
-// A live transfer, as the debug views show it.
-struct TransferInfo {
-  std::uint64_t id = 0;
-  std::string request;
-  TransferKind kind = TransferKind::save;
-  TransferState state = TransferState::queued;
-  std::chrono::microseconds age{};
-  std::chrono::microseconds deadline_left{};
-  std::uint64_t bytes = 0;
-  bool past_deadline = false;  // fail-stopped; its copy has not been seen to end
-};
-
 class Connector {
  public:
-  struct Op {
-    TransferKind kind = TransferKind::save;
-    kv::TransferSpec spec;
-    std::shared_ptr<const hip::Event> producer;  // null: nothing to wait for
-  };
+  using Op = reactor::Op;
 
   // Throws std::invalid_argument naming the option for invalid options.
   explicit Connector(ConnectorOptions options = {});
@@ -259,129 +223,34 @@ class Connector {
   std::uint16_t http_port() const noexcept { return http_ ? http_->port() : 0; }
 
  private:
-  using Handler = boost::asio::any_completion_handler<void(std::error_code)>;
-  struct Core;
-  // One transfer as the submission ring carries it, written into the ring's
-  // slot by submit() and read there by the strand, once: the spec packed
-  // (what the strand reads of the engine's memory: a few lines, in a slot
-  // reused from lap to lap), and the live entry's spec, which the strand
-  // only hands back in the transfer's end so that the engine's thread finds
-  // its entry.
-  struct Submission {
-    TransferKind kind = TransferKind::save;
-    const kv::TransferSpec* spec = nullptr;
-    std::atomic<const hip::Event*>* queued_notice = nullptr;  // a load's live entry's (Uses::queued)
-    std::shared_ptr<const hip::Event> producer;
-    PackedSpec packed;
-  };
+  using Handler = TransferTable::Handler;
 
-  void check(TransferKind kind, const kv::TransferSpec& spec) const;
+  // Fail-stop, closed, then the registration: what every post checks first.
   void raise_fail_stop() const;
+  void check_open() const;
   void start_fence(std::vector<std::string> requests, std::chrono::milliseconds timeout, Handler handler);
   // What a fence that completed with `ec` throws (null: nothing).
   static std::exception_ptr fence_exception(const Mailbox& mailbox, std::error_code ec);
   void start_close(Handler handler);
-  static boost::asio::awaitable<void> release_on_strand(std::shared_ptr<Core> core, std::uint64_t lease);
-  static boost::asio::awaitable<void> answer_lookup(std::shared_ptr<Core> core, std::uint64_t id,
-                                                    std::uint32_t registration, std::vector<kv::ChunkKey> keys);
-  static boost::asio::awaitable<void> answer_adopt(std::shared_ptr<Core> core, std::uint64_t id,
-                                                   std::uint32_t registration, std::uint64_t lease,
-                                                   std::vector<kv::ChunkKey> keys);
-  std::uint64_t start_lookup(std::uint32_t registration);
-  void forget_lookups(const Finished& f);  // what the drained answers settle
-  const Registration& registration_of(const kv::TransferSpec& spec) const;
-  void check_open_and_registered(std::uint32_t registration) const;
-  // Why `op` cannot use its blocks and slots now; none if it can.
-  std::optional<std::string> conflict(const Op& op) const;
-  // Counts every op's uses, or none of them: the first refusal, if any.
-  std::optional<std::string> claim(const std::vector<Op>& ops);
-  void forget_uses(const std::vector<TransferKey>& terminal);
-  void start_http();
   // Posts `f` to the strand to run after every submit() made before it.
   template <class F>
   void post_after_submissions(F f);
-
-  // Times one call on the engine thread into step_calls_ for /metrics; with
-  // the endpoint off there is no histogram and the step thread reads no clock.
-  struct CallTimer {
-    explicit CallTimer(AtomicHistogram* h) : h_(h) {
-      if (h_) t0_ = std::chrono::steady_clock::now();
-    }
-    ~CallTimer() {
-      if (h_) h_->observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count());
-    }
-    AtomicHistogram* h_;
-    std::chrono::steady_clock::time_point t0_;
-  };
 
   ConnectorOptions options_;
   std::unique_ptr<Reactor> reactor_;
   std::shared_ptr<AtomicHistogram> step_calls_;  // only with the debug endpoint on
   std::unique_ptr<DebugHttp> http_;
-  std::shared_ptr<Core> core_;
-  // core_'s submission ring, as this thread reaches it: a pointer of its
-  // own, not read out of Core, whose lines the strand writes.
+  // The strand's half: reached only by the submission ring and posts (and,
+  // once the reactor thread has ended, read by close() and never_ended()).
+  std::shared_ptr<TransferTable> table_;
+  // table_'s submission ring, as this thread reaches it: a pointer of its
+  // own, not read out of the table, whose lines the strand writes.
   HandoffQueue<Submission>* submissions_ = nullptr;
   std::shared_ptr<Mailbox> mailbox_;
   Drained drained_;  // finished()'s, reused: its vectors trade places with the mailbox's
-  // Engine-thread state: what this thread posted and has not yet drained.
-  std::vector<Registration> registrations_;
-  // Every transfer posted and not yet drained from finished(), with the
-  // blocks and image slots it names: a load writes them, a save reads them
-  // (blocks_in_use). A transfer whose outcome already waits in the mailbox
-  // keeps its entry (duplicate_transfer) but uses nothing any more.
-  struct Uses {
-    bool load = false;
-    bool counting = true;  // its blocks and slots are counted in in_use_ (not once terminal)
-    // The transfer's spec itself, kept here, on this thread, which makes
-    // the outcome from it and frees it: the strand never reads it (it reads
-    // the spec packed into the submission ring's slot).
-    kv::TransferSpec spec;
-    std::vector<std::int32_t> slots;  // numbered across state memories (any_slot_use)
-    // A load's copies-queued event, once the strand has recorded it (the
-    // one word of this entry the strand writes; the strand lends the event
-    // to no other load until this thread has taken the end: QueuedEvents).
-    // Moved only before the strand knows the entry.
-    struct QueuedNotice {
-      std::atomic<const hip::Event*> event{nullptr};
-      QueuedNotice() = default;
-      QueuedNotice(QueuedNotice&& o) noexcept : event(o.event.load(std::memory_order_relaxed)) {}
-      QueuedNotice& operator=(QueuedNotice&& o) noexcept {
-        event.store(o.event.load(std::memory_order_relaxed), std::memory_order_relaxed);
-        return *this;
-      }
-    } queued;
-  };
-  // Hashed: a transfer looks itself up three times (check, insert, end),
-  // and a tree's string compares were a measurable part of the step.
-  using LiveMap = std::unordered_map<TransferKey, Uses, TransferKeyHash, TransferKeyEqual>;
-  LiveMap live_;
-  // Entries of live_ drained and kept for the next post: a post reuses a
-  // node, its request string and its slot list.
-  SpareNodes<LiveMap> spare_;
-  std::vector<TransferKeyView> batch_;  // submit()'s duplicate check, reused
-  // Moves the op's spec into its live entry; returns that entry.
-  Uses& add_live(Op& op);
-  // How many live transfers read (a save) or write (a load) each block and
-  // image slot, per registration (each group has its own pool): flat
-  // counts by id, so a post allocates nothing for them.
-  struct InUse {
-    std::vector<std::uint32_t> reading, writing;              // by block id
-    std::vector<std::uint32_t> reading_slots, writing_slots;  // by image slot
-  };
-  std::vector<InUse> in_use_;  // by registration
-  void count(const Uses& u, int delta);
-  void count(const Op& op, int delta);
-  // Node tier: what a lookup asked, until its answer is drained; then what
-  // a lease holds, until a load names it, it is released or exported.
-  struct Asked {
-    std::uint32_t registration = 0;
-    std::vector<kv::ChunkKey> keys;
-  };
-  std::map<std::uint64_t, Asked> asked_;       // by lookup id
-  std::map<std::uint64_t, Asked> leases_held_;  // by lease: the hit's keys
-  std::uint64_t next_lookup_ = 1;
-  std::size_t lookups_live_ = 0;  // asked, answer not yet drained
+  // The engine thread's half: what this thread posted and has not yet drained.
+  Admission admission_;
+  LookupBook lookups_;
   bool closed_ = false;   // no new work is accepted
   bool stopped_ = false;  // the reactor thread has ended and the tier is released
 };
