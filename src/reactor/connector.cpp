@@ -1,6 +1,9 @@
 #include "reactor/connector.hpp"
 
+#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
+#include <spdlog/spdlog.h>
+
 #include <future>
 #include <stdexcept>
 
