@@ -569,14 +569,14 @@ int main(int argc, char** argv) {
     reactor::Connector conn(opts);
     conn.register_layout(pool.registration(l));
     hip::set_batch_path(hip::BatchPath::per_segment);
-    plain = report("LocalTier, 1 copy/seg", measure_loads(conn, pool, l, iterations));
+    plain = report("embedded, 1 copy/seg", measure_loads(conn, pool, l, iterations));
     hip::set_batch_path(hip::BatchPath::dma_batch);
-    dma = report("LocalTier, DMA batch", measure_loads(conn, pool, l, iterations));
+    dma = report("embedded, DMA batch", measure_loads(conn, pool, l, iterations));
     hip::set_batch_path(hip::BatchPath::fastest);
-    embedded = report("LocalTier", measure_loads(conn, pool, l, iterations));
+    embedded = report("embedded", measure_loads(conn, pool, l, iterations));
     conn.close();
   }
-  std::printf("  (LocalTier batches by: %s; DMA batch: one cudaMemcpyBatchAsync a batch where the backend has it, "
+  std::printf("  (the embedded tier batches by: %s; DMA batch: one cudaMemcpyBatchAsync a batch where the backend has it, "
               "else one copy a segment)\n",
               hip::fastest_batch_path());
   hip::set_batch_path(hip::BatchPath::dma_batch);

@@ -18,7 +18,7 @@
 #include <kvstrand/chunk_keys.hpp>
 #include <kvstrand/namespace_id.hpp>
 #include "reactor/connector.hpp"
-#include "reactor/node_tier.hpp"
+#include "reactor/connector.hpp"
 #include <chrono>
 #include <memory>
 #include <thread>
@@ -94,9 +94,8 @@ inline kv::TransferSpec save_spec(const kv::Layout& l, std::uint64_t prompt, std
   return s;
 }
 
-// A Connector over the node tier, and the tier itself for its pinning progress.
+// A Connector over the node tier.
 struct NodeClient {
-  reactor::NodeTier* tier = nullptr;
   std::unique_ptr<reactor::Connector> conn;
   NodeClient(const std::string& socket, Pool& pool, const kv::Layout& l,
              std::chrono::microseconds idle_spin = reactor::ConnectorOptions{}.reactor_idle_spin) {
@@ -104,11 +103,6 @@ struct NodeClient {
     o.reactor_idle_spin = idle_spin;
     o.server_socket = socket;
     o.server_request_timeout = std::chrono::seconds(10);
-    o.make_tier = [this, socket](reactor::Reactor& r) {
-      auto t = std::make_unique<reactor::NodeTier>(r, reactor::NodeTierOptions{socket, std::chrono::seconds(10), 0});
-      tier = t.get();
-      return t;
-    };
     conn = std::make_unique<reactor::Connector>(o);
     conn->register_layout(pool.registration(l));
   }
@@ -117,11 +111,9 @@ struct NodeClient {
   double wait_pinned(std::chrono::seconds limit) {
     using Clock = std::chrono::steady_clock;
     const auto t0 = Clock::now();
-    reactor::NodeTier* t = tier;
     for (;;) {
-      auto [pinned, total] = conn->reactor().call([t]() -> boost::asio::awaitable<std::pair<std::uint64_t, std::uint64_t>> {
-        co_return std::pair{t->pinned_bytes(), t->arena_bytes()};
-      });
+      const auto link = conn->arena_mappings();
+      const std::uint64_t pinned = link.pinned_bytes, total = link.arena_bytes;
       if (total > 0 && pinned == total) return std::chrono::duration<double>(Clock::now() - t0).count();
       if (Clock::now() - t0 > limit) return -1;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));

@@ -8,11 +8,31 @@
 #include <kvstrand/chunk_keys.hpp>
 #include <kvstrand/namespace_id.hpp>
 #include "reactor/connector.hpp"
-#include "reactor/local_tier.hpp"
-#include "reactor/node_tier.hpp"
+#include "reactor/local_index.hpp"
 #include "support.hpp"
 
 namespace kvstrand::test {
+
+// A Connector's options with its transfer deadline set.
+inline reactor::ConnectorOptions with_deadline(std::chrono::milliseconds d) {
+  reactor::ConnectorOptions o;
+  o.transfer_deadline = d;
+  return o;
+}
+
+inline bool has_state(reactor::Connector& c, reactor::TransferState s) {
+  for (const auto& t : c.transfers())
+    if (t.state == s) return true;
+  return false;
+}
+
+inline void wait_for_state(reactor::Connector& c, reactor::TransferState s) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!has_state(c, s)) {
+    REQUIRE(std::chrono::steady_clock::now() < end);
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
 
 struct Rig {
   static constexpr std::uint32_t kBlocks = 64;
@@ -24,8 +44,8 @@ struct Rig {
   hip::Stream engine_stream = must(hip::Stream::create());  // the engine's own stream
   std::vector<hip::DeviceBuffer> planes;
   std::optional<hip::DeviceBuffer> state;
-  reactor::LocalTier* tier = nullptr;  // owned by the connector
-  reactor::NodeTier* node = nullptr;   // with a server_socket: owned by the connector
+  // The tier's streams, once registered (the sim's hooks hold them).
+  reactor::Connector::TierStreams streams;
   std::unique_ptr<reactor::Connector> conn;
 
   explicit Rig(reactor::ConnectorOptions opts = {}, std::uint64_t tier_objects = 64) {
@@ -40,23 +60,13 @@ struct Rig {
     for (int p = 0; p < 3; ++p) planes.push_back(must(hip::DeviceBuffer::allocate(kBlocks * kPlaneBlockBytes)));
     state.emplace(must(hip::DeviceBuffer::allocate(kSlots * 512)));
     randomize(1);
-    if (!opts.make_tier && opts.server_socket.empty()) {
+    if (!opts.make_index && opts.server_socket.empty()) {
       const std::uint64_t bytes = tier_objects * layout.object_bytes(true);
-      opts.make_tier = [this, bytes](reactor::Reactor& r) {
-        auto t = std::make_unique<reactor::LocalTier>(r, bytes);
-        tier = t.get();
-        return t;
-      };
-    } else if (!opts.make_tier) {
-      reactor::NodeTierOptions n{opts.server_socket, opts.server_request_timeout, opts.device};
-      opts.make_tier = [this, n](reactor::Reactor& r) {
-        auto t = std::make_unique<reactor::NodeTier>(r, n);
-        node = t.get();
-        return t;
-      };
+      opts.make_index = [bytes](reactor::Reactor&) { return std::make_unique<reactor::LocalIndex>(bytes); };
     }
     conn = std::make_unique<reactor::Connector>(opts);
     conn->register_layout(registration());
+    streams = conn->tier_streams();
   }
 
   // The rule a fail-stop puts on an engine, kept here too: memory that a copy
@@ -73,6 +83,8 @@ struct Rig {
     if (swa) forever->push_back(std::move(swa->plane));
   }
   Rig(const Rig&) = delete;
+  hip::Stream& save_stream() { return *streams.save; }
+  hip::Stream& load_stream() { return *streams.load; }
   Rig& operator=(const Rig&) = delete;
 
   reactor::Registration registration() {

@@ -68,9 +68,7 @@ class LateIndex final : public reactor::IndexPlane {
 reactor::ConnectorOptions over_late_index(std::atomic<bool>& late) {
   reactor::ConnectorOptions o;
   o.transfer_deadline = 150ms;
-  o.make_tier = [&late](reactor::Reactor& r) {
-    return std::make_unique<reactor::HostTier>(r, std::make_unique<LateIndex>(r, 64ull << 20, late, 400ms));
-  };
+  o.make_index = [&late](reactor::Reactor& r) { return std::make_unique<LateIndex>(r, 64ull << 20, late, 400ms); };
   return o;
 }
 
@@ -118,7 +116,7 @@ TEST_CASE("host tier: a save whose device copy failed commits nothing: no half-w
           "[reactor][sim][fault]") {
   if (!sim_hooks_present()) return;
   Rig rig;
-  require_ok(hip::sim::fail_copies(rig.tier->save_stream(), hip::sim::FailAt::execute));
+  require_ok(hip::sim::fail_copies(rig.save_stream(), hip::sim::FailAt::execute));
   rig.conn->save(rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8)));
   auto f = rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); });
   REQUIRE_FALSE(f.saves[0].ok);
@@ -136,7 +134,7 @@ TEST_CASE("host tier: a load whose device copy failed unpins what it pinned", "[
   Rig rig;
   rig.conn->save(rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8)));
   REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
-  require_ok(hip::sim::fail_copies(rig.tier->load_stream(), hip::sim::FailAt::execute));
+  require_ok(hip::sim::fail_copies(rig.load_stream(), hip::sim::FailAt::execute));
   rig.conn->load(rig.load_spec("b", 1, 0, 2, Rig::block_range(16, 8), 3));
   auto f = rig.wait_for([](const reactor::Finished& f) { return !f.loads.empty(); });
   REQUIRE_FALSE(f.loads[0].ok);

@@ -1,6 +1,6 @@
 // kvstrand-tier-client: an engine-like process for the multi-process server
 // tests. It owns device memory, registers it with kvstrand-server through a
-// Connector over NodeTier, and moves prompts whose bytes are a pure
+// Connector over the node tier, and moves prompts whose bytes are a pure
 // function of the prompt number, so any process can verify what another
 // stored, byte for byte.
 //
@@ -57,7 +57,6 @@
 #include "random_bytes.hpp"
 #include "hip/sim_hooks.hpp"
 #include "reactor/connector.hpp"
-#include "reactor/node_tier.hpp"
 
 using namespace kvstrand;
 using namespace std::chrono_literals;
@@ -94,8 +93,7 @@ struct Client {
   std::optional<hip::DeviceBuffer> state;
   std::optional<hip::PinnedBuffer> staging;
   std::unique_ptr<reactor::Connector> conn;
-  reactor::NodeTier* tier = nullptr;  // owned by the connector
-  std::uint64_t lease = 0;            // the last lookup's
+  std::uint64_t lease = 0;  // the last lookup's
   reactor::Finished pending;  // outcomes drained but not yet asked for
   std::uint64_t saves = 0, loads = 0, verified = 0, mismatches = 0;
 
@@ -116,11 +114,6 @@ struct Client {
     o.server_socket = socket;
     o.server_request_timeout = 5s;
     o.transfer_deadline = 30s;
-    o.make_tier = [this, socket](reactor::Reactor& r) {
-      auto t = std::make_unique<reactor::NodeTier>(r, reactor::NodeTierOptions{socket, 5s, 0});
-      tier = t.get();
-      return t;
-    };
     conn = std::make_unique<reactor::Connector>(o);
     reactor::Registration reg;
     reg.layout = layout;
@@ -287,7 +280,8 @@ int run_hold(const std::string& socket, int load_after_s) {
 
 int run_stall_save(const std::string& socket) {
   Client c(socket);
-  if (c.tier->save_stream() == nullptr || !hip::sim::hold_stream(*c.tier->save_stream()).ok())
+  hip::Stream* saves = c.conn->tier_streams().save;
+  if (saves == nullptr || !hip::sim::hold_stream(*saves).ok())
     die("--stall-save needs the sim backend's stream hold");
   c.write_prompt(2, kChunks);
   kv::TransferSpec s;

@@ -38,7 +38,7 @@ struct EngineConfig {
   std::uint32_t max_batched_tokens = 4096;
   bool hbm_cache = true;
   bool tier = false;
-  std::string server_socket;  // tier through kvstrand-server instead of the embedded LocalTier
+  std::string server_socket;  // tier through kvstrand-server instead of the embedded tier
   std::uint64_t tier_bytes = 1ull << 30;
   std::uint32_t min_load_tokens = 256;
   // The connector's debug endpoint (tier arms): off when negative, 0 for any free port.

@@ -1,7 +1,7 @@
 // The kvstrand-server wire protocol, version 2.1: frames, messages, and
 // their encoding. docs/protocol.md is the reference a client is written
 // from; this file is its implementation, shared by the server and
-// NodeTier. Pure: no I/O.
+// RemoteIndex. Pure: no I/O.
 //
 // Every decode is bounds-checked and refuses trailing bytes, counts the input
 // cannot hold, strings over their limit and unknown types, so a malformed

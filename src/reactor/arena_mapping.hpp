@@ -1,6 +1,6 @@
 // A client's view of the node tier's shared arena: the memfd the server
 // handed over, mapped into this process, and pinned for this process's
-// device slab by slab (HostRegistration). Owned by NodeTier on the strand;
+// device slab by slab (HostRegistration). Owned by RemoteIndex on the strand;
 // every transfer copying through it holds it, so it is unmapped only after
 // the last copy on it was seen complete (or never, when one was not).
 #pragma once
@@ -39,7 +39,7 @@ class ArenaMapping {
     return n <= bytes_ && offset <= bytes_ - n;
   }
 
-  // Pinning, slab by slab; driven by NodeTier, several slabs at once.
+  // Pinning, slab by slab; driven by RemoteIndex, several slabs at once.
   // pinned_bytes() is the pinned prefix: every slab below it is pinned.
   std::uint32_t slab_count() const noexcept { return static_cast<std::uint32_t>(bytes_ / slab_bytes_); }
   std::uint64_t pinned_bytes() const noexcept { return static_cast<std::uint64_t>(prefix_) * slab_bytes_; }

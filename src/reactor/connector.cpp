@@ -12,8 +12,8 @@
 #include "proto/lease_handoff.hpp"
 #include "reactor/debug_routes.hpp"
 #include "reactor/handoff_queue.hpp"
-#include "reactor/local_tier.hpp"
-#include "reactor/node_tier.hpp"
+#include "reactor/local_index.hpp"
+#include "reactor/remote_index.hpp"
 
 namespace kvstrand::reactor {
 
@@ -50,7 +50,7 @@ std::optional<HttpOptions> http_of(const ConnectorOptions& o) {
 std::optional<kv::ConfigError> validate(const ConnectorOptions& o) {
   if (o.transfer_deadline.count() <= 0)
     return kv::ConfigError{"transfer_deadline", "must be > 0 ms, got " + std::to_string(o.transfer_deadline.count())};
-  if (!o.make_tier && o.server_socket.empty() && o.tier_bytes == 0)
+  if (!o.make_index && o.server_socket.empty() && o.tier_bytes == 0)
     return kv::ConfigError{"tier_bytes", "must be > 0"};
   if (o.server_request_timeout.count() <= 0)
     return kv::ConfigError{"server_request_timeout", "must be > 0 ms"};
@@ -79,15 +79,16 @@ Connector::Connector(ConnectorOptions options)
   options_.http = http_of(options_);
   reactor_ = std::make_unique<Reactor>(options_.reactor);
   mailbox_ = std::make_shared<Mailbox>();
-  std::unique_ptr<Tier> tier;
-  if (options_.make_tier) {
-    tier = options_.make_tier(*reactor_);
+  std::unique_ptr<IndexPlane> index;
+  if (options_.make_index) {
+    index = options_.make_index(*reactor_);
   } else if (!options_.server_socket.empty()) {
-    tier = std::make_unique<NodeTier>(
+    index = std::make_unique<RemoteIndex>(
         *reactor_, NodeTierOptions{options_.server_socket, options_.server_request_timeout, options_.device});
   } else {
-    tier = std::make_unique<LocalTier>(*reactor_, options_.tier_bytes);
+    index = std::make_unique<LocalIndex>(options_.tier_bytes);
   }
+  auto tier = std::make_unique<HostTier>(*reactor_, std::move(index));
   table_ = std::make_shared<TransferTable>(*reactor_, std::move(tier), mailbox_, options_.transfer_deadline);
   submissions_ = table_->submissions.get();
   reactor_->call([this]() -> asio::awaitable<void> {
@@ -370,22 +371,20 @@ tier::Index::Stats Connector::tier_stats() {
 }
 
 void* Connector::load_stream_native() {
-  if (stopped_) return nullptr;
-  return reactor_->call([table = table_]() -> asio::awaitable<void*> {
-    auto* host = dynamic_cast<HostTier*>(table->tier.get());
-    hip::Stream* s = host ? host->load_stream() : nullptr;
-    co_return s ? s->native() : nullptr;
+  hip::Stream* s = tier_streams().load;
+  return s ? s->native() : nullptr;
+}
+
+Connector::TierStreams Connector::tier_streams() {
+  if (stopped_) return {};
+  return reactor_->call([table = table_]() -> asio::awaitable<TierStreams> {
+    co_return TierStreams{table->tier->save_stream(), table->tier->load_stream()};
   });
 }
 
 Connector::ArenaMappings Connector::arena_mappings() {
   if (stopped_) return {};
-  return reactor_->call([table = table_]() -> asio::awaitable<ArenaMappings> {
-    auto* node = dynamic_cast<NodeTier*>(table->tier.get());
-    co_return node ? ArenaMappings{node->arena_mapped(), node->arena_kept(), node->reconnects(),
-                                   node->turned_away(), node->connect_attempts(), node->refusals()}
-                   : ArenaMappings{};
-  });
+  return reactor_->call([table = table_]() -> asio::awaitable<ArenaMappings> { co_return table->tier->server_link(); });
 }
 
 PollerStats Connector::poller_stats() {

@@ -45,7 +45,7 @@
 #include "reactor/mailbox.hpp"
 #include "reactor/reactor.hpp"
 #include "reactor/registration.hpp"
-#include "reactor/tier.hpp"
+#include "reactor/index_plane.hpp"
 #include "reactor/transfer_error.hpp"
 #include "reactor/transfer_table.hpp"
 #include "tier/index.hpp"
@@ -66,9 +66,9 @@ struct ConnectorOptions : kvstrand::ConnectorOptions {
   // The debug endpoint in full (allow_non_loopback): when set it is used
   // instead of debug_port / debug_address.
   std::optional<HttpOptions> http;
-  // The tier to use; LocalTier(tier_bytes) or, with server_socket,
-  // NodeTier when empty.
-  std::function<std::unique_ptr<Tier>(Reactor&)> make_tier;
+  // The index plane under the tier's data path (tests' doubles); when
+  // empty, a LocalIndex of tier_bytes or, with server_socket, a RemoteIndex.
+  std::function<std::unique_ptr<IndexPlane>(Reactor&)> make_index;
 };
 
 // Refuses options kvstrand cannot serve, naming the option.
@@ -209,15 +209,17 @@ class Connector {
   // none, or none yet): what the sim's fault hooks hold or fail in tests of
   // an engine that reaches kvstrand through its public API only.
   void* load_stream_native();
-  // The node tier's arena: how many times it was mapped and pinned, and how
-  // many server restarts kept it (a named arena); and its connection:
-  // requests turned away while no server answered, connect attempts,
-  // registrations a server refused on a later connection. Zeros for
-  // another tier; read on the strand.
-  struct ArenaMappings {
-    std::uint64_t mapped = 0, kept = 0, reconnects = 0;
-    std::uint64_t turned_away = 0, connect_attempts = 0, refusals = 0;
+  // The tier's save and load streams (null before the first registration or
+  // after close): what tests hold, delay or fail with the sim's hooks.
+  struct TierStreams {
+    hip::Stream* save = nullptr;
+    hip::Stream* load = nullptr;
   };
+  TierStreams tier_streams();
+  // The node tier's arena (how many times it was mapped and pinned, how
+  // many server restarts kept it, how much is pinned) and its connection;
+  // zeros for the embedded tier. Read on the strand.
+  using ArenaMappings = IndexPlane::ServerLink;
   ArenaMappings arena_mappings();
   // The debug endpoint's port (0 when it is off).
   std::uint16_t http_port() const noexcept { return http_ ? http_->port() : 0; }

@@ -5,7 +5,6 @@
 #include <algorithm>
 
 #include "hip/keep_for_process_life.hpp"
-#include "reactor/copy_and_wait.hpp"
 #include "reactor/transfer_error.hpp"
 
 namespace kvstrand::reactor {
@@ -13,7 +12,6 @@ namespace kvstrand::reactor {
 namespace asio = boost::asio;
 
 namespace {
-bool still_wanted(const TierJob& job) { return !job.wanted || job.wanted(); }
 Failure unwanted() {
   return {TransferErrc::deadline_exceeded, "the transfer ended (its deadline) before its copy was queued"};
 }
@@ -56,101 +54,135 @@ asio::awaitable<Failure> HostTier::attach(const Registration& reg) {
   co_return f;
 }
 
-asio::awaitable<Tier::LookupResult> HostTier::lookup(std::uint32_t registration, std::vector<kv::ChunkKey> keys) {
+asio::awaitable<HostTier::LookupResult> HostTier::lookup(std::uint32_t registration, std::vector<kv::ChunkKey> keys) {
   if (registration >= regs_.size()) co_return LookupResult{};
   co_return co_await index_->lookup(registration, std::move(keys));
 }
 
-asio::awaitable<void> HostTier::release_lookup(std::uint64_t lease) { co_await index_->release_lookup(lease); }
-
-asio::awaitable<Tier::LookupResult> HostTier::adopt(std::uint32_t registration, std::uint64_t lease,
-                                                   std::vector<kv::ChunkKey> keys) {
+asio::awaitable<HostTier::LookupResult> HostTier::adopt(std::uint32_t registration, std::uint64_t lease,
+                                                       std::vector<kv::ChunkKey> keys) {
   if (registration >= regs_.size()) co_return LookupResult{};
   co_return co_await index_->adopt(registration, lease, std::move(keys));
 }
 
-asio::awaitable<TierOutcome> HostTier::save(TierJob job) {
-  TierOutcome o;
-  const kv::TransferSpec& s = job.spec;
-  if (s.registration >= regs_.size()) {  // the Connector refuses such a spec before posting it
-    o.fail(not_attached(s.registration));
-    co_return o;
+asio::awaitable<HostTier::Copy> HostTier::prepare(TransferKind kind, const kv::TransferSpec& spec,
+                                                  Clock::time_point deadline) {
+  Copy c(kind, spec, deadline);
+  if (spec.registration >= regs_.size()) {  // the Connector refuses such a spec before posting it
+    c.outcome_.fail(not_attached(spec.registration));
+    co_return c;
   }
-  if (!index_->stores(s.registration)) co_return o;  // another rank stores the one copy
+  if (kind == TransferKind::save) {
+    co_await prepare_save(c);
+  } else {
+    co_await prepare_load(c);
+  }
+  co_return c;
+}
+
+asio::awaitable<void> HostTier::prepare_save(Copy& c) {
+  const kv::TransferSpec& s = *c.spec_;
+  if (!index_->stores(s.registration)) co_return;  // another rank stores the one copy
   const Registration& reg = *regs_[s.registration];
-  std::vector<bool> images(s.keys.size(), false);
+  c.images_.assign(s.keys.size(), false);
   for (std::size_t i = 0; i < s.keys.size(); ++i)
-    images[i] = s.with_state && s.state_slots[i * reg.state_part_count()] >= 0;
-  IndexPlane::Places places = co_await index_->reserve(s.registration, s.keys, images, job.deadline);
-  if (places.failure) {
-    o.fail(std::move(places.failure));
-    co_return o;
+    c.images_[i] = s.with_state && s.state_slots[i * reg.state_part_count()] >= 0;
+  c.places_ = co_await index_->reserve(s.registration, s.keys, c.images_, c.deadline_);
+  if (c.places_.failure) {
+    c.outcome_.fail(std::move(c.places_.failure));
+    co_return;
   }
-  if (std::any_of(places.objects.begin(), places.objects.end(), [](std::byte* p) { return p != nullptr; })) {
-    if (!still_wanted(job)) {
-      co_await index_->commit(s.registration, s.keys, places, false, job.deadline);
-      o.fail(unwanted());
-      co_return o;
-    }
-    for (std::size_t i = 0; i < images.size(); ++i) images[i] = images[i] && places.objects[i] != nullptr;
-    CopyEnd copy = co_await copy_and_wait(reactor_, *save_stream_, hip::CopyKind::device_to_host,
-                                          segments(reg, s, places.objects, true, images), job.queued);
-    if (!copy.seen) {
-      kept_.push_back(std::move(places.memory));  // and the places stay held: the copy may still write them
-      o.fail(std::move(copy.failure));
-      co_return o;
-    }
-    const bool copied = !copy.failure;
-    if (!copied) o.fail(std::move(copy.failure));
-    Failure committed = co_await index_->commit(s.registration, s.keys, places, copied, job.deadline);
-    if (copied && committed) o.fail({committed.ec, "copied, but not committed: " + committed.why});
-  }
-  if (!o.error && places.refused > 0)  // the chunks that existed are not rewritten: no error
-    o.fail({TransferErrc::tier_full, std::to_string(places.refused) + " of " + std::to_string(s.keys.size()) +
-                                         " chunks refused: every object is in use (tier full)"});
-  co_return o;
+  const auto& objects = c.places_.objects;
+  c.has_copy_ = std::any_of(objects.begin(), objects.end(), [](std::byte* p) { return p != nullptr; });
+  for (std::size_t i = 0; i < c.images_.size(); ++i) c.images_[i] = c.images_[i] && objects[i] != nullptr;
 }
 
-asio::awaitable<TierOutcome> HostTier::load(TierJob job) {
-  TierOutcome o;
-  const kv::TransferSpec& s = job.spec;
-  if (s.registration >= regs_.size()) {  // the Connector refuses such a spec before posting it
-    o.fail(not_attached(s.registration));
-    co_return o;
+asio::awaitable<void> HostTier::prepare_load(Copy& c) {
+  const kv::TransferSpec& s = *c.spec_;
+  c.held_ = co_await index_->hold(s, c.deadline_);
+  if (c.held_.failure) {
+    c.outcome_.fail(std::move(c.held_.failure));
+    co_return;
   }
+  const auto& objects = c.held_.objects;
+  const bool whole = objects.size() == s.keys.size() &&
+                     std::none_of(objects.begin(), objects.end(), [](std::byte* p) { return p == nullptr; });
+  if (!whole || (s.with_state && !c.held_.image_at_end)) {
+    index_->release(s, c.held_);
+    c.outcome_.fail({TransferErrc::missing_chunk, whole ? "no checkpoint image stored at the load's end"
+                                                        : "the tier no longer holds every chunk of the load"});
+    co_return;
+  }
+  c.has_copy_ = true;
+  c.images_.assign(objects.size(), false);
+  if (s.with_state) c.images_.back() = true;
+}
+
+hip::Stream* HostTier::post(Copy& c) {
+  if (!c.to_post()) return nullptr;
+  c.posted_ = true;
+  const kv::TransferSpec& s = *c.spec_;
   const Registration& reg = *regs_[s.registration];
-  IndexPlane::Held held = co_await index_->hold(s, job.deadline);
-  if (held.failure) {
-    o.fail(std::move(held.failure));
-    co_return o;
+  if (c.kind_ == TransferKind::save) {
+    c.copy_ = DeviceCopy::post(reactor_, *save_stream_, hip::CopyKind::device_to_host,
+                               segments(reg, s, c.places_.objects, true, c.images_));
+  } else {
+    c.copy_ = DeviceCopy::post(reactor_, *load_stream_, hip::CopyKind::host_to_device,
+                               segments(reg, s, c.held_.objects, false, c.images_));
   }
-  const bool whole = held.objects.size() == s.keys.size() &&
-                     std::none_of(held.objects.begin(), held.objects.end(), [](std::byte* p) { return p == nullptr; });
-  if (!whole || (s.with_state && !held.image_at_end)) {
-    index_->release(s, held);
-    o.fail({TransferErrc::missing_chunk, whole ? "no checkpoint image stored at the load's end"
-                                               : "the tier no longer holds every chunk of the load"});
-    co_return o;
-  }
-  if (!still_wanted(job)) {
-    index_->release(s, held);
-    o.fail(unwanted());
-    co_return o;
-  }
-  std::vector<bool> images(held.objects.size(), false);
-  if (s.with_state) images.back() = true;
-  CopyEnd copy = co_await copy_and_wait(reactor_, *load_stream_, hip::CopyKind::host_to_device,
-                                        segments(reg, s, held.objects, false, images), job.queued);
-  if (!copy.seen) {
-    kept_.push_back(std::move(held.memory));  // and the hold stays: the copy may still read those objects
-    o.fail(std::move(copy.failure));
-    co_return o;
-  }
-  index_->release(s, held);  // the copy is done: nothing else needs the index for its outcome
-  if (copy.failure) o.fail(std::move(copy.failure));
-  co_return o;
+  return c.copy_->queued() ? &c.copy_->stream() : nullptr;
 }
 
-asio::awaitable<void> HostTier::drain() { co_await index_->drain(); }
+asio::awaitable<TierOutcome> HostTier::complete(Copy c) {
+  if (!c.outcome_.error && c.has_copy_) {
+    if (c.kind_ == TransferKind::save) {
+      co_await complete_save(c);
+    } else {
+      co_await complete_load(c);
+    }
+  }
+  if (c.kind_ == TransferKind::save && !c.outcome_.error && c.places_.refused > 0)
+    // The chunks that existed are not rewritten: no error for them.
+    c.outcome_.fail({TransferErrc::tier_full, std::to_string(c.places_.refused) + " of " +
+                                                  std::to_string(c.spec_->keys.size()) +
+                                                  " chunks refused: every object is in use (tier full)"});
+  co_return std::move(c.outcome_);
+}
+
+asio::awaitable<void> HostTier::complete_save(Copy& c) {
+  const kv::TransferSpec& s = *c.spec_;
+  if (!c.posted_) {  // not wanted any more: the places go back, nothing was written
+    co_await index_->commit(s.registration, s.keys, c.places_, false, c.deadline_);
+    c.outcome_.fail(unwanted());
+    co_return;
+  }
+  CopyEnd copy = co_await c.copy_->wait();
+  if (!copy.seen) {
+    kept_.push_back(std::move(c.places_.memory));  // and the places stay held: the copy may still write them
+    c.outcome_.fail(std::move(copy.failure));
+    co_return;
+  }
+  const bool copied = !copy.failure;
+  if (!copied) c.outcome_.fail(std::move(copy.failure));
+  Failure committed = co_await index_->commit(s.registration, s.keys, c.places_, copied, c.deadline_);
+  if (copied && committed) c.outcome_.fail({committed.ec, "copied, but not committed: " + committed.why});
+}
+
+asio::awaitable<void> HostTier::complete_load(Copy& c) {
+  const kv::TransferSpec& s = *c.spec_;
+  if (!c.posted_) {  // not wanted any more: nothing was written into the engine's blocks
+    index_->release(s, c.held_);
+    c.outcome_.fail(unwanted());
+    co_return;
+  }
+  CopyEnd copy = co_await c.copy_->wait();
+  if (!copy.seen) {
+    kept_.push_back(std::move(c.held_.memory));  // and the hold stays: the copy may still read those objects
+    c.outcome_.fail(std::move(copy.failure));
+    co_return;
+  }
+  index_->release(s, c.held_);  // the copy is done: nothing else needs the index for its outcome
+  if (copy.failure) c.outcome_.fail(std::move(copy.failure));
+}
 
 }  // namespace kvstrand::reactor

@@ -19,8 +19,8 @@
 #include <kvstrand/chunk_keys.hpp>
 #include <kvstrand/transfer_spec.hpp>
 #include "reactor/failure.hpp"
+#include <kvstrand/hit_plan.hpp>
 #include "reactor/registration.hpp"
-#include "reactor/tier.hpp"
 #include "tier/index.hpp"
 
 namespace kvstrand::reactor {
@@ -28,7 +28,23 @@ namespace kvstrand::reactor {
 class IndexPlane {
  public:
   using Clock = std::chrono::steady_clock;
-  using LookupResult = Tier::LookupResult;
+
+  // Longest run of consecutive stored chunks from keys[0], with the image
+  // boundaries within it, and the lease that keeps it stored (0: none; the
+  // embedded index leases nothing at lookup, its loads hold what they read).
+  struct LookupResult {
+    kv::HitSource hit;
+    std::uint64_t lease = 0;
+  };
+  // The server behind the index, if any: its arena mapped here and pinned,
+  // and the connection (requests turned away while no server answered,
+  // connect attempts, registrations a server refused on a later
+  // connection). Zeros for an index in this process.
+  struct ServerLink {
+    std::uint64_t mapped = 0, kept = 0, reconnects = 0;
+    std::uint64_t turned_away = 0, connect_attempts = 0, refusals = 0;
+    std::uint64_t arena_bytes = 0, pinned_bytes = 0;
+  };
 
   // A save's places: objects[i] is where chunk i's object goes (nullptr: it
   // is stored already, or did not fit; `refused` counts the latter). Held
@@ -54,11 +70,16 @@ class IndexPlane {
 
   virtual boost::asio::awaitable<Failure> attach(const Registration& reg) = 0;
   virtual boost::asio::awaitable<LookupResult> lookup(std::uint32_t registration, std::vector<kv::ChunkKey> keys) = 0;
+  // A lookup's lease that no load will name: free it now (F20).
   virtual boost::asio::awaitable<void> release_lookup(std::uint64_t /*lease*/) { co_return; }
+  // A lease another process exported (Connector::adopt_lease): made this
+  // process's, answered like a lookup of `keys`; a miss when it is gone.
   virtual boost::asio::awaitable<LookupResult> adopt(std::uint32_t /*registration*/, std::uint64_t /*lease*/,
                                                      std::vector<kv::ChunkKey> /*keys*/) {
     co_return LookupResult{};
   }
+  // A lease this process exported: no longer its to release (the server
+  // still ends it with this process's session, until it is adopted).
   virtual void forget_lease(std::uint64_t /*lease*/) {}
 
   // Whether this process stores the registration's chunks at all (with
@@ -78,6 +99,8 @@ class IndexPlane {
   // seen to end at the tier's destruction.
   virtual std::shared_ptr<void> memory() const = 0;
   virtual tier::Index::Stats stats() const = 0;
+  virtual ServerLink server_link() const { return {}; }
+  // "local" (embedded), "node" (kvstrand-server), or what a test double says.
   virtual const char* kind() const noexcept = 0;
   virtual boost::asio::awaitable<void> drain() { co_return; }
 };

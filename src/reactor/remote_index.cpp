@@ -61,7 +61,20 @@ struct RemoteIndex::Pending {
 };
 
 RemoteIndex::RemoteIndex(Reactor& reactor, NodeTierOptions options)
-    : reactor_(reactor), opt_(std::move(options)), gate_(reactor.strand()) {}
+    : reactor_(reactor), opt_(std::move(options)), gate_(reactor.strand()), retry_(reactor.strand()) {}
+
+IndexPlane::ServerLink RemoteIndex::server_link() const {
+  ServerLink l;
+  l.mapped = arena_mapped_;
+  l.kept = arena_kept_;
+  l.reconnects = reconnects_;
+  l.turned_away = turned_away_;
+  l.connect_attempts = connect_attempts_;
+  l.refusals = refusals_;
+  l.arena_bytes = arena_ ? arena_->bytes() : 0;
+  l.pinned_bytes = arena_ ? arena_->pinned_bytes() : 0;
+  return l;
+}
 
 RemoteIndex::~RemoteIndex() {
   if (sock_) {
@@ -91,7 +104,10 @@ asio::awaitable<Failure> RemoteIndex::attach(const Registration& reg) {
     // Attached, or no server answered (not started yet, restarting): kept,
     // registered when one answers. The tier is a cache: its absence costs
     // hits, never the engine (lookups miss, saves end tier_unavailable).
-    if (r) spdlog::debug("kvstrand: node tier: registration {} kept until the server answers", regs_.size() - 1);
+    if (r) {
+      spdlog::debug("kvstrand: node tier: registration {} kept until the server answers", regs_.size() - 1);
+      keep_attaching();
+    }
     co_return Failure{};
   }
   regs_.pop_back();
@@ -113,6 +129,16 @@ asio::awaitable<Failure> RemoteIndex::ensure_connected() {
     ++turned_away_;
     co_return down_;
   }
+  Failure r = co_await connect_now();
+  if (r) {
+    ++turned_away_;
+    backoff_ = std::min(backoff_ == std::chrono::milliseconds{0} ? kFirstBackoff : backoff_ * 2, kMaxBackoff);
+    next_attempt_ = Clock::now() + backoff_;
+  }
+  co_return r;
+}
+
+asio::awaitable<Failure> RemoteIndex::connect_now() {
   connecting_ = true;
   ++connect_attempts_;
   Failure r = co_await handshake();
@@ -126,15 +152,38 @@ asio::awaitable<Failure> RemoteIndex::ensure_connected() {
                    "most every {} ms)", r.why, kMaxBackoff.count());
     drop_connection("connect: " + r.why);
     down_ = r;
-    ++turned_away_;
-    backoff_ = std::min(backoff_ == std::chrono::milliseconds{0} ? kFirstBackoff : backoff_ * 2, kMaxBackoff);
-    next_attempt_ = Clock::now() + backoff_;
   } else {
     if (down_) spdlog::info("kvstrand: node tier: attached to kvstrand-server at {}", opt_.socket);
     down_ = Failure{};
     backoff_ = std::chrono::milliseconds{0};
   }
   co_return r;
+}
+
+void RemoteIndex::keep_attaching() {
+  if (closed_ || attaching_in_background_ || regs_.empty()) return;
+  attaching_in_background_ = gate_.spawn(attach_in_background(), LogEscaped{"RemoteIndex attaching"});
+}
+
+asio::awaitable<void> RemoteIndex::attach_in_background() {
+  struct Ended {
+    bool& running;
+    ~Ended() { running = false; }
+  } ended{attaching_in_background_};
+  // Its own backoff: a request's attempt is not held back by these, and a
+  // server back from a restart is attached by whichever comes first.
+  std::chrono::milliseconds backoff{0};
+  while (!connected_ && !closed_) {
+    if (connecting_) {  // a request is connecting: its outcome decides
+      retry_.expires_after(std::chrono::milliseconds(1));
+    } else {
+      if (Failure r = co_await connect_now(); !r) break;
+      backoff = std::min(backoff == std::chrono::milliseconds{0} ? kFirstBackoff : backoff * 2, kMaxBackoff);
+      retry_.expires_after(backoff);
+    }
+    if (closed_) break;
+    co_await retry_.async_wait(kAwait);  // cancelled by drain()
+  }
 }
 
 asio::awaitable<Failure> RemoteIndex::usable(std::uint32_t registration) {
@@ -153,7 +202,7 @@ asio::awaitable<Failure> RemoteIndex::hello(Clock::time_point until) {
       sock_->close(ignored);
     }
   });
-  Request req = Hello{kMajor, kMinor, "kvstrand NodeTier"};
+  Request req = Hello{kMajor, kMinor, "kvstrand RemoteIndex"};
   std::vector<std::byte> frame = encode_request(req, next_id_++);
   auto [wec, wn] = co_await asio::async_write(*sock_, asio::buffer(frame), kAwait);
   if (wec) co_return unreachable("the hello could not be sent: " + wec.message());
@@ -241,7 +290,7 @@ asio::awaitable<Failure> RemoteIndex::hello(Clock::time_point until) {
   // Pin the whole arena in the background (pages the server has not
   // populated yet are allocated by the first toucher, this process or the
   // server); a copy waits only for its own slab's prefix.
-  gate_.spawn(pinned_up_to(arena_, arena_->bytes()), LogEscaped{"NodeTier pinning"});
+  gate_.spawn(pinned_up_to(arena_, arena_->bytes()), LogEscaped{"RemoteIndex pinning"});
   co_return Failure{};
 }
 
@@ -253,7 +302,7 @@ asio::awaitable<Failure> RemoteIndex::handshake() {
   if (cec) co_return unreachable("connect: " + cec.message());
   const auto until = Clock::now() + opt_.request_timeout;
   if (Failure r = co_await hello(until); r) co_return r;
-  if (!gate_.spawn(read_loop(generation_), ends_connection("NodeTier reader")))
+  if (!gate_.spawn(read_loop(generation_), ends_connection("RemoteIndex reader")))
     co_return Failure{TransferErrc::tier_unavailable, "the node tier is closing"};
   server_regs_.clear();
   for (std::size_t i = 0; i < regs_.size(); ++i)
@@ -323,7 +372,8 @@ void RemoteIndex::drop_connection(const std::string& why) {
     boost::system::error_code ignored;
     sock_->close(ignored);
   }
-  if (connected_) spdlog::warn("kvstrand: node tier: connection to {} lost: {}", opt_.socket, why);
+  const bool lost = connected_;
+  if (lost) spdlog::warn("kvstrand: node tier: connection to {} lost: {}", opt_.socket, why);
   connected_ = false;
   outbox_.clear();
   abandoned_.clear();
@@ -333,6 +383,9 @@ void RemoteIndex::drop_connection(const std::string& why) {
     p->why = "the connection was lost: " + why;
     p->signal.cancel();
   }
+  // A server that went away may come back (restarted): attach again then,
+  // whether or not the engine asks for anything meanwhile.
+  if (lost) keep_attaching();
 }
 
 asio::awaitable<std::pair<std::error_code, Reply>> RemoteIndex::call(Request req, Clock::time_point until) {
@@ -343,7 +396,7 @@ asio::awaitable<std::pair<std::error_code, Reply>> RemoteIndex::call(Request req
   pending_[id] = p;
   outbox_.push_back(encode_request(req, id));
   if (!writing_) {
-    writing_ = gate_.spawn(write_loop(generation_), ends_connection("NodeTier writer"));
+    writing_ = gate_.spawn(write_loop(generation_), ends_connection("RemoteIndex writer"));
   }
   co_await p->signal.async_wait(kAwait);  // cancelled by the reply, or expired
   pending_.erase(id);
@@ -358,7 +411,7 @@ void RemoteIndex::send_only(Request req) {
   if (!connected_ || !sock_ || !sock_->is_open()) return;
   outbox_.push_back(encode_request(req, next_id_++));
   if (!writing_) {
-    writing_ = gate_.spawn(write_loop(generation_, true), ends_connection("NodeTier writer"));
+    writing_ = gate_.spawn(write_loop(generation_, true), ends_connection("RemoteIndex writer"));
   }
 }
 
@@ -456,7 +509,7 @@ asio::awaitable<std::error_code> RemoteIndex::pinned_up_to(std::shared_ptr<Arena
       // A pinning loop ended by an exception fails the transfers waiting on it.
       auto escaped = [this](std::exception_ptr e) {
         if (!e) return;
-        LogEscaped{"NodeTier pinning"}(e);
+        LogEscaped{"RemoteIndex pinning"}(e);
         pin_error_ = "the pinning loop ended by an exception";
         pinning_ = false;
         if (pin_progress_) pin_progress_->cancel();
@@ -478,7 +531,7 @@ asio::awaitable<void> RemoteIndex::pin_loop(std::shared_ptr<ArenaMapping> m) {
   while (m == arena_ && pin_error_.empty() && (m->pinned_bytes() < pin_want_ || pins_running_ > 0)) {
     while (pins_running_ < kPinThreads && pin_next_ < m->slab_count() &&
            static_cast<std::uint64_t>(pin_next_) * slab < pin_want_) {
-      if (!gate_.spawn(pin_slab(m, pin_next_), LogEscaped{"NodeTier pinning a slab"})) break;  // closing
+      if (!gate_.spawn(pin_slab(m, pin_next_), LogEscaped{"RemoteIndex pinning a slab"})) break;  // closing
       ++pins_running_;
       ++pin_next_;
     }
@@ -745,6 +798,8 @@ asio::awaitable<void> RemoteIndex::drain() {
     Request req = EndSession{};
     co_await call(std::move(req), Clock::now() + std::chrono::milliseconds(500));
   }
+  closed_ = true;
+  retry_.cancel();
   connected_ = false;  // a close, not a loss
   drop_connection("closed");
   // Nothing more is pinned; what runs (the reader, the writer, a slab being

@@ -76,20 +76,11 @@ class RemoteIndex final : public IndexPlane {
   const char* kind() const noexcept override { return "node"; }
   boost::asio::awaitable<void> drain() override;
 
-  std::uint64_t reconnects() const noexcept { return reconnects_; }
-  // Requests turned away while no server answered, and registrations a
-  // server refused on a later connection (each refusal once).
-  std::uint64_t turned_away() const noexcept { return turned_away_; }
-  std::uint64_t connect_attempts() const noexcept { return connect_attempts_; }
-  std::uint64_t refusals() const noexcept { return refusals_; }
-  // Arenas mapped and pinned, and server restarts whose named arena was
-  // kept as it was (no new mapping, no pinning again).
-  std::uint64_t arena_mapped() const noexcept { return arena_mapped_; }
-  std::uint64_t arena_kept() const noexcept { return arena_kept_; }
-  // The current arena's size and how much of it is pinned (on the strand).
-  std::uint64_t arena_bytes() const noexcept { return arena_ ? arena_->bytes() : 0; }
-  std::uint64_t pinned_bytes() const noexcept { return arena_ ? arena_->pinned_bytes() : 0; }
-
+  // Requests turned away while no server answered, registrations a server
+  // refused on a later connection (each refusal once), arenas mapped and
+  // pinned, server restarts whose named arena was kept as it was (no new
+  // mapping, no pinning again), and how much of the current arena is pinned.
+  ServerLink server_link() const override;
 
  private:
   struct Pending;
@@ -105,7 +96,18 @@ class RemoteIndex final : public IndexPlane {
   static constexpr std::chrono::milliseconds kAfterDeadline{50};
 
   std::function<void(std::exception_ptr)> ends_connection(const char* what);
+  // A request's way in: connected, or turned away at once until the
+  // backoff since the last attempt has passed.
   boost::asio::awaitable<Failure> ensure_connected();
+  // One attempt (the handshake and every registration); a failure backs
+  // the next one off.
+  boost::asio::awaitable<Failure> connect_now();
+  // While registrations wait for a server: attempts on the backoff's clock
+  // with no request needed, so that the arena is mapped and pinned before
+  // the engine's next request (an engine idle at start-up, a server
+  // restarted). One loop at a time, inside the gate.
+  void keep_attaching();
+  boost::asio::awaitable<void> attach_in_background();
   // Connected, and `registration` taken by this server (else why not).
   boost::asio::awaitable<Failure> usable(std::uint32_t registration);
   boost::asio::awaitable<Failure> handshake();
@@ -159,6 +161,9 @@ class RemoteIndex final : public IndexPlane {
   std::uint64_t generation_ = 0;  // bumps on every new connection
   bool connected_ = false;
   bool connecting_ = false;
+  bool closed_ = false;              // drain() began: no attempt starts any more
+  bool attaching_in_background_ = false;
+  boost::asio::steady_timer retry_;  // attach_in_background()'s wait for the backoff
   std::vector<std::uint32_t> server_regs_;  // the server's id of each, on this connection
   std::uint64_t next_id_ = 1;
   std::uint64_t reconnects_ = 0;

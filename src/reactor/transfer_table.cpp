@@ -30,7 +30,7 @@ const char* to_string(TransferState s) noexcept {
   return "?";
 }
 
-TransferTable::TransferTable(Reactor& r, std::unique_ptr<Tier> t, std::shared_ptr<Mailbox> m,
+TransferTable::TransferTable(Reactor& r, std::unique_ptr<HostTier> t, std::shared_ptr<Mailbox> m,
                              std::chrono::milliseconds d)
     : reactor(r), tier(std::move(t)), mailbox(std::move(m)), deadline(d), gate(r.strand()),
       // The table outlives every tick that polls the queue: the poller drops
@@ -103,24 +103,21 @@ asio::awaitable<void> TransferTable::run(std::shared_ptr<TransferTable> self, st
     co_return;
   }
   t->state = TransferState::submitted;
-  // The tier says when the copies are queued; only this strand writes the transfer.
-  auto queued = [t](hip::Stream& stream) {
-    if (t->terminal()) return;  // failed by its deadline meanwhile
-    t->state = TransferState::pending;
-    // A load's copies are queued: the engine may now order its own stream
-    // after them (Connector::order_after_load).
-    if (t->queued_notice != nullptr && t->queued_event->record(stream).ok())
-      t->queued_notice->store(t->queued_event, std::memory_order_release);
-  };
-  TierJob job{t->spec, t->deadline, std::move(queued), [t] { return !t->terminal(); }};
-  // (One co_await a statement: GCC 12 destroys a conditional's awaited
-  // temporaries twice.)
-  TierOutcome o;
-  if (t->kind == TransferKind::save) {
-    o = co_await self->tier->save(std::move(job));
-  } else {
-    o = co_await self->tier->load(std::move(job));
+  // Prepare, post, then check: the tier never writes the transfer, and a
+  // copy is queued only while the transfer still wants it (its deadline
+  // may pass while the tier waits for its index: then no byte is copied
+  // into, or out of, blocks the engine was told about).
+  HostTier::Copy copy = co_await self->tier->prepare(t->kind, t->spec, t->deadline);
+  if (!t->terminal()) {
+    if (hip::Stream* stream = self->tier->post(copy)) {
+      t->state = TransferState::pending;
+      // A load's copies are queued: the engine may now order its own stream
+      // after them (Connector::order_after_load).
+      if (t->queued_notice != nullptr && t->queued_event->record(*stream).ok())
+        t->queued_notice->store(t->queued_event, std::memory_order_release);
+    }
   }
+  TierOutcome o = co_await self->tier->complete(std::move(copy));
   if (o.error && !t->terminal()) t->reason = std::move(o.reason);
   self->finish(*t, o.error);
 }
@@ -313,7 +310,7 @@ void TransferTable::start_lookup(std::uint64_t id, std::uint32_t registration, s
 asio::awaitable<void> TransferTable::answer_lookup(std::shared_ptr<TransferTable> self, std::uint64_t id,
                                                    std::uint32_t registration, std::vector<kv::ChunkKey> keys) {
   const std::size_t asked = keys.size();
-  Tier::LookupResult r = co_await self->tier->lookup(registration, std::move(keys));
+  HostTier::LookupResult r = co_await self->tier->lookup(registration, std::move(keys));
   const std::uint32_t ct = self->regs.at(registration).layout.chunk_tokens;
   if (ct > 0) self->metrics.lookup_answered(asked, r.hit.tokens / ct);
   const bool hit = r.hit.tokens > 0;
@@ -336,7 +333,7 @@ void TransferTable::start_adopt(std::uint64_t id, std::uint32_t registration, st
 asio::awaitable<void> TransferTable::answer_adopt(std::shared_ptr<TransferTable> self, std::uint64_t id,
                                                   std::uint32_t registration, std::uint64_t lease,
                                                   std::vector<kv::ChunkKey> keys) {
-  Tier::LookupResult r = co_await self->tier->adopt(registration, lease, std::move(keys));
+  HostTier::LookupResult r = co_await self->tier->adopt(registration, lease, std::move(keys));
   const bool hit = r.hit.tokens > 0;
   self->mailbox->push(LookupOutcome{id, std::move(r.hit), r.lease, registration});
   if (hit) self->reactor.poller().kick();

@@ -30,7 +30,7 @@
 #include "reactor/queued_events.hpp"
 #include "reactor/reactor.hpp"
 #include "reactor/registration.hpp"
-#include "reactor/tier.hpp"
+#include "reactor/host_tier.hpp"
 #include "reactor/transfer.hpp"
 
 namespace kvstrand::reactor {
@@ -67,7 +67,7 @@ struct TransferInfo {
 struct TransferTable : std::enable_shared_from_this<TransferTable> {
   using Handler = boost::asio::any_completion_handler<void(std::error_code)>;
 
-  TransferTable(Reactor& r, std::unique_ptr<Tier> t, std::shared_ptr<Mailbox> m, std::chrono::milliseconds d);
+  TransferTable(Reactor& r, std::unique_ptr<HostTier> t, std::shared_ptr<Mailbox> m, std::chrono::milliseconds d);
 
   // Transfers of submit() not yet taken by the strand; more wait in posts.
   static constexpr std::size_t kSubmissionSlots = 256;
@@ -114,7 +114,7 @@ struct TransferTable : std::enable_shared_from_this<TransferTable> {
   };
 
   Reactor& reactor;
-  std::unique_ptr<Tier> tier;
+  std::unique_ptr<HostTier> tier;
   std::shared_ptr<Mailbox> mailbox;
   std::chrono::milliseconds deadline;
   // Every coroutine the Connector starts (transfers, lookups, adoptions,
@@ -164,7 +164,7 @@ struct TransferTable : std::enable_shared_from_this<TransferTable> {
 // close() and async_close() complete within this of being called, whatever
 // the transfers and the device do: every live transfer's own deadline, then
 // 1.5 s for the last completions to arrive, then at most 0.5 s for the tier
-// to end its session (NodeTier). A transfer still live at 1.5 s past the
+// to end its session (the node tier). A transfer still live at 1.5 s past the
 // deadline is abandoned: failed, kept as stuck, the fail-stop set and the
 // log naming it; the tier's memory is then left allocated on purpose.
 constexpr std::chrono::milliseconds close_bound(std::chrono::milliseconds transfer_deadline) {

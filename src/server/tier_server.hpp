@@ -1,6 +1,6 @@
 // kvstrand-server: the node tier's index, leases, reservations and
 // liveness, on one strand. The arena is a sealed memfd handed to each
-// client, which copies between it and its own device memory (NodeTier); the
+// client, which copies between it and its own device memory (RemoteIndex); the
 // server touches its bytes only with --l2, to move objects to and from
 // Redis (L2Tier). No device runtime is linked in.
 //

@@ -2,7 +2,7 @@
 // eviction of objects no one holds, and holds (leases and reservations) that
 // name what an in-flight copy may touch.
 //
-// One implementation for both tiers: LocalTier keeps it on the engine's
+// One implementation for both tiers: LocalIndex keeps it on the engine's
 // strand, kvstrand-server on its own. Pure: no I/O and no memory of its
 // own; slots are numbers the Arena turns into places. Rules:
 // - A key already stored (or being written) is not rewritten.
