@@ -39,7 +39,7 @@ class ArenaMapping {
     return n <= bytes_ && offset <= bytes_ - n;
   }
 
-  // Pinning, slab by slab; driven by RemoteIndex, several slabs at once.
+  // Pinning, slab by slab; driven by ArenaPinning, several slabs at once.
   // pinned_bytes() is the pinned prefix: every slab below it is pinned.
   std::uint32_t slab_count() const noexcept { return static_cast<std::uint32_t>(bytes_ / slab_bytes_); }
   std::uint64_t pinned_bytes() const noexcept { return static_cast<std::uint64_t>(prefix_) * slab_bytes_; }

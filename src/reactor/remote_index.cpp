@@ -43,10 +43,6 @@ std::error_code to_error(Status s) {
   }
 }
 
-struct PinResult {
-  hip::Status status;
-  std::optional<hip::HostRegistration> reg;
-};
 }  // namespace
 
 // A request waiting for its reply. The timer is the signal: cancelled when
@@ -61,7 +57,8 @@ struct RemoteIndex::Pending {
 };
 
 RemoteIndex::RemoteIndex(Reactor& reactor, NodeTierOptions options)
-    : reactor_(reactor), opt_(std::move(options)), gate_(reactor.strand()), retry_(reactor.strand()) {}
+    : reactor_(reactor), opt_(std::move(options)), gate_(reactor.strand()), retry_(reactor.strand()),
+      pinning_(reactor.strand(), gate_, opt_.device) {}
 
 IndexPlane::ServerLink RemoteIndex::server_link() const {
   ServerLink l;
@@ -81,7 +78,6 @@ RemoteIndex::~RemoteIndex() {
     boost::system::error_code ignored;
     sock_->close(ignored);
   }
-  pinner_.join();
 }
 
 asio::awaitable<Failure> RemoteIndex::attach(const Registration& reg) {
@@ -272,16 +268,12 @@ asio::awaitable<Failure> RemoteIndex::hello(Clock::time_point until) {
     // The old arena, unless a hold still names it, goes here: unpinning and
     // unmapping tens of GiB takes seconds (7.8 s for 40 GiB on the H200),
     // which the strand must not wait for. On a pinning thread instead.
-    asio::post(pinner_, [old = std::exchange(mapping_, std::move(*mapping)), life = std::move(arena_)]() mutable {
+    pinning_.post([old = std::exchange(mapping_, std::move(*mapping)), life = std::move(arena_)]() mutable {
       life.reset();
       old.reset();
     });
     ++arena_mapped_;
-    pin_want_ = 0;
-    pin_next_ = 0;
-    pins_running_ = 0;
-    pinning_ = false;
-    pin_error_.clear();
+    pinning_.start(mapping_.get());
   }
   // This server life's token: an alias of the mapping (arena_-> is the
   // mapping) with an owner of its own, so that holds of an earlier life
@@ -290,7 +282,7 @@ asio::awaitable<Failure> RemoteIndex::hello(Clock::time_point until) {
   // Pin the whole arena in the background (pages the server has not
   // populated yet are allocated by the first toucher, this process or the
   // server); a copy waits only for its own slab's prefix.
-  gate_.spawn(pinned_up_to(arena_, arena_->bytes()), LogEscaped{"RemoteIndex pinning"});
+  gate_.spawn(pinning_.up_to(arena_, arena_->bytes()), LogEscaped{"RemoteIndex pinning"});
   co_return Failure{};
 }
 
@@ -495,89 +487,7 @@ asio::awaitable<void> RemoteIndex::read_loop(std::uint64_t generation) {
   }
 }
 
-// ---- pinning ----------------------------------------------------------------------
-
-asio::awaitable<std::error_code> RemoteIndex::pinned_up_to(std::shared_ptr<ArenaMapping> m, std::uint64_t end) {
-  end = std::min(end, m->bytes());
-  while (m->pinned_bytes() < end) {
-    if (m != arena_) co_return TransferErrc::tier_unavailable;  // a server since restarted: no more pinning
-    if (!pin_error_.empty()) co_return TransferErrc::device_error;
-    pin_want_ = std::max(pin_want_, end);
-    if (!pinning_) {
-      pinning_ = true;
-      pin_progress_.emplace(reactor_.strand(), asio::steady_timer::time_point::max());
-      // A pinning loop ended by an exception fails the transfers waiting on it.
-      auto escaped = [this](std::exception_ptr e) {
-        if (!e) return;
-        LogEscaped{"RemoteIndex pinning"}(e);
-        pin_error_ = "the pinning loop ended by an exception";
-        pinning_ = false;
-        if (pin_progress_) pin_progress_->cancel();
-      };
-      if (!gate_.spawn(pin_loop(m), std::move(escaped))) {
-        pinning_ = false;
-        co_return TransferErrc::tier_unavailable;  // closing
-      }
-    }
-    co_await pin_progress_->async_wait(kAwait);  // cancelled after every slab
-  }
-  co_return std::error_code{};
-}
-
-// Keeps up to kPinThreads slabs pinning at once, in order, until the
-// wanted prefix is pinned.
-asio::awaitable<void> RemoteIndex::pin_loop(std::shared_ptr<ArenaMapping> m) {
-  const std::uint64_t slab = m->slab_bytes();
-  while (m == arena_ && pin_error_.empty() && (m->pinned_bytes() < pin_want_ || pins_running_ > 0)) {
-    while (pins_running_ < kPinThreads && pin_next_ < m->slab_count() &&
-           static_cast<std::uint64_t>(pin_next_) * slab < pin_want_) {
-      if (!gate_.spawn(pin_slab(m, pin_next_), LogEscaped{"RemoteIndex pinning a slab"})) break;  // closing
-      ++pins_running_;
-      ++pin_next_;
-    }
-    co_await pin_progress_->async_wait(kAwait);  // cancelled after every slab
-  }
-  if (m == arena_) pinning_ = false;
-  if (pin_progress_) pin_progress_->cancel();
-}
-
-asio::awaitable<void> RemoteIndex::pin_slab(std::shared_ptr<ArenaMapping> m, std::uint32_t slab) {
-  std::byte* at = m->base() + static_cast<std::uint64_t>(slab) * m->slab_bytes();
-  const std::uint64_t n = m->slab_bytes();
-  const int device = opt_.device;
-  // Faulting in and registering take tens of ms a GiB: on a helper thread,
-  // never here.
-  auto work = [at, n, device]() -> asio::awaitable<PinResult> {
-    PinResult r;
-    if (hip::Status s = hip::select_device(device); !s.ok()) {
-      r.status = s;
-      co_return r;
-    }
-    constexpr int kPopulateWrite = 23;  // MADV_POPULATE_WRITE (Linux 5.14): page tables in one call
-    (void)::madvise(at, n, kPopulateWrite);
-    auto reg = hip::HostRegistration::register_range(at, n);
-    if (reg.ok()) {
-      r.reg.emplace(std::move(reg).value());
-    } else {
-      r.status = reg.status();
-    }
-    co_return r;
-  };
-  PinResult r = co_await asio::co_spawn(pinner_.get_executor(), work(), asio::use_awaitable);
-  if (r.reg) {
-    m->add_pinned(slab, std::move(*r.reg));
-  } else if (pin_error_.empty()) {
-    pin_error_ = r.status.describe();
-    spdlog::error("kvstrand: node tier: cannot pin the arena for device {}: {}", device, pin_error_);
-  }
-  if (m == arena_) --pins_running_;
-  if (pin_progress_) {
-    pin_progress_->cancel();
-    pin_progress_->expires_at(asio::steady_timer::time_point::max());
-  }
-}
-
-// ---- the Tier operations ----------------------------------------------------------
+// ---- the index plane's operations ----------------------------------------------------------
 
 IndexPlane::LookupResult RemoteIndex::take_lease(std::uint32_t registration, const std::vector<kv::ChunkKey>& keys,
                                         LookupReply& r) {
@@ -694,9 +604,9 @@ asio::awaitable<IndexPlane::Places> RemoteIndex::reserve(std::uint32_t registrat
     std::fill(p.objects.begin(), p.objects.end(), nullptr);
     co_return p;
   }
-  if (std::error_code ec = co_await pinned_up_to(arena, end)) {
+  if (std::error_code ec = co_await pinning_.up_to(arena, end)) {
     release_hold(rr.reservation, arena_);
-    p.failure = {ec, "the arena could not be pinned: " + pin_error_};
+    p.failure = {ec, "the arena could not be pinned: " + pinning_.error()};
     p.objects.clear();
     co_return p;
   }
@@ -775,9 +685,9 @@ asio::awaitable<IndexPlane::Held> RemoteIndex::hold(const kv::TransferSpec& s, C
                    lease.checkpoints.end();
   const bool whole = std::none_of(h.objects.begin(), h.objects.end(), [](std::byte* p) { return p == nullptr; });
   if (whole && lease.arena->pinned_bytes() < end) {
-    if (std::error_code ec = co_await pinned_up_to(lease.arena, end)) {
+    if (std::error_code ec = co_await pinning_.up_to(lease.arena, end)) {
       release_hold(h.hold, lease.arena);
-      h.failure = {ec, "the arena could not be pinned" + (pin_error_.empty() ? std::string() : ": " + pin_error_)};
+      h.failure = {ec, "the arena could not be pinned" + (pinning_.error().empty() ? std::string() : ": " + pinning_.error())};
       h.objects.clear();
       co_return h;
     }
@@ -804,8 +714,7 @@ asio::awaitable<void> RemoteIndex::drain() {
   drop_connection("closed");
   // Nothing more is pinned; what runs (the reader, the writer, a slab being
   // pinned on a helper thread) ends before the tier may go.
-  pin_error_ = "the node tier closed";
-  if (pin_progress_) pin_progress_->cancel();
+  pinning_.close("the node tier closed");
   if (!co_await gate_.close(kCloseBound))
     spdlog::warn("kvstrand: node tier: {} coroutine(s) still running {} ms after close", gate_.inside(),
                  kCloseBound.count());

@@ -41,6 +41,7 @@
 
 #include "proto/protocol.hpp"
 #include "reactor/arena_mapping.hpp"
+#include "reactor/arena_pinning.hpp"
 #include "reactor/reactor.hpp"
 #include "common/gate.hpp"
 #include "reactor/index_plane.hpp"
@@ -135,10 +136,6 @@ class RemoteIndex final : public IndexPlane {
   boost::asio::awaitable<void> read_loop(std::uint64_t generation);
   boost::asio::awaitable<void> write_loop(std::uint64_t generation, bool after_this_handler = false);
   void drop_connection(const std::string& why);
-  // Resumes once the arena is pinned up to `end` (or pinning failed).
-  boost::asio::awaitable<std::error_code> pinned_up_to(std::shared_ptr<ArenaMapping> m, std::uint64_t end);
-  boost::asio::awaitable<void> pin_loop(std::shared_ptr<ArenaMapping> m);
-  boost::asio::awaitable<void> pin_slab(std::shared_ptr<ArenaMapping> m, std::uint32_t slab);
 
   // How long drain() waits for the reader, the writer and pinning to end.
   static constexpr std::chrono::milliseconds kCloseBound{1000};
@@ -180,17 +177,9 @@ class RemoteIndex final : public IndexPlane {
   std::uint64_t arena_mapped_ = 0;         // arenas mapped (and pinned): one per server life but where kept
   std::uint64_t arena_kept_ = 0;           // server restarts whose named arena was kept mapped and pinned
 
-  // Pinning progress of arena_: helper threads (pinning scales with cores:
-  // each slab is faulted in and registered on its own) and the signal its
-  // waiters share (cancelled after every slab).
-  static constexpr std::uint32_t kPinThreads = 4;
-  boost::asio::thread_pool pinner_{kPinThreads};
-  std::optional<boost::asio::steady_timer> pin_progress_;
-  std::uint64_t pin_want_ = 0;
-  std::uint32_t pin_next_ = 0;      // the next slab to start pinning
-  std::uint32_t pins_running_ = 0;
-  bool pinning_ = false;
-  std::string pin_error_;
+  // Pinning of the current arena for this process's device; last: its
+  // helper threads are joined before the mappings they pin go.
+  ArenaPinning pinning_;
 };
 
 }  // namespace kvstrand::reactor
