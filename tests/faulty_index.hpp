@@ -18,21 +18,15 @@ namespace kvstrand::test {
 // gets its places (a server that stopped reading: `Fault::hang`) or has its
 // reserve throw (a bug in an index: `Fault::raise`). The test adds the keys
 // before it posts those saves; the ring's hand-off orders the two threads.
-class FaultyIndex final : public reactor::IndexPlane {
+class FaultyIndex final : public reactor::LocalIndex {
  public:
   enum class Fault { hang, raise };
   using Poisoned = std::shared_ptr<std::vector<kv::ChunkKey>>;
   FaultyIndex(reactor::Reactor& r, Fault fault, Poisoned poisoned)
-      : reactor_(r), inner_(64ull << 20), fault_(fault), poisoned_(std::move(poisoned)) {}
+      : LocalIndex(64ull << 20), reactor_(r), fault_(fault), poisoned_(std::move(poisoned)) {}
 
-  boost::asio::awaitable<reactor::Failure> attach(const reactor::Registration& reg) override {
-    co_return co_await inner_.attach(reg);
-  }
-  boost::asio::awaitable<LookupResult> lookup(std::uint32_t reg, std::vector<kv::ChunkKey> keys) override {
-    co_return co_await inner_.lookup(reg, std::move(keys));
-  }
   boost::asio::awaitable<Places> reserve(std::uint32_t reg, const std::vector<kv::ChunkKey>& keys,
-                                  const std::vector<bool>& images, Clock::time_point deadline) override {
+                                         const std::vector<bool>& images, Clock::time_point deadline) override {
     if (!keys.empty() && std::find(poisoned_->begin(), poisoned_->end(), keys.front()) != poisoned_->end()) {
       if (fault_ == Fault::raise) throw std::runtime_error("injected: an index bug");
       boost::asio::steady_timer forever(reactor_.strand(), std::chrono::hours(1));
@@ -42,23 +36,12 @@ class FaultyIndex final : public reactor::IndexPlane {
       cut.failure = {std::make_error_code(std::errc::operation_canceled), "shut down"};
       co_return cut;
     }
-    co_return co_await inner_.reserve(reg, keys, images, deadline);
+    co_return co_await LocalIndex::reserve(reg, keys, images, deadline);
   }
-  boost::asio::awaitable<reactor::Failure> commit(std::uint32_t reg, const std::vector<kv::ChunkKey>& keys,
-                                           const Places& places, bool copied, Clock::time_point deadline) override {
-    co_return co_await inner_.commit(reg, keys, places, copied, deadline);
-  }
-  boost::asio::awaitable<Held> hold(const kv::TransferSpec& spec, Clock::time_point deadline) override {
-    co_return co_await inner_.hold(spec, deadline);
-  }
-  void release(const kv::TransferSpec& spec, const Held& held) override { inner_.release(spec, held); }
-  std::shared_ptr<void> memory() const override { return inner_.memory(); }
-  tier::Index::Stats stats() const override { return inner_.stats(); }
   const char* kind() const noexcept override { return "faulty"; }
 
  private:
   reactor::Reactor& reactor_;
-  reactor::LocalIndex inner_;
   Fault fault_;
   Poisoned poisoned_;
 };

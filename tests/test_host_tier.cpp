@@ -21,33 +21,20 @@ namespace {
 
 // LocalIndex, except that while `late` is set a load's hold and a save's
 // reserve answer only after `delay`.
-class LateIndex final : public reactor::IndexPlane {
+class LateIndex final : public reactor::LocalIndex {
  public:
   LateIndex(reactor::Reactor& r, std::uint64_t bytes, std::atomic<bool>& late, std::chrono::milliseconds delay)
-      : reactor_(r), inner_(bytes), late_(late), delay_(delay) {}
+      : LocalIndex(bytes), reactor_(r), late_(late), delay_(delay) {}
 
-  asio::awaitable<reactor::Failure> attach(const reactor::Registration& reg) override {
-    co_return co_await inner_.attach(reg);
-  }
-  asio::awaitable<LookupResult> lookup(std::uint32_t reg, std::vector<kv::ChunkKey> keys) override {
-    co_return co_await inner_.lookup(reg, std::move(keys));
-  }
   asio::awaitable<Places> reserve(std::uint32_t reg, const std::vector<kv::ChunkKey>& keys,
                                   const std::vector<bool>& images, Clock::time_point deadline) override {
     co_await stall();
-    co_return co_await inner_.reserve(reg, keys, images, deadline);
-  }
-  asio::awaitable<reactor::Failure> commit(std::uint32_t reg, const std::vector<kv::ChunkKey>& keys,
-                                           const Places& places, bool copied, Clock::time_point deadline) override {
-    co_return co_await inner_.commit(reg, keys, places, copied, deadline);
+    co_return co_await LocalIndex::reserve(reg, keys, images, deadline);
   }
   asio::awaitable<Held> hold(const kv::TransferSpec& spec, Clock::time_point deadline) override {
     co_await stall();
-    co_return co_await inner_.hold(spec, deadline);
+    co_return co_await LocalIndex::hold(spec, deadline);
   }
-  void release(const kv::TransferSpec& spec, const Held& held) override { inner_.release(spec, held); }
-  std::shared_ptr<void> memory() const override { return inner_.memory(); }
-  tier::Index::Stats stats() const override { return inner_.stats(); }
   const char* kind() const noexcept override { return "late"; }
 
  private:
@@ -58,7 +45,6 @@ class LateIndex final : public reactor::IndexPlane {
     co_await t.async_wait(asio::redirect_error(asio::use_awaitable, ec));
   }
   reactor::Reactor& reactor_;
-  reactor::LocalIndex inner_;
   std::atomic<bool>& late_;
   std::chrono::milliseconds delay_;
 };

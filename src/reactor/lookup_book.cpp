@@ -16,8 +16,8 @@ std::uint64_t LookupBook::start() {
   return next_++;
 }
 
-void LookupBook::asked(std::uint64_t id, std::uint32_t registration, std::vector<kv::ChunkKey> keys) {
-  if (leases_) asked_[id] = Asked{registration, std::move(keys)};
+void LookupBook::asked(std::uint64_t id, std::uint32_t registration, const std::vector<kv::ChunkKey>& keys) {
+  if (leases_) asked_[id] = Asked{registration, keys};
 }
 
 std::vector<kv::ChunkKey> LookupBook::take(std::uint64_t lease) {

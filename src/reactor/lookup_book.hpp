@@ -24,8 +24,10 @@ class LookupBook {
 
   // A new lookup's id; throws TransferRefused (too_many_live) at the bound.
   std::uint64_t start();
-  // What lookup `id` asked (kept until its answer is drained).
-  void asked(std::uint64_t id, std::uint32_t registration, std::vector<kv::ChunkKey> keys);
+  // What lookup `id` asked (kept until its answer is drained; copied only
+  // where leases can leave the process, so the embedded tier's step pays
+  // nothing for it).
+  void asked(std::uint64_t id, std::uint32_t registration, const std::vector<kv::ChunkKey>& keys);
   // A lease named by a load, released or exported: no longer held here.
   void drop(std::uint64_t lease) { held_.erase(lease); }
   // Exports a held lease: its keys, and the lease is no longer held here.
