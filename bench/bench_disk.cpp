@@ -34,7 +34,7 @@
 #include <filesystem>
 #include <random>
 
-#include "tier/fd_passing.hpp"
+#include "common/fd_passing.hpp"
 #include "bench_server.hpp"
 #include "wire.hpp"
 
@@ -124,7 +124,7 @@ struct Client {
     if (::send(w.fd, frame.data(), frame.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(frame.size())) die("hello");
     std::array<std::byte, proto::kHeaderBytes> head{};
     int fd = -1;
-    if (tier::recv_with_fd(w.fd, head.data(), 1, &fd, 0) != 1 || fd < 0) die("no arena with the hello reply");
+    if (common::recv_with_fd(w.fd, head.data(), 1, &fd, 0) != 1 || fd < 0) die("no arena with the hello reply");
     if (::recv(w.fd, head.data() + 1, head.size() - 1, MSG_WAITALL) != static_cast<ssize_t>(head.size() - 1))
       die("hello reply");
     proto::Header h;

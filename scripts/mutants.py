@@ -843,6 +843,24 @@ MUTANTS = [
      "  if (const std::uint8_t v = r.u8(); v != kVersion) {",
      "  if (const std::uint8_t v = r.u8(); v != kVersion && false) {",
      [("test_lease_handoff", "*other-version*")], "a hand-off of another version is read as this one's"),
+    # One framed connection on both ends of the protocol.
+    ("flush-ends-at-once", "src/common/framed_connection.cpp",
+     "  if (!writing_ && outbox_.empty()) end(flush_why_);", "  end(flush_why_);",
+     [("test_framed_connection", "*closed after its last frame*")],
+     "a connection closed after its last frame drops the replies still queued (a refused version's reason, an end "
+     "session's reply)"),
+    ("drain-never-woken", "src/common/framed_connection.cpp",
+     "    self->drained_.cancel();\n", "",
+     [("test_framed_connection", "*drained_to*")],
+     "a session paused for a full reply queue is never read from again"),
+    ("fd-not-sent", "src/common/framed_connection.cpp",
+     "  while (f.fd >= 0 && sent == 0 && !f.bytes.empty()) {", "  while (false && sent == 0 && !f.bytes.empty()) {",
+     [("test_framed_connection", "*descriptor*"), ("test_node_tier", "node tier: save, lookup, load*")],
+     "the hello reply comes without the arena"),
+    ("write-failure-untold", "src/common/framed_connection.cpp",
+     "      self->end(\"write failed: \" + ec.message());", "      self->close();",
+     [("test_framed_connection", "*peer gone*")],
+     "a failed write ends the connection without telling its owner (a session never ended, requests left waiting)"),
 ]
 
 TIMEOUT_S = 120

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "proto/protocol.hpp"
-#include "tier/fd_passing.hpp"
+#include "common/fd_passing.hpp"
 #include "process.hpp"
 
 namespace kvstrand::test {
@@ -170,7 +170,7 @@ class Client {
     if (::poll(&p, 1, 10000) <= 0) return std::nullopt;
     std::array<std::byte, proto::kHeaderBytes> head{};
     // One byte first: the descriptor comes with it.
-    if (tier::recv_with_fd(fd_, head.data(), 1, arena_fd, 0) != 1) return std::nullopt;
+    if (common::recv_with_fd(fd_, head.data(), 1, arena_fd, 0) != 1) return std::nullopt;
     if (!read_exact(head.data() + 1, head.size() - 1)) return std::nullopt;
     proto::Header h;
     if (proto::decode_header(head, proto::kDefaultMaxBody, &h) != proto::HeaderError::none)

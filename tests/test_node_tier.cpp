@@ -7,7 +7,7 @@
 #include "arena_file.hpp"
 #include "connector_rig.hpp"
 #include "tier/arena.hpp"
-#include "tier/fd_passing.hpp"
+#include "common/fd_passing.hpp"
 #include "proto/lease_handoff.hpp"
 #include "node_tier_support.hpp"
 #include "protocol_session.hpp"

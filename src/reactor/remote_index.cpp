@@ -11,16 +11,11 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/read.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <boost/asio/write.hpp>
-#include <cstring>
 
 #include "hip/device.hpp"
 #include <kvstrand/chunk_keys.hpp>
-#include "proto/read_frame.hpp"
 #include "reactor/transfer_error.hpp"
-#include "tier/fd_passing.hpp"
 
 namespace kvstrand::reactor {
 
@@ -74,10 +69,7 @@ IndexPlane::ServerLink RemoteIndex::server_link() const {
 }
 
 RemoteIndex::~RemoteIndex() {
-  if (sock_) {
-    boost::system::error_code ignored;
-    sock_->close(ignored);
-  }
+  if (conn_) conn_->close();
 }
 
 asio::awaitable<Failure> RemoteIndex::attach(const Registration& reg) {
@@ -187,57 +179,28 @@ asio::awaitable<Failure> RemoteIndex::usable(std::uint32_t registration) {
   co_return refused_.at(registration);
 }
 
-// Hello, read by hand (before the reader starts) so that the arena's file
-// descriptor that comes with the reply's first byte is received.
+// Hello, before the reader starts: the arena's file descriptor comes with
+// the reply's first byte.
 asio::awaitable<Failure> RemoteIndex::hello(Clock::time_point until) {
-  // A timer bounds the exchange by closing the socket.
+  const std::shared_ptr<common::FramedConnection> conn = conn_;
+  // A timer bounds the exchange by closing the connection.
   asio::steady_timer guard(reactor_.strand(), until);
-  guard.async_wait([this, gen = generation_](const boost::system::error_code& e) {
-    if (!e && gen == generation_ && sock_) {
-      boost::system::error_code ignored;
-      sock_->close(ignored);
-    }
+  guard.async_wait([weak = std::weak_ptr<common::FramedConnection>(conn)](const boost::system::error_code& e) {
+    if (auto c = weak.lock(); c && !e) c->close();
   });
-  Request req = Hello{kMajor, kMinor, "kvstrand RemoteIndex"};
-  std::vector<std::byte> frame = encode_request(req, next_id_++);
-  auto [wec, wn] = co_await asio::async_write(*sock_, asio::buffer(frame), kAwait);
-  if (wec) co_return unreachable("the hello could not be sent: " + wec.message());
-  std::array<std::byte, kHeaderBytes> head{};
-  std::size_t got = 0;
+  conn->send(encode_request(Hello{kMajor, kMinor, "kvstrand RemoteIndex"}, next_id_++));
   int fd = -1;
-  while (got < head.size()) {
-    auto [ec] = co_await sock_->async_wait(local::socket::wait_read, kAwait);
-    if (ec) co_return unreachable("no hello reply: " + ec.message());
-    int came = -1;
-    const ssize_t n = tier::recv_with_fd(sock_->native_handle(), head.data() + got, head.size() - got, &came,
-                                         MSG_DONTWAIT);
-    if (n == 0) co_return unreachable("the server closed the connection before its hello reply");
-    if (n < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) continue;
-      co_return unreachable(std::string("reading the hello reply: ") + std::strerror(errno));
-    }
-    if (came >= 0 && fd < 0) {
-      fd = came;
-    } else if (came >= 0) {
-      ::close(came);  // only the first descriptor is the arena
-    }
-    got += static_cast<std::size_t>(n);
-  }
+  common::ReadFrame f = co_await conn->read(kDefaultMaxBody, &fd);
   struct FdCloser {
     int* fd;
     ~FdCloser() {
       if (*fd >= 0) ::close(*fd);
     }
   } closer{&fd};
-  Header h;
-  if (decode_header(head, kDefaultMaxBody, &h) != HeaderError::none) {
-    co_return unreachable("it does not speak kvstrand protocol " + std::to_string(kMajor));
-  }
-  std::vector<std::byte> body(h.body_bytes);
-  auto [rec, rn] = co_await asio::async_read(*sock_, asio::buffer(body), kAwait);
-  if (rec) co_return unreachable("reading the hello reply: " + rec.message());
   guard.cancel();
-  auto reply = decode_reply(h.type, body);
+  if (f.io) co_return unreachable("no hello reply: " + f.io.message());
+  if (f.header != HeaderError::none) co_return unreachable("it does not speak kvstrand protocol " + std::to_string(kMajor));
+  auto reply = decode_reply(f.h.type, f.body);
   if (!reply || reply->status != Status::ok || !std::holds_alternative<HelloReply>(reply->payload)) {
     co_return unreachable("it refused the hello: " + (reply ? reply->message : reply.why()));
   }
@@ -288,13 +251,19 @@ asio::awaitable<Failure> RemoteIndex::hello(Clock::time_point until) {
 
 asio::awaitable<Failure> RemoteIndex::handshake() {
   if (regs_.empty()) co_return Failure{TransferErrc::not_registered, "no layout registered"};
-  ++generation_;
-  sock_.emplace(reactor_.strand());
-  auto [cec] = co_await sock_->async_connect(local::endpoint(opt_.socket), kAwait);
+  const std::uint64_t generation = ++generation_;
+  local::socket sock(reactor_.strand());
+  auto [cec] = co_await sock.async_connect(local::endpoint(opt_.socket), kAwait);
   if (cec) co_return unreachable("connect: " + cec.message());
+  // A write that failed, or a writer that threw, ends the connection: it is
+  // dropped, and every request on it fails with why.
+  conn_ = std::make_shared<common::FramedConnection>(std::move(sock), reactor_.strand(), gate_,
+                                                     [this, generation](const std::string& why) {
+                                                       if (generation == generation_) drop_connection(why);
+                                                     });
   const auto until = Clock::now() + opt_.request_timeout;
   if (Failure r = co_await hello(until); r) co_return r;
-  if (!gate_.spawn(read_loop(generation_), ends_connection("RemoteIndex reader")))
+  if (!gate_.spawn(read_loop(conn_), ends_connection("RemoteIndex reader")))
     co_return Failure{TransferErrc::tier_unavailable, "the node tier is closing"};
   server_regs_.clear();
   for (std::size_t i = 0; i < regs_.size(); ++i)
@@ -344,8 +313,8 @@ asio::awaitable<Failure> RemoteIndex::register_one(std::size_t i, Clock::time_po
   co_return Failure{};
 }
 
-// A reader or writer ended by an exception: its connection can no longer
-// be trusted, so it is dropped, and every request on it fails with why.
+// The reader ended by an exception: its connection can no longer be
+// trusted, so it is dropped, and every request on it fails with why.
 std::function<void(std::exception_ptr)> RemoteIndex::ends_connection(const char* what) {
   return [this, what, generation = generation_](std::exception_ptr e) {
     if (!e) return;
@@ -355,19 +324,11 @@ std::function<void(std::exception_ptr)> RemoteIndex::ends_connection(const char*
 }
 
 void RemoteIndex::drop_connection(const std::string& why) {
-  // A new generation: the dropped connection's reader and writer end at
-  // their next step without touching what is cleared here (a writer whose
-  // write had completed would otherwise pop the emptied outbox).
-  ++generation_;
-  writing_ = false;
-  if (sock_) {
-    boost::system::error_code ignored;
-    sock_->close(ignored);
-  }
+  // Its reader ends at its next step, seeing it is no longer conn_.
+  if (conn_) std::exchange(conn_, nullptr)->close();
   const bool lost = connected_;
   if (lost) spdlog::warn("kvstrand: node tier: connection to {} lost: {}", opt_.socket, why);
   connected_ = false;
-  outbox_.clear();
   abandoned_.clear();
   auto waiting = std::exchange(pending_, {});
   for (auto& [id, p] : waiting) {
@@ -381,15 +342,12 @@ void RemoteIndex::drop_connection(const std::string& why) {
 }
 
 asio::awaitable<std::pair<std::error_code, Reply>> RemoteIndex::call(Request req, Clock::time_point until) {
-  if (!sock_ || !sock_->is_open()) co_return std::pair{std::error_code(TransferErrc::tier_unavailable), Reply{}};
+  if (!conn_ || conn_->closed()) co_return std::pair{std::error_code(TransferErrc::tier_unavailable), Reply{}};
   const std::uint64_t id = next_id_++;
   auto p = std::make_shared<Pending>(reactor_.strand(), type_of(req));
   p->signal.expires_at(until);
   pending_[id] = p;
-  outbox_.push_back(encode_request(req, id));
-  if (!writing_) {
-    writing_ = gate_.spawn(write_loop(generation_), ends_connection("RemoteIndex writer"));
-  }
+  conn_->send(encode_request(req, id));
   co_await p->signal.async_wait(kAwait);  // cancelled by the reply, or expired
   pending_.erase(id);
   if (p->reply) co_return std::pair{std::error_code{}, std::move(*p->reply)};
@@ -400,11 +358,12 @@ asio::awaitable<std::pair<std::error_code, Reply>> RemoteIndex::call(Request req
 }
 
 void RemoteIndex::send_only(Request req) {
-  if (!connected_ || !sock_ || !sock_->is_open()) return;
-  outbox_.push_back(encode_request(req, next_id_++));
-  if (!writing_) {
-    writing_ = gate_.spawn(write_loop(generation_, true), ends_connection("RemoteIndex writer"));
-  }
+  if (!connected_ || !conn_ || conn_->closed()) return;
+  // Once the handler that sent it has returned: the write would otherwise
+  // start at once (a speculative send: the syscall, and waking the server),
+  // before what that handler does next, such as delivering the load whose
+  // hold it releases.
+  conn_->send(encode_request(req, next_id_++), -1, true);
 }
 
 void RemoteIndex::release_hold(std::uint64_t hold, const std::shared_ptr<ArenaMapping>& of) {
@@ -421,29 +380,10 @@ bool RemoteIndex::current(const std::shared_ptr<void>& arena) const {
   return arena && arena_ && !arena.owner_before(arena_) && !arena_.owner_before(arena);
 }
 
-asio::awaitable<void> RemoteIndex::write_loop(std::uint64_t generation, bool after_this_handler) {
-  // A message no one awaits a reply to (a release) goes out once the
-  // handler that sent it has returned: the write starts at once otherwise
-  // (a speculative send: the syscall, and waking the server), before what
-  // that handler does next, such as delivering the load whose hold it
-  // releases.
-  if (after_this_handler) co_await asio::post(reactor_.strand(), asio::use_awaitable);
-  while (!outbox_.empty() && generation == generation_ && sock_) {
-    auto [ec, n] = co_await asio::async_write(*sock_, asio::buffer(outbox_.front()), kAwait);
-    if (generation != generation_) co_return;  // dropped meanwhile: the outbox and `writing_` are the next one's
-    if (ec) {
-      drop_connection("write: " + ec.message());
-      co_return;
-    }
-    outbox_.pop_front();
-  }
-  if (generation == generation_) writing_ = false;
-}
-
-asio::awaitable<void> RemoteIndex::read_loop(std::uint64_t generation) {
+asio::awaitable<void> RemoteIndex::read_loop(std::shared_ptr<common::FramedConnection> conn) {
   for (;;) {
-    ReadFrame f = co_await read_frame(*sock_, kDefaultMaxBody);
-    if (generation != generation_) co_return;
+    common::ReadFrame f = co_await conn->read(kDefaultMaxBody);
+    if (conn != conn_) co_return;  // dropped meanwhile
     if (f.io) {
       drop_connection("read: " + f.io.message());
       co_return;

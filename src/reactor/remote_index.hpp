@@ -32,7 +32,6 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <chrono>
-#include <deque>
 #include <map>
 #include <functional>
 #include <memory>
@@ -43,6 +42,7 @@
 #include "reactor/arena_mapping.hpp"
 #include "reactor/arena_pinning.hpp"
 #include "reactor/reactor.hpp"
+#include "common/framed_connection.hpp"
 #include "common/gate.hpp"
 #include "reactor/index_plane.hpp"
 
@@ -133,8 +133,7 @@ class RemoteIndex final : public IndexPlane {
   bool current(const std::shared_ptr<void>& arena) const;
   // A transfer's request bounded by its deadline; a refusal says why.
   boost::asio::awaitable<Failure> exchange(proto::Request req, Clock::time_point deadline, proto::Reply* out);
-  boost::asio::awaitable<void> read_loop(std::uint64_t generation);
-  boost::asio::awaitable<void> write_loop(std::uint64_t generation, bool after_this_handler = false);
+  boost::asio::awaitable<void> read_loop(std::shared_ptr<common::FramedConnection> conn);
   void drop_connection(const std::string& why);
 
   // How long drain() waits for the reader, the writer and pinning to end.
@@ -154,8 +153,8 @@ class RemoteIndex final : public IndexPlane {
   std::uint64_t turned_away_ = 0;
   std::uint64_t connect_attempts_ = 0;
   std::uint64_t refusals_ = 0;
-  std::optional<boost::asio::local::stream_protocol::socket> sock_;
-  std::uint64_t generation_ = 0;  // bumps on every new connection
+  std::shared_ptr<common::FramedConnection> conn_;  // the current connection (null: none)
+  std::uint64_t generation_ = 0;                    // bumps on every new connection
   bool connected_ = false;
   bool connecting_ = false;
   bool closed_ = false;              // drain() began: no attempt starts any more
@@ -166,8 +165,6 @@ class RemoteIndex final : public IndexPlane {
   std::uint64_t reconnects_ = 0;
   std::map<std::uint64_t, std::shared_ptr<Pending>> pending_;
   std::map<std::uint64_t, proto::Type> abandoned_;  // timed out: release what their replies grant
-  std::deque<std::vector<std::byte>> outbox_;
-  bool writing_ = false;
   std::map<std::uint64_t, Lease> leases_;  // by lease id, until a load or a release names it
   // Holds to release once connected again (to the server that granted them).
   std::vector<std::pair<std::uint64_t, std::shared_ptr<ArenaMapping>>> unsent_releases_;

@@ -50,7 +50,7 @@ common::HttpRoutes debug_routes(ServerState state) {
                                {"registrations", s->client.regs.size()},
                                {"requests", s->requests},
                                {"age_ms", std::chrono::duration<double, std::milli>(now - s->started).count()},
-                               {"replies_queued_bytes", s->queued_bytes},
+                               {"replies_queued_bytes", s->conn->queued_bytes()},
                                {"process_leases", held.leases},
                                {"process_reservations", held.reservations}});
     }

@@ -14,7 +14,7 @@
 
 #include "common/parse_bytes.hpp"
 #include "proto/protocol.hpp"
-#include "tier/fd_passing.hpp"
+#include "common/fd_passing.hpp"
 
 namespace kvstrand::server {
 
@@ -56,7 +56,7 @@ std::string hello_once(const std::string& path, proto::HelloReply* out) {
   if (::poll(&p, 1, kReplyWaitMs) <= 0) return "no hello reply within 5 s";
   std::array<std::byte, proto::kHeaderBytes> head{};
   Fd arena;  // the server's arena comes with the reply's first byte: closed unused
-  if (tier::recv_with_fd(s.fd, head.data(), 1, &arena.fd, 0) != 1 || !read_exact(s.fd, head.data() + 1, head.size() - 1))
+  if (common::recv_with_fd(s.fd, head.data(), 1, &arena.fd, 0) != 1 || !read_exact(s.fd, head.data() + 1, head.size() - 1))
     return "the connection closed before a hello reply";
   proto::Header h;
   if (proto::decode_header(head, proto::kDefaultMaxBody, &h) != proto::HeaderError::none)

@@ -19,7 +19,6 @@
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/read.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -39,14 +38,12 @@
 
 #include "common/parse_bytes.hpp"
 #include "proto/protocol.hpp"
-#include "proto/read_frame.hpp"
 #include "common/accept_backoff.hpp"
 #include "common/debug_http.hpp"
 #include "common/gate.hpp"
 #include "common/metrics.hpp"
 #include "server/arena_recovery.hpp"
 #include "tier/arena.hpp"
-#include "tier/fd_passing.hpp"
 #include "tier/object_table.hpp"
 #include "tier/index.hpp"
 #include "tier/size_classes.hpp"
@@ -212,7 +209,7 @@ struct TierServer::Impl {
     tier::Index* idx = service->index_of(s->client, r.registration);
     if (idx == nullptr) co_return;
     const auto until = Clock::now() + kGrowWait;
-    while (growing() && !s->closed && classes->room(*idx) < idx->absent(r.keys) && Clock::now() < until) {
+    while (growing() && !s->ended && classes->room(*idx) < idx->absent(r.keys) && Clock::now() < until) {
       asio::steady_timer t(strand, until);
       slab_waiters.push_back(&t);
       co_await t.async_wait(kAwait);  // cancelled by the next slab, or expired
@@ -285,7 +282,11 @@ struct TierServer::Impl {
       }
       auto process = watch_process(cred.pid);
       if (!process) continue;  // gone already: nothing it asks for could be kept for it
-      auto s = std::make_shared<Session>(next_session++, std::move(sock), strand);
+      auto s = std::make_shared<Session>(next_session++);
+      std::weak_ptr<Session> weak = s;
+      s->conn = std::make_shared<common::FramedConnection>(std::move(sock), strand, gate, [this, weak](const std::string& why) {
+        if (auto ended = weak.lock()) end_session(ended, why);
+      });
       s->process = process;
       s->client.session = s->id;
       s->client.owner = process->owner;
@@ -332,13 +333,12 @@ struct TierServer::Impl {
 
   asio::awaitable<void> serve(std::shared_ptr<Session> s) {
     std::string end = "client closed the connection";
-    while (!s->closed) {
+    bool flush = false;  // the connection ends after its last reply, not now
+    while (!s->ended) {
       // A client that does not read its replies is not read from either.
-      while (s->queued_bytes > opt.max_reply_queue && !s->closed) {
-        s->drained.expires_after(std::chrono::seconds(3600));
-        co_await s->drained.async_wait(kAwait);
-      }
-      ReadFrame f = co_await read_frame(s->sock, opt.max_frame);
+      co_await s->conn->drained_to(opt.max_reply_queue);
+      if (s->ended) break;
+      common::ReadFrame f = co_await s->conn->read(opt.max_frame);
       if (f.io) break;
       const Header& h = f.h;
       const HeaderError he = f.header;
@@ -355,7 +355,7 @@ struct TierServer::Impl {
                                                                std::to_string(kMajor) +
                                                                ": upgrade the client library to match the server"),
                              h.major));
-        s->close_after_flush = true;
+        flush = true;
         break;
       }
       const std::vector<std::byte>& body = f.body;
@@ -380,76 +380,34 @@ struct TierServer::Impl {
           std::vector<kv::ChunkKey> rest(keys.begin() + static_cast<std::ptrdiff_t>(have), keys.end());
           have += co_await disk->promote(*promote_into, std::move(rest));
         }
-        if (have < keys.size() && l2 && !s->closed) {
+        if (have < keys.size() && l2 && !s->ended) {
           std::vector<kv::ChunkKey> rest(keys.begin() + static_cast<std::ptrdiff_t>(have), keys.end());
           co_await l2->promote(*promote_into, std::move(rest));
         }
       }
       if (auto* rv = std::get_if<Reserve>(&*req); rv && growing()) co_await room_for(s, *rv);
-      if (s->closed) break;  // ended while L2 answered, or while the arena grew
+      if (s->ended) break;  // ended while L2 answered, or while the arena grew
       Reply rep = service->handle(s->client, *req);
       count(type_of(*req), rep.status);
       const bool hello_ok = std::holds_alternative<Hello>(*req) && rep.status == Status::ok;
       send(s, encode_reply(type_of(*req), h.request_id, rep), hello_ok);
       if (std::holds_alternative<EndSession>(*req) && rep.status == Status::ok) {
-        s->close_after_flush = true;
+        flush = true;
         break;
       }
     }
-    if (!s->close_after_flush) end_session(s, end);
+    if (flush) {
+      s->conn->close_after_flush("closed after its last reply");
+    } else {
+      end_session(s, end);
+    }
   }
 
   void count(Type t, Status st) { ++requests[common::labels({{"type", to_string(t)}, {"status", to_string(st)}})]; }
 
-  void send(const std::shared_ptr<Session>& s, std::vector<std::byte> frame, bool with_fd = false) {
-    if (s->closed) return;
-    s->queued_bytes += frame.size();
-    s->outbox.push_back(Frame{std::move(frame), with_fd});
-    if (!s->writing) {
-      s->writing = gate.spawn(writer(s), ends_session(s, "a kvstrand-server writer"));
-    }
-  }
-
-  // Sends the first bytes of `f` with the arena's fd attached; returns how
-  // many went, or an error.
-  asio::awaitable<std::pair<boost::system::error_code, std::size_t>> send_with_fd(std::shared_ptr<Session> s,
-                                                                                  const Frame& f) {
-    for (;;) {
-      auto [ec] = co_await s->sock.async_wait(local::socket::wait_write, kAwait);
-      if (ec) co_return std::pair{ec, std::size_t{0}};
-      const ssize_t n =
-          tier::send_with_fd(s->sock.native_handle(), f.bytes.data(), f.bytes.size(), arena->fd(), MSG_DONTWAIT);
-      if (n >= 0) co_return std::pair{boost::system::error_code{}, static_cast<std::size_t>(n)};
-      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-        co_return std::pair{boost::system::error_code(errno, boost::system::system_category()), std::size_t{0}};
-    }
-  }
-
-  asio::awaitable<void> writer(std::shared_ptr<Session> s) {
-    while (!s->outbox.empty() && !s->closed) {
-      const Frame& f = s->outbox.front();
-      std::size_t sent = 0;
-      boost::system::error_code ec;
-      if (f.with_arena_fd) {
-        std::pair<boost::system::error_code, std::size_t> r = co_await send_with_fd(s, f);
-        ec = r.first;
-        sent = r.second;
-      }
-      if (!ec && sent < f.bytes.size()) {
-        auto [e, n] = co_await asio::async_write(s->sock, asio::buffer(f.bytes.data() + sent, f.bytes.size() - sent),
-                                                 kAwait);
-        ec = e;
-      }
-      if (ec) {
-        end_session(s, "write failed: " + ec.message());
-        break;
-      }
-      s->queued_bytes -= s->outbox.front().bytes.size();
-      s->outbox.pop_front();
-      s->drained.cancel();
-    }
-    s->writing = false;
-    if (s->close_after_flush && s->outbox.empty()) end_session(s, "closed after its last reply");
+  // The hello's reply carries the arena's fd.
+  void send(const std::shared_ptr<Session>& s, std::vector<std::byte> frame, bool with_arena_fd = false) {
+    s->conn->send(std::move(frame), with_arena_fd ? arena->fd() : -1);
   }
 
   // A session's reader or writer ended by an exception: the connection
@@ -465,13 +423,9 @@ struct TierServer::Impl {
   // The connection ends; what its process holds stays with the process
   // (a copy may still run there) until released or the process exits.
   void end_session(const std::shared_ptr<Session>& s, const std::string& why) {
-    if (s->closed) return;
-    s->closed = true;
-    boost::system::error_code ignored;
-    s->sock.close(ignored);
-    s->drained.cancel();
-    s->outbox.clear();
-    s->queued_bytes = 0;
+    if (s->ended) return;
+    s->ended = true;
+    s->conn->close();
     if (s->process) --s->process->sessions;
     sessions.erase(s->id);
     spdlog::debug("kvstrand-server: session {} ended: {}", s->id, why);
