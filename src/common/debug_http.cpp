@@ -3,6 +3,7 @@
 
 #include "common/accept_backoff.hpp"
 #include "common/await_codes.hpp"
+#include "common/gate.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -10,7 +11,6 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <boost/asio/use_future.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http.hpp>
@@ -57,7 +57,7 @@ std::optional<HttpOptions> parse_http_address(const std::string& text) {
 
 struct DebugHttp::State : std::enable_shared_from_this<DebugHttp::State> {
   State(Strand& s, HttpOptions o, HttpRoutes rt)
-      : strand(s), opt(std::move(o)), routes(std::move(rt)), acceptor(s), backoff(s) {}
+      : strand(s), opt(std::move(o)), routes(std::move(rt)), acceptor(s), backoff(s), gate(s) {}
 
   HttpResponse route(const http::request<http::empty_body>& req) {
     if (req.method() != http::verb::get && req.method() != http::verb::head)
@@ -91,7 +91,8 @@ struct DebugHttp::State : std::enable_shared_from_this<DebugHttp::State> {
         continue;
       }
       connections.emplace_front(std::move(sock));
-      asio::co_spawn(strand, serve(shared_from_this(), connections.begin()), LogEscaped{"a debug HTTP connection"});
+      if (!gate.spawn(serve(shared_from_this(), connections.begin()), LogEscaped{"a debug HTTP connection"}))
+        connections.pop_front();
     }
   }
 
@@ -149,14 +150,8 @@ struct DebugHttp::State : std::enable_shared_from_this<DebugHttp::State> {
   std::list<beast::tcp_stream> connections;
   std::uint64_t refused = 0;
   bool stopped = false;
+  Gate gate;  // the acceptor and every connection run inside it
 };
-
-namespace {
-template <class MakeAwaitable>
-auto call_on(Strand& strand, MakeAwaitable make) {
-  return asio::co_spawn(strand, make(), asio::use_future).get();
-}
-}  // namespace
 
 DebugHttp::DebugHttp(Strand& strand, HttpOptions options, HttpRoutes routes) : strand_(strand) {
   if (auto err = validate(options)) throw std::invalid_argument(err->describe());
@@ -170,7 +165,7 @@ DebugHttp::DebugHttp(Strand& strand, HttpOptions options, HttpRoutes routes) : s
     if (!ec) st->acceptor.listen(asio::socket_base::max_listen_connections, ec);
     if (ec) co_return "invalid option 'http': cannot listen on " + st->opt.address + ":" +
         std::to_string(st->opt.port) + ": " + ec.message();
-    asio::co_spawn(st->strand, st->accept_loop(), LogEscaped{"the debug HTTP acceptor"});
+    st->gate.spawn(st->accept_loop(), LogEscaped{"the debug HTTP acceptor"});
     co_return std::string{};
   });
   if (!err.empty()) throw std::invalid_argument(err);
@@ -183,9 +178,12 @@ DebugHttp::~DebugHttp() { stop(); }
 void DebugHttp::stop() {
   if (!state_ || stopped_) return;  // the caller's own flag: State's is the strand's
   stopped_ = true;
+  // Returns once the acceptor and every connection have ended (their
+  // sockets closed, each sees it at once), or at the bound.
   call_on(strand_, [st = state_]() -> asio::awaitable<void> {
     st->stop();
-    co_return;
+    if (!co_await st->gate.close(std::chrono::seconds(1)))
+      spdlog::warn("kvstrand: debug endpoint: {} connection(s) still running 1 s after stop", st->gate.inside());
   });
 }
 

@@ -1,5 +1,7 @@
 #include "l2/redis_cluster.hpp"
 
+#include "common/gate.hpp"
+
 #include <arpa/inet.h>
 #include <spdlog/spdlog.h>
 
@@ -313,7 +315,7 @@ struct RedisCluster::Impl : std::enable_shared_from_this<RedisCluster::Impl> {
       self->refreshing = false;
       if (e) spdlog::error("kvstrand l2: the slot map refresh threw");
     };
-    asio::co_spawn(strand, learn(std::move(all)), std::move(done));
+    if (!gate.spawn(learn(std::move(all)), std::move(done))) refreshing = false;  // closing
   }
 
   common::Strand strand;
@@ -328,6 +330,7 @@ struct RedisCluster::Impl : std::enable_shared_from_this<RedisCluster::Impl> {
   std::string last_error;  // why the last start found no slot map
   std::size_t next_ask = 0;
   RedisClusterStats stats;
+  common::Gate gate{strand};  // the slot map's refreshes run inside it
 };
 
 RedisCluster::RedisCluster(common::Strand strand, RedisOptions options)
@@ -343,6 +346,12 @@ asio::awaitable<std::error_code> RedisCluster::start() {
   std::vector<int> seeds;
   for (const RedisAddress& a : impl_->opt.seeds) seeds.push_back(impl_->node_index(a));
   co_return co_await impl_->learn(std::move(seeds));
+}
+
+asio::awaitable<void> RedisCluster::close(std::chrono::milliseconds bound) {
+  auto impl = impl_;
+  if (!co_await impl->gate.close(bound))
+    spdlog::warn("kvstrand l2: a slot map refresh still running {} ms after close", bound.count());
 }
 
 std::string RedisCluster::last_error() const { return impl_->last_error; }

@@ -65,6 +65,11 @@ class RedisCluster {
   RedisCluster(const RedisCluster&) = delete;
   RedisCluster& operator=(const RedisCluster&) = delete;
 
+  // Refreshes of the slot map (started by MOVED) stop; one in flight is
+  // waited for, at most `bound`. Commands are still answered until it is
+  // destroyed.
+  boost::asio::awaitable<void> close(std::chrono::milliseconds bound);
+
   // Learns the slot map from the first seed that answers within the
   // timeout; a seed with cluster support disabled is served alone. An error
   // when no seed answered.

@@ -9,7 +9,6 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/use_future.hpp>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -45,7 +44,7 @@ class Reactor {
   // Runs `make()`'s coroutine on the strand and blocks until it finishes.
   template <class MakeAwaitable>
   auto call(MakeAwaitable make) {
-    return asio::co_spawn(strand_, make(), asio::use_future).get();
+    return common::call_on(strand_, std::move(make));
   }
 
   // Shuts the poller down, destroys the event pool on the strand, stops the

@@ -416,6 +416,7 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
     if (j.error == 0 && res != static_cast<int>(want)) j.error = res < 0 ? res : 1;
     if (--j.pending != 0) return;
     --in_flight;
+    settled.cancel();  // drain() and close() look again
     // The header block goes back, and the next transfer out, before this
     // one is checked (a checksum over its object is the longest thing the
     // strand does): the disk is kept busy meanwhile.
@@ -538,14 +539,20 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
     slab_registered[slab] = ring->set_buffer(slab + 1, arena + std::uint64_t{slab} * arena_slab_bytes, arena_slab_bytes);
   }
 
+  // Until `done()` or `bound` has passed: woken by each transfer's end, not
+  // polled.
+  template <class Done>
+  asio::awaitable<void> settle(std::chrono::milliseconds bound, Done done) {
+    const auto end = std::chrono::steady_clock::now() + bound;
+    while (!done() && std::chrono::steady_clock::now() < end) {
+      settled.expires_at(end);
+      co_await settled.async_wait(kAwait);  // cancelled by op_done
+    }
+  }
+
   asio::awaitable<std::size_t> drain(std::chrono::milliseconds bound) {
     auto keep = shared_from_this();
-    const auto end = std::chrono::steady_clock::now() + bound;
-    asio::steady_timer t(strand);
-    while ((!queue.empty() || in_flight != 0) && std::chrono::steady_clock::now() < end) {
-      t.expires_after(std::chrono::milliseconds(5));
-      co_await t.async_wait(kAwait);
-    }
+    co_await settle(bound, [this] { return queue.empty() && in_flight == 0; });
     co_return queue.size() + in_flight;
   }
 
@@ -557,12 +564,7 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
       queued_bytes -= q.index->object_bytes();
     }
     for (Job& j : std::exchange(reads, {})) cancel_read(j);
-    const auto end = std::chrono::steady_clock::now() + bound;
-    asio::steady_timer t(strand);
-    while (in_flight != 0 && std::chrono::steady_clock::now() < end) {
-      t.expires_after(std::chrono::milliseconds(5));
-      co_await t.async_wait(kAwait);
-    }
+    co_await settle(bound, [this] { return in_flight == 0; });
     if (in_flight != 0)
       spdlog::warn("kvstrand-server: stopping with {} disk transfer(s) still running", in_flight);
     ring->close();
@@ -601,6 +603,7 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
   std::uint64_t queued_bytes = 0;  // of the objects queued or being written (pinned in the arena)
   std::deque<Job> reads;  // promotions' reads not started yet
   std::size_t in_flight = 0;
+  asio::steady_timer settled{strand};  // cancelled as each transfer ends
   bool closing = false;
   bool warned_read = false, warned_write = false;
   DiskStats st;

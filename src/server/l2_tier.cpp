@@ -104,6 +104,7 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
       in_flight = items.size();
       std::vector<l2::RedisResult> r = co_await cluster->set(std::move(items), opt.ttl);
       in_flight = 0;
+      settled.cancel();  // drain() looks again
       for (const l2::RedisResult& x : r) {
         if (x.answered() && x.value.kind == l2::RedisValue::Kind::status) {
           ++st.written;
@@ -213,6 +214,7 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
   std::optional<l2::RedisCluster> cluster;
   std::deque<Queued> queue;
   asio::steady_timer wake;  // the writer's sleep while the queue is empty
+  asio::steady_timer settled{strand};  // cancelled as each SET batch is answered (drain's wait)
   common::Gate gate{strand};  // the connect loop and the writer run inside it
   std::size_t in_flight = 0;  // objects of the SET batch awaited now
   bool ready = false;
@@ -238,10 +240,9 @@ void L2Tier::start() {
 asio::awaitable<std::size_t> L2Tier::drain(std::chrono::milliseconds bound) {
   auto impl = impl_;
   const auto end = std::chrono::steady_clock::now() + bound;
-  asio::steady_timer t(impl->strand);
   while ((!impl->queue.empty() || impl->in_flight != 0) && impl->ready && std::chrono::steady_clock::now() < end) {
-    t.expires_after(std::chrono::milliseconds(10));
-    co_await t.async_wait(kAwait);
+    impl->settled.expires_at(end);
+    co_await impl->settled.async_wait(kAwait);  // cancelled as each batch is answered
   }
   co_return impl->queue.size() + impl->in_flight;
 }
@@ -253,6 +254,7 @@ asio::awaitable<void> L2Tier::close(std::chrono::milliseconds bound) {
   if (!co_await impl->gate.close(bound))
     spdlog::warn("kvstrand-server: L2: {} coroutine(s) still running {} ms after close", impl->gate.inside(),
                  bound.count());
+  if (impl->cluster) co_await impl->cluster->close(bound);
   stop();
 }
 

@@ -22,7 +22,6 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <boost/asio/use_future.hpp>
 #include <boost/asio/write.hpp>
 #include <cstdlib>
 #include <cstring>
@@ -439,11 +438,6 @@ struct TierServer::Impl {
                                     fill_error, recovery, [this] { return ready_bytes(); }, opt.socket});
   }
 
-  template <class MakeAwaitable>
-  auto call(MakeAwaitable make) {
-    return asio::co_spawn(strand, make(), asio::use_future).get();
-  }
-
   ServerOptions opt;
   asio::io_context ctx;
   asio::executor_work_guard<asio::io_context::executor_type> work;
@@ -590,7 +584,7 @@ void TierServer::start() {
   impl_->loop = std::thread([ctx = &impl_->ctx] { ctx->run(); });
   if (impl_->l2) asio::post(impl_->strand, [l2 = impl_->l2.get()] { l2->start(); });
   if (impl_->disk) asio::post(impl_->strand, [disk = impl_->disk.get()] { disk->start(); });
-  std::string err = impl_->call([this] { return impl_->listen(); });
+  std::string err = common::call_on(impl_->strand, [this] { return impl_->listen(); });
   if (!err.empty()) throw std::runtime_error(err);
   impl_->start_filler();
   if (impl_->opt.http) {
@@ -611,7 +605,7 @@ bool TierServer::wait() {
 
 void TierServer::stop() {
   if (!impl_->loop.joinable()) return;
-  impl_->call([this]() -> asio::awaitable<void> {
+  common::call_on(impl_->strand, [this]() -> asio::awaitable<void> {
     impl_->shutdown();
     co_return;
   });
