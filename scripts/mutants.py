@@ -843,6 +843,12 @@ MUTANTS = [
      "  if (const std::uint8_t v = r.u8(); v != kVersion) {",
      "  if (const std::uint8_t v = r.u8(); v != kVersion && false) {",
      [("test_lease_handoff", "*other-version*")], "a hand-off of another version is read as this one's"),
+    # The index's own wait ending at the transfer's deadline.
+    ("index-deadline-not-fail-stop", "src/reactor/transfer_table.cpp",
+     "  if (o.error == TransferErrc::deadline_exceeded && !t->terminal()) self->deadline_passed(t->id);\n", "",
+     [("test_connector_faults", "F14: an index that gives up at the deadline*")],
+     "a transfer whose server request timed out at the deadline before the deadline's timer ran ends without the "
+     "fail-stop: the engine may free blocks a later reply would have it copy"),
     # One framed connection on both ends of the protocol.
     ("flush-ends-at-once", "src/common/framed_connection.cpp",
      "  if (!writing_ && outbox_.empty()) end(flush_why_);", "  end(flush_why_);",

@@ -15,12 +15,15 @@
 namespace kvstrand::test {
 
 // LocalIndex, except that a save whose first key is in `poisoned` never
-// gets its places (a server that stopped reading: `Fault::hang`) or has its
-// reserve throw (a bug in an index: `Fault::raise`). The test adds the keys
-// before it posts those saves; the ring's hand-off orders the two threads.
+// gets its places (a server that stopped reading: `Fault::hang`), has its
+// reserve throw (a bug in an index: `Fault::raise`), or is given up at its
+// deadline before the transfer's own deadline timer has run (RemoteIndex's
+// request timer, when the strand runs it first: `Fault::deadline`). The test
+// adds the keys before it posts those saves; the ring's hand-off orders the
+// two threads.
 class FaultyIndex final : public reactor::LocalIndex {
  public:
-  enum class Fault { hang, raise };
+  enum class Fault { hang, raise, deadline };
   using Poisoned = std::shared_ptr<std::vector<kv::ChunkKey>>;
   FaultyIndex(reactor::Reactor& r, Fault fault, Poisoned poisoned)
       : LocalIndex(64ull << 20), reactor_(r), fault_(fault), poisoned_(std::move(poisoned)) {}
@@ -29,6 +32,11 @@ class FaultyIndex final : public reactor::LocalIndex {
                                          const std::vector<bool>& images, Clock::time_point deadline) override {
     if (!keys.empty() && std::find(poisoned_->begin(), poisoned_->end(), keys.front()) != poisoned_->end()) {
       if (fault_ == Fault::raise) throw std::runtime_error("injected: an index bug");
+      if (fault_ == Fault::deadline) {
+        Places late;
+        late.failure = {reactor::TransferErrc::deadline_exceeded, "injected: no answer by the deadline"};
+        co_return late;
+      }
       boost::asio::steady_timer forever(reactor_.strand(), std::chrono::hours(1));
       boost::system::error_code ec;
       co_await forever.async_wait(boost::asio::redirect_error(boost::asio::use_awaitable, ec));

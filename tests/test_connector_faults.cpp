@@ -269,6 +269,23 @@ TEST_CASE("connector: an exception escaping a transfer's coroutine fails that tr
   REQUIRE(rig.conn->transfers().empty());
 }
 
+TEST_CASE("F14: an index that gives up at the deadline fails the transfer as the deadline's timer does, fail-stop "
+          "included, whichever runs first",
+          "[reactor][fault]") {
+  if (!device_present()) return;
+  auto late = std::make_shared<std::vector<kv::ChunkKey>>();
+  // A 60 s deadline: the index's answer comes long before its timer.
+  Rig rig(over_faulty_index(reactor::ConnectorOptions{}, FaultyIndex::Fault::deadline, late));
+  late->push_back(rig.keys(1, 0, 1).front());
+  rig.conn->save(rig.save_spec("late", 1, 0, 1, Rig::block_range(0, 4)));
+  FailStop e = wait_for_fail_stop(*rig.conn);
+  REQUIRE(e.code() == TransferErrc::deadline_exceeded);
+  INFO(e.what());
+  REQUIRE(std::string(e.what()).find("'late'") != std::string::npos);
+  // Its copy was never queued: nothing is kept waiting for it to end.
+  REQUIRE(rig.conn->transfers().empty());
+}
+
 TEST_CASE("F5: a completion is observed with no new work arriving", "[reactor][sim]") {
   if (!sim_hooks_present()) return;
   Rig rig;

@@ -480,10 +480,12 @@ asio::awaitable<void> RemoteIndex::release_lookup(std::uint64_t lease) {
 
 asio::awaitable<Failure> RemoteIndex::exchange(Request req, Clock::time_point deadline, Reply* out) {
   const char* what = to_string(type_of(req));
-  // A little past the deadline: the reactor's own deadline decides first.
-  std::pair<std::error_code, Reply> res = co_await call(std::move(req), deadline + kAfterDeadline);
+  std::pair<std::error_code, Reply> res = co_await call(std::move(req), deadline);
   if (res.first) {
     std::string why = "kvstrand-server at " + opt_.socket + " did not answer the " + what;
+    // Unanswered at the transfer's deadline: that deadline is what ended it,
+    // whichever of its timer and this request's ran first.
+    if (Clock::now() >= deadline) co_return Failure{TransferErrc::deadline_exceeded, std::move(why) + " by its deadline"};
     if (!res.second.message.empty()) why += " (" + res.second.message + ")";
     co_return Failure{res.first, std::move(why)};
   }

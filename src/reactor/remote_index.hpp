@@ -92,9 +92,6 @@ class RemoteIndex final : public IndexPlane {
     std::vector<std::uint32_t> checkpoints;  // boundaries with an image, from keys[0]
     std::shared_ptr<ArenaMapping> arena;     // the arena the offsets are in
   };
-  // A transfer's request may wait this long past its deadline, so that the
-  // reactor's deadline, not a missing reply, is what fails it.
-  static constexpr std::chrono::milliseconds kAfterDeadline{50};
 
   std::function<void(std::exception_ptr)> ends_connection(const char* what);
   // A request's way in: connected, or turned away at once until the

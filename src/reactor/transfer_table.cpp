@@ -118,6 +118,10 @@ asio::awaitable<void> TransferTable::run(std::shared_ptr<TransferTable> self, st
     }
   }
   TierOutcome o = co_await self->tier->complete(std::move(copy));
+  // The index gave up at the transfer's deadline (a server that did not
+  // answer by then): the transfer fails as its deadline's own timer fails
+  // it, fail-stop included, whichever of the two the strand ran first.
+  if (o.error == TransferErrc::deadline_exceeded && !t->terminal()) self->deadline_passed(t->id);
   if (o.error && !t->terminal()) t->reason = std::move(o.reason);
   self->finish(*t, o.error);
 }
