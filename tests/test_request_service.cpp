@@ -1,7 +1,11 @@
 // kvstrand-server's request rules without a socket: the order a client must
 // follow, its own registrations, its quotas, and what each request does to
 // the index (test_server runs the same through real processes).
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
 #include <catch2/catch.hpp>
+#include <exception>
+#include <optional>
 
 #include <kvstrand/chunk_keys.hpp>
 #include <kvstrand/namespace_id.hpp>
@@ -34,16 +38,45 @@ std::vector<kv::ChunkKey> keys(std::uint32_t seed, std::size_t n) {
   return kv::chunk_keys(layout(), kv::namespace_of(layout()), toks);
 }
 
+// A level below the arena that counts what is written behind to it and,
+// asked to promote, says it holds the first `holds` of what it is asked for
+// (it copies nothing: the service only reads the count).
+struct FakeLevel final : server::LowerLevel {
+  const char* name() const noexcept override { return "fake"; }
+  void start() override {}
+  void committed(tier::Index&, std::span<const std::uint32_t> slots) override { committed_objects += slots.size(); }
+  boost::asio::awaitable<std::size_t> promote(tier::Index&, std::vector<kv::ChunkKey> keys) override {
+    asked.push_back(keys);
+    co_return std::min(holds, keys.size());
+  }
+  boost::asio::awaitable<std::size_t> drain(std::chrono::milliseconds) override { co_return 0; }
+  boost::asio::awaitable<void> close(std::chrono::milliseconds) override { co_return; }
+
+  std::size_t committed_objects = 0;
+  std::size_t holds = 0;
+  std::vector<std::vector<kv::ChunkKey>> asked;
+};
+
 struct Fixture {
   tier::SizeClasses classes{kSlab};
-  std::size_t committed_objects = 0;
+  FakeLevel near, far;  // the disk and L2, say
+  std::size_t& committed_objects = near.committed_objects;
   RequestService service;
 
   explicit Fixture(server::ServiceRules rules = {64, 8 * kObject, 8 * kObject})
       : service(rules, server::ServerFacts{4 * kSlab, kSlab, false, [] { return 4 * kSlab; }, [] { return 2; }, 0x5eed},
-                classes,
-                [this](tier::Index&, std::span<const std::uint32_t> slots) { committed_objects += slots.size(); }) {
+                classes, {&near, &far}) {
     for (std::uint32_t s = 0; s < 4; ++s) classes.add_slab(s);
+  }
+
+  // RequestService::promote, run to its end.
+  void promote(const Client& c, const Lookup& m, bool gone = false) {
+    boost::asio::io_context ctx;
+    std::optional<std::exception_ptr> ended;
+    boost::asio::co_spawn(ctx, service.promote(c, m, gone), [&](std::exception_ptr e) { ended = e; });
+    ctx.run();
+    REQUIRE(ended.has_value());
+    if (*ended) std::rethrow_exception(*ended);
   }
 
   // A client that said hello and registered the layout: its registration id.
@@ -129,7 +162,8 @@ TEST_CASE("request service: reserve, commit, then another process leases what wa
   const std::uint32_t wreg = f.start(writer);
   const std::uint32_t rreg = f.start(reader);
   f.store(writer, wreg, 1, 3);
-  REQUIRE(f.committed_objects == 3);  // handed to the write-behind hook
+  REQUIRE(f.committed_objects == 3);  // handed to each level below to write behind
+  REQUIRE(f.far.committed_objects == 3);
   Reply r = f.service.handle(reader, Lookup{rreg, keys(1, 4)});
   REQUIRE(r.status == Status::ok);
   const auto& lk = std::get<LookupReply>(r.payload);
@@ -254,4 +288,38 @@ TEST_CASE("request service: a lookup's lease quota counts what its hit pins, not
   REQUIRE(r.status == Status::ok);
   REQUIRE(std::get<LookupReply>(r.payload).hit.tokens == 128);
   REQUIRE(f.classes.held_by(1).leased_bytes == 2 * kObject);
+}
+
+TEST_CASE("request service: a lookup's misses are promoted from each level below in order, each asked only for the "
+          "run after what the arena and the levels above hold",
+          "[server]") {
+  Fixture f;
+  Client c = client(1, 1);
+  const std::uint32_t reg = f.start(c);
+  f.store(c, reg, 1, 2);  // the arena holds the first two chunks of six
+  const std::vector<kv::ChunkKey> want = keys(1, 6);
+  const auto after = [&](std::size_t n) { return std::vector<kv::ChunkKey>(want.begin() + n, want.end()); };
+
+  f.near.holds = 1;  // the disk has one more, L2 the rest
+  f.far.holds = 99;
+  f.promote(c, Lookup{reg, want});
+  REQUIRE(f.near.asked == std::vector<std::vector<kv::ChunkKey>>{after(2)});
+  REQUIRE(f.far.asked == std::vector<std::vector<kv::ChunkKey>>{after(3)});
+
+  // The nearest has the whole run: the farther one is not asked.
+  f.near.asked.clear();
+  f.far.asked.clear();
+  f.near.holds = 99;
+  f.promote(c, Lookup{reg, want});
+  REQUIRE(f.near.asked.size() == 1);
+  REQUIRE(f.far.asked.empty());
+
+  // The arena has it all, or the session is gone, or the registration is
+  // not the client's: nobody is asked.
+  f.near.asked.clear();
+  f.promote(c, Lookup{reg, keys(1, 2)});
+  f.promote(c, Lookup{reg, want}, /*gone=*/true);
+  f.promote(client(2, 2), Lookup{reg, want});
+  REQUIRE(f.near.asked.empty());
+  REQUIRE(f.far.asked.empty());
 }

@@ -41,6 +41,7 @@
 
 #include <kvstrand/chunk_keys.hpp>
 #include "common/strand.hpp"
+#include "server/lower_level.hpp"
 #include "tier/index.hpp"
 #include "tier/size_classes.hpp"
 
@@ -85,7 +86,7 @@ struct DiskStats {
   std::size_t pinned = 0;             // disk objects a promotion holds (0 once its reads ended or were dropped)
 };
 
-class DiskTier {
+class DiskTier final : public LowerLevel {
  public:
   // Opens (makes, preallocates) the files and reads back what they hold;
   // before the server serves. Throws std::runtime_error naming the flag at
@@ -97,22 +98,23 @@ class DiskTier {
   DiskTier(const DiskTier&) = delete;
   DiskTier& operator=(const DiskTier&) = delete;
 
+  const char* name() const noexcept override { return "disk"; }
   // On the strand: completions start being delivered.
-  void start();
+  void start() override;
   // Arena slab `slab` is populated: its memory becomes a registered buffer.
   void slab_ready(std::uint32_t slab);
   // A reservation's objects (`slots` of `index`) were just committed.
-  void committed(tier::Index& index, std::span<const std::uint32_t> slots);
+  void committed(tier::Index& index, std::span<const std::uint32_t> slots) override;
   // Reads into the arena the run of `keys` (from keys[0]) that the disk
   // holds; waits at most the timeout. Returns how many of keys[0..] are in
   // the arena now, in a row.
-  boost::asio::awaitable<std::size_t> promote(tier::Index& index, std::vector<kv::ChunkKey> keys);
+  boost::asio::awaitable<std::size_t> promote(tier::Index& index, std::vector<kv::ChunkKey> keys) override;
   // Waits until the write queue is empty and nothing is in flight, at most
   // `bound`; returns how many objects were still queued or in flight.
-  boost::asio::awaitable<std::size_t> drain(std::chrono::milliseconds bound);
+  boost::asio::awaitable<std::size_t> drain(std::chrono::milliseconds bound) override;
   // Stops: nothing more is queued; waits (at most `bound`) for what is in
   // flight, then no completion is delivered. On the strand.
-  boost::asio::awaitable<void> close(std::chrono::milliseconds bound);
+  boost::asio::awaitable<void> close(std::chrono::milliseconds bound) override;
 
   DiskStats stats() const;
 

@@ -32,6 +32,7 @@
 #include "l2/chunk_value.hpp"
 #include "l2/redis_cluster.hpp"
 #include "common/strand.hpp"
+#include "server/lower_level.hpp"
 #include "tier/index.hpp"
 #include "tier/size_classes.hpp"
 
@@ -64,7 +65,7 @@ struct L2Stats {
   l2::RedisClusterStats redis;
 };
 
-class L2Tier {
+class L2Tier final : public LowerLevel {
  public:
   // `arena`: the server's mapping of the whole arena.
   L2Tier(common::Strand strand, L2Options options, std::byte* arena, tier::SizeClasses& classes);
@@ -72,21 +73,22 @@ class L2Tier {
   L2Tier(const L2Tier&) = delete;
   L2Tier& operator=(const L2Tier&) = delete;
 
-  void start();
+  const char* name() const noexcept override { return "L2"; }
+  void start() override;
   // Waits until every queued object is written (or failed), at most
   // `bound`; returns how many were still queued or in flight.
-  boost::asio::awaitable<std::size_t> drain(std::chrono::milliseconds bound);
+  boost::asio::awaitable<std::size_t> drain(std::chrono::milliseconds bound) override;
   // Stops connecting and writing, waits (at most `bound`) for its coroutines
   // to end, then closes the Redis connections. On the strand.
-  boost::asio::awaitable<void> close(std::chrono::milliseconds bound);
+  boost::asio::awaitable<void> close(std::chrono::milliseconds bound) override;
   // The same without waiting (the destructor's): the connections close now.
   void stop();
 
   // A reservation's objects (`slots`) were just committed: queue them.
-  void committed(tier::Index& index, std::span<const std::uint32_t> slots);
+  void committed(tier::Index& index, std::span<const std::uint32_t> slots) override;
   // Copies into the arena the run of `keys` (from keys[0]) that L2 holds and
   // the arena does not. Returns how many of keys[0..] are now stored.
-  boost::asio::awaitable<std::size_t> promote(tier::Index& index, std::vector<kv::ChunkKey> keys);
+  boost::asio::awaitable<std::size_t> promote(tier::Index& index, std::vector<kv::ChunkKey> keys) override;
 
   L2Stats stats() const;
 

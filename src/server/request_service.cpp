@@ -7,8 +7,20 @@ namespace kvstrand::server {
 
 using namespace proto;
 
-RequestService::RequestService(ServiceRules rules, ServerFacts facts, tier::SizeClasses& classes, Committed committed)
-    : rules_(rules), facts_(std::move(facts)), classes_(classes), committed_(std::move(committed)) {}
+RequestService::RequestService(ServiceRules rules, ServerFacts facts, tier::SizeClasses& classes,
+                               std::vector<LowerLevel*> levels)
+    : rules_(rules), facts_(std::move(facts)), classes_(classes), levels_(std::move(levels)) {}
+
+boost::asio::awaitable<void> RequestService::promote(const Client& c, const Lookup& m, const bool& gone) {
+  tier::Index* into = index_of(c, m.registration);
+  if (into == nullptr || levels_.empty()) co_return;
+  std::size_t have = into->present_run(m.keys);
+  for (LowerLevel* level : levels_) {
+    if (have == m.keys.size() || gone) break;
+    std::vector<kv::ChunkKey> rest(m.keys.begin() + static_cast<std::ptrdiff_t>(have), m.keys.end());
+    have += co_await level->promote(*into, std::move(rest));
+  }
+}
 
 tier::Index* RequestService::index_of(const Client& c, std::uint32_t registration) const {
   auto it = c.regs.find(registration);
@@ -151,12 +163,13 @@ Reply RequestService::reserve(Client& c, const Reserve& m) {
 }
 
 Reply RequestService::commit(const Commit& m) {
-  // Taken before the commit ends the hold: what L2 writes behind.
+  // Taken before the commit ends the hold: what the levels below write behind.
   tier::Index* idx = classes_.index_of_hold(m.hold);
   const std::vector<std::uint32_t> slots =
-      committed_ && idx && m.ok ? idx->hold_slots(m.hold) : std::vector<std::uint32_t>{};
+      !levels_.empty() && idx && m.ok ? idx->hold_slots(m.hold) : std::vector<std::uint32_t>{};
   if (!idx || !idx->commit(m.hold, m.ok)) return fail(Status::unknown_hold, "no reservation " + std::to_string(m.hold));
-  if (!slots.empty()) committed_(*idx, slots);
+  if (!slots.empty())
+    for (LowerLevel* level : levels_) level->committed(*idx, slots);
   return Reply{};
 }
 

@@ -12,7 +12,11 @@
 #include <span>
 
 #include <kvstrand/layout.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <vector>
+
 #include "proto/protocol.hpp"
+#include "server/lower_level.hpp"
 #include "tier/index.hpp"
 #include "tier/size_classes.hpp"
 
@@ -49,12 +53,19 @@ struct Client {
 
 class RequestService {
  public:
-  // `committed`: called with a commit's objects (L2 writes them behind);
-  // empty: nothing is.
-  using Committed = std::function<void(tier::Index&, std::span<const std::uint32_t>)>;
-  RequestService(ServiceRules rules, ServerFacts facts, tier::SizeClasses& classes, Committed committed = {});
+  // `levels`: below the arena, nearest first (the disk, then L2): a
+  // commit's objects are written behind to each, a lookup's misses are
+  // promoted from them. None: the arena alone.
+  RequestService(ServiceRules rules, ServerFacts facts, tier::SizeClasses& classes,
+                 std::vector<LowerLevel*> levels = {});
 
   proto::Reply handle(Client& c, const proto::Request& req);
+  // Before a lookup is handled: what the arena misses of its keys, the
+  // levels below may hold. Each, in order, promotes the run after what the
+  // arena holds then (bounded by its own timeout); `gone` (the session
+  // ended meanwhile) stops it. Only the asking session waits: the strand
+  // serves the others meanwhile.
+  boost::asio::awaitable<void> promote(const Client& c, const proto::Lookup& m, const bool& gone);
   // The index of one of the client's registrations (nullptr: not its).
   tier::Index* index_of(const Client& c, std::uint32_t registration) const;
 
@@ -69,7 +80,7 @@ class RequestService {
   ServiceRules rules_;
   ServerFacts facts_;
   tier::SizeClasses& classes_;
-  Committed committed_;
+  std::vector<LowerLevel*> levels_;
   std::uint32_t next_reg_ = 1;
 };
 

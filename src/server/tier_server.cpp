@@ -231,8 +231,8 @@ struct TierServer::Impl {
     }
     processes.clear();
     // The server stops once every session's reader and writer and the
-    // acceptor ended; what was committed is written to L2 first (bounded):
-    // another node may be about to ask for it.
+    // acceptor ended, and what was committed reached the levels below
+    // (bounded).
     auto done = [this](std::exception_ptr e) {
       if (e) common::LogEscaped{"kvstrand-server's stop"}(e);
       stopped.set_value();
@@ -243,17 +243,15 @@ struct TierServer::Impl {
   asio::awaitable<void> stop() {
     if (!co_await gate.close(kStopBound))
       spdlog::warn("kvstrand-server: stopping with {} session coroutine(s) still running", gate.inside());
-    if (disk) {
-      // A named arena keeps its objects anyway; a memfd's are gone with
-      // the server but for what reached the disk.
-      const std::size_t left = co_await disk->drain(std::chrono::seconds(5));
-      if (left != 0) spdlog::warn("kvstrand-server: stopping with {} object(s) not written to disk", left);
-      co_await disk->close(std::chrono::seconds(2));
+    // What was committed reaches the levels below first (bounded): a named
+    // arena keeps its objects anyway, a memfd's are gone with the server
+    // but for what reached the disk, and another node may be about to ask
+    // L2 for them.
+    for (LowerLevel* level : levels) {
+      const std::size_t left = co_await level->drain(std::chrono::seconds(5));
+      if (left != 0) spdlog::warn("kvstrand-server: stopping with {} object(s) not written to {}", left, level->name());
+      co_await level->close(std::chrono::seconds(2));
     }
-    if (!l2) co_return;
-    const std::size_t left = co_await l2->drain(std::chrono::seconds(5));
-    if (left != 0) spdlog::warn("kvstrand-server: stopping with {} object(s) not written to L2", left);
-    co_await l2->close(std::chrono::seconds(1));
   }
 
   // ---- sessions and processes -------------------------------------------------
@@ -366,24 +364,7 @@ struct TierServer::Impl {
         send(s, encode_reply(type, h.request_id, fail(Status::bad_request, req.why())));
         continue;
       }
-      tier::Index* promote_into = nullptr;
-      if (auto* lk = std::get_if<Lookup>(&*req); lk && (l2 || disk))
-        promote_into = service->index_of(s->client, lk->registration);
-      if (promote_into != nullptr) {
-        // What the arena misses, the disk and then L2 may hold: promoted
-        // first (each bounded by its timeout), then answered as any lookup.
-        // Only this session waits; the strand serves the others meanwhile.
-        const auto& keys = std::get<Lookup>(*req).keys;
-        std::size_t have = promote_into->present_run(keys);
-        if (have < keys.size() && disk) {
-          std::vector<kv::ChunkKey> rest(keys.begin() + static_cast<std::ptrdiff_t>(have), keys.end());
-          have += co_await disk->promote(*promote_into, std::move(rest));
-        }
-        if (have < keys.size() && l2 && !s->ended) {
-          std::vector<kv::ChunkKey> rest(keys.begin() + static_cast<std::ptrdiff_t>(have), keys.end());
-          co_await l2->promote(*promote_into, std::move(rest));
-        }
-      }
+      if (const auto* lk = std::get_if<Lookup>(&*req)) co_await service->promote(s->client, *lk, s->ended);
       if (auto* rv = std::get_if<Reserve>(&*req); rv && growing()) co_await room_for(s, *rv);
       if (s->ended) break;  // ended while L2 answered, or while the arena grew
       Reply rep = service->handle(s->client, *req);
@@ -460,6 +441,7 @@ struct TierServer::Impl {
   Recovery recovery;                         // what a named arena held at start
   std::unique_ptr<L2Tier> l2;
   std::unique_ptr<DiskTier> disk;
+  std::vector<LowerLevel*> levels;  // below the arena, nearest first: the disk, then L2
   std::optional<local::acceptor> acceptor;
   std::optional<asio::signal_set> signals;
   std::map<std::uint64_t, std::shared_ptr<Session>> sessions;
@@ -573,17 +555,14 @@ void TierServer::start() {
   ServerFacts facts{impl_->arena->bytes(), impl_->arena->slab_bytes(), impl_->arena->huge_pages(),
                     [i = impl_.get()] { return i->ready_bytes(); }, [i = impl_.get()] { return i->sessions.size(); },
                     server_life_id()};
-  RequestService::Committed committed;
-  if (impl_->l2 || impl_->disk)
-    committed = [l2 = impl_->l2.get(), disk = impl_->disk.get()](tier::Index& idx,
-                                                                 std::span<const std::uint32_t> slots) {
-      if (disk) disk->committed(idx, slots);
-      if (l2) l2->committed(idx, slots);
-    };
-  impl_->service.emplace(rules, std::move(facts), *impl_->classes, std::move(committed));
+  // Nearest first: a lookup asks the disk before L2.
+  if (impl_->disk) impl_->levels.push_back(impl_->disk.get());
+  if (impl_->l2) impl_->levels.push_back(impl_->l2.get());
+  impl_->service.emplace(rules, std::move(facts), *impl_->classes, impl_->levels);
   impl_->loop = std::thread([ctx = &impl_->ctx] { ctx->run(); });
-  if (impl_->l2) asio::post(impl_->strand, [l2 = impl_->l2.get()] { l2->start(); });
-  if (impl_->disk) asio::post(impl_->strand, [disk = impl_->disk.get()] { disk->start(); });
+  asio::post(impl_->strand, [levels = impl_->levels] {
+    for (LowerLevel* level : levels) level->start();
+  });
   std::string err = common::call_on(impl_->strand, [this] { return impl_->listen(); });
   if (!err.empty()) throw std::runtime_error(err);
   impl_->start_filler();
