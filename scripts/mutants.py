@@ -503,12 +503,12 @@ MUTANTS = [
      "min(hits[g][0], tokens), hits[g][1] & points)", "min(hits[g][0], tokens), hits[g][1] | points)",
      [("pytest:test_vllm.py", "checkpoints_are_combined")], "TP ranks' checkpoints combined as a union"),
     # What the suite missed (issue 49): files the disk tier must not trust.
-    ("disk-follows-links", "src/server/disk_tier.cpp",
+    ("disk-follows-links", "src/server/disk_file.cpp",
      "  if (::lstat(path.c_str(), &st) != 0) return;  // absent: made here\n  if (S_ISLNK(st.st_mode))",
      "  if (::stat(path.c_str(), &st) != 0) return;  // absent: made here\n  if (false)",
      [("test_disk_tier", "disk: a symbolic link*")],
      "a --disk path that is a symbolic link is followed (what stops it is then only O_NOFOLLOW's ELOOP)"),
-    ("disk-foreign-file-taken", "src/server/disk_tier.cpp",
+    ("disk-foreign-file-taken", "src/server/disk_file.cpp",
      "    if (!zeros && std::memcmp(head.data(), kExtentMagic, std::min<std::size_t>(n, sizeof kExtentMagic)) != 0) {",
      "    if (false) {",
      [("test_disk_tier", "disk: a symbolic link*")], "a --disk file kvstrand did not make is extended and written into"),
@@ -706,7 +706,7 @@ MUTANTS = [
      "    impl_->opt.disk->max_queued_bytes = impl_->arena->bytes() / 8;\n", "",
      [("test_disk_tier", "*a disk slower than the saves*")],
      "a slow disk's write queue pins the whole arena: saves are refused as full"),
-    ("disk-second-server", "src/server/disk_tier.cpp",
+    ("disk-second-server", "src/server/disk_file.cpp",
      "  if (::flock(fd, LOCK_EX | LOCK_NB) != 0)", "  if (false)",
      [("test_disk_tier", "*second server*")], "two servers write the same disk file"),
     # Values a Redis writer cannot forge (issue 29, item 12).

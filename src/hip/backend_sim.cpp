@@ -35,10 +35,16 @@
 
 #include "hip/backend.hpp"
 #include "hip/sim_hooks.hpp"
+#include "hip/sim_stream.hpp"
 #include "hip/stream.hpp"
 
 namespace kvstrand::hip {
 namespace {
+
+using simdev::EventBox;
+using simdev::Op;
+using simdev::SimEvent;
+using simdev::SimStream;
 
 constexpr std::uint32_t kMagic = 0x5353564b;  // "KVSS"
 
@@ -134,191 +140,6 @@ std::string memfd_name(std::uint64_t nonce) {
   std::snprintf(buf, sizeof buf, "kvstrand-sim-%016llx", static_cast<unsigned long long>(nonce));
   return buf;
 }
-
-// ---- events -------------------------------------------------------------
-
-struct SimEvent {
-  std::mutex m;
-  std::condition_variable cv;
-  std::uint64_t recorded = 0;   // generation of the latest record
-  std::uint64_t completed = 0;  // latest generation the device reached
-  Errc failure = Errc::success;  // outcome of the completed generation
-
-  Status status_locked(const char* call) const {
-    if (completed < recorded) return {Errc::not_ready, call};
-    if (failure != Errc::success) return {failure, call, "sim: work before the event failed"};
-    return {};
-  }
-};
-
-// The handle the API sees: queued records keep the event alive past destroy,
-// as a GPU runtime defers releasing an event until it completed.
-struct EventBox {
-  std::shared_ptr<SimEvent> ev = std::make_shared<SimEvent>();
-};
-
-// ---- streams ------------------------------------------------------------
-
-struct Op {
-  enum class Kind { copy, record, host_func, wait } kind = Kind::copy;
-  std::vector<Segment> segs;
-  Errc fail = Errc::success;  // injected at execution
-  std::shared_ptr<SimEvent> ev;
-  std::uint64_t gen = 0;
-  void (*fn)(void*) = nullptr;
-  void* arg = nullptr;
-};
-
-class SimStream {
- public:
-  SimStream()
-      : worker_([this] {
-          pthread_setname_np(pthread_self(), "kvstrand-sim");
-          run();
-        }) {}
-  ~SimStream() {
-    {
-      std::lock_guard lk(m_);
-      stop_ = true;
-      held_ = false;
-      stopping_.store(true);
-    }
-    cv_.notify_all();
-    worker_.join();
-  }
-
-  void push(Op op) {
-    {
-      std::lock_guard lk(m_);
-      q_.push_back(std::move(op));
-    }
-    cv_.notify_all();
-  }
-
-  void synchronize() {
-    std::unique_lock lk(m_);
-    idle_cv_.wait(lk, [&] { return q_.empty(); });
-  }
-  bool idle() {
-    std::lock_guard lk(m_);
-    return q_.empty();
-  }
-
-  // Hooks.
-  void set_delay(std::chrono::microseconds d) {
-    std::lock_guard lk(m_);
-    delay_ = d;
-  }
-  void hold(bool on) {
-    {
-      std::lock_guard lk(m_);
-      held_ = on;
-    }
-    cv_.notify_all();
-  }
-  void fail(sim::FailAt at, Errc code, int count) {
-    std::lock_guard lk(m_);
-    (at == sim::FailAt::submit ? fail_submit_ : fail_execute_) = count;
-    fail_code_ = code;
-  }
-  // Consumes one injected failure for a copy about to be submitted.
-  Errc take_submit_failure() {
-    std::lock_guard lk(m_);
-    if (fail_submit_ == 0) return Errc::success;
-    --fail_submit_;
-    return fail_code_;
-  }
-  Errc take_execute_failure() {
-    std::lock_guard lk(m_);
-    if (fail_execute_ == 0) return Errc::success;
-    --fail_execute_;
-    return fail_code_;
-  }
-
- private:
-  void run() {
-    for (;;) {
-      Op* op = nullptr;
-      std::chrono::microseconds delay{};
-      {
-        std::unique_lock lk(m_);
-        cv_.wait(lk, [&] { return (stop_ && q_.empty()) || (!q_.empty() && !held_); });
-        if (q_.empty()) return;
-        op = &q_.front();  // stays queued (stream not idle) until executed
-        delay = delay_;
-      }
-      if (delay.count() > 0) std::this_thread::sleep_for(delay);
-      if (op->kind == Op::Kind::record) {
-        // The event completes and leaves the queue in one step: a stream
-        // whose last record has completed is idle, as on a GPU (a query in
-        // between would see the event done and the stream still busy).
-        std::shared_ptr<SimEvent> ev = op->ev;
-        {
-          std::lock_guard lk(m_);
-          complete(*op);
-          q_.pop_front();
-        }
-        ev->cv.notify_all();
-      } else {
-        execute(*op);
-        std::lock_guard lk(m_);
-        q_.pop_front();
-      }
-      idle_cv_.notify_all();
-    }
-  }
-
-  void execute(Op& op) {
-    switch (op.kind) {
-      case Op::Kind::copy:
-        if (op.fail != Errc::success) {
-          pending_failure_ = op.fail;
-          return;
-        }
-        for (const Segment& g : op.segs) std::memmove(g.dst, g.src, g.bytes);
-        return;
-      case Op::Kind::record: return;  // run() completes it with the queue locked
-      case Op::Kind::host_func:
-        op.fn(op.arg);
-        return;
-      case Op::Kind::wait: {
-        // Until the event reaches the generation recorded when the wait was
-        // queued. A stream being destroyed stops waiting (a GPU would let
-        // the wait run on; nothing here is left to order after it).
-        std::unique_lock lk(op.ev->m);
-        while (op.ev->completed < op.gen && !stopping_.load())
-          op.ev->cv.wait_for(lk, std::chrono::milliseconds(5));
-        return;
-      }
-    }
-  }
-
-  // A record reached: its event completes with the failure of the copies
-  // since the previous record. Lock order: the stream's, then the event's
-  // (event_record takes the event's alone, before it pushes).
-  void complete(Op& op) {
-    std::lock_guard lk(op.ev->m);
-    if (op.gen > op.ev->completed) {
-      op.ev->completed = op.gen;
-      op.ev->failure = pending_failure_;
-    }
-    pending_failure_ = Errc::success;
-  }
-
-  std::mutex m_;
-  std::condition_variable cv_;
-  std::condition_variable idle_cv_;
-  std::deque<Op> q_;  // deque: the front stays put while others are pushed
-  bool stop_ = false;
-  std::atomic<bool> stopping_{false};  // read by a wait op without the stream's lock
-  bool held_ = false;
-  std::chrono::microseconds delay_{0};
-  int fail_submit_ = 0;
-  int fail_execute_ = 0;
-  Errc fail_code_ = Errc::injected_fault;
-  Errc pending_failure_ = Errc::success;  // worker thread only
-  std::thread worker_;  // last: starts after every member above exists
-};
 
 SimStream* as_stream(void* s) { return static_cast<SimStream*>(s); }
 EventBox* as_event(void* e) { return static_cast<EventBox*>(e); }

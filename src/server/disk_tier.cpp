@@ -3,9 +3,7 @@
 
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
-#include <sys/file.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #define XXH_INLINE_ALL
@@ -20,12 +18,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
-#include <filesystem>
 #include <optional>
 #include <stdexcept>
 
 #include "common/parse_bytes.hpp"
 #include "l2/chunk_value.hpp"
+#include "server/disk_file.hpp"
 #include "server/disk_ring.hpp"
 #include "tier/stored_field.hpp"
 
@@ -39,11 +37,6 @@ using common::kAwait;
 using tier::get_field;
 using tier::put_field;
 
-// The extent header (the first block of an extent). Its checksum covers [0, 56).
-constexpr char kExtentMagic[8] = {'K', 'V', 'S', 'D', 'I', 'S', 'K', '\0'};
-constexpr std::uint32_t kExtentVersion = 1;
-constexpr std::size_t kVersionAt = 8, kFilesAt = 12, kExtentBytesAt = 16, kExtentAt = 24, kObjectAt = 32,
-                      kStrideAt = 40, kCheckAt = 56;
 
 
 std::uint64_t round_up(std::uint64_t n) { return (n + kDiskBlock - 1) / kDiskBlock * kDiskBlock; }
@@ -58,78 +51,6 @@ Aligned aligned(std::size_t bytes) {
   if (p == nullptr) throw std::bad_alloc();
   std::memset(p, 0, round_up(bytes));
   return Aligned(static_cast<std::byte*>(p));
-}
-
-// A file of the disk tier: made if absent, locked against a second server.
-struct File {
-  std::string path;
-  int fd = -1;
-  std::uint64_t bytes = 0;
-};
-
-// A file kvstrand did not make is never written into (nor extended): a
-// symbolic link (its target could be anything), or an existing file that
-// holds, at the start of any of its extents, something other than an extent
-// header or zeros (what kvstrand preallocated and has not written yet).
-// Refused naming --disk; the file is not touched.
-void refuse_foreign(const std::string& path, std::uint64_t extent_bytes) {
-  struct stat st{};
-  if (::lstat(path.c_str(), &st) != 0) return;  // absent: made here
-  if (S_ISLNK(st.st_mode))
-    throw std::runtime_error("--disk: " + path + " is a symbolic link: give the file itself (kvstrand writes only "
-                             "into files it can tell are its own)");
-  if (!S_ISREG(st.st_mode)) throw std::runtime_error("--disk: " + path + " is not a regular file");
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) throw std::runtime_error("--disk: cannot open " + path + ": " + std::strerror(errno));
-  std::array<char, kDiskBlock> head{};
-  for (std::uint64_t at = 0; at < static_cast<std::uint64_t>(st.st_size); at += extent_bytes) {
-    const ssize_t n = ::pread(fd, head.data(), head.size(), static_cast<off_t>(at));
-    if (n <= 0) break;
-    const bool zeros = std::all_of(head.begin(), head.begin() + n, [](char c) { return c == 0; });
-    if (!zeros && std::memcmp(head.data(), kExtentMagic, std::min<std::size_t>(n, sizeof kExtentMagic)) != 0) {
-      ::close(fd);
-      throw std::runtime_error("--disk: " + path + " holds data kvstrand did not write (at byte " + std::to_string(at) +
-                               ": neither a disk-tier extent header nor unwritten zeros); it is left as it is: give "
-                               "a path of its own to the disk tier");
-    }
-  }
-  ::close(fd);
-}
-
-File open_file(std::string path, std::uint64_t bytes, std::uint64_t extent_bytes) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (fs::is_directory(path, ec)) path = (fs::path(path) / "kvstrand.disk").string();
-  refuse_foreign(path, extent_bytes);
-  struct stat st{};
-  // O_NOFOLLOW: a link put there since the check is refused too (ELOOP).
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0 && errno == EINVAL)
-    throw std::runtime_error("--disk: the file system of " + path +
-                             " does not take O_DIRECT (tmpfs?): give a file on a disk");
-  if (fd < 0) throw std::runtime_error("--disk: cannot open " + path + ": " + std::strerror(errno));
-  File f{path, fd, bytes};
-  auto fail = [&](const std::string& why) {
-    ::close(fd);
-    throw std::runtime_error(why);
-  };
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0)
-    fail("--disk: " + path + " is used by another kvstrand-server (it holds its lock)");
-  if (::fstat(fd, &st) != 0) fail("--disk: " + path + ": " + std::strerror(errno));
-  // Preallocated whole, so that a write never finds the file system full.
-  const std::uint64_t have = static_cast<std::uint64_t>(st.st_blocks) * 512;
-  struct statvfs vfs{};
-  if (::fstatvfs(fd, &vfs) == 0 && bytes > have) {
-    const std::uint64_t free_bytes = static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize;
-    if (free_bytes < bytes - have)
-      fail("--disk-bytes: the disk tier needs " + common::format_bytes(bytes - have) + " more at " + path +
-           " and its file system has " + common::format_bytes(free_bytes) + " free");
-  }
-  if (static_cast<std::uint64_t>(st.st_size) > bytes && ::ftruncate(fd, static_cast<off_t>(bytes)) != 0)
-    fail("--disk: cannot shrink " + path + ": " + std::strerror(errno));
-  if (const int e = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes)); e != 0)
-    fail("--disk-bytes: cannot allocate " + common::format_bytes(bytes) + " at " + path + ": " + std::strerror(e));
-  return f;
 }
 
 }  // namespace
@@ -174,7 +95,7 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
         disk(extent_bytes, nullptr, tier::SlotShape{kDiskBlock, kDiskBlock, kDiskBlock}) {}
 
   ~Impl() {
-    for (File& f : files)
+    for (DiskFile& f : files)
       if (f.fd >= 0) ::close(f.fd);
   }
 
@@ -182,7 +103,7 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
 
   std::pair<int, std::uint64_t> place(std::uint64_t disk_offset) const {
     const std::uint64_t e = disk_offset / extent_bytes;
-    const File& f = files[e % files.size()];
+    const DiskFile& f = files[e % files.size()];
     return {f.fd, (e / files.size()) * extent_bytes + disk_offset % extent_bytes};
   }
   std::byte* arena_object(const tier::Index& idx, std::uint32_t slot) const {
@@ -205,7 +126,7 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
     for (std::size_t i = 0; i < n; ++i) {
       const std::uint64_t mine = (extents - i + n - 1) / n;
       if (mine == 0) throw std::runtime_error("--disk-bytes: too small to give each --disk path an extent");
-      files.push_back(open_file(opt.paths[i], mine * extent_bytes, extent_bytes));
+      files.push_back(open_disk_file(opt.paths[i], mine * extent_bytes, extent_bytes));
     }
     total_extents = static_cast<std::uint32_t>(extents);
     auto fault = disk_fault_from_env();
@@ -593,7 +514,7 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
   tier::SizeClasses& classes;
   std::uint64_t extent_bytes;
   tier::SizeClasses disk;  // the disk's slots, one class per object size
-  std::vector<File> files;
+  std::vector<DiskFile> files;
   std::uint32_t total_extents = 0;
   std::unique_ptr<DiskRing> ring;
   Aligned pool;  // header blocks, registered buffer 0

@@ -43,11 +43,10 @@
 #include "common/strand.hpp"
 #include "server/lower_level.hpp"
 #include "tier/index.hpp"
+#include "server/disk_file.hpp"
 #include "tier/size_classes.hpp"
 
 namespace kvstrand::server {
-
-inline constexpr std::uint64_t kDiskBlock = 4096;  // O_DIRECT's alignment, and a header block
 
 struct DiskOptions {
   std::vector<std::string> paths;  // a file each, made if absent (a directory: its kvstrand.disk)

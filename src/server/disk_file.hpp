@@ -1,0 +1,35 @@
+// A file of the disk tier, and the header that opens each of its extents.
+//
+// A file is made if absent, preallocated whole (a write never finds the file
+// system full), locked against a second server, and opened O_DIRECT. A file
+// kvstrand did not make is never written into (nor extended): a symbolic
+// link, or an existing file that holds, at the start of any of its extents,
+// something other than an extent header or zeros. Every refusal names the
+// flag at fault (--disk, --disk-bytes).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace kvstrand::server {
+
+inline constexpr std::uint64_t kDiskBlock = 4096;  // O_DIRECT's alignment, and a header block
+
+// The extent header (the first block of an extent). Its checksum covers [0, kCheckAt).
+inline constexpr char kExtentMagic[8] = {'K', 'V', 'S', 'D', 'I', 'S', 'K', '\0'};
+inline constexpr std::uint32_t kExtentVersion = 1;
+inline constexpr std::size_t kVersionAt = 8, kFilesAt = 12, kExtentBytesAt = 16, kExtentAt = 24, kObjectAt = 32,
+                             kStrideAt = 40, kCheckAt = 56;
+
+struct DiskFile {
+  std::string path;
+  int fd = -1;
+  std::uint64_t bytes = 0;
+};
+
+// Opens `path` (a directory: kvstrand.disk in it) as a file of `bytes` in
+// extents of `extent_bytes`; throws std::runtime_error saying why not.
+DiskFile open_disk_file(std::string path, std::uint64_t bytes, std::uint64_t extent_bytes);
+
+}  // namespace kvstrand::server
