@@ -40,20 +40,11 @@ std::error_code to_error(Status s) {
 
 }  // namespace
 
-// A request waiting for its reply. The timer is the signal: cancelled when
-// the reply (or the connection's failure) arrives, expiring at the timeout.
-struct RemoteIndex::Pending {
-  Pending(Strand& s, Type t) : signal(s), type(t) {}
-  asio::steady_timer signal;
-  Type type;
-  std::optional<Reply> reply;
-  std::error_code failure;
-  std::string why;  // with failure: the cause (the connection's loss)
-};
-
 RemoteIndex::RemoteIndex(Reactor& reactor, NodeTierOptions options)
-    : reactor_(reactor), opt_(std::move(options)), gate_(reactor.strand()), retry_(reactor.strand()),
-      pinning_(reactor.strand(), gate_, opt_.device) {}
+    : reactor_(reactor), opt_(std::move(options)), gate_(reactor.strand()),
+      calls_(reactor.strand(), gate_, [this](const Reply& r) { late_reply(r); },
+             [this](const std::string& why) { connection_lost(why); }),
+      retry_(reactor.strand()), pinning_(reactor.strand(), gate_, opt_.device) {}
 
 IndexPlane::ServerLink RemoteIndex::server_link() const {
   ServerLink l;
@@ -68,9 +59,7 @@ IndexPlane::ServerLink RemoteIndex::server_link() const {
   return l;
 }
 
-RemoteIndex::~RemoteIndex() {
-  if (conn_) conn_->close();
-}
+RemoteIndex::~RemoteIndex() = default;
 
 asio::awaitable<Failure> RemoteIndex::attach(const Registration& reg) {
   regs_.push_back(&reg);
@@ -182,13 +171,13 @@ asio::awaitable<Failure> RemoteIndex::usable(std::uint32_t registration) {
 // Hello, before the reader starts: the arena's file descriptor comes with
 // the reply's first byte.
 asio::awaitable<Failure> RemoteIndex::hello(Clock::time_point until) {
-  const std::shared_ptr<common::FramedConnection> conn = conn_;
+  const std::shared_ptr<common::FramedConnection> conn = calls_.connection();
   // A timer bounds the exchange by closing the connection.
   asio::steady_timer guard(reactor_.strand(), until);
   guard.async_wait([weak = std::weak_ptr<common::FramedConnection>(conn)](const boost::system::error_code& e) {
     if (auto c = weak.lock(); c && !e) c->close();
   });
-  conn->send(encode_request(Hello{kMajor, kMinor, "kvstrand RemoteIndex"}, next_id_++));
+  conn->send(encode_request(Hello{kMajor, kMinor, "kvstrand RemoteIndex"}, calls_.next_id()));
   int fd = -1;
   common::ReadFrame f = co_await conn->read(kDefaultMaxBody, &fd);
   struct FdCloser {
@@ -251,29 +240,24 @@ asio::awaitable<Failure> RemoteIndex::hello(Clock::time_point until) {
 
 asio::awaitable<Failure> RemoteIndex::handshake() {
   if (regs_.empty()) co_return Failure{TransferErrc::not_registered, "no layout registered"};
-  const std::uint64_t generation = ++generation_;
+  ++connections_;
   local::socket sock(reactor_.strand());
   auto [cec] = co_await sock.async_connect(local::endpoint(opt_.socket), kAwait);
   if (cec) co_return unreachable("connect: " + cec.message());
-  // A write that failed, or a writer that threw, ends the connection: it is
-  // dropped, and every request on it fails with why.
-  conn_ = std::make_shared<common::FramedConnection>(std::move(sock), reactor_.strand(), gate_,
-                                                     [this, generation](const std::string& why) {
-                                                       if (generation == generation_) drop_connection(why);
-                                                     });
+  calls_.open(std::move(sock));
   const auto until = Clock::now() + opt_.request_timeout;
   if (Failure r = co_await hello(until); r) co_return r;
-  if (!gate_.spawn(read_loop(conn_), ends_connection("RemoteIndex reader")))
+  if (!calls_.read_replies())
     co_return Failure{TransferErrc::tier_unavailable, "the node tier is closing"};
   server_regs_.clear();
   for (std::size_t i = 0; i < regs_.size(); ++i)
     if (Failure r = co_await register_one(i, until); r) co_return r;  // no answer: the connection is no use
-  if (generation_ > 1) ++reconnects_;
+  if (connections_ > 1) ++reconnects_;
   connected_ = true;
   // Holds whose release could not be sent: the same server may still have
   // them; a restarted one does not, and its own holds may have their ids.
   for (auto& [hold, of] : std::exchange(unsent_releases_, {}))
-    if (current(of)) send_only(Release{hold});
+    if (current(of)) calls_.send_only(Release{hold});
   co_return Failure{};
 }
 
@@ -285,7 +269,7 @@ asio::awaitable<Failure> RemoteIndex::register_one(std::size_t i, Clock::time_po
   // GCC 12 destroys twice the non-trivial temporaries of a co_await
   // expression: requests and results are named variables here.
   Request reg_req = RegisterLayout{regs_[i]->layout};
-  std::pair<std::error_code, Reply> reg = co_await call(std::move(reg_req), until);
+  std::pair<std::error_code, Reply> reg = co_await calls_.call(std::move(reg_req), until);
   if (reg.first) co_return unreachable("no answer to registration " + std::to_string(i) + ": " + reg.first.message());
   server_regs_.resize(i + 1);
   server_regs_[i] = 0;
@@ -313,57 +297,23 @@ asio::awaitable<Failure> RemoteIndex::register_one(std::size_t i, Clock::time_po
   co_return Failure{};
 }
 
-// The reader ended by an exception: its connection can no longer be
-// trusted, so it is dropped, and every request on it fails with why.
-std::function<void(std::exception_ptr)> RemoteIndex::ends_connection(const char* what) {
-  return [this, what, generation = generation_](std::exception_ptr e) {
-    if (!e) return;
-    LogEscaped{what}(e);
-    if (generation == generation_) drop_connection(std::string(what) + " ended by an exception");
-  };
+void RemoteIndex::drop_connection(const std::string& why) {
+  calls_.end(why);
+  connection_lost(why);
 }
 
-void RemoteIndex::drop_connection(const std::string& why) {
-  // Its reader ends at its next step, seeing it is no longer conn_.
-  if (conn_) std::exchange(conn_, nullptr)->close();
+void RemoteIndex::connection_lost(const std::string& why) {
   const bool lost = connected_;
   if (lost) spdlog::warn("kvstrand: node tier: connection to {} lost: {}", opt_.socket, why);
   connected_ = false;
-  abandoned_.clear();
-  auto waiting = std::exchange(pending_, {});
-  for (auto& [id, p] : waiting) {
-    p->failure = TransferErrc::tier_unavailable;
-    p->why = "the connection was lost: " + why;
-    p->signal.cancel();
-  }
   // A server that went away may come back (restarted): attach again then,
   // whether or not the engine asks for anything meanwhile.
   if (lost) keep_attaching();
 }
 
-asio::awaitable<std::pair<std::error_code, Reply>> RemoteIndex::call(Request req, Clock::time_point until) {
-  if (!conn_ || conn_->closed()) co_return std::pair{std::error_code(TransferErrc::tier_unavailable), Reply{}};
-  const std::uint64_t id = next_id_++;
-  auto p = std::make_shared<Pending>(reactor_.strand(), type_of(req));
-  p->signal.expires_at(until);
-  pending_[id] = p;
-  conn_->send(encode_request(req, id));
-  co_await p->signal.async_wait(kAwait);  // cancelled by the reply, or expired
-  pending_.erase(id);
-  if (p->reply) co_return std::pair{std::error_code{}, std::move(*p->reply)};
-  if (p->failure) co_return std::pair{p->failure, Reply{Status::ok, p->why, Empty{}}};
-  // Timed out: what a later reply grants is released when it comes.
-  if (connected_) abandoned_[id] = p->type;
-  co_return std::pair{std::error_code(TransferErrc::tier_unavailable), Reply{}};
-}
-
-void RemoteIndex::send_only(Request req) {
-  if (!connected_ || !conn_ || conn_->closed()) return;
-  // Once the handler that sent it has returned: the write would otherwise
-  // start at once (a speculative send: the syscall, and waking the server),
-  // before what that handler does next, such as delivering the load whose
-  // hold it releases.
-  conn_->send(encode_request(req, next_id_++), -1, true);
+void RemoteIndex::late_reply(const Reply& r) {
+  if (const auto* l = std::get_if<LookupReply>(&r.payload)) release_hold(l->lease, arena_);
+  if (const auto* v = std::get_if<ReserveReply>(&r.payload)) release_hold(v->reservation, arena_);
 }
 
 void RemoteIndex::release_hold(std::uint64_t hold, const std::shared_ptr<ArenaMapping>& of) {
@@ -371,60 +321,13 @@ void RemoteIndex::release_hold(std::uint64_t hold, const std::shared_ptr<ArenaMa
   if (!connected_) {
     unsent_releases_.emplace_back(hold, of);
   } else if (current(of)) {
-    send_only(Release{hold});
+    calls_.send_only(Release{hold});
   }
 }
 
 bool RemoteIndex::current(const std::shared_ptr<void>& arena) const {
   // One owner per server life (see hello()): the same owner, the same life.
   return arena && arena_ && !arena.owner_before(arena_) && !arena_.owner_before(arena);
-}
-
-asio::awaitable<void> RemoteIndex::read_loop(std::shared_ptr<common::FramedConnection> conn) {
-  for (;;) {
-    common::ReadFrame f = co_await conn->read(kDefaultMaxBody);
-    if (conn != conn_) co_return;  // dropped meanwhile
-    if (f.io) {
-      drop_connection("read: " + f.io.message());
-      co_return;
-    }
-    if (f.header != HeaderError::none) {
-      drop_connection("a frame that is not kvstrand protocol " + std::to_string(kMajor));
-      co_return;
-    }
-    const Header& h = f.h;
-    const std::vector<std::byte>& body = f.body;
-    auto reply = decode_reply(h.type, body);
-    if (reply && reply->status == Status::ok) {
-      if (auto a = abandoned_.find(h.request_id); a != abandoned_.end()) {
-        abandoned_.erase(a);
-        if (auto* l = std::get_if<LookupReply>(&reply->payload)) release_hold(l->lease, arena_);
-        if (auto* r = std::get_if<ReserveReply>(&reply->payload)) release_hold(r->reservation, arena_);
-        continue;
-      }
-    }
-    auto it = pending_.find(h.request_id);
-    if (it == pending_.end()) continue;  // a release's reply, or a caller that gave up
-    if (static_cast<Type>(h.type & ~kReplyBit) != it->second->type) {
-      // A reply that does not answer its request: nothing after it on this
-      // stream can be trusted. Every request on it fails with the cause.
-      drop_connection("protocol error: a " + std::string(to_string(static_cast<Type>(h.type & ~kReplyBit))) +
-                      " reply to " + to_string(it->second->type) + " request " + std::to_string(h.request_id));
-      co_return;
-    }
-    if (!reply) {
-      it->second->failure = TransferErrc::tier_unavailable;
-      spdlog::error("kvstrand: node tier: malformed reply: {}", reply.why());
-    } else if (reply->status == Status::ok && reply->payload.index() == 0 &&
-               (it->second->type == Type::lookup || it->second->type == Type::adopt || it->second->type == Type::reserve ||
-                it->second->type == Type::register_layout || it->second->type == Type::hello)) {
-      it->second->failure = TransferErrc::tier_unavailable;  // a reply of another request's type
-      spdlog::error("kvstrand: node tier: a reply that does not answer its {}", to_string(it->second->type));
-    } else {
-      it->second->reply = std::move(*reply);
-    }
-    it->second->signal.cancel();
-  }
 }
 
 // ---- the index plane's operations ----------------------------------------------------------
@@ -452,7 +355,7 @@ IndexPlane::LookupResult RemoteIndex::take_lease(std::uint32_t registration, con
 asio::awaitable<IndexPlane::LookupResult> RemoteIndex::lookup(std::uint32_t registration, std::vector<kv::ChunkKey> keys) {
   if (Failure r = co_await usable(registration); r) co_return LookupResult{};  // unreachable: a miss, recompute
   Request req = Lookup{server_regs_.at(registration), keys};
-  std::pair<std::error_code, Reply> res = co_await call(std::move(req), Clock::now() + opt_.request_timeout);
+  std::pair<std::error_code, Reply> res = co_await calls_.call(std::move(req), Clock::now() + opt_.request_timeout);
   if (res.first || res.second.status != Status::ok) co_return LookupResult{};
   co_return take_lease(registration, keys, std::get<LookupReply>(res.second.payload));
 }
@@ -461,7 +364,7 @@ asio::awaitable<IndexPlane::LookupResult> RemoteIndex::adopt(std::uint32_t regis
                                                    std::vector<kv::ChunkKey> keys) {
   if (Failure r = co_await usable(registration); r) co_return LookupResult{};
   Request req = Adopt{server_regs_.at(registration), lease, keys};
-  std::pair<std::error_code, Reply> res = co_await call(std::move(req), Clock::now() + opt_.request_timeout);
+  std::pair<std::error_code, Reply> res = co_await calls_.call(std::move(req), Clock::now() + opt_.request_timeout);
   if (res.first) co_return LookupResult{};
   if (res.second.status != Status::ok) {
     spdlog::debug("kvstrand: node tier: lease {} not adopted: {}", lease, res.second.message);
@@ -480,7 +383,7 @@ asio::awaitable<void> RemoteIndex::release_lookup(std::uint64_t lease) {
 
 asio::awaitable<Failure> RemoteIndex::exchange(Request req, Clock::time_point deadline, Reply* out) {
   const char* what = to_string(type_of(req));
-  std::pair<std::error_code, Reply> res = co_await call(std::move(req), deadline);
+  std::pair<std::error_code, Reply> res = co_await calls_.call(std::move(req), deadline);
   if (res.first) {
     std::string why = "kvstrand-server at " + opt_.socket + " did not answer the " + what;
     // Unanswered at the transfer's deadline: that deadline is what ended it,
@@ -648,7 +551,7 @@ asio::awaitable<void> RemoteIndex::drain() {
     // lost connection leaves them to the process's exit).
     for (auto& [id, l] : std::exchange(leases_, {})) release_hold(id, l.arena);
     Request req = EndSession{};
-    co_await call(std::move(req), Clock::now() + std::chrono::milliseconds(500));
+    co_await calls_.call(std::move(req), Clock::now() + std::chrono::milliseconds(500));
   }
   closed_ = true;
   retry_.cancel();

@@ -42,7 +42,7 @@
 #include "reactor/arena_mapping.hpp"
 #include "reactor/arena_pinning.hpp"
 #include "reactor/reactor.hpp"
-#include "common/framed_connection.hpp"
+#include "reactor/server_calls.hpp"
 #include "common/gate.hpp"
 #include "reactor/index_plane.hpp"
 
@@ -84,7 +84,6 @@ class RemoteIndex final : public IndexPlane {
   ServerLink server_link() const override;
 
  private:
-  struct Pending;
   struct Lease {
     std::uint32_t registration = 0;
     std::vector<kv::ChunkKey> keys;  // the hit's chunks, in order
@@ -93,7 +92,6 @@ class RemoteIndex final : public IndexPlane {
     std::shared_ptr<ArenaMapping> arena;     // the arena the offsets are in
   };
 
-  std::function<void(std::exception_ptr)> ends_connection(const char* what);
   // A request's way in: connected, or turned away at once until the
   // backoff since the last attempt has passed.
   boost::asio::awaitable<Failure> ensure_connected();
@@ -117,11 +115,6 @@ class RemoteIndex final : public IndexPlane {
   boost::asio::awaitable<Failure> hello(Clock::time_point until);
   // tier_unavailable, saying the socket path and `why` (the OS error, or what the server did).
   Failure unreachable(const std::string& why) const;
-  // One request, one reply (or an error: the connection failed, or `until` passed).
-  boost::asio::awaitable<std::pair<std::error_code, proto::Reply>> call(proto::Request req,
-                                                                            Clock::time_point until);
-  // A request whose reply nobody waits for (releases).
-  void send_only(proto::Request req);
   // Releases a hold granted by the server whose arena is `of`. A hold id
   // means something only to the server that granted it: a restarted server
   // numbers its holds afresh, so an old id may name another process's hold
@@ -130,8 +123,12 @@ class RemoteIndex final : public IndexPlane {
   bool current(const std::shared_ptr<void>& arena) const;
   // A transfer's request bounded by its deadline; a refusal says why.
   boost::asio::awaitable<Failure> exchange(proto::Request req, Clock::time_point deadline, proto::Reply* out);
-  boost::asio::awaitable<void> read_loop(std::shared_ptr<common::FramedConnection> conn);
+  // Ends the connection (every request on it fails with why).
   void drop_connection(const std::string& why);
+  // The connection ended: attached no more, and attaching again.
+  void connection_lost(const std::string& why);
+  // A lookup's or reserve's reply that came after its caller gave up.
+  void late_reply(const proto::Reply& r);
 
   // How long drain() waits for the reader, the writer and pinning to end.
   static constexpr std::chrono::milliseconds kCloseBound{1000};
@@ -150,18 +147,15 @@ class RemoteIndex final : public IndexPlane {
   std::uint64_t turned_away_ = 0;
   std::uint64_t connect_attempts_ = 0;
   std::uint64_t refusals_ = 0;
-  std::shared_ptr<common::FramedConnection> conn_;  // the current connection (null: none)
-  std::uint64_t generation_ = 0;                    // bumps on every new connection
+  ServerCalls calls_;              // the current connection's requests and replies
+  std::uint64_t connections_ = 0;  // attempts made (a later one that attaches is a reconnect)
   bool connected_ = false;
   bool connecting_ = false;
   bool closed_ = false;              // drain() began: no attempt starts any more
   bool attaching_in_background_ = false;
   boost::asio::steady_timer retry_;  // attach_in_background()'s wait for the backoff
   std::vector<std::uint32_t> server_regs_;  // the server's id of each, on this connection
-  std::uint64_t next_id_ = 1;
   std::uint64_t reconnects_ = 0;
-  std::map<std::uint64_t, std::shared_ptr<Pending>> pending_;
-  std::map<std::uint64_t, proto::Type> abandoned_;  // timed out: release what their replies grant
   std::map<std::uint64_t, Lease> leases_;  // by lease id, until a load or a release names it
   // Holds to release once connected again (to the server that granted them).
   std::vector<std::pair<std::uint64_t, std::shared_ptr<ArenaMapping>>> unsent_releases_;
