@@ -2,7 +2,7 @@
 # On the GPU machine: builds the Python module there, against that
 # machine's python3 (its headers; pybind11's come in the pack) and the
 # pack's libkvstrand.so, then runs the device-neutral Python tests
-# (test_module, test_stubs, test_vllm against the newest and the oldest
+# (test_module, test_stubs, test_vllm* against the newest and the oldest
 # picture of vLLM: the sim-hook cases skip; test_vllm_torch
 # on torch CUDA tensors, where that machine's torch has a GPU), the
 # example engine loop (embedded tier, then twice on a kvstrand-server of its
@@ -44,10 +44,10 @@ if [[ ${3:-} == --bench-only ]]; then
   for run in 1 2 3; do $py "$src/bench/bench_python.py" | tee -a "$out/bench_python.txt" || status=1; done
   exit $status
 fi
-(cd "$src/tests/python" && $py -m pytest -q -p no:cacheprovider test_module.py test_stubs.py test_vllm.py test_vllm_torch.py) \
+(cd "$src/tests/python" && $py -m pytest -q -p no:cacheprovider test_module.py test_stubs.py test_vllm.py test_vllm_serving.py test_vllm_faults.py test_vllm_hybrid.py test_vllm_events.py test_vllm_torch.py) \
   2>&1 | tee "$out/pytest.txt" || status=1
-# test_vllm.py against the oldest vLLM verified too (the run above: the newest, conftest's default)
-(cd "$src/tests/python" && KVSTRAND_VLLM_PICTURE=oldest $py -m pytest -q -p no:cacheprovider test_vllm.py) \
+# test_vllm*.py against the oldest vLLM verified too (the run above: the newest, conftest's default)
+(cd "$src/tests/python" && KVSTRAND_VLLM_PICTURE=oldest $py -m pytest -q -p no:cacheprovider test_vllm.py test_vllm_serving.py test_vllm_faults.py test_vllm_hybrid.py test_vllm_events.py) \
   2>&1 | tee -a "$out/pytest.txt" || status=1
 $py "$src/examples/python/engine_loop.py" --requests 200 | tee "$out/engine_loop.txt" || status=1
 sock=$(mktemp -u /tmp/kvs-gpu-py.XXXXXX)

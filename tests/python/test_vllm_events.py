@@ -1,0 +1,128 @@
+"""kvstrand.vllm's KV events: the tier's blocks announced under vLLM's block
+hashes (each rank's or one replicated), their loss, reset_cache, a save
+announced only once every writing rank committed it and never when one
+failed, vLLM's group index."""
+
+from types import SimpleNamespace
+
+import pytest
+
+import kvstrand
+from conftest import Server
+from kvstrand.vllm.events import BlockRemoved, BlockStored, EventLog, SaveEnded
+from mini_vllm import MiniVllm, Request, block_hashes
+from vllm_cases import PREFIX, newest_only
+
+
+def stored_blocks(published):
+    return [h for e in published if isinstance(e, BlockStored) for h in e.block_hashes]
+
+
+@pytest.mark.parametrize("tp, replicated", [(1, False), (2, False), (2, True)])
+def test_kv_events_announce_the_tiers_blocks_under_vllms_hashes_and_their_loss(server, tp, replicated):
+    extra = {"replicated_across_tp": True} if replicated else {}
+    vllm = MiniVllm(server.socket, tp=tp, caching=False, kv_events=True, **extra)
+    a = vllm.add("a", PREFIX + list(range(40)))
+    vllm.run()
+    hashes = block_hashes(a, 16)  # the prompt's four chunks: 16 blocks
+    stored = [e for e in vllm.published if isinstance(e, BlockStored)]
+    assert stored_blocks(stored) == hashes  # each block once, in order, after every writing rank committed it
+    assert all(e.medium == "CPU" and e.block_size == 16 and e.group_idx == 0 for e in stored)
+    assert [t for e in stored for t in e.token_ids] == PREFIX
+    assert stored[0].parent_block_hash is None
+    assert all(e.parent_block_hash == hashes[hashes.index(e.block_hashes[0]) - 1] for e in stored[1:])
+    # The tier loses everything (its server restarted): the next lookup of
+    # that prefix finds nothing, and the router hears that the blocks are gone.
+    server.kill()
+    again = Server(socket=server.socket)
+    try:
+        vllm.published.clear()
+        vllm.add("b", PREFIX + list(range(500, 530)))
+        vllm.run(timeout=60)
+        removed = [e for e in vllm.published if isinstance(e, BlockRemoved)]
+        assert [h for e in removed for h in e.block_hashes] == hashes and removed[0].medium == "CPU"
+        assert stored_blocks(vllm.published) == hashes  # b stored them again
+        assert vllm.stats["mismatches"] == 0 and vllm.all_blocks_free()
+    finally:
+        vllm.shutdown()
+        again.stop()
+
+
+def test_kv_events_reset_cache_removes_all_announced_and_are_silent_when_vllm_publishes_none(server):
+    vllm = MiniVllm(server.socket, caching=False, kv_events=True)
+    a = vllm.add("a", PREFIX + [1])
+    vllm.run()
+    vllm.published.clear()
+    vllm.scheduler.reset_cache()
+    vllm.step()
+    (removed,) = vllm.published
+    assert isinstance(removed, BlockRemoved) and removed.block_hashes == block_hashes(a, 16)
+    vllm.shutdown()
+    quiet = MiniVllm(server.socket, caching=False)
+    quiet.add("b", PREFIX + [2])
+    quiet.run()
+    assert quiet.published == [] and quiet.workers[0].get_kv_connector_kv_cache_events() is None
+    quiet.shutdown()
+
+
+def test_a_save_is_announced_only_once_every_writing_rank_committed_it():
+    log = EventLog(writers=[0, 1], block_size=16)
+    req = Request("a", PREFIX, 1)
+    for save_id, (b, e) in enumerate([(0, 64), (64, 128)], start=1):
+        log.save_posted(save_id, 0, req, b, e, [bytes([save_id])])
+    log.save_ended(SaveEnded(1, 0, 0, True))
+    log.save_ended(SaveEnded(2, 0, 1, True))
+    assert log.take() == []  # each save has one rank's word only
+    log.save_ended(SaveEnded(2, 0, 0, False))  # rank 0 dropped save 2: never announced
+    log.save_ended(SaveEnded(2, 0, 1, True))
+    assert log.take() == []
+    log.save_ended(SaveEnded(1, 0, 1, True))  # a step later, rank 1 committed save 1
+    (stored,) = log.take()
+    assert stored.block_hashes == block_hashes(req, 4) and stored.token_ids == PREFIX[:64]
+    log.prefix_found(0, [bytes([1]), bytes([2])], 1)  # chunk 1 is still held: nothing removed
+    assert log.take() == []
+    log.prefix_found(0, [bytes([1]), bytes([2])], 0)
+    (removed,) = log.take()
+    assert removed.block_hashes == block_hashes(req, 4)
+
+
+class _SavesFailOn:
+    """A worker's Connector whose saves all end failed (as a copy or a
+    commit that fails would)."""
+
+    def __init__(self, conn):
+        self.conn = conn
+
+    def __getattr__(self, name):
+        return getattr(self.conn, name)
+
+    def finished(self):
+        f = self.conn.finished()
+        return SimpleNamespace(lookups=f.lookups, loads=f.loads, saves=[
+            SimpleNamespace(request=o.request, registration=o.registration, ok=False, reason="test: failed")
+            for o in f.saves])
+
+
+def test_kv_events_never_announce_a_save_one_rank_failed(server):
+    vllm = MiniVllm(server.socket, tp=2, caching=False, kv_events=True)
+    rank1 = vllm.workers[1]._worker
+    rank1.conn = _SavesFailOn(rank1.conn)
+    vllm.add("a", PREFIX + [1])
+    vllm.run()
+    assert vllm.summed_stats()["saves_failed"] >= 1
+    assert stored_blocks(vllm.published) == []
+    vllm.shutdown()
+
+
+@newest_only
+def test_kv_events_name_vllms_group_index(block_server):
+    # [Mamba, full attention]: kvstrand's group 0 is vLLM's group 1, the
+    # index a router knows the blocks by.
+    vllm = MiniVllm(block_server.socket, caching=False, kv_events=True, chunk_tokens=16,
+                    groups=[("mamba", 1, 0), ("full", 2, 0)])
+    vllm.add("a", PREFIX[:150])
+    vllm.run()
+    stored = [e for e in vllm.published if isinstance(e, BlockStored)]
+    assert stored and {e.group_idx for e in stored} == {1}
+    assert vllm.stats["mismatches"] == 0 and vllm.all_blocks_free()
+    vllm.shutdown()
