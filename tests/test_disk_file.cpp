@@ -14,7 +14,7 @@
 #include <map>
 
 #include "disk_node.hpp"
-#include "l2/chunk_value.hpp"
+#include "tier/object_header.hpp"
 
 using namespace kvstrand;
 using namespace kvstrand::test;
@@ -37,7 +37,7 @@ TEST_CASE("disk: striped over two files, each holds objects, and a restart finds
     std::vector<std::byte> block(4096);
     int n = 0;
     for (off_t off = 0; ::pread(fd, block.data(), block.size(), off) == 4096; off += 4096)
-      n += l2::read_chunk_header(block).has_value() ? 1 : 0;
+      n += tier::read_object_header(block).has_value() ? 1 : 0;
     ::close(fd);
     return n;
   };

@@ -17,7 +17,7 @@
 #include <map>
 
 #include "disk_node.hpp"
-#include "l2/chunk_value.hpp"
+#include "tier/object_header.hpp"
 
 using namespace kvstrand;
 using namespace kvstrand::test;
@@ -39,7 +39,7 @@ std::uint64_t header_of(const std::string& file, int seed, std::size_t i) {
   REQUIRE(fd >= 0);
   std::vector<std::byte> block(4096);
   for (std::uint64_t off = 0; ::pread(fd, block.data(), block.size(), static_cast<off_t>(off)) == 4096; off += 4096) {
-    auto h = l2::read_chunk_header(block);
+    auto h = tier::read_object_header(block);
     if (h && h->key == want) {
       ::close(fd);
       return off;

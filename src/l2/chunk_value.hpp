@@ -5,12 +5,9 @@
 //        tag (objects spread over the cluster's slots by content), the
 //        namespace (model, layout, tenant salt) and the rank, so two models
 //        or tenants never share a key.
-// Value: a 128-byte header, then the object's bytes:
-//        magic "KVSTRL2\0", format version, flags (bit 0: carries a state
-//        image; bit 1: carries a MAC), object length, the full chunk key
-//        (namespace, rank, hash), XXH3-64 of the object then 20 reserved
-//        zero bytes (without a MAC) or the MAC's 12-byte nonce and 16-byte
-//        tag (with one), XXH3-64 of all the header before it.
+// Value: the stored-object header (tier/object_header: magic, version,
+//        flags, length, the full chunk key, the object's checksum or the
+//        MAC's nonce and tag, the header's checksum), then the object's bytes.
 // A value whose header, length or checksum does not match what the reader
 // expects is refused: a miss, never loaded.
 //
@@ -32,11 +29,11 @@
 #include <string_view>
 
 #include <kvstrand/chunk_keys.hpp>
+#include "tier/object_header.hpp"
 
 namespace kvstrand::l2 {
 
-inline constexpr std::uint32_t kChunkValueVersion = 1;
-inline constexpr std::size_t kChunkHeaderBytes = 128;
+inline constexpr std::size_t kChunkHeaderBytes = tier::kObjectHeaderBytes;
 
 inline constexpr std::size_t kMinMacKeyBytes = 32;
 
@@ -52,23 +49,6 @@ std::string redis_key_of(const kv::ChunkKey& key);
 // MAC under `mac` when given.
 std::string encode_chunk_value(const kv::ChunkKey& key, bool has_image, std::span<const std::byte> object,
                                const MacKey* mac = nullptr);
-
-// The same header for an object kept elsewhere than after it (the disk
-// tier keeps it in the block before the object): written into `header`
-// (kChunkHeaderBytes), with the object's checksum and no MAC.
-void write_chunk_header(const kv::ChunkKey& key, bool has_image, std::span<const std::byte> object,
-                        std::byte* header);
-struct ChunkHeader {
-  kv::ChunkKey key;
-  bool has_image = false;
-  std::uint64_t object_bytes = 0;
-  std::uint64_t object_sum = 0;
-};
-// What a header says, if it is whole (magic, version, its checksum) and
-// carries no MAC; else why not.
-common::Expected<ChunkHeader> read_chunk_header(std::span<const std::byte> header);
-// Whether `object` is the one `h` describes: its length and checksum.
-bool object_matches(const ChunkHeader& h, std::span<const std::byte> object);
 
 struct ChunkValue {
   bool has_image = false;

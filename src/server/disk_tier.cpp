@@ -22,7 +22,7 @@
 #include <stdexcept>
 
 #include "common/parse_bytes.hpp"
-#include "l2/chunk_value.hpp"
+#include "tier/object_header.hpp"
 #include "server/disk_file.hpp"
 #include "server/disk_ring.hpp"
 #include "tier/stored_field.hpp"
@@ -189,8 +189,8 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
       std::vector<std::optional<tier::Index::Restored>> restored(g.per_slab);
       read_blocks(slots, [&](std::size_t k, const std::byte* h) {
         if (h == nullptr || std::memcmp(h, "KVSTRL2", 7) != 0) return;  // never written
-        auto header = l2::read_chunk_header({h, l2::kChunkHeaderBytes});
-        if (!header || header->object_bytes != object_bytes) {
+        auto header = tier::read_object_header({h, tier::kObjectHeaderBytes});
+        if (!header || header->has_mac || header->object_bytes != object_bytes) {
           ++st.recovery_dropped;
           return;
         }
@@ -313,7 +313,7 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
     std::byte* object = arena_object(*j.arena_index, j.arena_slot);
     if (!j.read) {
       std::memset(block_at(j.block), 0, kDiskBlock);
-      l2::write_chunk_header(j.key, j.image, {object, object_bytes}, block_at(j.block));
+      tier::write_object_header(j.key, j.image, {object, object_bytes}, block_at(j.block));
     }
     const std::uint64_t at = disk.offset_of(*j.disk_index, j.disk_slot);
     auto [fd, off] = place(at);
@@ -341,7 +341,7 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
     // The header block goes back, and the next transfer out, before this
     // one is checked (a checksum over its object is the longest thing the
     // strand does): the disk is kept busy meanwhile.
-    std::array<std::byte, l2::kChunkHeaderBytes> header;
+    std::array<std::byte, tier::kObjectHeaderBytes> header;
     std::memcpy(header.data(), block_at(j.block), header.size());
     free_blocks.push_back(j.block);
     pump();
@@ -372,9 +372,9 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
     if (j.error != 0) {
       io_failed(true, j.error);
     } else {
-      auto h = l2::read_chunk_header(header);
+      auto h = tier::read_object_header(header);
       good = h && h->key == key && h->has_image == j.image &&
-             l2::object_matches(*h, {arena_object(*j.arena_index, j.arena_slot), object_bytes});
+             tier::object_matches(*h, {arena_object(*j.arena_index, j.arena_slot), object_bytes});
       if (!good) {
         ++st.checksum_failures;
         spdlog::warn("kvstrand-server: a disk object failed its check ({}): a miss, dropped from the disk",

@@ -1,9 +1,9 @@
-#include "l2/object_checksum.hpp"
+#include "tier/object_checksum.hpp"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-namespace kvstrand::l2 {
+namespace kvstrand::tier {
 
 #if defined(__x86_64__)
 // object_checksum_avx2.cpp, the one file built with -mavx2: called only
@@ -19,4 +19,4 @@ std::uint64_t object_checksum(const void* p, std::size_t n) noexcept {
   return XXH3_64bits(p, n);
 }
 
-}  // namespace kvstrand::l2
+}  // namespace kvstrand::tier

@@ -7,8 +7,8 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-namespace kvstrand::l2 {
+namespace kvstrand::tier {
 
 uint64_t object_checksum_avx2(const void* p, size_t n) noexcept { return XXH3_64bits(p, n); }
 
-}  // namespace kvstrand::l2
+}  // namespace kvstrand::tier

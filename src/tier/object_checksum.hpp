@@ -7,8 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace kvstrand::l2 {
+namespace kvstrand::tier {
 
 std::uint64_t object_checksum(const void* p, std::size_t n) noexcept;
 
-}  // namespace kvstrand::l2
+}  // namespace kvstrand::tier
