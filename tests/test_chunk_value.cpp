@@ -7,10 +7,14 @@
 #include "l2/chunk_value.hpp"
 #include "tier/object_header.hpp"
 
+#include "object_fixtures.hpp"
+
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
 using namespace kvstrand;
+using test::key;
+using test::object;
 
 namespace {
 
@@ -21,20 +25,6 @@ std::string refused(std::string_view value, const kv::ChunkKey& k, std::uint64_t
   const auto d = l2::decode_chunk_value(value, k, bytes, mac, refusal);
   REQUIRE_FALSE(d.has_value());
   return d.why();
-}
-
-kv::ChunkKey key(std::uint8_t n, std::uint32_t rank = 0) {
-  kv::ChunkKey k;
-  for (std::size_t i = 0; i < k.ns.size(); ++i) k.ns[i] = static_cast<std::byte>(0xA0 + i);
-  k.kv_rank = rank;
-  for (std::size_t i = 0; i < k.hash.size(); ++i) k.hash[i] = static_cast<std::byte>(n + i);
-  return k;
-}
-
-std::vector<std::byte> object(std::size_t n, std::uint32_t seed) {
-  std::vector<std::byte> o(n);
-  for (std::size_t i = 0; i < n; ++i) o[i] = static_cast<std::byte>((seed * 2654435761u + i * 40503u) >> 7);
-  return o;
 }
 
 // Both XXH3 checksums recomputed, as anyone who knows the format can: the

@@ -8,28 +8,14 @@
 #include "tier/object_checksum.hpp"
 #include "tier/object_header.hpp"
 
+#include "object_fixtures.hpp"
+
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
 using namespace kvstrand;
-
-namespace {
-
-kv::ChunkKey key(std::uint8_t n, std::uint32_t rank = 0) {
-  kv::ChunkKey k;
-  for (std::size_t i = 0; i < k.ns.size(); ++i) k.ns[i] = static_cast<std::byte>(0xA0 + i);
-  k.kv_rank = rank;
-  for (std::size_t i = 0; i < k.hash.size(); ++i) k.hash[i] = static_cast<std::byte>(n + i);
-  return k;
-}
-
-std::vector<std::byte> object(std::size_t n, std::uint32_t seed) {
-  std::vector<std::byte> o(n);
-  for (std::size_t i = 0; i < n; ++i) o[i] = static_cast<std::byte>((seed * 2654435761u + i * 40503u) >> 7);
-  return o;
-}
-
-}  // namespace
+using test::key;
+using test::object;
 
 TEST_CASE("object header: it says the chunk, and checks the object kept apart from it", "[tier][disk]") {
   const auto o = object(16896, 3);
