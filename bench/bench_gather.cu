@@ -15,8 +15,11 @@
 // stride loop of one load at a time); one batched DMA call
 // (cudaMemcpyBatchAsync, CUDA 12.8+); and the shipped kernel copying one
 // contiguous range of the same bytes, which is the floor for any gather by
-// the SMs: what is left above it is the gather's own cost. Last, the shipped
-// kernel's bytes are checked for every geometry.
+// the SMs: what is left above it is the gather's own cost; the SMs and the
+// copy engines at once (one contiguous range split between them, then the
+// gather with the DMA batch taking the largest segments up to a quarter or
+// a half of the bytes, the kernel the rest). Last, the shipped kernel's
+// bytes are checked for every geometry.
 //
 // usage: bench_gather
 #include <cuda_runtime.h>
@@ -77,8 +80,8 @@ constexpr std::uint64_t kArena = 256ull << 20;
 struct Bench {
   char* host = nullptr;
   char* dev = nullptr;
-  cudaStream_t s{};
-  cudaEvent_t begin{}, end{};
+  cudaStream_t s{}, s2{};  // s2: the copy engines' half of the rows that use both at once
+  cudaEvent_t begin{}, end{}, fork{}, join{};
   std::mt19937 rng{1};
   int failures = 0;
 
@@ -151,6 +154,56 @@ struct Bench {
           cudaMemcpyBatchAsync(dsts.data(), srcs.data(), lens.data(), n, &attr, &attr_index, 1, s);
         }));
 #endif
+    // The SMs and the copy engines at once, each on its own stream. First
+    // the floor of that: one contiguous range, half by the kernel and half
+    // by one copy (whether the two together read host memory faster than
+    // either alone). Then a gather shared the same way: the DMA batch takes
+    // the largest segments up to a share of the bytes, the kernel the rest.
+    auto at_once = [&](auto&& kernel_part, auto&& dma_part) {
+      return median_us([&] {
+        cudaEventRecord(fork, s);
+        cudaStreamWaitEvent(s2, fork, 0);
+        dma_part();
+        kernel_part();
+        cudaEventRecord(join, s2);
+        cudaStreamWaitEvent(s, join, 0);
+      });
+    };
+    {
+      const std::uint64_t half = (bytes / 2) & ~std::uint64_t{4095};
+      const KernelSegment first{reinterpret_cast<std::uint64_t>(host), reinterpret_cast<std::uint64_t>(dev), half};
+      row("one range, half by kernel, half by copy, at once", at_once([&] { kvstrand::hip::kernel::segment_copy(&first, 1, s); },
+                                                                     [&] {
+                                                                       cudaMemcpyAsync(dev + half, host + half, bytes - half,
+                                                                                       cudaMemcpyHostToDevice, s2);
+                                                                     }));
+    }
+#if CUDART_VERSION >= 12080
+    for (const int share : {25, 50}) {
+      std::vector<std::size_t> by_size(sizes.size());
+      std::iota(by_size.begin(), by_size.end(), 0);
+      std::stable_sort(by_size.begin(), by_size.end(), [&](std::size_t x, std::size_t y) { return sizes[x] > sizes[y]; });
+      std::vector<KernelSegment> rest;
+      std::vector<void*> dma_dst, dma_src;
+      std::vector<std::size_t> dma_len;
+      std::uint64_t dma_bytes = 0;
+      for (std::size_t i : by_size) {
+        if ((dma_bytes + sizes[i]) * 100 <= bytes * share) {
+          dma_bytes += sizes[i];
+          dma_dst.push_back(dsts[i]), dma_src.push_back(srcs[i]), dma_len.push_back(lens[i]);
+        } else {
+          rest.push_back(segs[i]);
+        }
+      }
+      if (dma_len.empty() || rest.empty()) continue;
+      const std::string what = "kernel + DMA batch at once, DMA " + std::to_string(dma_bytes * 100 / bytes) + " %";
+      row(what.c_str(), at_once([&] { kvstrand::hip::kernel::segment_copy(rest.data(), static_cast<int>(rest.size()), s); },
+                                [&] {
+                                  cudaMemcpyBatchAsync(dma_dst.data(), dma_src.data(), dma_len.data(), dma_len.size(),
+                                                       &attr, &attr_index, 1, s2);
+                                }));
+    }
+#endif
     if (per_segment_dma)
       row("one cudaMemcpyAsync a segment", median_us([&] {
             for (int i = 0; i < n; ++i) cudaMemcpyAsync(dsts[i], srcs[i], lens[i], cudaMemcpyHostToDevice, s);
@@ -180,8 +233,10 @@ int main() {
   if (!ok(cudaHostAlloc(&b.host, kArena, 0), "cudaHostAlloc") || !ok(cudaMalloc(&b.dev, kArena), "cudaMalloc")) return 1;
   // Each byte is its own offset's low byte, so a misplaced copy shows.
   for (std::uint64_t i = 0; i < kArena; ++i) b.host[i] = static_cast<char>(i);
-  if (!ok(cudaStreamCreateWithFlags(&b.s, cudaStreamNonBlocking), "stream") || !ok(cudaEventCreate(&b.begin), "event") ||
-      !ok(cudaEventCreate(&b.end), "event"))
+  if (!ok(cudaStreamCreateWithFlags(&b.s, cudaStreamNonBlocking), "stream") ||
+      !ok(cudaStreamCreateWithFlags(&b.s2, cudaStreamNonBlocking), "stream") || !ok(cudaEventCreate(&b.begin), "event") ||
+      !ok(cudaEventCreate(&b.end), "event") || !ok(cudaEventCreateWithFlags(&b.fork, cudaEventDisableTiming), "event") ||
+      !ok(cudaEventCreateWithFlags(&b.join, cudaEventDisableTiming), "event"))
     return 1;
 
   std::vector<std::uint64_t> reference = repeat(147'968, 28 * 5);

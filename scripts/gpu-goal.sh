@@ -15,7 +15,9 @@
 #   finished() with nothing to drain against a no-op call.
 # - bench_gather: every gather path against one contiguous copy, per
 #   segment size and for engines' paged layouts, with the SMs' floor (the
-#   kernel copying one contiguous range) in the same run;
+#   kernel copying one contiguous range) and the SMs and copy engines at
+#   once (a range split between them; a gather whose largest segments go
+#   by the DMA batch beside the kernel) in the same run;
 # - bench_chunk_keys: chunk keys for 131,072 tokens against one-shot hashing.
 # Writes goal.log (every benchmark's whole output), goal.txt (the lines the
 # column is read from) and bench_python.txt into RESULTS.
@@ -54,7 +56,7 @@ for run in 1 2 3; do
     bench "run $run, split, idle before each lookup $idle ms" 7 "$pack/bench/bench_transfer" --iterations 200 \
       --no-server --clients 1 --split --idle-ms $idle
   done
-  bench "run $run" 100 "$pack/bench/bench_gather"
+  bench "run $run" 140 "$pack/bench/bench_gather"
   bench "run $run" 2 "$pack/bench/bench_chunk_keys"
 done
 echo "=== bench_python (three runs)" | tee -a "$sum"
