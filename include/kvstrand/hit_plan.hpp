@@ -1,7 +1,7 @@
 // Where a request resumes: what it reuses from HBM, what it loads from the
 // tier, and where computing starts. A pure function of what each source holds.
 //
-// Rules (each pinned by a test in tests/test_hit_plan.cpp):
+// Rules (each pinned by a test in tests/kv/test_hit_plan.cpp):
 // - A hit from any source ends on a boundary whose checkpoint that source
 //   holds (layouts with recurrent state); otherwise on its grid (blocks for
 //   HBM, chunks for the tier).

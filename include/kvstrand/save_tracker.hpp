@@ -1,7 +1,7 @@
 // Per-request save bookkeeping on the scheduler side: which prefix of the
 // prompt the tier is known to hold (the frontier), and what to save next.
 //
-// Rules (each pinned by a test in tests/test_save_tracker.cpp):
+// Rules (each pinned by a test in tests/kv/test_save_tracker.cpp):
 // - At most one save in flight per request; none while the request loads.
 // - A save covers [frontier, committed) floored to the chunk grid: only full
 //   chunks whose KV and checkpoint are committed.

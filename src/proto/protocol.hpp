@@ -5,7 +5,7 @@
 //
 // Every decode is bounds-checked and refuses trailing bytes, counts the input
 // cannot hold, strings over their limit and unknown types, so a malformed
-// frame yields an error, never a crash (tests/fuzz_frame_decoder.cpp).
+// frame yields an error, never a crash (tests/proto/fuzz_frame_decoder.cpp).
 #pragma once
 
 #include "common/expected.hpp"
