@@ -46,7 +46,9 @@
 // --idle-ms MS: the bench sleeps MS before each load's lookup, as an engine
 // idle between requests: past the idle spin the reactor is asleep when the
 // lookup comes, and the load that follows it shows whether it finds the
-// reactor awake again.
+// reactor awake again. Each load is then followed also by one contiguous
+// copy and by the batch alone, each after the same idle: what waking the
+// host and the device costs without kvstrand, the after-idle load's floor.
 //
 // usage: bench_transfer [--iterations N] [--pool-blocks N] [--clients 1,2,4,8]
 //                       [--seconds S] [--no-server] [--client-path fastest|per-segment|dma-batch] [--split]
@@ -107,6 +109,9 @@ struct LoadFigures {
   // The same batch from host memory made as the node tier's arena is.
   std::vector<double> shared_batch_us, huge_batch_us;
   std::string no_huge;  // why there are no huge-page figures
+  // --idle-ms: one contiguous copy and the batch alone, each after the same
+  // idle as the load's lookup: what waking costs without kvstrand.
+  std::vector<double> idle_copy_us, idle_batch_us;
 };
 
 // Host memory as kvstrand-server's arena is: a memfd mapped shared, its
@@ -245,11 +250,15 @@ LoadFigures measure_loads(reactor::Connector& conn, Pool& pool, const kv::Layout
       fig.load_us.push_back(us_since(t0));
     }
     if (!f.loads[0].ok) die("load failed: " + f.loads[0].reason);
-    const auto t1 = Clock::now();
-    (void)hip::copy_h2d(stream, dst.data(), src.data(), load_bytes);
-    (void)ev.record(stream);
-    (void)ev.synchronize();
-    fig.copy_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t1).count());
+    // One contiguous copy of the load's bytes, timed into `into`.
+    auto contiguous = [&](std::vector<double>& into) {
+      const auto t1 = Clock::now();
+      (void)hip::copy_h2d(stream, dst.data(), src.data(), load_bytes);
+      (void)ev.record(stream);
+      (void)ev.synchronize();
+      into.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t1).count());
+    };
+    contiguous(fig.copy_us);
     // The load's batch alone from `from`, timed into `into`.
     auto batch_from = [&](std::byte* from, std::vector<double>& into) {
       std::vector<hip::Segment> segs;
@@ -270,6 +279,12 @@ LoadFigures measure_loads(reactor::Connector& conn, Pool& pool, const kv::Layout
     batch_from(src.data(), fig.batch_us);
     batch_from(shared->data(), fig.shared_batch_us);
     if (huge) batch_from(huge->data(), fig.huge_batch_us);
+    if (idle_before_lookup.count() > 0) {
+      std::this_thread::sleep_for(idle_before_lookup);
+      contiguous(fig.idle_copy_us);
+      std::this_thread::sleep_for(idle_before_lookup);
+      batch_from(src.data(), fig.idle_batch_us);
+    }
   }
   return fig;
 }
@@ -304,6 +319,11 @@ LoadRatios report(const char* path, const LoadFigures& f) {
                 "", pct(f.queued_us, 0.5), pct(f.queued_us, 0.99), pct(f.done_us, 0.5), pct(f.done_us, 0.99),
                 pct(tail, 0.5), pct(tail, 0.99));
   }
+  if (!f.idle_copy_us.empty())
+    std::printf("  %-22s after the same idle, without kvstrand (to the contiguous copy above): one contiguous copy "
+                "p50 %6.0f us (ratio %.2f); the batch alone p50 %6.0f us (ratio %.2f)\n",
+                "", pct(f.idle_copy_us, 0.5), pct(f.idle_copy_us, 0.5) / copy, pct(f.idle_batch_us, 0.5),
+                pct(f.idle_batch_us, 0.5) / copy);
   std::fflush(stdout);
   return {ratio, pct(f.batch_us, 0.5) / copy, pct(f.shared_batch_us, 0.5) / copy};
 }
