@@ -35,6 +35,7 @@
 #include <random>
 
 #include "common/fd_passing.hpp"
+#include "common/free_port.hpp"
 #include "bench_server.hpp"
 #include "wire.hpp"
 
@@ -75,16 +76,9 @@ std::string metrics(std::uint16_t port) {
 double metric(std::uint16_t port, const std::string& name) { return sample(metrics(port), name); }
 
 std::uint16_t free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
-    die("no free port");
-  ::close(fd);
-  return ntohs(a.sin_port);
+  const std::uint16_t port = common::free_port();
+  if (port == 0) die("no free port");
+  return port;
 }
 
 // The server, answering and every slab of its arena ready, its debug

@@ -19,11 +19,8 @@
 // usage: bench_l2 [--l2 redis://HOST:PORT[,...]] [--chunks N] [--prompt-chunks K] [--reps R]
 //                 [--redis-binary PATH] [--mac]
 // The last lines: "l2 write-behind ... ratio R" and "l2 promotion ... ratio R (target >= 0.8)".
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -42,6 +39,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/free_port.hpp"
 #include "l2/chunk_value.hpp"
 #include "l2/redis_cluster.hpp"
 #include "reference_geometry.hpp"
@@ -64,15 +62,8 @@ struct OwnRedis {
   int port = 0;
   pid_t pid = -1;
   explicit OwnRedis(const std::string& binary) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    socklen_t len = sizeof a;
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-    ::close(fd);
-    port = ntohs(a.sin_port);
+    port = common::free_port();
+    if (port == 0) die("no free port for redis-server");
     std::vector<std::string> args = {binary, "--port", std::to_string(port), "--bind", "127.0.0.1", "--save", "",
                                      "--appendonly", "no", "--logfile", "/dev/null"};
     std::vector<char*> argv;

@@ -40,8 +40,12 @@ TEST_CASE("node tier: two groups of different object sizes share the server's ar
   rig.two_group_round_trip();  // the same as the embedded tier's
 }
 
-TEST_CASE("node tier: a server SIGSTOPped during a load: the load completes exactly without it",
-          "[server][reactor][fault]") {
+namespace {
+
+// Saves and looks up through a server, then stops it with `signal` (and
+// leaves it so) before the load: the leased objects are in this process's
+// mapping, so the load copies them exactly without asking the server.
+void leased_load_without_server(int signal) {
   if (!device_present()) return;
   ServerProcess srv(kServerFlags);
   REQUIRE(ready_and_full(srv));
@@ -50,18 +54,24 @@ TEST_CASE("node tier: a server SIGSTOPped during a load: the load completes exac
   const auto before = rig.snapshot(src, {1});
   const auto lease = save_and_look_up(rig, src).lease;
   REQUIRE(lease != 0);
-
-  srv.kill(SIGSTOP);  // returns once the server is stopped
+  srv.kill(signal);  // returns once the server is stopped (SIGSTOP) or reaped (SIGKILL)
   rig.randomize(2);
   const auto dst = Rig::block_range(20, 8);
   auto spec = rig.load_spec("a", 1, 0, 2, dst, 3);
   spec.tier_lease = lease;
   rig.conn->load(spec);
-  auto f = rig.wait_for([](const reactor::Finished& f) { return !f.loads.empty(); });
+  const auto f = rig.wait_for([](const reactor::Finished& f) { return !f.loads.empty(); });
   INFO(f.loads[0].reason);
-  REQUIRE(f.loads[0].ok);  // the leased objects are in this process's mapping: no server needed
+  REQUIRE(f.loads[0].ok);
   REQUIRE(rig.snapshot(dst, {3}) == before);
-  srv.kill(SIGCONT);
+  if (signal == SIGSTOP) srv.kill(SIGCONT);
+}
+
+}  // namespace
+
+TEST_CASE("node tier: a server SIGSTOPped during a load: the load completes exactly without it",
+          "[server][reactor][fault]") {
+  leased_load_without_server(SIGSTOP);
 }
 
 TEST_CASE("node tier: a server SIGKILLed during a store: the store fails cleanly, a restarted server serves exact data",
@@ -182,24 +192,7 @@ TEST_CASE("node tier: a save reserved on a server that restarted is never commit
 
 TEST_CASE("node tier: a leased load needs no server: it copies exactly what was saved after the server died",
           "[server][reactor][fault]") {
-  if (!device_present()) return;
-  ServerProcess srv(kServerFlags);
-  REQUIRE(ready_and_full(srv));
-  Rig rig(remote(srv));
-  const auto src = Rig::block_range(0, 8);
-  const auto before = rig.snapshot(src, {1});
-  const auto hit = save_and_look_up(rig, src);
-  REQUIRE(hit.lease != 0);
-  srv.kill(SIGKILL);  // and not restarted: nothing answers on the socket
-  rig.randomize(2);
-  const auto dst = Rig::block_range(20, 8);
-  auto spec = rig.load_spec("a", 1, 0, 2, dst, 6);
-  spec.tier_lease = hit.lease;
-  rig.conn->load(spec);
-  const auto f = rig.wait_for([](const reactor::Finished& f) { return !f.loads.empty(); });
-  INFO(f.loads[0].reason);
-  REQUIRE(f.loads[0].ok);
-  REQUIRE(rig.snapshot(dst, {6}) == before);
+  leased_load_without_server(SIGKILL);  // and not restarted: nothing answers on the socket
 }
 
 TEST_CASE("node tier: a lease its server lost (killed, restarted) ends its load within 10 s: the bytes it was granted, "

@@ -1,11 +1,6 @@
-// HTTP GETs with curl and a free loopback port, for the tests that read a
+// HTTP GETs with curl and a free loopback port (common/free_port.hpp), for the tests that read a
 // debug endpoint (the Connector's or kvstrand-server's).
 #pragma once
-
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cstdint>
@@ -13,6 +8,7 @@
 #include <filesystem>
 #include <string>
 
+#include "common/free_port.hpp"
 #include "process.hpp"
 
 namespace kvstrand::test {
@@ -43,16 +39,6 @@ inline bool curl_present() {
   return false;
 }
 
-inline std::uint16_t free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
+using common::free_port;
 
 }  // namespace kvstrand::test
