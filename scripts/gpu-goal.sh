@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 31's goal column in one command on the GPU machine, three runs of
+# The goal column (docs/PERFORMANCE.md, Current figures) in one command on the GPU machine, three runs of
 # each, so that every figure comes from one host (the H200 leases differ a
 # lot from one another: compare only within one):
 # - bench_step: the step thread's time above baseline;

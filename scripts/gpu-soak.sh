@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole test suite of a build, PASSES times in a row (issue 18: fault
+# The whole test suite of a build, PASSES times in a row (fault
 # tests must not depend on timing). Within a pass every test binary runs at
 # once, as `ctest -j` runs them; a pass fails if any binary does. Stops at
 # the first failing pass, or before a pass would start after LIMIT seconds

@@ -24,7 +24,7 @@ import time
 
 # name, file, code as it is, code as the mutant has it, [(test binary, Catch filter)], what it breaks
 MUTANTS = [
-    # Several registrations, native streams, lease handoff (issue 15).
+    # Several registrations, native streams, lease handoff.
     ("order-no-wait", "src/reactor/connector.cpp",
      "  if (hip::Status s = stream.wait(*ev); !s.ok())",
      "  if (hip::Status s = hip::Status{}; !s.ok())",
@@ -46,7 +46,7 @@ MUTANTS = [
      "    const std::uint32_t slab = free_slabs_.front();\n    free_slabs_.pop_front();",
      "    const std::uint32_t slab = free_slabs_.front();",
      [("test_size_classes", "*")], "two object sizes are given the same slab"),
-    # A registration without memory (a scheduler's, issue 16).
+    # A registration without memory (a scheduler's).
     ("lookup-only-copies", "src/reactor/registration.cpp",
      "  if (r.lookup_only()) return \"its registration has no device memory: it serves lookups only\";\n",
      "",
@@ -74,7 +74,7 @@ MUTANTS = [
      "    if (live_per_request.contains(r)) return false;",
      "    if (live_per_request.contains(r) && false) return false;",
      [("test_connector_faults", "F1: a fence covers*")], "a fence returns with its transfers still live"),
-    # The engine thread's submission ring (issue 31).
+    # The engine thread's submission ring.
     ("ring-fence-first", "src/reactor/connector.cpp",
      "    table->submissions->poll();\n    f();",
      "    f();",
@@ -351,7 +351,7 @@ MUTANTS = [
      "  if (object > facts_.slab_bytes)",
      "  if (object > facts_.slab_bytes + 1)",
      [("test_server_requests", "server: an object one byte past a slab*")], "an object one byte past a slab is registered"),
-    # kvstrand.vllm under vLLM's bookkeeping (issue 27): ("pytest:FILE", "-k" expression).
+    # kvstrand.vllm under vLLM's bookkeeping: ("pytest:FILE", "-k" expression).
     ("vllm-abort-double-free", "python/kvstrand/vllm/scheduler.py",
      "        if r.load_blocks is not None:\n",
      "        if False:\n",
@@ -381,7 +381,7 @@ MUTANTS = [
      "            first = next((i for i, b in enumerate(ids) if b != NULL_BLOCK), len(ids))",
      "            first = 0",
      [("pytest:test_vllm_hybrid.py", "hybrid_model_resumes")], "a sliding window's load writes the null block"),
-    # The Python binding's finished() (a plain CPython method; issue 31).
+    # The Python binding's finished() (a plain CPython method).
     ("py-finished-never-drains", "src/python/connector.cpp",
      "  if (!py::detail::cast_op<PyConnector&>(conn).finished_pending()) {",
      "  if (true) {",
@@ -418,7 +418,7 @@ MUTANTS = [
     ("vllm-events-reset-silent", "python/kvstrand/vllm/scheduler.py",
      "            self.events.forget_all()", "            pass",
      [("pytest:test_vllm_events.py", "reset_cache_removes_all")], "reset_cache leaves the router believing the old blocks"),
-    # Mamba groups as checkpoints of the attention group (issue 27).
+    # Mamba groups as checkpoints of the attention group.
     ("vllm-mamba-state-every-chunk", "python/kvstrand/vllm/scheduler.py",
      "                    slots = [-1] * (len(at_end) * ((end - begin) // ct - 1)) + at_end",
      "                    slots = at_end * ((end - begin) // ct)",
@@ -428,7 +428,7 @@ MUTANTS = [
      "        i = at // self.cfg.block_size - 1\n",
      "        i = at // self.cfg.block_size\n",
      [("pytest:test_vllm_hybrid.py", "seeds_shape")], "a load writes the state one block past where vLLM reads it"),
-    # kvstrand.vllm against the oldest and the newest vLLM verified (issue 47).
+    # kvstrand.vllm against the oldest and the newest vLLM verified.
     # "pytest:FILE@PICTURE" runs FILE against that picture of vLLM.
     ("vllm-prom-make-per-engine", "python/kvstrand/vllm/stats.py",
      "            name: per_engine(self._counter_cls(",
@@ -492,7 +492,7 @@ MUTANTS = [
      "        if kv_events and events.EVENTS_UNAVAILABLE:", "        if False:",
      [("pytest:test_vllm.py", "kv_events_this_vllm_cannot_make")],
      "KV events are kept on where this vLLM's event types cannot be imported"),
-    # What the suite missed (issue 49): kvstrand.vllm.
+    # What the suite missed: kvstrand.vllm.
     ("vllm-failed-load-counted", "python/kvstrand/vllm/stats.py",
      "        self.data[\"loaded_tokens\"] += tokens if ok else 0", "        self.data[\"loaded_tokens\"] += tokens",
      [("pytest:test_vllm_faults.py", "counted_failed_and_loads_no_tokens")], "failed loads are counted as loaded tokens"),
@@ -502,7 +502,7 @@ MUTANTS = [
     ("vllm-checkpoints-union", "python/kvstrand/vllm/scheduler.py",
      "min(hits[g][0], tokens), hits[g][1] & points)", "min(hits[g][0], tokens), hits[g][1] | points)",
      [("pytest:test_vllm.py", "checkpoints_are_combined")], "TP ranks' checkpoints combined as a union"),
-    # What the suite missed (issue 49): files the disk tier must not trust.
+    # What the suite missed: files the disk tier must not trust.
     ("disk-follows-links", "src/server/disk_file.cpp",
      "  if (::lstat(path.c_str(), &st) != 0) return;  // absent: made here\n  if (S_ISLNK(st.st_mode))",
      "  if (::stat(path.c_str(), &st) != 0) return;  // absent: made here\n  if (false)",
@@ -512,7 +512,7 @@ MUTANTS = [
      "    if (!zeros && std::memcmp(head.data(), kExtentMagic, std::min<std::size_t>(n, sizeof kExtentMagic)) != 0) {",
      "    if (false) {",
      [("test_disk_file", "disk: a symbolic link*")], "a --disk file kvstrand did not make is extended and written into"),
-    # What the suite missed (issue 49): restarts and upgrades.
+    # What the suite missed: restarts and upgrades.
     ("restored-never-evicted", "src/tier/index.cpp",
      "    ++evictable_;\n    taken[i] = true;", "    taken[i] = true;",
      [("test_object_table", "object table: objects found after a restart*")],
@@ -580,7 +580,7 @@ MUTANTS = [
      "  post_after_submissions([table = table_, lease] { table->tier->forget_lease(lease); });\n", "",
      [("test_node_tier", "node tier: an exported lease is the adopter's alone*")],
      "the exporter still holds an exported lease: closing it releases the adopter's"),
-    # Engine and server in any order (issue 48).
+    # Engine and server in any order.
     ("node-register-needs-server", "src/reactor/remote_index.cpp",
      "  if (!r || r.ec == TransferErrc::tier_unavailable) {", "  if (!r) {",
      [("test_node_start_order", "node tier: an engine started 2 s before*"),
@@ -607,7 +607,7 @@ MUTANTS = [
      "  if (Clock::now() < next_attempt_) {", "  if (false) {",
      [("test_node_start_order", "node tier: an engine started 2 s before*")],
      "every request while the server is down makes a connect attempt of its own"),
-    # The server as a node service (issue 48).
+    # The server as a node service.
     ("server-config-extras-ignored", "src/server/server_options.cpp",
      "  app.allow_config_extras(CLI::config_extras_mode::error);",
      "  app.allow_config_extras(CLI::config_extras_mode::ignore);",
@@ -625,7 +625,7 @@ MUTANTS = [
     ("server-check-once", "src/server/server_check.cpp",
      "    if (std::chrono::steady_clock::now() >= end) break;", "    break;",
      [("test_server", "server: --check exits 1*")], "--check-wait gives up at the first try"),
-    # A node tier that survives its server (issue 32).
+    # A node tier that survives its server.
     ("arena-reserve-says-committed", "src/tier/object_table.cpp",
      "  store_state(e, kReserved);  // first: the slot is no longer what it held",
      "  store_state(e, kCommitted);",
@@ -673,7 +673,7 @@ MUTANTS = [
      "",
      [("test_registration", "registration: an image kept in two state memories*")],
      "the Connector counts slot 3 of one state memory as slot 3 of another"),
-    # The disk tier (issue 33).
+    # The disk tier.
     ("disk-payload-unchecked", "src/server/disk_tier.cpp",
      "             tier::object_matches(*h, {arena_object(*j.arena_index, j.arena_slot), object_bytes});",
      "             true;",
@@ -713,7 +713,7 @@ MUTANTS = [
     ("disk-second-server", "src/server/disk_file.cpp",
      "  if (::flock(fd, LOCK_EX | LOCK_NB) != 0)", "  if (false)",
      [("test_disk_file", "*second server*")], "two servers write the same disk file"),
-    # Values a Redis writer cannot forge (issue 29, item 12).
+    # Values a Redis writer cannot forge.
     ("l2-mac-not-checked", "src/l2/chunk_value.cpp",
      "    if (!tag_of(*mac, h, object, tag) || CRYPTO_memcmp(tag, h + kMacTagAt, kMacTagBytes) != 0) {",
      "    if (!tag_of(*mac, h, object, tag)) {",
@@ -761,7 +761,7 @@ MUTANTS = [
      "  const kv::Layout& l = it->second.layout;",
      [("test_request_service", "*its client's own*"), ("test_server_requests", "server: every request's bounds*")],
      "an unknown registration id falls back to the session's"),
-    # Issue 34, second round: behaviours no test guarded.
+    # Behaviours no test guarded, second round.
     ("index-pin-part-way", "src/tier/index.cpp",
      "    if (s == kNone || !objects_[s].committed) return std::nullopt;\n    slots.push_back(s);",
      "    if (s == kNone || !objects_[s].committed) return std::nullopt;\n    slots.push_back(s);\n    add_reader(objects_[s]);",
