@@ -10,18 +10,18 @@
 // shuffled order, on both sides, so nothing coalesces.
 //
 // Rows, each the median of 50 runs after 10 warm-up runs, as a ratio to
-// the contiguous copy: the shipped kernel (hip::kernel::segment_copy); the
-// kernel it replaced (one 2-D grid of at most 160 segments a launch, a
+// the contiguous copy: the shipped kernel (hip::kernel::segment_copy); where
+// it stages a table in device memory (over 1,024 segments), the same tiles
+// in launch parameters only, 1,024 a launch (what it did before); the
+// kernel before that (one 2-D grid of at most 160 segments a launch, a
 // stride loop of one load at a time); one batched DMA call
 // (cudaMemcpyBatchAsync, CUDA 12.8+); and the shipped kernel copying one
 // contiguous range of the same bytes, which is the floor for any gather by
 // the SMs: what is left above it is the gather's own cost; the SMs and the
 // copy engines at once (one contiguous range split between them, then the
 // gather with the DMA batch taking the largest segments up to a quarter or
-// a half of the bytes, the kernel the rest); two candidates for many small
-// segments, each in one launch over a table copied to the device first
-// (the shipped kernel's tiles; a warp a segment). Last, every kernel's bytes
-// are checked for every geometry.
+// a half of the bytes, the kernel the rest). Last, the shipped kernel's
+// bytes, both ways, are checked for every geometry.
 //
 // usage: bench_gather
 #include <cuda_runtime.h>
@@ -71,62 +71,6 @@ void before_segment_copy(const KernelSegment* segments, int count, cudaStream_t 
   }
 }
 
-// Two candidates for many small segments (a paged layout's 4-32 KiB
-// per-layer blocks), both in one launch over a segment table copied to the
-// device first (the shipped kernel launches once per 1,024 segments, with a
-// wave's tail each time):
-// - the shipped kernel's tiles (one block per 16 KiB of a segment), its
-//   table read from device memory;
-// - a warp a segment: each lane keeps eight 16-byte loads in flight, eight
-//   segments a block, so a 4 KiB segment is one warp's single round instead
-//   of a whole block's one load a thread.
-constexpr unsigned kTileThreads = 256;
-constexpr std::uint64_t kTile = kTileThreads * 4 * 16;
-
-__global__ void __launch_bounds__(kTileThreads)
-    tiles_from_table(const KernelSegment* seg, const std::uint32_t* first_tile, int count) {
-  int lo = 0, hi = count - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (first_tile[mid] <= blockIdx.x) lo = mid;
-    else hi = mid - 1;
-  }
-  const KernelSegment g = seg[lo];
-  const std::uint64_t begin = static_cast<std::uint64_t>(blockIdx.x - first_tile[lo]) * kTile;
-  const std::uint64_t end = g.bytes < begin + kTile ? g.bytes : begin + kTile;
-  const uint4* src = reinterpret_cast<const uint4*>(g.src);
-  uint4* dst = reinterpret_cast<uint4*>(g.dst);
-  const std::uint64_t first = begin / 16 + threadIdx.x, n = end / 16;
-  uint4 r[4];
-#pragma unroll
-  for (unsigned j = 0; j < 4; ++j)
-    if (first + j * kTileThreads < n) r[j] = src[first + j * kTileThreads];
-#pragma unroll
-  for (unsigned j = 0; j < 4; ++j)
-    if (first + j * kTileThreads < n) dst[first + j * kTileThreads] = r[j];
-}
-
-constexpr unsigned kWarpLoads = 8;
-
-__global__ void __launch_bounds__(256) warp_per_segment(const KernelSegment* seg, int count) {
-  const int w = static_cast<int>(blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32);
-  if (w >= count) return;
-  const KernelSegment g = seg[w];
-  const unsigned lane = threadIdx.x & 31;
-  const uint4* src = reinterpret_cast<const uint4*>(g.src);
-  uint4* dst = reinterpret_cast<uint4*>(g.dst);
-  const std::uint64_t n = g.bytes / 16;
-  for (std::uint64_t base = 0; base < n; base += 32 * kWarpLoads) {
-    uint4 r[kWarpLoads];
-#pragma unroll
-    for (unsigned j = 0; j < kWarpLoads; ++j)
-      if (base + j * 32 + lane < n) r[j] = src[base + j * 32 + lane];
-#pragma unroll
-    for (unsigned j = 0; j < kWarpLoads; ++j)
-      if (base + j * 32 + lane < n) dst[base + j * 32 + lane] = r[j];
-  }
-}
-
 bool ok(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return true;
   std::fprintf(stderr, "bench_gather: %s: %s\n", what, cudaGetErrorString(e));
@@ -140,11 +84,6 @@ struct Bench {
   char* dev = nullptr;
   cudaStream_t s{}, s2{};  // s2: the copy engines' half of the rows that use both at once
   cudaEvent_t begin{}, end{}, fork{}, join{};
-  // The candidates' segment table: written here (pinned), copied to the
-  // device inside each timed run.
-  char* table_host = nullptr;
-  char* table_dev = nullptr;
-  static constexpr std::size_t kTableBytes = 1 << 20;
   std::mt19937 rng{1};
   int failures = 0;
 
@@ -208,6 +147,9 @@ struct Bench {
     row("kernel, one contiguous range (the SMs' floor)",
         median_us([&] { kvstrand::hip::kernel::segment_copy(&whole, 1, s); }));
     row("shipped kernel (segment_copy)", median_us([&] { kvstrand::hip::kernel::segment_copy(segs.data(), n, s); }));
+    if (n > 1024)  // where the shipped kernel stages a table in device memory: the launches it replaced
+      row("in launch parameters only, 1,024 a launch",
+          median_us([&] { kvstrand::hip::kernel::segment_copy_in_parameters(segs.data(), n, s); }));
     row("the kernel before (2-D grid, stride loop)", median_us([&] { before_segment_copy(segs.data(), n, s); }));
 #if CUDART_VERSION >= 12080
     cudaMemcpyAttributes attr{};
@@ -271,38 +213,6 @@ struct Bench {
       row("one cudaMemcpyAsync a segment", median_us([&] {
             for (int i = 0; i < n; ++i) cudaMemcpyAsync(dsts[i], srcs[i], lens[i], cudaMemcpyHostToDevice, s);
           }));
-    // The candidates for small segments (16-byte aligned here, as every
-    // geometry of this bench is).
-    const std::size_t seg_bytes = segs.size() * sizeof(KernelSegment);
-    const std::size_t tiles_at = (seg_bytes + 255) & ~std::size_t{255};
-    std::uint32_t tiles = 0;
-    std::uint64_t largest = 0;
-    {
-      std::memcpy(table_host, segs.data(), seg_bytes);
-      auto* first_tile = reinterpret_cast<std::uint32_t*>(table_host + tiles_at);
-      for (int i = 0; i < n; ++i) {
-        first_tile[i] = tiles;
-        tiles += static_cast<std::uint32_t>((sizes[i] + kTile - 1) / kTile);
-        largest = std::max(largest, sizes[i]);
-      }
-      first_tile[n] = tiles;
-    }
-    const std::size_t table_bytes = tiles_at + (n + 1) * sizeof(std::uint32_t);
-    const auto* dev_segs = reinterpret_cast<const KernelSegment*>(table_dev);
-    const auto* dev_first = reinterpret_cast<const std::uint32_t*>(table_dev + tiles_at);
-    auto one_launch_tiles = [&] {
-      cudaMemcpyAsync(table_dev, table_host, table_bytes, cudaMemcpyHostToDevice, s);
-      tiles_from_table<<<tiles, kTileThreads, 0, s>>>(dev_segs, dev_first, n);
-    };
-    auto one_launch_warps = [&] {
-      cudaMemcpyAsync(table_dev, table_host, seg_bytes, cudaMemcpyHostToDevice, s);
-      warp_per_segment<<<static_cast<unsigned>((n + 7) / 8), 256, 0, s>>>(dev_segs, n);
-    };
-    const bool fits = table_bytes <= kTableBytes;
-    // A warp copies its segment alone: only for layouts of small segments.
-    const bool warps = fits && largest <= (64u << 10);
-    if (fits) row("tiles, one launch, table copied first", median_us(one_launch_tiles));
-    if (warps) row("a warp a segment, one launch, table copied first", median_us(one_launch_warps));
     // Each kernel's bytes, from a zeroed pool.
     auto wrong_after = [&](auto&& enqueue) -> std::size_t {
       if (!ok(cudaMemsetAsync(dev, 0, kArena, s), "cudaMemset")) return ++failures, 1;
@@ -317,15 +227,10 @@ struct Bench {
       }
       return wrong;
     };
-    if (fits) {
-      const std::size_t w1 = wrong_after(one_launch_tiles);
-      const std::size_t w2 = warps ? wrong_after(one_launch_warps) : 0;
-      std::printf("  candidates: %zu / %zu bytes copied wrong\n", w1, w2);
-      if (w1 + w2 != 0) ++failures;
-    }
     const std::size_t wrong = wrong_after([&] { kvstrand::hip::kernel::segment_copy(segs.data(), n, s); });
-    std::printf("  shipped kernel: %zu bytes copied wrong\n", wrong);
-    if (wrong != 0) ++failures;
+    const std::size_t wrong_params = wrong_after([&] { kvstrand::hip::kernel::segment_copy_in_parameters(segs.data(), n, s); });
+    std::printf("  shipped kernel: %zu bytes copied wrong; in parameters only: %zu\n", wrong, wrong_params);
+    if (wrong + wrong_params != 0) ++failures;
   }
 };
 
@@ -335,10 +240,7 @@ std::vector<std::uint64_t> repeat(std::uint64_t size, std::size_t count) { retur
 
 int main() {
   Bench b;
-  if (!ok(cudaHostAlloc(&b.host, kArena, 0), "cudaHostAlloc") || !ok(cudaMalloc(&b.dev, kArena), "cudaMalloc") ||
-      !ok(cudaHostAlloc(&b.table_host, Bench::kTableBytes, 0), "cudaHostAlloc") ||
-      !ok(cudaMalloc(&b.table_dev, Bench::kTableBytes), "cudaMalloc"))
-    return 1;
+  if (!ok(cudaHostAlloc(&b.host, kArena, 0), "cudaHostAlloc") || !ok(cudaMalloc(&b.dev, kArena), "cudaMalloc")) return 1;
   // Each byte is its own offset's low byte, so a misplaced copy shows.
   for (std::uint64_t i = 0; i < kArena; ++i) b.host[i] = static_cast<char>(i);
   if (!ok(cudaStreamCreateWithFlags(&b.s, cudaStreamNonBlocking), "stream") ||

@@ -1,6 +1,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
+#include <vector>
 
 #include "hip/segment_copy_kernel.hpp"
 
@@ -14,14 +17,16 @@ namespace {
 constexpr unsigned kThreads = 256;
 constexpr unsigned kLoads = 4;
 constexpr std::uint64_t kTileBytes = std::uint64_t{kThreads} * kLoads * 16;
+// A grid's x dimension holds 2^31 - 1 blocks: a launch takes segments until
+// the next would pass 2^30 tiles (16 TiB), far beyond any load.
+constexpr std::uint64_t kMaxTiles = 1ull << 30;
 
 // The segments travel in the launch's parameters, so no table has to be
 // copied to the device (and waited for) before the launch. first_tile is
 // each segment's first block; first_tile[count] is the grid. Two sizes: the
 // small one keeps the parameter copy short for the common load (a block's
 // planes), the large one (within CUDA 12.1's 32,764-byte parameter limit)
-// keeps thousands of small segments (a paged layout's per-layer blocks) in a
-// few launches.
+// keeps 1,024 segments in a launch.
 template <int N>
 struct Table {
   KernelSegment seg[N];
@@ -29,19 +34,23 @@ struct Table {
   int count;
 };
 static_assert(sizeof(Table<1024>) <= 32'764, "CUDA's kernel parameter limit");
+constexpr int kSmall = 256, kLarge = 1024;
 
-template <int N>
-__global__ void __launch_bounds__(kThreads) copy_tiles(const __grid_constant__ Table<N> t) {
-  // The block's segment: the last one whose first tile is at or before the
-  // block (every thread reads the same entries: constant-cache broadcasts).
-  int lo = 0, hi = t.count - 1;
+// The block's segment: the last one whose first tile is at or before the
+// block (every thread reads the same entries: broadcasts).
+template <class FirstTiles>
+__device__ int segment_of_block(const FirstTiles& first_tile, int count) {
+  int lo = 0, hi = count - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
-    if (t.first_tile[mid] <= blockIdx.x) lo = mid;
+    if (first_tile[mid] <= blockIdx.x) lo = mid;
     else hi = mid - 1;
   }
-  const KernelSegment g = t.seg[lo];
-  const std::uint64_t begin = static_cast<std::uint64_t>(blockIdx.x - t.first_tile[lo]) * kTileBytes;
+  return lo;
+}
+
+__device__ void copy_tile(const KernelSegment& g, std::uint64_t tile) {
+  const std::uint64_t begin = tile * kTileBytes;
   const std::uint64_t end = g.bytes < begin + kTileBytes ? g.bytes : begin + kTileBytes;
   if (((g.src | g.dst | g.bytes) & 15) == 0) {
     const uint4* src = reinterpret_cast<const uint4*>(g.src);
@@ -62,6 +71,50 @@ __global__ void __launch_bounds__(kThreads) copy_tiles(const __grid_constant__ T
 }
 
 template <int N>
+__global__ void __launch_bounds__(kThreads) copy_tiles(const __grid_constant__ Table<N> t) {
+  const int i = segment_of_block(t.first_tile, t.count);
+  copy_tile(t.seg[i], blockIdx.x - t.first_tile[i]);
+}
+
+// The same tiles over a table in device memory: one launch for any count.
+__global__ void __launch_bounds__(kThreads)
+    copy_tiles_from_table(const KernelSegment* seg, const std::uint32_t* first_tile, int count) {
+  const int i = segment_of_block(first_tile, count);
+  copy_tile(seg[i], blockIdx.x - first_tile[i]);
+}
+
+// A warp a segment, for tables of small segments only: each lane keeps
+// eight 16-byte loads in flight, so a 4 KiB segment is one warp's single
+// round, where a tile would give it a whole block of one load a thread.
+constexpr unsigned kWarpLoads = 8;
+constexpr std::uint64_t kWarpLargest = 64 << 10;
+
+__global__ void __launch_bounds__(kThreads) copy_warp_per_segment(const KernelSegment* seg, int count) {
+  const std::uint64_t w = static_cast<std::uint64_t>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32;
+  if (w >= static_cast<std::uint64_t>(count)) return;
+  const KernelSegment g = seg[w];
+  const unsigned lane = threadIdx.x % 32;
+  if (((g.src | g.dst | g.bytes) & 15) == 0) {
+    const uint4* src = reinterpret_cast<const uint4*>(g.src);
+    uint4* dst = reinterpret_cast<uint4*>(g.dst);
+    const std::uint64_t n = g.bytes / 16;
+    for (std::uint64_t base = 0; base < n; base += 32 * kWarpLoads) {
+      uint4 r[kWarpLoads];
+#pragma unroll
+      for (unsigned j = 0; j < kWarpLoads; ++j)
+        if (base + j * 32 + lane < n) r[j] = src[base + j * 32 + lane];
+#pragma unroll
+      for (unsigned j = 0; j < kWarpLoads; ++j)
+        if (base + j * 32 + lane < n) dst[base + j * 32 + lane] = r[j];
+    }
+  } else {
+    const unsigned char* src = reinterpret_cast<const unsigned char*>(g.src);
+    unsigned char* dst = reinterpret_cast<unsigned char*>(g.dst);
+    for (std::uint64_t i = lane; i < g.bytes; i += 32) dst[i] = src[i];
+  }
+}
+
+template <int N>
 int launch(const KernelSegment* segments, int count, cudaStream_t stream) {
   Table<N> t;
   std::uint64_t tiles = 0;
@@ -77,13 +130,107 @@ int launch(const KernelSegment* segments, int count, cudaStream_t stream) {
   return static_cast<int>(cudaGetLastError());
 }
 
+#if CUDART_VERSION >= 12080
+// The tables live in one memory pool a device, kept for the process's life
+// (tables are freed in stream order at each load's end and allocated again
+// at the next; a pool that kept nothing would give its memory back at every
+// synchronize and map it again for the next load).
+constexpr int kMaxDevices = 64;
+constexpr std::uint64_t kPoolKeeps = 64ull << 20;
+std::array<std::atomic<cudaMemPool_t>, kMaxDevices> g_pools{};
+// Set once a driver refuses the staging (no pools, or no batched copies
+// before CUDA 12.8's driver): from then on every launch takes parameters.
+std::atomic<bool> g_table_refused{false};
+
+cudaMemPool_t table_pool(int device) {
+  if (device < 0 || device >= kMaxDevices) return nullptr;
+  if (cudaMemPool_t p = g_pools[device].load(std::memory_order_acquire)) return p;
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = device;
+  cudaMemPool_t created = nullptr;
+  if (cudaMemPoolCreate(&created, &props) != cudaSuccess) return nullptr;
+  std::uint64_t keep = kPoolKeeps;
+  (void)cudaMemPoolSetAttribute(created, cudaMemPoolAttrReleaseThreshold, &keep);
+  // Two threads may race to create a device's pool (two reactors in one
+  // process): the loser gives its pool back.
+  cudaMemPool_t expected = nullptr;
+  if (g_pools[device].compare_exchange_strong(expected, created, std::memory_order_acq_rel)) return created;
+  (void)cudaMemPoolDestroy(created);
+  return expected;
+}
+
+bool refused(cudaError_t e) {
+  return e == cudaErrorNotSupported || e == cudaErrorCallRequiresNewerDriver;
+}
+
+// One launch over a table staged in stream-ordered device memory: the
+// table is copied during the API call (the host's copy can go at once),
+// the kernel reads it, and the table is freed behind the kernel in stream
+// order. Sets `staged` false, with nothing queued, where the table could not
+// be staged; the caller then launches with parameters.
+int copy_from_device_table(const KernelSegment* segments, int count, cudaStream_t s, bool& staged) {
+  staged = false;
+  const bool small = std::all_of(segments, segments + count, [](const KernelSegment& g) { return g.bytes <= kWarpLargest; });
+  std::vector<std::uint32_t> first_tile;
+  if (!small) {
+    first_tile.resize(static_cast<std::size_t>(count) + 1);
+    std::uint64_t tiles = 0;
+    for (int i = 0; i < count; ++i) {
+      first_tile[i] = static_cast<std::uint32_t>(tiles);
+      tiles += (segments[i].bytes + kTileBytes - 1) / kTileBytes;
+      if (tiles > kMaxTiles) return 0;
+    }
+    first_tile[count] = static_cast<std::uint32_t>(tiles);
+    if (tiles == 0) return 0;
+  }
+  int device = 0;
+  cudaMemPool_t pool = nullptr;
+  if (cudaStreamGetDevice(s, &device) != cudaSuccess || (pool = table_pool(device)) == nullptr) {
+    (void)cudaGetLastError();
+    g_table_refused.store(true, std::memory_order_relaxed);
+    return 0;
+  }
+  const std::size_t seg_bytes = static_cast<std::size_t>(count) * sizeof(KernelSegment);
+  const std::size_t tiles_at = (seg_bytes + 15) & ~std::size_t{15};
+  const std::size_t table_bytes = tiles_at + first_tile.size() * sizeof(std::uint32_t);
+  void* table = nullptr;
+  if (cudaMallocFromPoolAsync(&table, table_bytes, pool, s) != cudaSuccess) {
+    (void)cudaGetLastError();  // out of device memory now: parameters, this time
+    return 0;
+  }
+  auto* dev_segs = static_cast<KernelSegment*>(table);
+  auto* dev_first = reinterpret_cast<std::uint32_t*>(static_cast<char*>(table) + tiles_at);
+  void* dsts[2] = {dev_segs, dev_first};
+  const void* srcs[2] = {segments, first_tile.data()};
+  std::size_t sizes[2] = {seg_bytes, first_tile.size() * sizeof(std::uint32_t)};
+  cudaMemcpyAttributes attr{};
+  attr.srcAccessOrder = cudaMemcpySrcAccessOrderDuringApiCall;  // `segments` and first_tile die with this call
+  std::size_t attr_index = 0;
+  cudaError_t e = cudaMemcpyBatchAsync(dsts, srcs, sizes, small ? 1 : 2, &attr, &attr_index, 1, s);
+  if (e == cudaSuccess) {
+    if (small)
+      copy_warp_per_segment<<<static_cast<unsigned>((static_cast<std::uint64_t>(count) + 7) / 8), kThreads, 0, s>>>(
+          dev_segs, count);
+    else
+      copy_tiles_from_table<<<first_tile[count], kThreads, 0, s>>>(dev_segs, dev_first, count);
+    e = cudaGetLastError();
+  } else if (refused(e)) {
+    (void)cudaGetLastError();
+    g_table_refused.store(true, std::memory_order_relaxed);
+    (void)cudaFreeAsync(table, s);
+    return 0;
+  }
+  staged = true;
+  const cudaError_t freed = cudaFreeAsync(table, s);
+  return static_cast<int>(e != cudaSuccess ? e : freed);
+}
+#endif
+
 }  // namespace
 
-int segment_copy(const KernelSegment* segments, int count, void* stream) {
-  constexpr int kSmall = 256, kLarge = 1024;
-  // A grid's x dimension holds 2^31 - 1 blocks: a launch takes segments
-  // until the next would pass 2^30 tiles (16 TiB), far beyond any load.
-  constexpr std::uint64_t kMaxTiles = 1ull << 30;
+int segment_copy_in_parameters(const KernelSegment* segments, int count, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   int first = 0;
   while (first < count) {
@@ -100,6 +247,20 @@ int segment_copy(const KernelSegment* segments, int count, void* stream) {
     first += n;
   }
   return 0;
+}
+
+int segment_copy(const KernelSegment* segments, int count, void* stream) {
+#if CUDART_VERSION >= 12080
+  // Past one launch's parameters, the tail of each launch's last wave and
+  // the next launch's start cost more than staging a table once
+  // (bench_gather: 10,240 segments of 4 KiB).
+  if (count > kLarge && !g_table_refused.load(std::memory_order_relaxed)) {
+    bool staged = false;
+    const int e = copy_from_device_table(segments, count, static_cast<cudaStream_t>(stream), staged);
+    if (staged) return e;
+  }
+#endif
+  return segment_copy_in_parameters(segments, count, stream);
 }
 
 }  // namespace kvstrand::hip::kernel

@@ -17,7 +17,14 @@ struct KernelSegment {
 };
 
 // Queues the copies on `stream` (a cudaStream_t); returns the cudaError_t of
-// the launch (0 on success).
+// the launch (0 on success). Up to 1,024 segments travel in one launch's
+// parameters; more go in one launch over a table copied to stream-ordered
+// device memory first (a paged layout's thousands of 4-32 KiB blocks), or,
+// where this driver cannot stage a table, in several launches' parameters.
 int segment_copy(const KernelSegment* segments, int count, void* stream);
+
+// The segments in launch parameters only, 1,024 a launch: the fallback, and
+// bench_gather's row for it.
+int segment_copy_in_parameters(const KernelSegment* segments, int count, void* stream);
 
 }  // namespace kvstrand::hip::kernel

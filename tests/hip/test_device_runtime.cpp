@@ -119,31 +119,49 @@ TEST_CASE("every batch path moves the same bytes, aligned runs and odd ones, bot
   hip::set_batch_path(hip::BatchPath::fastest);
 }
 
-TEST_CASE("the fastest load path moves thousands of segments, across launches and tile edges", "[hip][gpu]") {
-  if (!device_present()) return;
+// Loads `count` segments, sizes taken in turn from `sizes`, placed in
+// reverse order on the device so that nothing coalesces, and compares every
+// byte.
+static void load_many_segments_exactly(const std::vector<std::size_t>& sizes, int count, int seed) {
   auto s = must(hip::Stream::create());
-  // 2,600 segments: more than one kernel launch takes; sizes on both sides
-  // of a 16 KiB tile edge, small and large, 16-byte multiples and odd ones;
-  // placed in reverse order on the device so that nothing coalesces.
-  const std::vector<std::size_t> sizes = {4096, 16'384, 16'400, 32'768, 48, 70'001, 16'383, 1};
-  constexpr int kSegments = 2600;
-  std::vector<std::size_t> offset(kSegments + 1, 0);
-  for (int i = 0; i < kSegments; ++i) offset[i + 1] = offset[i] + ((sizes[i % sizes.size()] + 31) & ~std::size_t{15});
-  const std::size_t total = offset[kSegments];
+  std::vector<std::size_t> offset(count + 1, 0);
+  for (int i = 0; i < count; ++i) offset[i + 1] = offset[i] + ((sizes[i % sizes.size()] + 31) & ~std::size_t{15});
+  const std::size_t total = offset[count];
   auto host = must(hip::PinnedBuffer::allocate(total));
   auto dev = must(hip::DeviceBuffer::allocate(total));
-  const auto src = random_bytes(total, 21);
+  const auto src = random_bytes(total, seed);
   std::memcpy(host.data(), src.data(), total);
   write_device(s, dev.data(), std::vector<std::byte>(total, std::byte{0}));
   std::vector<Segment> h2d;
-  for (int i = 0; i < kSegments; ++i)
+  for (int i = 0; i < count; ++i)
     h2d.push_back({host.data() + offset[i], dev.data() + (total - offset[i + 1]), sizes[i % sizes.size()]});
   require_ok(hip::copy_batch(s, CopyKind::host_to_device, h2d));
   const auto on_device = read_device(s, dev.data(), total);
-  for (int i = 0; i < kSegments; ++i) {
+  for (int i = 0; i < count; ++i) {
     INFO("segment " << i);
     REQUIRE(std::memcmp(on_device.data() + (total - offset[i + 1]), src.data() + offset[i], h2d[i].bytes) == 0);
   }
+}
+
+// Over 1,024 segments the kernel reads its table from device memory, one
+// launch: tiles where any segment is over 64 KiB, a warp a segment where
+// none is. Below that, the table travels in launch parameters.
+TEST_CASE("the fastest load path moves thousands of segments, across tile edges, from a device table", "[hip][gpu]") {
+  if (!device_present()) return;
+  // Sizes on both sides of a 16 KiB tile edge, small and large, 16-byte
+  // multiples and odd ones.
+  load_many_segments_exactly({4096, 16'384, 16'400, 32'768, 48, 70'001, 16'383, 1}, 2600, 21);
+}
+
+TEST_CASE("the fastest load path moves thousands of small segments, a warp each, from a device table", "[hip][gpu]") {
+  if (!device_present()) return;
+  // None over 64 KiB: a paged layout's per-layer blocks, and odd ones.
+  load_many_segments_exactly({4096, 65'536, 48, 1, 32'768, 4095, 17, 65'520}, 3000, 22);
+}
+
+TEST_CASE("the fastest load path moves segments in launch parameters, up to 1,024 of them", "[hip][gpu]") {
+  if (!device_present()) return;
+  load_many_segments_exactly({4096, 70'001, 48, 16'384}, 1024, 23);
 }
 
 TEST_CASE("the fastest load path moves segments of 1 MiB and more (the copy engines' share) exactly", "[hip][gpu]") {
