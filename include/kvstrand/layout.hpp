@@ -59,6 +59,11 @@ struct Layout {
   // tp_rank_collapse: every TP rank holds identical KV (e.g. MLA's latent
   // cache), so one copy is stored under rank 0 and every rank reads it.
   bool replicated_across_tp = false;
+  // The weights the KV was computed with (a checkpoint's revision, an
+  // online update's version): KV of other weights is never read back, as
+  // the block hashes alone cover only the tokens. Empty: not said (the
+  // namespace is then the same as before this field existed).
+  std::string weight_version;
 
   bool has_state() const noexcept { return checkpoint.image_bytes > 0; }
   // Tokens a hit must leave to compute: 1, or 2 under speculative decoding.

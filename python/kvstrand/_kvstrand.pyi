@@ -78,11 +78,12 @@ class Layout:
     tp_size: int
     tp_rank: int
     replicated_across_tp: bool
+    weight_version: str
     def __init__(self, *, model_id: str = "", layout_name: str = "", layout_version: int = 1,
                  planes: list[Plane] = ..., block_tokens: int = 16, chunk_tokens: int = 256,
                  sliding_window: int = 0, checkpoint: CheckpointSpec = ..., speculative: SpeculativeConfig = ...,
                  dtype: str = "", tenant_salt: str = "", tp_size: int = 1, tp_rank: int = 0,
-                 replicated_across_tp: bool = False) -> None: ...
+                 replicated_across_tp: bool = False, weight_version: str = "") -> None: ...
     @property
     def has_state(self) -> bool: ...
     @property

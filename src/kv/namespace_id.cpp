@@ -61,6 +61,9 @@ Digest namespace_of(const Layout& l) {
   c.u64("tp_size", l.tp_size);
   c.u64("replicated_across_tp", l.replicated_across_tp ? 1 : 0);
   c.str("tenant_salt", l.tenant_salt);
+  // Only when said, so that every namespace from before the field keeps its
+  // objects (a node tier's arena and disk outlive a client's upgrade).
+  if (!l.weight_version.empty()) c.str("weight_version", l.weight_version);
 
   Digest out{};
   unsigned len = 0;

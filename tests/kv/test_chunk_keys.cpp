@@ -48,6 +48,7 @@ TEST_CASE("namespace: every field that moves the stored bytes changes it (F16)",
       {"tp_size", [](kv::Layout& l) { l.tp_size = 8; }},
       {"tp_rank_collapse", [](kv::Layout& l) { l.replicated_across_tp = true; }},
       {"tenant_salt", [](kv::Layout& l) { l.tenant_salt = "tenant-b"; }},
+      {"weight_version", [](kv::Layout& l) { l.weight_version = "rev-2"; }},
   };
   for (const Case& c : cases) {
     kv::Layout l = reference_layout();
@@ -59,6 +60,19 @@ TEST_CASE("namespace: every field that moves the stored bytes changes it (F16)",
   kv::Layout r = reference_layout();
   r.tp_rank = 3;
   REQUIRE(kv::namespace_of(r) == base);
+}
+
+// Namespaces outlive a client's upgrade (a node tier's arena and disk keep
+// their objects): a layout that says no weight version keeps the namespace
+// it had before the field existed, pinned here as that code computed it.
+TEST_CASE("namespace: a layout without a weight version keeps the namespace it had before the field", "[kv][keys]") {
+  REQUIRE(kv::to_hex(kv::namespace_of(reference_layout())) ==
+          "87980bddca1291d815d3e76917e96645ed39c495bede1d9c35b987b8422945cb");
+  kv::Layout a = reference_layout(), b = reference_layout();
+  a.weight_version = "step-1000";
+  b.weight_version = "step-1001";
+  REQUIRE(kv::namespace_of(a) != kv::namespace_of(b));
+  REQUIRE(kv::namespace_of(a) != kv::namespace_of(reference_layout()));
 }
 
 TEST_CASE("namespace: reordering the speculative parameters does not change it", "[kv][keys]") {

@@ -290,6 +290,21 @@ def test_the_tenant_salt_option_reaches_the_namespace():
     assert len(spaces) == 3
 
 
+def test_the_weight_version_option_reaches_the_namespace_and_its_default_changes_nothing():
+    spaces = set()
+    for version in ("", "step-1000", "step-1001"):
+        vllm_config, kv_cache_config = configs("/s.sock", 1, 16, 2, 64, weight_version=version)
+        cfg = ConnectorConfig.from_vllm(vllm_config, kv_cache_config)
+        assert cfg.layout(0).weight_version == version
+        spaces.add(kvstrand.namespace_of(cfg.layout(0)))
+    assert len(spaces) == 3
+    # Unsaid, the namespace is the one of a layout without the field.
+    vllm_config, kv_cache_config = configs("/s.sock", 1, 16, 2, 64)
+    plain = ConnectorConfig.from_vllm(vllm_config, kv_cache_config).layout(0)
+    assert plain.weight_version == ""
+    assert kvstrand.namespace_of(plain) in spaces
+
+
 def test_tp_ranks_checkpoints_are_combined_as_the_points_every_rank_holds():
     # A hit resumes at a chunk end only where every rank holds that
     # checkpoint: the intersection, never the union (a rank without the

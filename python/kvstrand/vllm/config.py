@@ -17,6 +17,10 @@ Extra config keys (a demanding default for each but the socket):
   transfer_deadline_s  every transfer's deadline; passing it is fail-stop (60)
   request_timeout_s    bound on each request to the server (10)
   tenant_salt          isolates tenants' keys (default "")
+  weight_version       the weights' version (an online weight update's, a
+                       training step's): KV stored under another version is
+                       never loaded (default "": the model's revision, in
+                       its id, is all that names the weights)
   replicated_across_tp every TP rank holds the same KV (MLA): one copy stored
 
 KV-cache groups: one kvstrand registration per attention group vLLM's
@@ -177,6 +181,7 @@ class ConnectorConfig:
     dtype: str
     tenant_salt: str
     tp_size: int
+    weight_version: str
     replicated_across_tp: bool
     num_blocks: int
     groups: list = field(default_factory=list)        # attention groups: one registration each
@@ -295,6 +300,7 @@ class ConnectorConfig:
             dtype=str(model.dtype) if cache_dtype == "auto" else cache_dtype,
             tenant_salt=get("tenant_salt", "", str),
             tp_size=int(vllm_config.parallel_config.tensor_parallel_size),
+            weight_version=get("weight_version", "", str),
             replicated_across_tp=get("replicated_across_tp", False, bool),
             num_blocks=int(getattr(kv_cache_config, "num_blocks", 0)),
             groups=groups,
@@ -323,7 +329,7 @@ class ConnectorConfig:
             model_id=self.model_id, layout_name=f"vllm-paged-{self.planes_per_layer}", planes=planes,
             block_tokens=self.block_size, chunk_tokens=self.chunk_tokens, sliding_window=g.sliding_window,
             dtype=self.dtype, tenant_salt=self.tenant_salt, tp_size=self.tp_size, tp_rank=tp_rank,
-            replicated_across_tp=self.replicated_across_tp,
+            replicated_across_tp=self.replicated_across_tp, weight_version=self.weight_version,
             speculative=kvstrand.SpeculativeConfig(self.speculative_method, self.speculative_tokens),
             checkpoint=self.checkpoint() if group == 0 else kvstrand.CheckpointSpec())
 
