@@ -280,29 +280,19 @@ def test_vllm_starts_before_its_server_serves_without_it_and_uses_it_once_it_is_
         server.stop()
 
 
-def test_the_tenant_salt_option_reaches_the_namespace():
+@pytest.mark.parametrize("option, values", [("tenant_salt", ("", "tenant-a", "tenant-b")),
+                                            ("weight_version", ("", "step-1000", "step-1001"))])
+def test_the_namespace_options_reach_the_namespace(option, values):
     spaces = set()
-    for salt in ("", "tenant-a", "tenant-b"):
-        vllm_config, kv_cache_config = configs("/s.sock", 1, 16, 2, 64, tenant_salt=salt)
+    for value in values:
+        vllm_config, kv_cache_config = configs("/s.sock", 1, 16, 2, 64, **{option: value})
         cfg = ConnectorConfig.from_vllm(vllm_config, kv_cache_config)
-        assert cfg.layout(0).tenant_salt == salt
+        assert getattr(cfg.layout(0), option) == value
         spaces.add(kvstrand.namespace_of(cfg.layout(0)))
-    assert len(spaces) == 3
-
-
-def test_the_weight_version_option_reaches_the_namespace_and_its_default_changes_nothing():
-    spaces = set()
-    for version in ("", "step-1000", "step-1001"):
-        vllm_config, kv_cache_config = configs("/s.sock", 1, 16, 2, 64, weight_version=version)
-        cfg = ConnectorConfig.from_vllm(vllm_config, kv_cache_config)
-        assert cfg.layout(0).weight_version == version
-        spaces.add(kvstrand.namespace_of(cfg.layout(0)))
-    assert len(spaces) == 3
-    # Unsaid, the namespace is the one of a layout without the field.
+    assert len(spaces) == len(values)
+    # Unsaid, each is empty: the namespace of a layout without it.
     vllm_config, kv_cache_config = configs("/s.sock", 1, 16, 2, 64)
-    plain = ConnectorConfig.from_vllm(vllm_config, kv_cache_config).layout(0)
-    assert plain.weight_version == ""
-    assert kvstrand.namespace_of(plain) in spaces
+    assert getattr(ConnectorConfig.from_vllm(vllm_config, kv_cache_config).layout(0), option) == ""
 
 
 def test_tp_ranks_checkpoints_are_combined_as_the_points_every_rank_holds():
