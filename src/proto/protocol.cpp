@@ -9,7 +9,7 @@ namespace {
 constexpr std::size_t kMaxName = 4096;
 
 const char* kTypeNames[] = {"?",       "hello",  "register", "unregister", "lookup", "release",
-                            "reserve", "commit", "end_session", "stats", "ping", "adopt"};
+                            "reserve", "commit", "end_session", "stats", "ping", "adopt", "drop"};
 
 // ---- building blocks --------------------------------------------------------
 
@@ -209,7 +209,8 @@ Type type_of(const Request& r) noexcept {
                                [](const EndSession&) { return Type::end_session; },
                                [](const Stats&) { return Type::stats; },
                                [](const Ping&) { return Type::ping; },
-                               [](const Adopt&) { return Type::adopt; }},
+                               [](const Adopt&) { return Type::adopt; },
+                               [](const Drop&) { return Type::drop; }},
                     r);
 }
 
@@ -241,6 +242,7 @@ std::vector<std::byte> encode_request(const Request& req, std::uint64_t request_
                           w.u64(m.lease);
                           put(w, m.keys);
                         },
+                        [&](const Drop& m) { w.bytes(m.ns); },
                         [](const EndSession&) {}, [](const Stats&) {}, [](const Ping&) {}},
              req);
   return framed(static_cast<std::uint16_t>(type_of(req)), request_id, w);
@@ -296,6 +298,12 @@ common::Expected<Request> decode_request(std::uint16_t type, std::span<const std
       out = std::move(m);
       break;
     }
+    case Type::drop: {
+      Drop m;
+      r.bytes(m.ns);
+      out = m;
+      break;
+    }
     default:
       return common::unexpected("unknown request type " + std::to_string(type));
   }
@@ -346,6 +354,10 @@ std::vector<std::byte> encode_reply(Type type, std::uint64_t request_id, const R
                             for (std::uint64_t v : {m.capacity_bytes, m.ready_bytes, m.used_bytes, m.objects, m.pinned,
                                                     m.evictions, m.sessions, m.leases, m.reservations, m.refused_full})
                               w.u64(v);
+                          },
+                          [&](const DropReply& m) {
+                            w.u64(m.arena_objects);
+                            w.u64(m.lower_objects);
                           }},
                rep.payload);
   }
@@ -409,6 +421,13 @@ common::Expected<Reply> decode_reply(std::uint16_t type, std::span<const std::by
         for (std::uint64_t* v : {&m.capacity_bytes, &m.ready_bytes, &m.used_bytes, &m.objects, &m.pinned,
                                  &m.evictions, &m.sessions, &m.leases, &m.reservations, &m.refused_full})
           *v = r.u64();
+        rep.payload = m;
+        break;
+      }
+      case Type::drop: {
+        DropReply m;
+        m.arena_objects = r.u64();
+        m.lower_objects = r.u64();
         rep.payload = m;
         break;
       }

@@ -1,4 +1,4 @@
-// The kvstrand-server wire protocol, version 2.1: frames, messages, and
+// The kvstrand-server wire protocol, version 2.3: frames, messages, and
 // their encoding. docs/protocol.md is the reference a client is written
 // from; this file is its implementation, shared by the server and
 // RemoteIndex. Pure: no I/O.
@@ -32,7 +32,7 @@ using kv::Plane;
 
 inline constexpr std::uint32_t kMagic = 0x5453564b;  // "KVST" on the wire
 inline constexpr std::uint8_t kMajor = 2;
-inline constexpr std::uint8_t kMinor = 2;  // 2.1: adopt; 2.2: the hello reply's server_id
+inline constexpr std::uint8_t kMinor = 3;  // 2.1: adopt; 2.2: the hello reply's server_id; 2.3: drop
 inline constexpr std::size_t kHeaderBytes = 20;
 inline constexpr std::uint32_t kDefaultMaxBody = 16u << 20;
 inline constexpr std::uint16_t kReplyBit = 0x8000;
@@ -49,6 +49,7 @@ enum class Type : std::uint16_t {
   stats = 9,
   ping = 10,
   adopt = 11,  // 2.1
+  drop = 12,   // 2.3
 };
 const char* to_string(Type t) noexcept;
 
@@ -112,12 +113,18 @@ struct Adopt {
   std::uint64_t lease = 0;
   std::vector<ChunkKey> keys;
 };
+// Drops every object of a namespace on the node (an online weight
+// update): the arena's and the disk's; none is found by a lookup after the
+// reply. Objects held then stay readable to their holders until released.
+struct Drop {
+  Digest ns{};
+};
 struct EndSession {};
 struct Stats {};
 struct Ping {};
 
 using Request = std::variant<Hello, RegisterLayout, Unregister, Lookup, Release, Reserve, Commit, EndSession, Stats,
-                             Ping, Adopt>;
+                             Ping, Adopt, Drop>;
 
 Type type_of(const Request& r) noexcept;
 std::vector<std::byte> encode_request(const Request& r, std::uint64_t request_id);
@@ -178,9 +185,13 @@ struct StatsReply {
   std::uint64_t reservations = 0;
   std::uint64_t refused_full = 0;
 };
+struct DropReply {
+  std::uint64_t arena_objects = 0;  // dropped from the arena
+  std::uint64_t lower_objects = 0;  // dropped from the levels below (the disk)
+};
 struct Empty {};
 
-using Payload = std::variant<Empty, HelloReply, RegisterReply, LookupReply, ReserveReply, StatsReply>;
+using Payload = std::variant<Empty, HelloReply, RegisterReply, LookupReply, ReserveReply, StatsReply, DropReply>;
 
 struct Reply {
   Status status = Status::ok;

@@ -135,6 +135,8 @@ common::HttpRoutes debug_routes(ServerState state) {
            common::labels({{"version", KVSTRAND_VERSION_STRING}, {"protocol", protocol}}));
     p.counter("kvstrand_server_requests_total", "Requests answered, by type and status", st.requests);
     p.counter("kvstrand_server_evictions_total", "Objects evicted from the tier", t.evictions);
+    p.counter("kvstrand_server_dropped_objects_total", "Objects of namespaces dropped (protocol drop) from the tier",
+              t.dropped);
     p.counter("kvstrand_server_refused_full_total", "Chunks refused because the tier was full", t.refused_full);
     p.counter("kvstrand_server_holds_freed_at_exit_total", "Leases and reservations freed when their process exited",
               st.orphans_freed);

@@ -477,6 +477,16 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
     co_return queue.size() + in_flight;
   }
 
+  std::size_t drop(const kv::Digest& ns) {
+    std::erase_if(queue, [&](const Queued& q) {
+      if (q.key.ns != ns) return false;
+      q.index->unpin(std::span<const kv::ChunkKey>(&q.key, 1));
+      queued_bytes -= q.index->object_bytes();
+      return true;
+    });
+    return disk.drop_namespace(ns);
+  }
+
   asio::awaitable<void> close(std::chrono::milliseconds bound) {
     auto keep = shared_from_this();
     closing = true;
@@ -552,6 +562,8 @@ DiskTier::~DiskTier() {
 void DiskTier::start() { impl_->ring->start(); }
 void DiskTier::slab_ready(std::uint32_t slab) { impl_->slab_ready(slab); }
 void DiskTier::committed(tier::Index& index, std::span<const std::uint32_t> slots) { impl_->committed(index, slots); }
+
+std::size_t DiskTier::drop(const kv::Digest& ns) { return impl_->drop(ns); }
 
 asio::awaitable<std::size_t> DiskTier::promote(tier::Index& index, std::vector<kv::ChunkKey> keys) {
   co_return co_await impl_->promote(index, std::move(keys));

@@ -108,6 +108,11 @@ class DiskTier final : public LowerLevel {
   // holds; waits at most the timeout. Returns how many of keys[0..] are in
   // the arena now, in a row.
   boost::asio::awaitable<std::size_t> promote(tier::Index& index, std::vector<kv::ChunkKey> keys) override;
+  // Frees the disk's objects of `ns` (those being read when their reads
+  // end) and forgets those queued to be written. A restarted server reads
+  // the slot headers of objects not overwritten since, and finds them
+  // again: across restarts, a new weight version is what leaves them unread.
+  std::size_t drop(const kv::Digest& ns) override;
   // Waits until the write queue is empty and nothing is in flight, at most
   // `bound`; returns how many objects were still queued or in flight.
   boost::asio::awaitable<std::size_t> drain(std::chrono::milliseconds bound) override;

@@ -7,6 +7,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <set>
 #include <cstring>
 #include <deque>
 #include <limits>
@@ -141,9 +142,20 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
     gate.spawn(del(shared_from_this(), std::move(name)), common::LogEscaped{"an L2 DEL"});
   }
 
+  std::size_t drop(const kv::Digest& ns) {
+    dropped.insert(ns);
+    std::erase_if(queue, [&](const Queued& q) {
+      if (q.key.ns != ns) return false;
+      q.index->unpin(std::span<const kv::ChunkKey>(&q.key, 1));
+      return true;
+    });
+    return 0;
+  }
+
   asio::awaitable<std::size_t> promote(tier::Index& idx, std::vector<kv::ChunkKey> keys) {
     auto keep = shared_from_this();
-    if (!ready || stopped || keys.empty()) co_return 0;
+    // A lookup's keys are one registration's: one namespace.
+    if (!ready || stopped || keys.empty() || dropped.contains(keys.front().ns)) co_return 0;
     ++st.lookups;
     std::vector<std::string> names;
     names.reserve(keys.size());
@@ -213,6 +225,7 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
   tier::SizeClasses& classes;
   std::optional<l2::RedisCluster> cluster;
   std::deque<Queued> queue;
+  std::set<kv::Digest> dropped;  // namespaces dropped on this node: never promoted again
   asio::steady_timer wake;  // the writer's sleep while the queue is empty
   asio::steady_timer settled{strand};  // cancelled as each SET batch is answered (drain's wait)
   common::Gate gate{strand};  // the connect loop and the writer run inside it
@@ -269,6 +282,8 @@ void L2Tier::stop() {
 }
 
 void L2Tier::committed(tier::Index& index, std::span<const std::uint32_t> slots) { impl_->committed(index, slots); }
+
+std::size_t L2Tier::drop(const kv::Digest& ns) { return impl_->drop(ns); }
 
 asio::awaitable<std::size_t> L2Tier::promote(tier::Index& index, std::vector<kv::ChunkKey> keys) {
   co_return co_await impl_->promote(index, std::move(keys));

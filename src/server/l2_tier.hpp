@@ -89,6 +89,11 @@ class L2Tier final : public LowerLevel {
   // Copies into the arena the run of `keys` (from keys[0]) that L2 holds and
   // the arena does not. Returns how many of keys[0..] are now stored.
   boost::asio::awaitable<std::size_t> promote(tier::Index& index, std::vector<kv::ChunkKey> keys) override;
+  // Redis is shared by every node and found by key, not listed: what it
+  // holds of `ns` stays there, but this server promotes none of it from now
+  // on (for its life), and queues none of it to write. Returns 0. Across
+  // nodes, a new weight version (a new namespace) is what leaves it unread.
+  std::size_t drop(const kv::Digest& ns) override;
 
   L2Stats stats() const;
 

@@ -34,6 +34,9 @@ class LowerLevel {
   // holds, bounded by the level's own timeout. Returns how many of
   // keys[0..] are in the arena now, in a row.
   virtual boost::asio::awaitable<std::size_t> promote(tier::Index& index, std::vector<kv::ChunkKey> keys) = 0;
+  // Drops every object of namespace `ns` this level holds or has queued to
+  // write; none is promoted after. Returns how many it dropped.
+  virtual std::size_t drop(const kv::Digest& ns) = 0;
   // Waits until everything queued is written (or failed), at most `bound`;
   // returns how many objects were still queued or in flight.
   virtual boost::asio::awaitable<std::size_t> drain(std::chrono::milliseconds bound) = 0;

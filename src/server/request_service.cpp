@@ -1,7 +1,11 @@
 #include "server/request_service.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <memory>
 #include <string>
+
+#include <kvstrand/digest.hpp>
 
 namespace kvstrand::server {
 
@@ -54,6 +58,7 @@ Reply RequestService::handle(Client& c, const Request& req) {
   }
   if (const auto* m = std::get_if<Reserve>(&req)) return reserve(c, *m);
   if (const auto* m = std::get_if<Commit>(&req)) return commit(*m);
+  if (const auto* m = std::get_if<Drop>(&req)) return drop(*m);
   if (std::holds_alternative<Stats>(req)) return stats();
   return Reply{};  // end_session, ping
 }
@@ -171,6 +176,15 @@ Reply RequestService::commit(const Commit& m) {
   if (!slots.empty())
     for (LowerLevel* level : levels_) level->committed(*idx, slots);
   return Reply{};
+}
+
+Reply RequestService::drop(const Drop& m) {
+  DropReply r;
+  r.arena_objects = classes_.drop_namespace(m.ns);
+  for (LowerLevel* level : levels_) r.lower_objects += level->drop(m.ns);
+  spdlog::info("kvstrand-server: namespace {} dropped: {} objects in the arena, {} below", kv::to_hex(m.ns),
+               r.arena_objects, r.lower_objects);
+  return Reply{Status::ok, "", r};
 }
 
 Reply RequestService::stats() const {

@@ -75,6 +75,7 @@ class RequestService {
   proto::Reply adopt(Client& c, const proto::Adopt& m);
   proto::Reply reserve(Client& c, const proto::Reserve& m);
   proto::Reply commit(const proto::Commit& m);
+  proto::Reply drop(const proto::Drop& m);
   proto::Reply stats() const;
 
   ServiceRules rules_;

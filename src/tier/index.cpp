@@ -113,7 +113,12 @@ void Index::add_reader(Object& o) {
 
 void Index::drop_reader(Object& o) {
   if (o.readers == 0) return;
-  if (--o.readers == 0 && o.committed) ++evictable_;
+  if (--o.readers != 0 || !o.committed) return;
+  if (o.dropped) {
+    free_slot(static_cast<std::uint32_t>(&o - objects_.data()));
+    return;
+  }
+  ++evictable_;
 }
 
 void Index::free_slot(std::uint32_t slot) {
@@ -169,6 +174,10 @@ Index::Reserve Index::reserve(const kv::ChunkKey& key, bool has_image, std::uint
 void Index::commit_slot(std::uint32_t slot) {
   Object& o = objects_[slot];
   if (!o.used || o.committed) return;
+  if (o.dropped) {  // written before the drop came: never readable
+    free_slot(slot);
+    return;
+  }
   o.committed = true;
   o.referenced = false;
   if (o.readers == 0) ++evictable_;
@@ -195,6 +204,26 @@ bool Index::erase(const kv::ChunkKey& key) {
   return true;
 }
 
+std::size_t Index::drop_namespace(const kv::Digest& ns) {
+  std::size_t n = 0;
+  for (std::uint32_t s = 0; s < slots_; ++s) {
+    Object& o = objects_[s];
+    if (!o.used || o.dropped || o.key.ns != ns) continue;
+    ++n;
+    if (o.committed && o.readers == 0) {
+      free_slot(s);
+      --evictable_;
+      continue;
+    }
+    o.dropped = true;
+    // Gone from the persistent table now: a restart before its holder lets
+    // go must not find it again.
+    if (listener_) listener_->freed(s);
+  }
+  stats_.dropped += n;
+  return n;
+}
+
 kv::HitSource Index::run(std::span<const kv::ChunkKey> keys, std::uint32_t chunk_tokens,
                          std::vector<std::uint32_t>* pinned) {
   // Fetched ahead in two stages (a key's table entry, then the object it
@@ -212,7 +241,7 @@ kv::HitSource Index::run(std::span<const kv::ChunkKey> keys, std::uint32_t chunk
     // not fit (a wrapped count once leased 8 KiB as "0 tokens" past a quota).
     if ((static_cast<std::uint64_t>(n) + 1) * chunk_tokens > UINT32_MAX) break;
     const std::uint32_t s = find(keys[i], hashes[i]);
-    if (s == kNone || !objects_[s].committed) break;
+    if (s == kNone || !objects_[s].committed || objects_[s].dropped) break;
     Object& o = objects_[s];
     o.referenced = true;
     if (pinned) {
@@ -236,7 +265,7 @@ std::optional<std::vector<std::uint32_t>> Index::pin(std::span<const kv::ChunkKe
   std::vector<std::uint32_t> slots;
   for (const kv::ChunkKey& k : keys) {
     const std::uint32_t s = find(k, hash_of(k));
-    if (s == kNone || !objects_[s].committed) return std::nullopt;
+    if (s == kNone || !objects_[s].committed || objects_[s].dropped) return std::nullopt;
     slots.push_back(s);
   }
   for (std::uint32_t s : slots) {
@@ -262,7 +291,7 @@ std::size_t Index::present_run(std::span<const kv::ChunkKey> keys) const {
   std::size_t n = 0;
   for (const kv::ChunkKey& k : keys) {
     const std::uint32_t s = find(k, hash_of(k));
-    if (s == kNone || !objects_[s].committed) break;
+    if (s == kNone || !objects_[s].committed || objects_[s].dropped) break;
     ++n;
   }
   return n;

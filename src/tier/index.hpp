@@ -62,6 +62,7 @@ class Index {
     std::uint64_t refused_full = 0;
     std::uint64_t lookup_hits = 0;    // chunks found by lookups
     std::uint64_t lookup_misses = 0;  // lookups that stopped short of their keys
+    std::uint64_t dropped = 0;        // objects drop_namespace dropped
   };
 
   // Told of every change to a slot's object, in the order it happens: a
@@ -110,6 +111,13 @@ class Index {
   // Frees a committed object that no hold pins (its bytes were found bad).
   // False when it is absent, being written or held.
   bool erase(const kv::ChunkKey& key);
+  // Drops every object of namespace `ns` (an online weight update): no
+  // lookup finds one from now on. Those no hold pins are freed now; one
+  // being read stays readable to its holder and is freed when the last one
+  // lets go; one being written is freed at its commit. Its key stays taken
+  // until then (a save of it meanwhile is told it exists). Returns how
+  // many objects it dropped.
+  std::size_t drop_namespace(const kv::Digest& ns);
 
   // The longest run of committed objects from keys[0], and the boundaries
   // (in tokens) whose image is stored within it.
@@ -188,6 +196,7 @@ class Index {
     bool has_image = false;
     bool committed = false;
     bool referenced = false;  // used since the clock hand last passed
+    bool dropped = false;     // drop_namespace came while it was held or being written
   };
   struct Hold {
     Owner owner = 0;

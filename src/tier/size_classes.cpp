@@ -145,6 +145,12 @@ std::map<HoldId, std::pair<Owner, bool>> SizeClasses::holds() const {
   return all;
 }
 
+std::size_t SizeClasses::drop_namespace(const kv::Digest& ns) {
+  std::size_t n = 0;
+  for (Class& c : classes_) n += c.index->drop_namespace(ns);
+  return n;
+}
+
 Index::Stats SizeClasses::stats() const {
   Index::Stats all;
   for (const Class& c : classes_) {
@@ -158,6 +164,7 @@ Index::Stats SizeClasses::stats() const {
     all.reservations += s.reservations;
     all.evictions += s.evictions;
     all.refused_full += s.refused_full;
+    all.dropped += s.dropped;
     all.lookup_hits += s.lookup_hits;
     all.lookup_misses += s.lookup_misses;
   }

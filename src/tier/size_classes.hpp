@@ -95,6 +95,7 @@ class SizeClasses {
 
   // Over every class.
   std::size_t release_owner(Owner owner);
+  std::size_t drop_namespace(const kv::Digest& ns);
   Index::Held held_by(Owner owner) const;
   std::map<HoldId, std::pair<Owner, bool>> holds() const;
   Index::Stats stats() const;

@@ -33,7 +33,8 @@ std::vector<Request> every_request() {
   Lookup lookup{3, spec().keys};
   Reserve reserve{3, spec().keys, {1, 0}};
   return {Hello{kMajor, 0, "engine-rank-0"}, reg, Unregister{3}, lookup, Release{77}, reserve, Commit{77, true},
-          Commit{78, false}, EndSession{}, Stats{}, Ping{}, Adopt{3, 77, spec().keys}};
+          Commit{78, false}, EndSession{}, Stats{}, Ping{}, Adopt{3, 77, spec().keys},
+          Drop{kv::namespace_of(test::reference_layout())}};
 }
 
 std::pair<Header, std::vector<std::byte>> split(const std::vector<std::byte>& frame) {
@@ -120,6 +121,7 @@ TEST_CASE("protocol: replies round-trip, and errors carry their message", "[kv][
       {Type::adopt, {Status::ok, "", lr}},
       {Type::reserve, {Status::ok, "", rr}},
       {Type::stats, {Status::ok, "", sr}},
+      {Type::drop, {Status::ok, "", DropReply{12, 3}}},
       {Type::ping, {Status::ok, "", Empty{}}},
       {Type::commit, {Status::unknown_hold, "no reservation 4", Empty{}}},
       {Type::reserve, {Status::over_quota, "over --max-client-reserved", Empty{}}},

@@ -108,6 +108,23 @@ TEST_CASE("disk: a restarted server finds its disk's objects and loads them exac
   REQUIRE(n.disk("lookup_misses_total") >= 1);
 }
 
+TEST_CASE("disk: after a namespace drop no lookup hits the old objects, from the arena or the disk", "[disk][server]") {
+  DiskDir d;
+  Node n(d);
+  store_past_the_arena(n);  // prompt 1 is on the disk only, prompt 20 in the arena too
+  Reply r = must_call(*n.c, Drop{kv::namespace_of(layout())});
+  REQUIRE(r.status == Status::ok);
+  REQUIRE(std::get<DropReply>(r.payload).arena_objects > 0);
+  REQUIRE(std::get<DropReply>(r.payload).lower_objects == 1000);
+  REQUIRE(n.metric("dropped_objects_total") == static_cast<double>(std::get<DropReply>(r.payload).arena_objects));
+  REQUIRE(n.load(1, 50) == 0);   // not promoted from the disk
+  REQUIRE(n.load(20, 50) == 0);  // not in the arena
+  REQUIRE(n.disk("objects") == 0);
+  // Stored again, it is written and found again.
+  n.store_written(1, 1, 50);
+  REQUIRE(n.load(1, 50) == 50);
+}
+
 TEST_CASE("disk: a flipped byte in an object, a torn header or another chunk in its slot is a counted miss, never "
           "loaded",
           "[disk][server][fault]") {

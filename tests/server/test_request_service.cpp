@@ -51,10 +51,15 @@ struct FakeLevel final : server::LowerLevel {
   }
   boost::asio::awaitable<std::size_t> drain(std::chrono::milliseconds) override { co_return 0; }
   boost::asio::awaitable<void> close(std::chrono::milliseconds) override { co_return; }
+  std::size_t drop(const kv::Digest& ns) override {
+    dropped.push_back(ns);
+    return 1;
+  }
 
   std::size_t committed_objects = 0;
   std::size_t holds = 0;
   std::vector<std::vector<kv::ChunkKey>> asked;
+  std::vector<kv::Digest> dropped;
 };
 
 struct Fixture {
@@ -174,6 +179,36 @@ TEST_CASE("request service: reserve, commit, then another process leases what wa
   REQUIRE(f.service.handle(writer, Release{lk.lease}).status == Status::ok);  // any session of the user
   REQUIRE(f.classes.held_by(2).leases == 0);
   REQUIRE(f.service.handle(reader, Release{lk.lease}).status == Status::unknown_hold);
+}
+
+TEST_CASE("request service: a namespace drop leaves no lookup a hit in the arena, and reaches every level below",
+          "[server]") {
+  Fixture f;
+  Client c = client(1, 1);
+  const std::uint32_t reg = f.start(c);
+  f.store(c, reg, 1, 3);
+  const kv::Digest ns = kv::namespace_of(layout());
+  kv::Layout other = layout();
+  other.weight_version = "step-2";  // another namespace: untouched
+  const std::uint32_t oreg = std::get<RegisterReply>(f.service.handle(c, RegisterLayout{other}).payload).registration;
+  std::vector<std::uint32_t> toks(2 * 64, 5);
+  const auto other_keys = kv::chunk_keys(other, kv::namespace_of(other), toks);
+  const Reply res = f.service.handle(c, Reserve{oreg, other_keys, {0, 0}});
+  REQUIRE(f.service.handle(c, Commit{std::get<ReserveReply>(res.payload).reservation, true}).status == Status::ok);
+
+  Reply r = f.service.handle(c, Drop{ns});
+  REQUIRE(r.status == Status::ok);
+  REQUIRE(std::get<DropReply>(r.payload).arena_objects == 3);
+  REQUIRE(std::get<DropReply>(r.payload).lower_objects == 2);  // each fake level says it dropped one
+  REQUIRE(f.near.dropped == std::vector<kv::Digest>{ns});
+  REQUIRE(f.far.dropped == std::vector<kv::Digest>{ns});
+  Reply miss = f.service.handle(c, Lookup{reg, keys(1, 3)});
+  REQUIRE(std::get<LookupReply>(miss.payload).hit.tokens == 0);
+  REQUIRE(std::get<LookupReply>(miss.payload).lease == 0);
+  REQUIRE(std::get<LookupReply>(f.service.handle(c, Lookup{oreg, other_keys}).payload).hit.tokens == 2 * 64);
+  // Saved again, it is found again.
+  f.store(c, reg, 1, 3);
+  REQUIRE(std::get<LookupReply>(f.service.handle(c, Lookup{reg, keys(1, 3)}).payload).hit.tokens == 3 * 64);
 }
 
 TEST_CASE("request service: per-process quotas refuse, typed, and lease or reserve nothing", "[server]") {

@@ -295,3 +295,71 @@ TEST_CASE("index: erase frees a committed object no one holds, and nothing else"
   REQUIRE(s.erase(key(2)));
   REQUIRE(s.stats().objects == 1);  // key 4
 }
+
+namespace {
+kv::ChunkKey key_in(int ns, int i) {
+  kv::ChunkKey k = key(i);
+  k.ns[0] = static_cast<std::byte>(ns);
+  return k;
+}
+// Counts what a persistent table is told.
+struct FreedLog : Index::Listener {
+  std::vector<std::uint32_t> freed_slots;
+  void reserved(std::uint32_t, const kv::ChunkKey&, bool) override {}
+  void committed(std::uint32_t) override {}
+  void freed(std::uint32_t slot) override { freed_slots.push_back(slot); }
+};
+}  // namespace
+
+TEST_CASE("index: a namespace drop frees what no one holds, and held objects go at their release",
+          "[tier][index]") {
+  Index s(8 * 100, 100);
+  FreedLog log;
+  s.set_listener(&log);
+  std::uint32_t slot = 0;
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(s.reserve(key_in(1, i), false, &slot) == Index::Reserve::reserved);
+    s.commit(key_in(1, i));
+  }
+  REQUIRE(s.reserve(key_in(2, 0), false, &slot) == Index::Reserve::reserved);  // another namespace
+  s.commit(key_in(2, 0));
+  const kv::ChunkKey held[] = {key_in(1, 0)};
+  const Index::Lease lease = s.lease(held, 256, 7);
+  REQUIRE(lease.id != 0);
+  const bool images[] = {false};
+  const kv::ChunkKey writing[] = {key_in(1, 5)};
+  const Index::Reservation res = s.reserve(writing, images, 7);
+  REQUIRE(res.reserved == 1);
+
+  // Two committed and free, one leased, one being written: four dropped.
+  REQUIRE(s.drop_namespace(key_in(1, 0).ns) == 4);
+  REQUIRE(s.stats().dropped == 4);
+  REQUIRE(log.freed_slots.size() == 4);  // the held two at once too: a restart must not find them
+  const kv::ChunkKey all[] = {key_in(1, 0), key_in(1, 1), key_in(1, 2)};
+  for (const kv::ChunkKey& k : all) {
+    const kv::ChunkKey one[] = {k};
+    REQUIRE(s.lookup(one, 256).tokens == 0);
+    REQUIRE_FALSE(s.pin(one).has_value());
+    REQUIRE(s.present_run(one) == 0);
+  }
+  const kv::ChunkKey other[] = {key_in(2, 0)};
+  REQUIRE(s.lookup(other, 256).tokens == 256);  // another namespace keeps its objects
+
+  // The lease's holder still reads its slot: it is not reused while held,
+  // and its key stays taken (a save of it is told it exists).
+  REQUIRE(s.key_at(lease.slots[0]) == key_in(1, 0));
+  REQUIRE(s.reserve(key_in(1, 0), false, &slot) == Index::Reserve::exists);
+  const std::size_t free_before = s.free_slots();
+  REQUIRE(s.release(lease.id));
+  REQUIRE(s.free_slots() == free_before + 1);
+  REQUIRE(s.reserve(key_in(1, 0), false, &slot) == Index::Reserve::reserved);  // stored anew
+  s.commit(key_in(1, 0));
+  REQUIRE(s.lookup(held, 256).tokens == 256);
+
+  // Written before the drop came: freed at its commit, never readable.
+  REQUIRE(s.commit(res.id, true));
+  REQUIRE(s.lookup(writing, 256).tokens == 0);
+  REQUIRE(s.stats().writing == 0);
+  REQUIRE(s.stats().objects == 2);  // key_in(2, 0) and the new key_in(1, 0)
+  REQUIRE(s.drop_namespace(key_in(3, 0).ns) == 0);
+}
