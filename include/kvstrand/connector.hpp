@@ -133,6 +133,14 @@ class Connector {
   // that keeps the hit stored until a load names it or it is released.
   std::uint64_t lookup(std::vector<kv::ChunkKey> keys, std::uint32_t registration = 0);
   void release_lookup(std::uint64_t lease);
+  // Drops every object of `registration`'s namespace from the tier (an
+  // online weight update that keeps the namespace; a new
+  // Layout::weight_version is a new namespace instead): no lookup finds one
+  // once this returns, loads running now still complete. Blocks until the
+  // tier answered; returns how many objects it dropped. Throws
+  // TransferRefused: not_registered, closed, or tier_unavailable (no
+  // kvstrand-server answers, or one older than protocol 2.3).
+  std::uint64_t invalidate(std::uint32_t registration = 0);
   // Node tier: a lease as bytes for another process (a scheduler hands a
   // worker what it looked up), and the taking over of such bytes; the
   // adopted hit arrives in finished().lookups under the returned id (a miss

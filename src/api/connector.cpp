@@ -95,6 +95,8 @@ std::uint64_t Connector::lookup(std::vector<kv::ChunkKey> keys, std::uint32_t re
 
 void Connector::release_lookup(std::uint64_t lease) { impl_->conn.release_lookup(lease); }
 
+std::uint64_t Connector::invalidate(std::uint32_t registration) { return impl_->conn.invalidate(registration); }
+
 std::vector<std::byte> Connector::export_lease(std::uint64_t lease) { return impl_->conn.export_lease(lease); }
 
 std::uint64_t Connector::adopt_lease(std::span<const std::byte> handoff) { return impl_->conn.adopt_lease(handoff); }

@@ -332,6 +332,12 @@ void bind_connector(py::module_& m) {
           [](PyConnector& c, std::uint64_t lease) { c.call([&](Connector& x) { x.release_lookup(lease); }); },
           "lease"_a)
       .def(
+          "invalidate",
+          [](PyConnector& c, std::uint32_t reg) { return c.call([&](Connector& x) { return x.invalidate(reg); }); },
+          "registration"_a = 0,
+          "Drops every object of the registration's namespace from the tier (an online weight update); blocks "
+          "until the tier answered and returns how many objects it dropped.")
+      .def(
           "export_lease",
           [](PyConnector& c, std::uint64_t lease) {
             std::vector<std::byte> b = c.call([&](Connector& x) { return x.export_lease(lease); });

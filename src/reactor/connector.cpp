@@ -119,6 +119,17 @@ std::uint32_t Connector::register_layout(Registration registration) {
   return id;
 }
 
+std::uint64_t Connector::invalidate(std::uint32_t registration) {
+  if (closed_) throw TransferRefused(TransferErrc::closed, "invalidate after close()");
+  if (registration >= admission_.registrations().size())
+    throw TransferRefused(TransferErrc::not_registered, "invalidate: no registration " + std::to_string(registration));
+  IndexPlane::Dropped d = reactor_->call([table = table_, registration]() -> asio::awaitable<IndexPlane::Dropped> {
+    co_return co_await table->tier->drop(registration);
+  });
+  if (d.failure) throw TransferRefused(d.failure.ec, "invalidate: " + d.failure.why);
+  return d.objects;
+}
+
 void Connector::raise_fail_stop() const {
   if (!mailbox_->failed()) return;  // the common case reads one atomic
   if (auto f = mailbox_->fail_stop()) throw FailStop(f->code, f->what);

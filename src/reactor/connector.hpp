@@ -137,6 +137,14 @@ class Connector {
   // whose keys no registration here makes.
   std::uint64_t adopt_lease(std::span<const std::byte> handoff);
 
+  // Drops every object of `registration`'s namespace from the tier (an
+  // online weight update under the same namespace): no lookup finds one
+  // once this returns; loads running now still read theirs. Blocks until
+  // the tier answered; returns how many objects it dropped (the node tier:
+  // its arena's and disk's). Throws TransferRefused: not_registered,
+  // closed, tier_unavailable (no server answers, or one before protocol 2.3).
+  std::uint64_t invalidate(std::uint32_t registration = 0);
+
   // A lookup whose hit this engine will not load (the planner chose not to,
   // or the request went away): frees its lease now (F20). Only posts; a
   // no-op for lease 0 or on a closed connector.

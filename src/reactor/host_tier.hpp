@@ -65,6 +65,9 @@ class HostTier {
   boost::asio::awaitable<LookupResult> adopt(std::uint32_t registration, std::uint64_t lease,
                                              std::vector<kv::ChunkKey> keys);
   void forget_lease(std::uint64_t lease) { index_->forget_lease(lease); }
+  boost::asio::awaitable<IndexPlane::Dropped> drop(std::uint32_t registration) {
+    co_return co_await index_->drop(registration);
+  }
 
   // One save or load between its steps. Move-only; hand it back to
   // complete() whatever happened.

@@ -81,6 +81,13 @@ class IndexPlane {
   // A lease this process exported: no longer its to release (the server
   // still ends it with this process's session, until it is adopted).
   virtual void forget_lease(std::uint64_t /*lease*/) {}
+  // Drops every object of the registration's namespace (Connector::
+  // invalidate): how many, or why not.
+  struct Dropped {
+    Failure failure;
+    std::uint64_t objects = 0;
+  };
+  virtual boost::asio::awaitable<Dropped> drop(std::uint32_t registration) = 0;
 
   // Whether this process stores the registration's chunks at all (with
   // tp_rank_collapse only rank 0 does, F34).

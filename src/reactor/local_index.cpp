@@ -4,6 +4,8 @@
 
 #include "reactor/transfer_error.hpp"
 
+#include <kvstrand/namespace_id.hpp>
+
 namespace kvstrand::reactor {
 
 namespace asio = boost::asio;
@@ -92,6 +94,13 @@ asio::awaitable<IndexPlane::Held> LocalIndex::hold(const kv::TransferSpec& s, Cl
 
 void LocalIndex::release(const kv::TransferSpec& s, const Held& held) {
   if (held.hold != 0) regs_.at(s.registration).index->unpin(s.keys);
+}
+
+asio::awaitable<IndexPlane::Dropped> LocalIndex::drop(std::uint32_t registration) {
+  Dropped d;
+  if (classes_ && registration < regs_.size())
+    d.objects = classes_->drop_namespace(kv::namespace_of(regs_[registration].reg->layout));
+  co_return d;
 }
 
 tier::Index::Stats LocalIndex::stats() const { return classes_ ? classes_->stats() : tier::Index::Stats{}; }

@@ -27,6 +27,7 @@ class LocalIndex : public IndexPlane {  // not final: tests' index doubles deriv
                                          const Places& places, bool copied, Clock::time_point deadline) override;
   boost::asio::awaitable<Held> hold(const kv::TransferSpec& spec, Clock::time_point deadline) override;
   void release(const kv::TransferSpec& spec, const Held& held) override;
+  boost::asio::awaitable<Dropped> drop(std::uint32_t registration) override;
   std::shared_ptr<void> memory() const override { return arena_; }
   tier::Index::Stats stats() const override;
   const char* kind() const noexcept override { return "local"; }

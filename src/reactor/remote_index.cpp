@@ -15,6 +15,7 @@
 
 #include "hip/device.hpp"
 #include <kvstrand/chunk_keys.hpp>
+#include <kvstrand/namespace_id.hpp>
 #include "reactor/transfer_error.hpp"
 
 namespace kvstrand::reactor {
@@ -201,6 +202,7 @@ asio::awaitable<Failure> RemoteIndex::hello(Clock::time_point until) {
   // The same server again (a connection lost, not a restart): its holds
   // and its arena are what they were. A 2.1 server says no id; its arena,
   // a memfd of its own life, says who it is.
+  server_minor_ = hr.minor;
   const bool same_life = mapping_ && (hr.server_id != 0 ? hr.server_id == server_id_ : mapping_->is_file(arena_fd));
   if (same_life) {
     ::close(arena_fd);
@@ -371,6 +373,25 @@ asio::awaitable<IndexPlane::LookupResult> RemoteIndex::adopt(std::uint32_t regis
     co_return LookupResult{};
   }
   co_return take_lease(registration, keys, std::get<LookupReply>(res.second.payload));
+}
+
+asio::awaitable<IndexPlane::Dropped> RemoteIndex::drop(std::uint32_t registration) {
+  Dropped d;
+  if (d.failure = co_await usable(registration); d.failure) co_return d;
+  if (server_minor_ < 3) {
+    d.failure = Failure{TransferErrc::tier_unavailable,
+                        "kvstrand-server at " + opt_.socket + " speaks protocol 2." + std::to_string(server_minor_) +
+                            ", and a drop needs 2.3: upgrade the server"};
+    co_return d;
+  }
+  Reply reply;
+  d.failure = co_await exchange(Drop{kv::namespace_of(regs_.at(registration)->layout)},
+                                Clock::now() + opt_.request_timeout, &reply);
+  if (!d.failure) {
+    const auto& r = std::get<DropReply>(reply.payload);
+    d.objects = r.arena_objects + r.lower_objects;
+  }
+  co_return d;
 }
 
 asio::awaitable<void> RemoteIndex::release_lookup(std::uint64_t lease) {

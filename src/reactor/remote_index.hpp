@@ -106,6 +106,13 @@ class RemoteIndex final : public IndexPlane {
   boost::asio::awaitable<void> attach_in_background();
   // Connected, and `registration` taken by this server (else why not).
   boost::asio::awaitable<Failure> usable(std::uint32_t registration);
+
+ public:
+  // The server drops the namespace (protocol 2.3): its arena's and its
+  // disk's objects; refused before asking a server of an older protocol.
+  boost::asio::awaitable<Dropped> drop(std::uint32_t registration) override;
+
+ private:
   boost::asio::awaitable<Failure> handshake();
   // Registers regs_[i] with the server (on a connection that said hello).
   boost::asio::awaitable<Failure> register_one(std::size_t i, Clock::time_point until);
@@ -161,6 +168,7 @@ class RemoteIndex final : public IndexPlane {
   std::vector<std::pair<std::uint64_t, std::shared_ptr<ArenaMapping>>> unsent_releases_;
   std::shared_ptr<ArenaMapping> mapping_;  // the arena as this process mapped and pinned it
   std::shared_ptr<ArenaMapping> arena_;    // the current server life's token: an alias of mapping_
+  std::uint8_t server_minor_ = 0;          // the current server's protocol minor version
   std::uint64_t server_id_ = 0;            // the current server life's id (0: a 2.1 server says none)
   std::uint64_t arena_mapped_ = 0;         // arenas mapped (and pinned): one per server life but where kept
   std::uint64_t arena_kept_ = 0;           // server restarts whose named arena was kept mapped and pinned

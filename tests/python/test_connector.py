@@ -205,6 +205,22 @@ def test_a_load_of_chunks_the_tier_lacks_fails_naming_exactly_its_blocks(engine)
     assert [o.request for o in engine.seen[-1].failed_loads()] == ["r"]
 
 
+def test_invalidate_drops_the_namespace_and_returns_how_many_objects(engine):
+    engine.conn.save(engine.spec("r", PROMPT, 0, 128))
+    assert engine.wait(saves=1)["saves"][0].ok
+
+    def hit():
+        engine.conn.lookup(engine.keys(PROMPT), engine.group)
+        return engine.wait(lookups=1)["lookups"][0].hit.tokens
+
+    assert hit() == 128
+    assert engine.conn.invalidate(engine.group) == 2
+    assert hit() == 0
+    with pytest.raises(kvstrand.TransferRefused) as e:
+        engine.conn.invalidate(99)
+    assert e.value.code == kvstrand.TransferErrc.not_registered
+
+
 def test_a_registration_without_memory_serves_lookups_only(engine):
     planner = engine.conn.register_layout(kvstrand.Registration(make_layout(model_id="planner")))
     spec = engine.spec("r", PROMPT, 0, 128)

@@ -257,6 +257,22 @@ def test_reset_cache_stops_reading_what_was_stored_before(server):
     vllm.shutdown()
 
 
+@pytest.mark.parametrize("drop", [False, True])
+def test_drop_on_reset_frees_the_node_tier_for_every_engine(server, drop):
+    # Another engine of the same model (a fresh key epoch, as after a
+    # restart) resumes what the first stored, unless its reset dropped it.
+    first = MiniVllm(server.socket, caching=False, drop_on_reset=drop)
+    first.add("a", PREFIX + [1])
+    first.run()
+    assert first.scheduler.reset_cache() is True
+    first.shutdown()
+    second = MiniVllm(server.socket, caching=False)
+    second.add("a", PREFIX + [1])
+    second.run()
+    assert second.stats["resumed"] == (0 if drop else 1) and second.stats["mismatches"] == 0
+    second.shutdown()
+
+
 def test_a_server_sigkilled_mid_run_costs_only_misses(server):
     # Lookups, saves and loads against a dead server fail; vLLM computes
     # instead, and every block is still exact.

@@ -59,6 +59,13 @@ TEST_CASE("connector: save then evict then load into other blocks restores KV an
   rig.round_trip();
 }
 
+TEST_CASE("connector: invalidate drops the namespace from the embedded tier: no lookup hits it, a save stores it anew",
+          "[reactor]") {
+  if (!device_present()) return;
+  Rig rig;
+  rig.invalidate_round();
+}
+
 TEST_CASE("connector: two groups of different block sizes are planned together and load byte for byte",
           "[reactor][gpu]") {
   if (!device_present()) return;

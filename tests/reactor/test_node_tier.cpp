@@ -286,6 +286,15 @@ TEST_CASE("node tier: close() while the stopped server holds a lookup answers it
   REQUIRE(f.lookups[0].hit.tokens == 0);
 }
 
+TEST_CASE("node tier: invalidate drops the namespace on the server: no lookup hits it, a save stores it anew",
+          "[server][reactor]") {
+  if (!device_present()) return;
+  ServerProcess srv(kServerFlags);
+  REQUIRE(ready_and_full(srv));
+  Rig rig(remote(srv));
+  rig.invalidate_round();
+}
+
 TEST_CASE("node tier: a lookup whose hit is not loaded gives its lease back at once (F20)", "[server][reactor][gpu]") {
   if (!device_present()) return;
   ServerProcess srv(kServerFlags);

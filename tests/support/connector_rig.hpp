@@ -183,6 +183,33 @@ struct Rig {
     REQUIRE(snapshot(dst, {7}) == before);
   }
 
+  // Saves prompt 1's 3 chunks, invalidates the namespace: the lookup that
+  // hit them misses, and a save of them stores them anew. Every tier's
+  // test suite runs it.
+  void invalidate_round() {
+    const auto src = Rig::block_range(0, 12);
+    conn->save(save_spec("a", 1, 0, 3, src));
+    REQUIRE(wait_for([](const reactor::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
+    auto hit = [&] {
+      conn->lookup(keys(1, 0, 3));
+      const auto f = wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); });
+      if (f.lookups[0].lease != 0) conn->release_lookup(f.lookups[0].lease);
+      return f.lookups[0].hit.tokens;
+    };
+    REQUIRE(hit() == 192);
+    REQUIRE(conn->invalidate() == 3);
+    REQUIRE(hit() == 0);
+    conn->save(save_spec("b", 1, 0, 3, src));
+    REQUIRE(wait_for([](const reactor::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
+    REQUIRE(hit() == 192);
+    try {
+      conn->invalidate(7);
+      FAIL("invalidate of no registration returned");
+    } catch (const reactor::TransferRefused& e) {
+      REQUIRE(e.code() == reactor::TransferErrc::not_registered);
+    }
+  }
+
   // A second KV-cache group of the same model: a sliding-window group of
   // 32-token blocks (two a chunk), one 4 KiB plane, no state; its objects
   // are a third the size of the first group's. Registered as id 1.

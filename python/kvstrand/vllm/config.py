@@ -17,6 +17,10 @@ Extra config keys (a demanding default for each but the socket):
   transfer_deadline_s  every transfer's deadline; passing it is fail-stop (60)
   request_timeout_s    bound on each request to the server (10)
   tenant_salt          isolates tenants' keys (default "")
+  drop_on_reset        vLLM's reset_prefix_cache(reset_connector=True) also
+                       drops this model's objects from the node tier, for
+                       every engine there (default false: this engine alone
+                       stops reading them)
   weight_version       the weights' version (an online weight update's, a
                        training step's): KV stored under another version is
                        never loaded (default "": the model's revision, in
@@ -182,6 +186,7 @@ class ConnectorConfig:
     tenant_salt: str
     tp_size: int
     weight_version: str
+    drop_on_reset: bool
     replicated_across_tp: bool
     num_blocks: int
     groups: list = field(default_factory=list)        # attention groups: one registration each
@@ -301,6 +306,7 @@ class ConnectorConfig:
             tenant_salt=get("tenant_salt", "", str),
             tp_size=int(vllm_config.parallel_config.tensor_parallel_size),
             weight_version=get("weight_version", "", str),
+            drop_on_reset=get("drop_on_reset", False, bool),
             replicated_across_tp=get("replicated_across_tp", False, bool),
             num_blocks=int(getattr(kv_cache_config, "num_blocks", 0)),
             groups=groups,

@@ -430,10 +430,21 @@ class SchedulerSide:
     def reset_cache(self):
         """Stops reading and writing what this engine stored: later requests'
         keys start a new epoch. The node tier's entries stay for other engines
-        and leave by eviction (kvstrand-server has no per-engine flush)."""
+        and leave by eviction, unless drop_on_reset says to drop the model's
+        namespaces on the node (an online weight update of every engine
+        there): then they are freed now, for every engine. A drop that
+        fails (a server before protocol 2.3, or none answering) is logged:
+        the new epoch already keeps this engine from the old entries."""
         self.epoch += 1
         if self.events is not None:
             self.events.forget_all()
+        if self.cfg.drop_on_reset:
+            try:
+                dropped = sum(self.conn.invalidate(self.registrations[(0, g)]) for g in range(self.ngroups))
+                log.info("kvstrand.vllm: reset_cache dropped %d objects of this model from the node tier", dropped)
+            except kvstrand.TransferRefused as e:
+                log.warning("kvstrand.vllm: reset_cache could not drop the node tier's objects (%s); this engine "
+                            "reads none of them again all the same", e)
         return True
 
     def shutdown(self):
