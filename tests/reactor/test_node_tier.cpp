@@ -295,6 +295,23 @@ TEST_CASE("node tier: invalidate drops the namespace on the server: no lookup hi
   rig.invalidate_round();
 }
 
+TEST_CASE("node tier: invalidate is refused, naming the protocol, by a server older than 2.3, which is never sent it",
+          "[server][reactor]") {
+  if (!device_present()) return;
+  WrongReplyServer srv(WrongReplyServer::speaking_minor(2));
+  reactor::ConnectorOptions o;
+  o.server_socket = srv.socket_path();
+  Rig rig(o);
+  try {
+    rig.conn->invalidate();
+    FAIL("invalidate returned against a 2.2 server");
+  } catch (const TransferRefused& e) {
+    REQUIRE(e.code() == TransferErrc::tier_unavailable);
+    REQUIRE_THAT(e.what(), Catch::Contains("protocol 2.2") && Catch::Contains("needs 2.3"));
+  }
+  REQUIRE(srv.drops() == 0);
+}
+
 TEST_CASE("node tier: a lookup whose hit is not loaded gives its lease back at once (F20)", "[server][reactor][gpu]") {
   if (!device_present()) return;
   ServerProcess srv(kServerFlags);

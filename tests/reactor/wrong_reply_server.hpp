@@ -27,16 +27,19 @@ namespace kvstrand::test {
 // reply of another type (a lookup reply to a reserve, a reserve reply to
 // the rest). offsets_past(n): reserves and lookups are granted at offsets
 // n bytes past the last object that fits the arena (0: the last one).
-// It counts the releases it is sent, and drop() closes its connection
+// speaking_minor(m): a server of protocol 2.m (its hello reply says so).
+// It counts the releases and drops it is sent, and drop() closes its connection
 // (the same server, and the same arena, stay for the next one).
 class WrongReplyServer {
  public:
   struct Mode {
     bool wrong_types;
     std::uint64_t past;
+    std::uint8_t minor = kMinor;
   };
   static Mode wrong_types() { return {true, 0}; }
   static Mode offsets_past(std::uint64_t n) { return {false, n}; }
+  static Mode speaking_minor(std::uint8_t m) { return {false, 0, m}; }
 
   explicit WrongReplyServer(Mode mode)
       : mode_(mode), path_(ServerProcess::fresh_socket_path()), arena_({4u << 20, 2u << 20, false, {}}) {
@@ -62,6 +65,7 @@ class WrongReplyServer {
   // Releases received, and the last one's hold.
   int releases() const { return releases_; }
   std::uint64_t last_released() const { return last_released_; }
+  int drops() const { return drops_; }
   void drop() {
     if (conn_ >= 0) ::shutdown(conn_, SHUT_RDWR);
   }
@@ -105,9 +109,10 @@ class WrongReplyServer {
         last_released_ = std::get<Release>(*req).hold;
         ++releases_;
       }
+      if (type == Type::drop) ++drops_;
       std::vector<std::byte> out;
       if (type == Type::hello) {
-        HelloReply hr{1, kMajor, kMinor, arena_.bytes(), arena_.slab_bytes(), arena_.bytes(), false};
+        HelloReply hr{1, kMajor, mode_.minor, arena_.bytes(), arena_.slab_bytes(), arena_.bytes(), false};
         out = encode_reply(type, h.request_id, Reply{Status::ok, "", hr});
         if (common::send_with_fd(conn_, out.data(), out.size(), arena_.fd(), MSG_NOSIGNAL) != static_cast<ssize_t>(out.size()))
           return;
@@ -151,6 +156,7 @@ class WrongReplyServer {
   int listen_ = -1;
   std::atomic<int> conn_{-1};
   std::atomic<int> releases_{0};
+  std::atomic<int> drops_{0};
   std::atomic<bool> held_{false}, stopping_{false};
   std::atomic<std::uint64_t> last_released_{0};
   std::thread thread_;
