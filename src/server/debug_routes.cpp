@@ -135,6 +135,8 @@ common::HttpRoutes debug_routes(ServerState state) {
            common::labels({{"version", KVSTRAND_VERSION_STRING}, {"protocol", protocol}}));
     p.counter("kvstrand_server_requests_total", "Requests answered, by type and status", st.requests);
     p.counter("kvstrand_server_evictions_total", "Objects evicted from the tier", t.evictions);
+    p.counter("kvstrand_server_lookup_misses_total",
+              "Lookups that stopped short of their keys, by why the first missing chunk is missing", st.lookup_misses);
     p.counter("kvstrand_server_dropped_objects_total", "Objects of namespaces dropped (protocol drop) from the tier",
               t.dropped);
     p.counter("kvstrand_server_refused_full_total", "Chunks refused because the tier was full", t.refused_full);

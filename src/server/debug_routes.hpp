@@ -35,6 +35,7 @@ struct ServerState {
   const DiskTier* disk;  // null without --disk
   const std::uint32_t& mapped_slabs;  // of the server's own mapping, faulted in
   const common::LabeledCounter& requests;
+  const common::LabeledCounter& lookup_misses;  // RequestService::lookup_misses
   const std::uint64_t& orphans_freed;
   const common::AcceptBackoff& accept;
   const std::string& fill_error;

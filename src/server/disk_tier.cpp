@@ -61,6 +61,7 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
     explicit Batch(common::Strand s) : timer(s) {}
     std::size_t left = 0;
     bool expired = false;
+    bool refused_value = false;  // a read's header or bytes failed their check
     asio::steady_timer timer;
   };
   // One object read or written: two operations (its header block, its bytes).
@@ -377,6 +378,7 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
              tier::object_matches(*h, {arena_object(*j.arena_index, j.arena_slot), object_bytes});
       if (!good) {
         ++st.checksum_failures;
+        j.batch->refused_value = true;
         spdlog::warn("kvstrand-server: a disk object failed its check ({}): a miss, dropped from the disk",
                      h ? "its bytes or its key" : h.why());
       }
@@ -400,18 +402,18 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
     if (--j.batch->left == 0) j.batch->timer.cancel();
   }
 
-  asio::awaitable<std::size_t> promote(tier::Index& idx, std::vector<kv::ChunkKey> keys) {
+  asio::awaitable<Promoted> promote(tier::Index& idx, std::vector<kv::ChunkKey> keys) {
     auto keep = shared_from_this();
     tier::Index* d = closing ? nullptr : disk.index(idx.object_bytes());
-    if (d == nullptr || keys.empty()) co_return idx.present_run(keys);
+    if (d == nullptr || keys.empty()) co_return Promoted{idx.present_run(keys)};
     ++st.lookups;
     const std::size_t n = d->present_run(keys);
     if (n == 0) {
       ++st.lookup_misses;
-      co_return idx.present_run(keys);
+      co_return Promoted{idx.present_run(keys)};
     }
     std::optional<std::vector<std::uint32_t>> dslots = d->pin(std::span<const kv::ChunkKey>(keys.data(), n));
-    if (!dslots) co_return idx.present_run(keys);
+    if (!dslots) co_return Promoted{idx.present_run(keys)};
     classes.make_room(idx, n);
     auto batch = std::make_shared<Batch>(strand);
     for (std::size_t i = 0; i < n; ++i) {
@@ -452,7 +454,9 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
         });
       }
     }
-    co_return idx.present_run(keys);
+    co_return Promoted{idx.present_run(keys), batch->expired         ? LevelMiss::timeout
+                                              : batch->refused_value ? LevelMiss::refused_value
+                                                                     : LevelMiss::none};
   }
 
   void slab_ready(std::uint32_t slab) {
@@ -565,7 +569,7 @@ void DiskTier::committed(tier::Index& index, std::span<const std::uint32_t> slot
 
 std::size_t DiskTier::drop(const kv::Digest& ns) { return impl_->drop(ns); }
 
-asio::awaitable<std::size_t> DiskTier::promote(tier::Index& index, std::vector<kv::ChunkKey> keys) {
+asio::awaitable<Promoted> DiskTier::promote(tier::Index& index, std::vector<kv::ChunkKey> keys) {
   co_return co_await impl_->promote(index, std::move(keys));
 }
 asio::awaitable<std::size_t> DiskTier::drain(std::chrono::milliseconds bound) {

@@ -107,7 +107,7 @@ class DiskTier final : public LowerLevel {
   // Reads into the arena the run of `keys` (from keys[0]) that the disk
   // holds; waits at most the timeout. Returns how many of keys[0..] are in
   // the arena now, in a row.
-  boost::asio::awaitable<std::size_t> promote(tier::Index& index, std::vector<kv::ChunkKey> keys) override;
+  boost::asio::awaitable<Promoted> promote(tier::Index& index, std::vector<kv::ChunkKey> keys) override;
   // Frees the disk's objects of `ns` (those being read when their reads
   // end) and forgets those queued to be written. A restarted server reads
   // the slot headers of objects not overwritten since, and finds them

@@ -152,10 +152,10 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
     return 0;
   }
 
-  asio::awaitable<std::size_t> promote(tier::Index& idx, std::vector<kv::ChunkKey> keys) {
+  asio::awaitable<Promoted> promote(tier::Index& idx, std::vector<kv::ChunkKey> keys) {
     auto keep = shared_from_this();
     // A lookup's keys are one registration's: one namespace.
-    if (!ready || stopped || keys.empty() || dropped.contains(keys.front().ns)) co_return 0;
+    if (!ready || stopped || keys.empty() || dropped.contains(keys.front().ns)) co_return Promoted{};
     ++st.lookups;
     std::vector<std::string> names;
     names.reserve(keys.size());
@@ -163,10 +163,12 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
     std::vector<l2::RedisResult> got = co_await cluster->get(std::move(names));
     const std::uint64_t object_bytes = idx.object_bytes();
     std::vector<l2::ChunkValue> found;
+    LevelMiss why = LevelMiss::none;
     for (std::size_t i = 0; i < got.size(); ++i) {
       const l2::RedisResult& r = got[i];
       if (!r.answered()) {
         ++st.unanswered;
+        why = LevelMiss::timeout;
         break;
       }
       if (r.value.kind == l2::RedisValue::Kind::nil) break;
@@ -174,6 +176,7 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
         // Redis said no (CLUSTERDOWN while a master rejoins, WRONGTYPE, ...):
         // an error, not a value anyone stored.
         ++st.error_replies;
+        why = LevelMiss::timeout;  // a node that cannot answer now (CLUSTERDOWN while a master rejoins)
         spdlog::debug("kvstrand-server: L2 GET of {}: {}", l2::redis_key_of(keys[i]),
                       r.value.is_error() ? r.value.str : std::string("a reply that is not a string"));
         break;
@@ -185,11 +188,13 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
         // Left in Redis: another deployment's (another key, or none) as likely
         // as a forgery, and a writer that can forge can delete anyway.
         ++st.unauthenticated;
+        why = LevelMiss::refused_value;
         spdlog::warn("kvstrand-server: L2 value of {} refused: {}", l2::redis_key_of(keys[i]), v.why());
         break;
       }
       if (!v) {
         ++st.bad_values;
+        why = LevelMiss::refused_value;
         spdlog::warn("kvstrand-server: L2 value of {} refused and deleted: {}", l2::redis_key_of(keys[i]), v.why());
         forget(l2::redis_key_of(keys[i]));
         break;
@@ -198,7 +203,7 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
     }
     if (found.empty()) {
       ++st.lookup_misses;
-      co_return 0;
+      co_return Promoted{0, why};
     }
     const std::size_t n = found.size();
     std::unique_ptr<bool[]> images(new bool[n]);
@@ -216,7 +221,7 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
       ++stored;
     }
     if (res.id != 0) idx.commit(res.id, true);
-    co_return stored;
+    co_return Promoted{stored, why};
   }
 
   common::Strand strand;
@@ -285,7 +290,7 @@ void L2Tier::committed(tier::Index& index, std::span<const std::uint32_t> slots)
 
 std::size_t L2Tier::drop(const kv::Digest& ns) { return impl_->drop(ns); }
 
-asio::awaitable<std::size_t> L2Tier::promote(tier::Index& index, std::vector<kv::ChunkKey> keys) {
+asio::awaitable<Promoted> L2Tier::promote(tier::Index& index, std::vector<kv::ChunkKey> keys) {
   co_return co_await impl_->promote(index, std::move(keys));
 }
 

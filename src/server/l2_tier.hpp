@@ -88,7 +88,7 @@ class L2Tier final : public LowerLevel {
   void committed(tier::Index& index, std::span<const std::uint32_t> slots) override;
   // Copies into the arena the run of `keys` (from keys[0]) that L2 holds and
   // the arena does not. Returns how many of keys[0..] are now stored.
-  boost::asio::awaitable<std::size_t> promote(tier::Index& index, std::vector<kv::ChunkKey> keys) override;
+  boost::asio::awaitable<Promoted> promote(tier::Index& index, std::vector<kv::ChunkKey> keys) override;
   // Redis is shared by every node and found by key, not listed: what it
   // holds of `ns` stays there, but this server promotes none of it from now
   // on (for its life), and queues none of it to write. Returns 0. Across

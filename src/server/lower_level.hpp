@@ -19,6 +19,16 @@
 
 namespace kvstrand::server {
 
+// Why a level's promotion stopped before the keys it was asked for, where
+// it had something: a value refused by its checksum or MAC, or one that
+// did not come in time (a read past --disk-timeout, a Redis node that did
+// not answer). The server counts its lookups' misses by reason.
+enum class LevelMiss : std::uint8_t { none, refused_value, timeout };
+struct Promoted {
+  std::size_t have = 0;  // how many of keys[0..] are in the arena now, in a row
+  LevelMiss why = LevelMiss::none;
+};
+
 class LowerLevel {
  public:
   virtual ~LowerLevel() = default;
@@ -31,9 +41,8 @@ class LowerLevel {
   // is queued to be written behind, or dropped and counted; never waited for.
   virtual void committed(tier::Index& index, std::span<const std::uint32_t> slots) = 0;
   // Copies into the arena the run of `keys` (from keys[0]) that this level
-  // holds, bounded by the level's own timeout. Returns how many of
-  // keys[0..] are in the arena now, in a row.
-  virtual boost::asio::awaitable<std::size_t> promote(tier::Index& index, std::vector<kv::ChunkKey> keys) = 0;
+  // holds, bounded by the level's own timeout.
+  virtual boost::asio::awaitable<Promoted> promote(tier::Index& index, std::vector<kv::ChunkKey> keys) = 0;
   // Drops every object of namespace `ns` this level holds or has queued to
   // write; none is promoted after. Returns how many it dropped.
   virtual std::size_t drop(const kv::Digest& ns) = 0;

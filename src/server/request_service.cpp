@@ -15,15 +15,28 @@ RequestService::RequestService(ServiceRules rules, ServerFacts facts, tier::Size
                                std::vector<LowerLevel*> levels)
     : rules_(rules), facts_(std::move(facts)), classes_(classes), levels_(std::move(levels)) {}
 
-boost::asio::awaitable<void> RequestService::promote(const Client& c, const Lookup& m, const bool& gone) {
+boost::asio::awaitable<void> RequestService::promote(Client& c, const Lookup& m, const bool& gone) {
+  c.promote_miss = LevelMiss::none;
   tier::Index* into = index_of(c, m.registration);
   if (into == nullptr || levels_.empty()) co_return;
   std::size_t have = into->present_run(m.keys);
   for (LowerLevel* level : levels_) {
     if (have == m.keys.size() || gone) break;
     std::vector<kv::ChunkKey> rest(m.keys.begin() + static_cast<std::ptrdiff_t>(have), m.keys.end());
-    have += co_await level->promote(*into, std::move(rest));
+    const Promoted p = co_await level->promote(*into, std::move(rest));
+    have += p.have;
+    // The nearest level's reason: what the chunk it stopped at had there.
+    if (c.promote_miss == LevelMiss::none) c.promote_miss = p.why;
   }
+}
+
+const char* RequestService::miss_reason(const Client& c, const tier::Index& index, const kv::ChunkKey& key) const {
+  if (c.promote_miss == LevelMiss::refused_value) return "checksum_or_mac";
+  if (c.promote_miss == LevelMiss::timeout) return "timeout";
+  if (dropped_.contains(key.ns)) return "dropped";
+  if (index.evicted_recently(key)) return "evicted";
+  if (!index.holds_namespace(key.ns)) return "other_namespace";
+  return "never_stored";
 }
 
 tier::Index* RequestService::index_of(const Client& c, std::uint32_t registration) const {
@@ -101,6 +114,9 @@ Reply RequestService::lookup(Client& c, const Lookup& m) {
                                           std::to_string(rules_.max_client_leased) + " B); release some first");
   }
   tier::Index::Lease lease = index.lease(m.keys, l.chunk_tokens, c.owner);
+  if (lease.slots.size() < m.keys.size())
+    ++lookup_misses_[common::labels({{"reason", miss_reason(c, index, m.keys[lease.slots.size()])}})];
+  c.promote_miss = LevelMiss::none;
   LookupReply r;
   r.lease = lease.id;
   r.hit = std::move(lease.hit);
@@ -180,6 +196,7 @@ Reply RequestService::commit(const Commit& m) {
 
 Reply RequestService::drop(const Drop& m) {
   DropReply r;
+  dropped_.insert(m.ns);
   r.arena_objects = classes_.drop_namespace(m.ns);
   for (LowerLevel* level : levels_) r.lower_objects += level->drop(m.ns);
   spdlog::info("kvstrand-server: namespace {} dropped: {} objects in the arena, {} below", kv::to_hex(m.ns),

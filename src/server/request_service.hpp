@@ -9,12 +9,14 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <span>
 
 #include <kvstrand/layout.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <vector>
 
+#include "common/metrics.hpp"
 #include "proto/protocol.hpp"
 #include "server/lower_level.hpp"
 #include "tier/index.hpp"
@@ -49,6 +51,9 @@ struct Client {
   tier::Owner owner = 0;  // the client's process: what it holds is the process's
   bool hello = false;
   std::map<std::uint32_t, Reg> regs;
+  // Why the levels below stopped short in the promotion before this
+  // session's lookup (its miss's reason, if it misses there).
+  LevelMiss promote_miss = LevelMiss::none;
 };
 
 class RequestService {
@@ -65,9 +70,17 @@ class RequestService {
   // arena holds then (bounded by its own timeout); `gone` (the session
   // ended meanwhile) stops it. Only the asking session waits: the strand
   // serves the others meanwhile.
-  boost::asio::awaitable<void> promote(const Client& c, const proto::Lookup& m, const bool& gone);
+  boost::asio::awaitable<void> promote(Client& c, const proto::Lookup& m, const bool& gone);
   // The index of one of the client's registrations (nullptr: not its).
   tier::Index* index_of(const Client& c, std::uint32_t registration) const;
+  // Lookups that stopped short of their keys, by why the first missing
+  // chunk is missing, the first that applies: "checksum_or_mac" (a level
+  // below refused its value), "timeout" (a level below did not answer in
+  // time), "dropped" (its namespace was dropped here), "evicted" (among the
+  // arena's last 65,536 evictions),
+  // "other_namespace" (the arena holds nothing of its namespace: another
+  // model, weight version or tenant), else "never_stored".
+  const common::LabeledCounter& lookup_misses() const noexcept { return lookup_misses_; }
 
  private:
   proto::Reply register_layout(Client& c, const proto::RegisterLayout& m);
@@ -76,6 +89,7 @@ class RequestService {
   proto::Reply reserve(Client& c, const proto::Reserve& m);
   proto::Reply commit(const proto::Commit& m);
   proto::Reply drop(const proto::Drop& m);
+  const char* miss_reason(const Client& c, const tier::Index& index, const kv::ChunkKey& key) const;
   proto::Reply stats() const;
 
   ServiceRules rules_;
@@ -83,6 +97,8 @@ class RequestService {
   tier::SizeClasses& classes_;
   std::vector<LowerLevel*> levels_;
   std::uint32_t next_reg_ = 1;
+  common::LabeledCounter lookup_misses_;
+  std::set<kv::Digest> dropped_;  // namespaces dropped on this server
 };
 
 }  // namespace kvstrand::server

@@ -415,8 +415,9 @@ struct TierServer::Impl {
   // ---- the debug endpoint: its routes (server/debug_routes), on the strand -------
 
   common::HttpRoutes routes() {
-    return debug_routes(ServerState{stopping, sessions, processes, *classes, *arena, l2.get(), disk.get(), mapped_slabs, requests, orphans_freed, accept_backoff,
-                                    fill_error, recovery, [this] { return ready_bytes(); }, opt.socket});
+    return debug_routes(ServerState{stopping, sessions, processes, *classes, *arena, l2.get(), disk.get(), mapped_slabs, requests,
+                                    service->lookup_misses(), orphans_freed, accept_backoff, fill_error, recovery,
+                                    [this] { return ready_bytes(); }, opt.socket});
   }
 
   ServerOptions opt;

@@ -43,6 +43,7 @@ std::size_t Index::add_restored_slots(std::span<const std::optional<Restored>> r
     o.committed = true;
     table_insert(h, base + i);
     ++stored_;
+    ++per_namespace_[o.key.ns];
     ++evictable_;
     taken[i] = true;
   }
@@ -124,6 +125,7 @@ void Index::drop_reader(Object& o) {
 void Index::free_slot(std::uint32_t slot) {
   Object& o = objects_[slot];
   table_erase(o.hash, slot);
+  if (auto ns = per_namespace_.find(o.key.ns); ns != per_namespace_.end() && --ns->second == 0) per_namespace_.erase(ns);
   o = Object{};
   free_.push_back(slot);
   --stored_;
@@ -142,6 +144,14 @@ bool Index::evict_one() {
     if (o.referenced) {
       o.referenced = false;
       continue;
+    }
+    const std::uint64_t fp = ChunkKeyHash{}(o.key);
+    ++evicted_[fp];
+    evicted_order_.push_back(fp);
+    if (evicted_order_.size() > kRememberedEvictions) {
+      const auto oldest = evicted_.find(evicted_order_.front());
+      if (--oldest->second == 0) evicted_.erase(oldest);
+      evicted_order_.pop_front();
     }
     free_slot(s);
     --evictable_;
@@ -166,6 +176,7 @@ Index::Reserve Index::reserve(const kv::ChunkKey& key, bool has_image, std::uint
   o.has_image = has_image;
   table_insert(h, s);
   ++stored_;
+  ++per_namespace_[key.ns];
   *slot = s;
   if (listener_) listener_->reserved(s, key, has_image);
   return Reserve::reserved;
@@ -203,6 +214,8 @@ bool Index::erase(const kv::ChunkKey& key) {
   --evictable_;
   return true;
 }
+
+bool Index::evicted_recently(const kv::ChunkKey& key) const { return evicted_.contains(ChunkKeyHash{}(key)); }
 
 std::size_t Index::drop_namespace(const kv::Digest& ns) {
   std::size_t n = 0;

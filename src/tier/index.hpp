@@ -21,9 +21,11 @@
 
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <optional>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include <kvstrand/chunk_keys.hpp>
@@ -185,6 +187,13 @@ class Index {
 
   Stats stats() const;
 
+  // ---- why a key is absent (the server's lookup misses, by reason) ---------
+  // Whether `key` was among the last kRememberedEvictions objects evicted.
+  bool evicted_recently(const kv::ChunkKey& key) const;
+  // Whether any object of namespace `ns` is stored or being written.
+  bool holds_namespace(const kv::Digest& ns) const { return per_namespace_.contains(ns); }
+  static constexpr std::size_t kRememberedEvictions = 1 << 16;
+
  private:
   static constexpr std::uint32_t kNone = UINT32_MAX;
   // One slot: its object when `used`. Slots are the clock's ring.
@@ -240,6 +249,11 @@ class Index {
   std::map<HoldId, Hold> holds_;
   HoldId next_hold_ = 1;
   Stats stats_{};
+  // Fingerprints (ChunkKeyHash) of the last evictions, oldest first, and
+  // how often each is among them.
+  std::deque<std::uint64_t> evicted_order_;
+  std::unordered_map<std::uint64_t, std::uint32_t> evicted_;
+  std::map<kv::Digest, std::size_t> per_namespace_;  // used slots, by namespace
 };
 
 }  // namespace kvstrand::tier

@@ -119,6 +119,7 @@ TEST_CASE("disk: after a namespace drop no lookup hits the old objects, from the
   REQUIRE(n.metric("dropped_objects_total") == static_cast<double>(std::get<DropReply>(r.payload).arena_objects));
   REQUIRE(n.load(1, 50) == 0);   // not promoted from the disk
   REQUIRE(n.load(20, 50) == 0);  // not in the arena
+  REQUIRE(n.metric("lookup_misses_total{reason=\"dropped\"}") == 2);
   REQUIRE(n.disk("objects") == 0);
   // Stored again, it is written and found again.
   n.store_written(1, 1, 50);
@@ -140,6 +141,7 @@ TEST_CASE("disk: a flipped byte in an object, a torn header or another chunk in 
   // The payload is checked when read: prompt 1 stops before chunk 4.
   REQUIRE(n.load(1, 10) == 4);
   REQUIRE(n.disk("checksum_failures_total") == 1);
+  REQUIRE(n.metric("lookup_misses_total{reason=\"checksum_or_mac\"}") == 1);
   // ... and the bad object is gone from the disk: asked again, a miss at
   // once, not a second failure.
   REQUIRE(n.load(1, 10) == 4);
@@ -256,6 +258,7 @@ TEST_CASE("disk: a slow disk: a lookup answers by --disk-timeout, other sessions
   REQUIRE(first == 0);  // nothing was read by the timeout
   REQUIRE(waited < std::chrono::milliseconds(1200));  // not the disk's 1.5 s (room for a loaded machine)
   REQUIRE(n.disk("timeouts_total") == 1);
+  REQUIRE(n.metric("lookup_misses_total{reason=\"timeout\"}") == 1);
   REQUIRE(other_hits > 0);  // the arena served while the disk was slow
   // The reads went on and committed: the next lookup finds the prompt in the arena.
   eventually([&] { return n.disk("promoted_total") > 0 && n.disk("in_flight") == 0; }, "the slow reads ended");

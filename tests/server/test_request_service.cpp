@@ -45,9 +45,9 @@ struct FakeLevel final : server::LowerLevel {
   const char* name() const noexcept override { return "fake"; }
   void start() override {}
   void committed(tier::Index&, std::span<const std::uint32_t> slots) override { committed_objects += slots.size(); }
-  boost::asio::awaitable<std::size_t> promote(tier::Index&, std::vector<kv::ChunkKey> keys) override {
+  boost::asio::awaitable<server::Promoted> promote(tier::Index&, std::vector<kv::ChunkKey> keys) override {
     asked.push_back(keys);
-    co_return std::min(holds, keys.size());
+    co_return server::Promoted{std::min(holds, keys.size()), why};
   }
   boost::asio::awaitable<std::size_t> drain(std::chrono::milliseconds) override { co_return 0; }
   boost::asio::awaitable<void> close(std::chrono::milliseconds) override { co_return; }
@@ -58,6 +58,7 @@ struct FakeLevel final : server::LowerLevel {
 
   std::size_t committed_objects = 0;
   std::size_t holds = 0;
+  server::LevelMiss why = server::LevelMiss::none;
   std::vector<std::vector<kv::ChunkKey>> asked;
   std::vector<kv::Digest> dropped;
 };
@@ -75,7 +76,7 @@ struct Fixture {
   }
 
   // RequestService::promote, run to its end.
-  void promote(const Client& c, const Lookup& m, bool gone = false) {
+  void promote(Client& c, const Lookup& m, bool gone = false) {
     boost::asio::io_context ctx;
     std::optional<std::exception_ptr> ended;
     boost::asio::co_spawn(ctx, service.promote(c, m, gone), [&](std::exception_ptr e) { ended = e; });
@@ -209,6 +210,60 @@ TEST_CASE("request service: a namespace drop leaves no lookup a hit in the arena
   // Saved again, it is found again.
   f.store(c, reg, 1, 3);
   REQUIRE(std::get<LookupReply>(f.service.handle(c, Lookup{reg, keys(1, 3)}).payload).hit.tokens == 3 * 64);
+}
+
+TEST_CASE("request service: a lookup's miss is counted by why its first missing chunk is missing", "[server]") {
+  Fixture f;
+  Client c = client(1, 1);
+  const std::uint32_t reg = f.start(c);
+  auto misses = [&](const char* reason) {
+    const auto& m = f.service.lookup_misses();
+    const auto it = m.find(common::labels({{"reason", reason}}));
+    return it == m.end() ? 0 : it->second;
+  };
+  auto look = [&](std::uint32_t r, std::vector<kv::ChunkKey> ks) {
+    f.promote(c, Lookup{r, ks});
+    Reply rep = f.service.handle(c, Lookup{r, ks});
+    REQUIRE(rep.status == Status::ok);
+    if (const auto lease = std::get<LookupReply>(rep.payload).lease) REQUIRE(f.service.handle(c, Release{lease}).status == Status::ok);
+  };
+  // Nothing of another namespace (a new weight version) is here.
+  kv::Layout other = layout();
+  other.weight_version = "step-2";
+  const std::uint32_t oreg = std::get<RegisterReply>(f.service.handle(c, RegisterLayout{other}).payload).registration;
+  std::vector<std::uint32_t> toks(64, 3);
+  look(oreg, kv::chunk_keys(other, kv::namespace_of(other), toks));
+  REQUIRE(misses("other_namespace") == 1);
+  // Its namespace holds objects, but never this chunk.
+  f.store(c, reg, 1, 2);
+  look(reg, keys(1, 3));
+  REQUIRE(misses("never_stored") == 1);
+  // Pushed out: 4 slabs of 16 objects, prompt 1 stored first, 160 more
+  // after it (the clock's hand passes it twice: its first lookup gave it a
+  // second chance).
+  for (std::uint32_t p = 2; p <= 21; ++p) f.store(c, reg, p, 8);
+  look(reg, keys(1, 2));
+  REQUIRE(misses("evicted") == 1);
+  // The levels below say why they stopped where they had something.
+  f.near.why = server::LevelMiss::refused_value;
+  look(reg, keys(40, 1));
+  REQUIRE(misses("checksum_or_mac") == 1);
+  f.near.why = server::LevelMiss::timeout;
+  look(reg, keys(40, 1));
+  REQUIRE(misses("timeout") == 1);
+  f.near.why = server::LevelMiss::none;
+  // Dropped here: counted so, not as evicted or never stored.
+  REQUIRE(f.service.handle(c, Drop{kv::namespace_of(layout())}).status == Status::ok);
+  look(reg, keys(11, 1));
+  REQUIRE(misses("dropped") == 1);
+  REQUIRE(misses("never_stored") == 1);  // each miss counted once, under one reason
+  REQUIRE(misses("evicted") == 1);
+  // A whole hit is no miss.
+  f.store(c, reg, 41, 1);
+  look(reg, keys(41, 1));
+  std::uint64_t all = 0;
+  for (const auto& [label, n] : f.service.lookup_misses()) all += n;
+  REQUIRE(all == 6);
 }
 
 TEST_CASE("request service: per-process quotas refuse, typed, and lease or reserve nothing", "[server]") {
@@ -354,7 +409,8 @@ TEST_CASE("request service: a lookup's misses are promoted from each level below
   f.near.asked.clear();
   f.promote(c, Lookup{reg, keys(1, 2)});
   f.promote(c, Lookup{reg, want}, /*gone=*/true);
-  f.promote(client(2, 2), Lookup{reg, want});
+  Client stranger = client(2, 2);
+  f.promote(stranger, Lookup{reg, want});
   REQUIRE(f.near.asked.empty());
   REQUIRE(f.far.asked.empty());
 }

@@ -363,3 +363,20 @@ TEST_CASE("index: a namespace drop frees what no one holds, and held objects go 
   REQUIRE(s.stats().objects == 2);  // key_in(2, 0) and the new key_in(1, 0)
   REQUIRE(s.drop_namespace(key_in(3, 0).ns) == 0);
 }
+
+TEST_CASE("index: it remembers the keys it evicted, and which namespaces it holds", "[tier][index]") {
+  Index s(2 * 100, 100);
+  std::uint32_t slot = 0;
+  REQUIRE_FALSE(s.holds_namespace(key_in(1, 0).ns));
+  for (int i = 0; i < 3; ++i) {  // two slots: the third evicts the first
+    REQUIRE(s.reserve(key_in(1, i), false, &slot) == Index::Reserve::reserved);
+    REQUIRE(s.holds_namespace(key_in(1, i).ns));  // being written counts
+    s.commit(key_in(1, i));
+  }
+  REQUIRE(s.evicted_recently(key_in(1, 0)));
+  REQUIRE_FALSE(s.evicted_recently(key_in(1, 1)));
+  REQUIRE_FALSE(s.evicted_recently(key_in(1, 9)));
+  REQUIRE_FALSE(s.holds_namespace(key_in(2, 0).ns));
+  REQUIRE(s.drop_namespace(key_in(1, 0).ns) == 2);
+  REQUIRE_FALSE(s.holds_namespace(key_in(1, 0).ns));
+}
