@@ -55,6 +55,10 @@ MUTANTS = [
      "  if (server_minor_ < 3) {",
      "  if (false) {",
      [("test_node_tier", "*older than 2.3*")], "a drop is sent to a server that cannot read it"),
+    ("drop-leaves-disk-headers", "src/server/disk_tier.cpp",
+     "        disk.drop_namespace(ns, [&](const tier::Index& d, std::uint32_t slot) { clear_header(d, slot); });",
+     "        disk.drop_namespace(ns, [&](const tier::Index&, std::uint32_t) {});",
+     [("test_disk_tier", "*namespace drop*")], "a restarted server finds the disk's dropped objects again"),
     # Why a lookup missed.
     ("miss-ignores-levels", "src/server/request_service.cpp",
      "  if (c.promote_miss == LevelMiss::refused_value) return \"checksum_or_mac\";",

@@ -199,10 +199,10 @@ asio::awaitable<Failure> RemoteIndex::hello(Clock::time_point until) {
     co_return unreachable("its hello reply came without its arena");
   }
   const int arena_fd = std::exchange(fd, -1);
+  server_minor_ = hr.minor;
   // The same server again (a connection lost, not a restart): its holds
   // and its arena are what they were. A 2.1 server says no id; its arena,
   // a memfd of its own life, says who it is.
-  server_minor_ = hr.minor;
   const bool same_life = mapping_ && (hr.server_id != 0 ? hr.server_id == server_id_ : mapping_->is_file(arena_fd));
   if (same_life) {
     ::close(arena_fd);

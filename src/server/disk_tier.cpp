@@ -356,6 +356,12 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
     const kv::ChunkKey& key = j.key;
     if (j.error == 0) {
       j.disk_index->commit(key);
+      // Dropped while it was written (its commit freed it): its header,
+      // just written, must not bring it back with a restart.
+      if (j.disk_index->present_run(std::span<const kv::ChunkKey>(&key, 1)) == 0) {
+        clear_header(*j.disk_index, j.disk_slot);
+        ring->flush();
+      }
       ++st.written;
       st.written_bytes += j.arena_index->object_bytes();
     } else {
@@ -488,7 +494,30 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
       queued_bytes -= q.index->object_bytes();
       return true;
     });
-    return disk.drop_namespace(ns);
+    const std::size_t n =
+        disk.drop_namespace(ns, [&](const tier::Index& d, std::uint32_t slot) { clear_header(d, slot); });
+    ring->flush();
+    return n;
+  }
+
+  // Zeroes a slot's header block: a restarted server reads it as never
+  // written (a dropped object must not come back with the restart). The
+  // ring does not order it against a later write of the slot's next
+  // object: that object may then read as never written after a restart (a
+  // miss), never as the dropped one.
+  void clear_header(const tier::Index& d, std::uint32_t slot) {
+    if (!zero_block) {
+      zero_block = std::make_shared<Aligned>(aligned(kDiskBlock));
+      std::memset(zero_block->get(), 0, kDiskBlock);
+    }
+    auto [fd, off] = place(disk.offset_of(d, slot));
+    ++in_flight;
+    ring->write(fd, zero_block->get(), kDiskBlock, off - kDiskBlock, -1,
+                [self = shared_from_this(), block = zero_block](int res) {
+                  --self->in_flight;
+                  self->settled.cancel();
+                  if (res != static_cast<int>(kDiskBlock)) self->io_failed(false, res);
+                });
   }
 
   asio::awaitable<void> close(std::chrono::milliseconds bound) {
@@ -538,6 +567,7 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
   std::uint64_t queued_bytes = 0;  // of the objects queued or being written (pinned in the arena)
   std::deque<Job> reads;  // promotions' reads not started yet
   std::size_t in_flight = 0;
+  std::shared_ptr<Aligned> zero_block;  // what clear_header writes
   asio::steady_timer settled{strand};  // cancelled as each transfer ends
   bool closing = false;
   bool warned_read = false, warned_write = false;

@@ -109,9 +109,9 @@ class DiskTier final : public LowerLevel {
   // the arena now, in a row.
   boost::asio::awaitable<Promoted> promote(tier::Index& index, std::vector<kv::ChunkKey> keys) override;
   // Frees the disk's objects of `ns` (those being read when their reads
-  // end) and forgets those queued to be written. A restarted server reads
-  // the slot headers of objects not overwritten since, and finds them
-  // again: across restarts, a new weight version is what leaves them unread.
+  // end, those being written at their commit), clears their slot headers
+  // so that a restarted server does not find them, and forgets those
+  // queued to be written.
   std::size_t drop(const kv::Digest& ns) override;
   // Waits until the write queue is empty and nothing is in flight, at most
   // `bound`; returns how many objects were still queued or in flight.

@@ -217,12 +217,13 @@ bool Index::erase(const kv::ChunkKey& key) {
 
 bool Index::evicted_recently(const kv::ChunkKey& key) const { return evicted_.contains(ChunkKeyHash{}(key)); }
 
-std::size_t Index::drop_namespace(const kv::Digest& ns) {
+std::size_t Index::drop_namespace(const kv::Digest& ns, const std::function<void(std::uint32_t slot)>& each) {
   std::size_t n = 0;
   for (std::uint32_t s = 0; s < slots_; ++s) {
     Object& o = objects_[s];
     if (!o.used || o.dropped || o.key.ns != ns) continue;
     ++n;
+    if (each) each(s);
     if (o.committed && o.readers == 0) {
       free_slot(s);
       --evictable_;

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <optional>
 #include <span>
@@ -118,8 +119,8 @@ class Index {
   // being read stays readable to its holder and is freed when the last one
   // lets go; one being written is freed at its commit. Its key stays taken
   // until then (a save of it meanwhile is told it exists). Returns how
-  // many objects it dropped.
-  std::size_t drop_namespace(const kv::Digest& ns);
+  // many objects it dropped; `each`, when given, is told every one's slot.
+  std::size_t drop_namespace(const kv::Digest& ns, const std::function<void(std::uint32_t slot)>& each = {});
 
   // The longest run of committed objects from keys[0], and the boundaries
   // (in tokens) whose image is stored within it.

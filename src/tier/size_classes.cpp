@@ -145,9 +145,14 @@ std::map<HoldId, std::pair<Owner, bool>> SizeClasses::holds() const {
   return all;
 }
 
-std::size_t SizeClasses::drop_namespace(const kv::Digest& ns) {
+std::size_t SizeClasses::drop_namespace(const kv::Digest& ns,
+                                       const std::function<void(const Index& index, std::uint32_t slot)>& each) {
   std::size_t n = 0;
-  for (Class& c : classes_) n += c.index->drop_namespace(ns);
+  for (Class& c : classes_) {
+    const Index& idx = *c.index;
+    n += c.index->drop_namespace(ns, each ? std::function<void(std::uint32_t)>([&](std::uint32_t s) { each(idx, s); })
+                                          : std::function<void(std::uint32_t)>{});
+  }
   return n;
 }
 

@@ -95,7 +95,9 @@ class SizeClasses {
 
   // Over every class.
   std::size_t release_owner(Owner owner);
-  std::size_t drop_namespace(const kv::Digest& ns);
+  // `each`: told every dropped object's index and slot.
+  std::size_t drop_namespace(const kv::Digest& ns,
+                             const std::function<void(const Index& index, std::uint32_t slot)>& each = {});
   Index::Held held_by(Owner owner) const;
   std::map<HoldId, std::pair<Owner, bool>> holds() const;
   Index::Stats stats() const;

@@ -121,8 +121,17 @@ TEST_CASE("disk: after a namespace drop no lookup hits the old objects, from the
   REQUIRE(n.load(20, 50) == 0);  // not in the arena
   REQUIRE(n.metric("lookup_misses_total{reason=\"dropped\"}") == 2);
   REQUIRE(n.disk("objects") == 0);
-  // Stored again, it is written and found again.
+  // Nor after a restart: the dropped objects' headers were cleared.
+  eventually([&] { return n.disk("in_flight") == 0; }, "the cleared headers are written");
+  n.restart(d);
+  REQUIRE(n.disk("recovered_objects_total") == 0);
+  REQUIRE(n.disk("recovery_dropped_total") == 0);
+  REQUIRE(n.load(1, 50) == 0);
+  // Stored again, it is written and found again, across a restart too.
   n.store_written(1, 1, 50);
+  REQUIRE(n.load(1, 50) == 50);
+  n.restart(d);
+  REQUIRE(n.disk("recovered_objects_total") == 50);
   REQUIRE(n.load(1, 50) == 50);
 }
 
