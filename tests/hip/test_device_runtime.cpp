@@ -159,6 +159,35 @@ TEST_CASE("the fastest load path moves thousands of small segments, a warp each,
   load_many_segments_exactly({4096, 65'536, 48, 1, 32'768, 4095, 17, 65'520}, 3000, 22);
 }
 
+// The tables of loads queued back to back, none waited for: more loads
+// than the cuda backend has pinned slots for their tables, so a slot is
+// asked for again while a copy out of it may still be queued (it must be
+// passed over, never written).
+TEST_CASE("loads of thousands of segments queued back to back each move their own bytes", "[hip][gpu]") {
+  if (!device_present()) return;
+  auto s = must(hip::Stream::create());
+  constexpr int kLoads = 24, kSegments = 3000;
+  constexpr std::size_t kSeg = 64, kRegion = kSegments * 2 * kSeg;  // each segment 64 B apart from the next
+  auto host = must(hip::PinnedBuffer::allocate(kLoads * kRegion));
+  auto dev = must(hip::DeviceBuffer::allocate(kLoads * kRegion));
+  const auto src = random_bytes(kLoads * kRegion, 31);
+  std::memcpy(host.data(), src.data(), src.size());
+  write_device(s, dev.data(), std::vector<std::byte>(src.size(), std::byte{0}));
+  for (int l = 0; l < kLoads; ++l) {
+    std::vector<Segment> h2d;
+    for (int i = 0; i < kSegments; ++i)  // reversed within the region
+      h2d.push_back({host.data() + l * kRegion + i * 2 * kSeg, dev.data() + l * kRegion + (kSegments - 1 - i) * 2 * kSeg, kSeg});
+    require_ok(hip::copy_batch(s, CopyKind::host_to_device, h2d));
+  }
+  const auto on_device = read_device(s, dev.data(), src.size());
+  for (int l = 0; l < kLoads; ++l)
+    for (int i = 0; i < kSegments; ++i) {
+      INFO("load " << l << " segment " << i);
+      REQUIRE(std::memcmp(on_device.data() + l * kRegion + (kSegments - 1 - i) * 2 * kSeg,
+                          src.data() + l * kRegion + i * 2 * kSeg, kSeg) == 0);
+    }
+}
+
 TEST_CASE("the fastest load path moves segments in launch parameters, up to 1,024 of them", "[hip][gpu]") {
   if (!device_present()) return;
   load_many_segments_exactly({4096, 70'001, 48, 16'384}, 1024, 23);
