@@ -11,10 +11,8 @@
 //
 // Rows, each the median of 50 runs after 10 warm-up runs, as a ratio to
 // the contiguous copy: the shipped kernel (hip::kernel::segment_copy); where
-// it stages a table in device memory (over 1,024 segments), the same with
-// the table copied by the driver during the call instead of through a
-// pinned slot, and the tiles in launch parameters only, 1,024 a launch
-// (what it did before); the
+// it stages a table in device memory (over 1,024 segments), the same tiles
+// in launch parameters only, 1,024 a launch (what it did before); the
 // kernel before that (one 2-D grid of at most 160 segments a launch, a
 // stride loop of one load at a time); one batched DMA call
 // (cudaMemcpyBatchAsync, CUDA 12.8+); and the shipped kernel copying one
@@ -149,13 +147,9 @@ struct Bench {
     row("kernel, one contiguous range (the SMs' floor)",
         median_us([&] { kvstrand::hip::kernel::segment_copy(&whole, 1, s); }));
     row("shipped kernel (segment_copy)", median_us([&] { kvstrand::hip::kernel::segment_copy(segs.data(), n, s); }));
-    if (n > 1024) {  // where the shipped kernel stages a table in device memory
-      row("its table copied by the driver during the call", median_us([&] {
-            kvstrand::hip::kernel::segment_copy(segs.data(), n, s, kvstrand::hip::kernel::TableStaging::during_call);
-          }));
-      row("in launch parameters only, 1,024 a launch",  // the launches it replaced
+    if (n > 1024)  // where the shipped kernel stages a table in device memory: the launches it replaced
+      row("in launch parameters only, 1,024 a launch",
           median_us([&] { kvstrand::hip::kernel::segment_copy_in_parameters(segs.data(), n, s); }));
-    }
     row("the kernel before (2-D grid, stride loop)", median_us([&] { before_segment_copy(segs.data(), n, s); }));
 #if CUDART_VERSION >= 12080
     cudaMemcpyAttributes attr{};
@@ -234,13 +228,9 @@ struct Bench {
       return wrong;
     };
     const std::size_t wrong = wrong_after([&] { kvstrand::hip::kernel::segment_copy(segs.data(), n, s); });
-    const std::size_t wrong_call = wrong_after([&] {
-      kvstrand::hip::kernel::segment_copy(segs.data(), n, s, kvstrand::hip::kernel::TableStaging::during_call);
-    });
     const std::size_t wrong_params = wrong_after([&] { kvstrand::hip::kernel::segment_copy_in_parameters(segs.data(), n, s); });
-    std::printf("  shipped kernel: %zu bytes copied wrong; its table copied during the call: %zu; in parameters only: %zu\n",
-                wrong, wrong_call, wrong_params);
-    if (wrong + wrong_call + wrong_params != 0) ++failures;
+    std::printf("  shipped kernel: %zu bytes copied wrong; in parameters only: %zu\n", wrong, wrong_params);
+    if (wrong + wrong_params != 0) ++failures;
   }
 };
 

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <cstring>
 #include <vector>
 
 #include "hip/segment_copy_kernel.hpp"
@@ -162,50 +161,6 @@ cudaMemPool_t table_pool(int device) {
   return expected;
 }
 
-// The pinned slots tables are written into. A slot is claimed by one
-// thread at a time (several reactors may share a process), and written
-// only once the event recorded behind the last copy out of it has
-// completed, so a table still on its way to the device is never
-// overwritten. Made at first use, kept for the process's life.
-struct PinnedSlot {
-  std::atomic<bool> claimed{false};
-  std::byte* host = nullptr;
-  cudaEvent_t copied = nullptr;
-  int device = -1;  // the event's device
-};
-constexpr std::size_t kPinnedSlotBytes = 1 << 20;  // 43,690 segments
-std::array<PinnedSlot, 8> g_slots;
-
-// A slot whose last copy has ended, claimed; null when none is (then the
-// driver stages the table). Events belong to the device current when they
-// are made: only a thread whose current device is the stream's uses slots.
-PinnedSlot* claim_slot(int device, std::size_t bytes) {
-  int current = -1;
-  if (bytes > kPinnedSlotBytes || cudaGetDevice(&current) != cudaSuccess || current != device) return nullptr;
-  for (PinnedSlot& slot : g_slots) {
-    if (slot.claimed.exchange(true, std::memory_order_acquire)) continue;
-    if (slot.host == nullptr) {
-      void* p = nullptr;
-      if (cudaHostAlloc(&p, kPinnedSlotBytes, cudaHostAllocPortable) != cudaSuccess) {
-        (void)cudaGetLastError();
-        slot.claimed.store(false, std::memory_order_release);
-        return nullptr;
-      }
-      if (cudaEventCreateWithFlags(&slot.copied, cudaEventDisableTiming) != cudaSuccess) {
-        (void)cudaGetLastError();
-        (void)cudaFreeHost(p);
-        slot.claimed.store(false, std::memory_order_release);
-        return nullptr;
-      }
-      slot.host = static_cast<std::byte*>(p);
-      slot.device = device;
-    }
-    if (slot.device == device && cudaEventQuery(slot.copied) == cudaSuccess) return &slot;
-    slot.claimed.store(false, std::memory_order_release);
-  }
-  return nullptr;
-}
-
 bool refused(cudaError_t e) {
   return e == cudaErrorNotSupported || e == cudaErrorCallRequiresNewerDriver;
 }
@@ -215,8 +170,7 @@ bool refused(cudaError_t e) {
 // the kernel reads it, and the table is freed behind the kernel in stream
 // order. Sets `staged` false, with nothing queued, where the table could not
 // be staged; the caller then launches with parameters.
-int copy_from_device_table(const KernelSegment* segments, int count, cudaStream_t s, TableStaging staging,
-                           bool& staged) {
+int copy_from_device_table(const KernelSegment* segments, int count, cudaStream_t s, bool& staged) {
   staged = false;
   const bool small = std::all_of(segments, segments + count, [](const KernelSegment& g) { return g.bytes <= kWarpLargest; });
   std::vector<std::uint32_t> first_tile;
@@ -248,23 +202,13 @@ int copy_from_device_table(const KernelSegment* segments, int count, cudaStream_
   }
   auto* dev_segs = static_cast<KernelSegment*>(table);
   auto* dev_first = reinterpret_cast<std::uint32_t*>(static_cast<char*>(table) + tiles_at);
-  cudaError_t e = cudaSuccess;
-  if (PinnedSlot* slot = staging == TableStaging::pinned_slot ? claim_slot(device, table_bytes) : nullptr) {
-    std::memcpy(slot->host, segments, seg_bytes);
-    if (!first_tile.empty()) std::memcpy(slot->host + tiles_at, first_tile.data(), first_tile.size() * sizeof(std::uint32_t));
-    e = cudaMemcpyAsync(table, slot->host, table_bytes, cudaMemcpyHostToDevice, s);
-    if (e == cudaSuccess) e = cudaEventRecord(slot->copied, s);
-    // A copy that was not queued reads nothing: the slot is free again.
-    slot->claimed.store(false, std::memory_order_release);
-  } else {
-    void* dsts[2] = {dev_segs, dev_first};
-    const void* srcs[2] = {segments, first_tile.data()};
-    std::size_t sizes[2] = {seg_bytes, first_tile.size() * sizeof(std::uint32_t)};
-    cudaMemcpyAttributes attr{};
-    attr.srcAccessOrder = cudaMemcpySrcAccessOrderDuringApiCall;  // `segments` and first_tile die with this call
-    std::size_t attr_index = 0;
-    e = cudaMemcpyBatchAsync(dsts, srcs, sizes, small ? 1 : 2, &attr, &attr_index, 1, s);
-  }
+  void* dsts[2] = {dev_segs, dev_first};
+  const void* srcs[2] = {segments, first_tile.data()};
+  std::size_t sizes[2] = {seg_bytes, first_tile.size() * sizeof(std::uint32_t)};
+  cudaMemcpyAttributes attr{};
+  attr.srcAccessOrder = cudaMemcpySrcAccessOrderDuringApiCall;  // `segments` and first_tile die with this call
+  std::size_t attr_index = 0;
+  cudaError_t e = cudaMemcpyBatchAsync(dsts, srcs, sizes, small ? 1 : 2, &attr, &attr_index, 1, s);
   if (e == cudaSuccess) {
     if (small)
       copy_warp_per_segment<<<static_cast<unsigned>((static_cast<std::uint64_t>(count) + 7) / 8), kThreads, 0, s>>>(
@@ -305,18 +249,16 @@ int segment_copy_in_parameters(const KernelSegment* segments, int count, void* s
   return 0;
 }
 
-int segment_copy(const KernelSegment* segments, int count, void* stream, TableStaging staging) {
+int segment_copy(const KernelSegment* segments, int count, void* stream) {
 #if CUDART_VERSION >= 12080
   // Past one launch's parameters, the tail of each launch's last wave and
   // the next launch's start cost more than staging a table once
   // (bench_gather: 10,240 segments of 4 KiB).
   if (count > kLarge && !g_table_refused.load(std::memory_order_relaxed)) {
     bool staged = false;
-    const int e = copy_from_device_table(segments, count, static_cast<cudaStream_t>(stream), staging, staged);
+    const int e = copy_from_device_table(segments, count, static_cast<cudaStream_t>(stream), staged);
     if (staged) return e;
   }
-#else
-  (void)staging;
 #endif
   return segment_copy_in_parameters(segments, count, stream);
 }

@@ -16,19 +16,12 @@ struct KernelSegment {
   std::uint64_t bytes = 0;
 };
 
-// How a table of over 1,024 segments reaches the device: written into a
-// pinned slot and copied from it (a slot is written again only once its
-// copy has ended; none free: as below), or copied by the driver out of
-// ordinary memory during the API call. bench_gather times both.
-enum class TableStaging { pinned_slot, during_call };
-
 // Queues the copies on `stream` (a cudaStream_t); returns the cudaError_t of
 // the launch (0 on success). Up to 1,024 segments travel in one launch's
 // parameters; more go in one launch over a table copied to stream-ordered
 // device memory first (a paged layout's thousands of 4-32 KiB blocks), or,
 // where this driver cannot stage a table, in several launches' parameters.
-int segment_copy(const KernelSegment* segments, int count, void* stream,
-                 TableStaging staging = TableStaging::pinned_slot);
+int segment_copy(const KernelSegment* segments, int count, void* stream);
 
 // The segments in launch parameters only, 1,024 a launch: the fallback, and
 // bench_gather's row for it.

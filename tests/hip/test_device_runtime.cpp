@@ -159,10 +159,9 @@ TEST_CASE("the fastest load path moves thousands of small segments, a warp each,
   load_many_segments_exactly({4096, 65'536, 48, 1, 32'768, 4095, 17, 65'520}, 3000, 22);
 }
 
-// The tables of loads queued back to back, none waited for: more loads
-// than the cuda backend has pinned slots for their tables, so a slot is
-// asked for again while a copy out of it may still be queued (it must be
-// passed over, never written).
+// Loads of thousands of segments queued back to back, none waited for:
+// each one's table, staged in stream-ordered device memory on the cuda
+// backend, must be the one its kernel reads, never a later load's.
 TEST_CASE("loads of thousands of segments queued back to back each move their own bytes", "[hip][gpu]") {
   if (!device_present()) return;
   auto s = must(hip::Stream::create());
