@@ -59,6 +59,10 @@ MUTANTS = [
      "        disk.drop_namespace(ns, [&](const tier::Index& d, std::uint32_t slot) { clear_header(d, slot); });",
      "        disk.drop_namespace(ns, [&](const tier::Index&, std::uint32_t) {});",
      [("test_disk_tier", "*namespace drop*")], "a restarted server finds the disk's dropped objects again"),
+    ("drop-no-l2-purge", "src/server/l2_tier.cpp",
+     "    if (ready && !stopped) gate.spawn(purge(shared_from_this(), ns), common::LogEscaped{\"an L2 purge\"});",
+     "    (void)ready;",
+     [("test_l2_tier", "*namespace drop*")], "a drop leaves L2's values for every other node to load"),
     # Why a lookup missed.
     ("miss-ignores-levels", "src/server/request_service.cpp",
      "  if (c.promote_miss == LevelMiss::refused_value) return \"checksum_or_mac\";",

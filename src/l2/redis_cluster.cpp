@@ -367,6 +367,24 @@ asio::awaitable<std::vector<RedisResult>> RedisCluster::run(std::vector<std::vec
   co_return co_await asio::async_initiate<decltype(token), void(std::vector<RedisResult>)>(std::move(init), token);
 }
 
+asio::awaitable<std::vector<RedisResult>> RedisCluster::run_on(
+    std::vector<std::pair<std::string, std::vector<std::string>>> commands) {
+  auto impl = impl_;
+  std::vector<std::vector<std::string>> cmds;
+  std::vector<int> direct;
+  for (auto& [address, cmd] : commands) {
+    const auto a = parse_address(address);
+    direct.push_back(a ? impl->node_index(*a) : -1);
+    cmds.push_back(std::move(cmd));
+  }
+  // Built before the co_await (GCC 12, as in run()).
+  auto init = [impl, c = std::move(cmds), d = std::move(direct)](auto handler) mutable {
+    impl->start_batch(std::move(c), std::move(d), Impl::Handler(std::move(handler)));
+  };
+  asio::use_awaitable_t<> token;
+  co_return co_await asio::async_initiate<decltype(token), void(std::vector<RedisResult>)>(std::move(init), token);
+}
+
 asio::awaitable<std::vector<RedisResult>> RedisCluster::get(std::vector<std::string> keys) {
   std::vector<std::vector<std::string>> cmds;
   cmds.reserve(keys.size());
@@ -396,6 +414,18 @@ RedisClusterStats RedisCluster::stats() const {
   s.connects = 0;
   for (const auto& n : impl_->nodes) s.connects += n->connects();
   return s;
+}
+
+std::vector<std::string> RedisCluster::masters() const {
+  std::vector<bool> seen(impl_->nodes.size(), false);
+  std::vector<std::string> out;
+  for (const int n : impl_->slots)
+    if (n >= 0 && !seen[n]) {
+      seen[n] = true;
+      out.push_back(impl_->nodes[n]->address());
+    }
+  if (out.empty() && !impl_->cluster && !impl_->nodes.empty()) out.push_back(impl_->nodes[0]->address());
+  return out;
 }
 
 std::string RedisCluster::node_of(std::string_view key) const {

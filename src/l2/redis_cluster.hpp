@@ -88,9 +88,18 @@ class RedisCluster {
   boost::asio::awaitable<std::vector<RedisResult>> set(std::vector<std::pair<std::string, std::string>> items,
                                                        std::chrono::seconds ttl);
 
+  // Each command run on the node at its address ("host:port"), not routed
+  // by a key (SCAN names none); the results in the same order, within the
+  // timeout.
+  boost::asio::awaitable<std::vector<RedisResult>> run_on(
+      std::vector<std::pair<std::string, std::vector<std::string>>> commands);
+
   RedisClusterStats stats() const;
   // The node the slot map names for `key` now ("host:port"), or "".
   std::string node_of(std::string_view key) const;
+  // The masters the slot map names now, each once ("host:port"); a seed
+  // served alone (cluster support off) is its one master.
+  std::vector<std::string> masters() const;
 
  private:
   struct Impl;

@@ -190,6 +190,9 @@ common::HttpRoutes debug_routes(ServerState state) {
                 "L2 GETs Redis answered with an error (CLUSTERDOWN while a master rejoins, WRONGTYPE, ...)",
                 l.error_replies);
       p.counter("kvstrand_server_l2_unanswered_total", "L2 reads with no answer within --l2-timeout", l.unanswered);
+      p.counter("kvstrand_server_l2_purged_total", "L2 values deleted by namespace drops", l.purged);
+      p.counter("kvstrand_server_l2_purge_failed_total", "Masters a namespace drop's purge could not scan to the end",
+                l.purge_failed);
       p.counter("kvstrand_server_l2_redirects_total", "MOVED and ASK redirections followed",
                 l.redis.moved + l.redis.asked);
     }

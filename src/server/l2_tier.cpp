@@ -149,7 +149,51 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
       q.index->unpin(std::span<const kv::ChunkKey>(&q.key, 1));
       return true;
     });
+    if (ready && !stopped) gate.spawn(purge(shared_from_this(), ns), common::LogEscaped{"an L2 purge"});
     return 0;
+  }
+
+  // Deletes the namespace's values from every master: SCAN for its keys,
+  // UNLINK what it finds, until each master's cursor comes back to 0. The
+  // namespace is promoted again only once every master was scanned to its
+  // end: a value left behind (a master that did not answer) is never read.
+  static asio::awaitable<void> purge(std::shared_ptr<Impl> self, kv::Digest ns) {
+    const std::string pattern = "kvstrand:v1:*:" + kv::to_hex(ns) + ":*";  // l2::redis_key_of's form
+    const std::vector<std::string> masters = self->cluster->masters();
+    std::vector<std::string> cursor(masters.size(), "0");
+    std::vector<bool> done(masters.size(), false);
+    bool whole = !masters.empty();
+    for (;;) {
+      std::vector<std::pair<std::string, std::vector<std::string>>> scans;
+      std::vector<std::size_t> which;
+      for (std::size_t m = 0; m < masters.size(); ++m)
+        if (!done[m]) {
+          scans.push_back({masters[m], {"SCAN", cursor[m], "MATCH", pattern, "COUNT", "1000"}});
+          which.push_back(m);
+        }
+      if (scans.empty() || self->stopped) break;
+      std::vector<l2::RedisResult> got = co_await self->cluster->run_on(std::move(scans));
+      std::vector<std::vector<std::string>> unlinks;
+      for (std::size_t k = 0; k < got.size(); ++k) {
+        const std::size_t m = which[k];
+        const l2::RedisValue& v = got[k].value;
+        if (!got[k].answered() || v.kind != l2::RedisValue::Kind::array || v.elements.size() != 2) {
+          done[m] = true;  // this master's values stay, unread here
+          whole = false;
+          ++self->st.purge_failed;
+          continue;
+        }
+        cursor[m] = v.elements[0].str;
+        for (const l2::RedisValue& key : v.elements[1].elements) unlinks.push_back({"UNLINK", key.str});
+        if (cursor[m] == "0") done[m] = true;
+      }
+      if (unlinks.empty()) continue;
+      std::vector<l2::RedisResult> unlinked = co_await self->cluster->run(std::move(unlinks));
+      for (const l2::RedisResult& r : unlinked)
+        if (r.answered() && r.value.kind == l2::RedisValue::Kind::integer)
+          self->st.purged += static_cast<std::uint64_t>(r.value.integer);
+    }
+    if (whole && !self->stopped) self->dropped.erase(ns);
   }
 
   asio::awaitable<Promoted> promote(tier::Index& idx, std::vector<kv::ChunkKey> keys) {
@@ -230,7 +274,7 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
   tier::SizeClasses& classes;
   std::optional<l2::RedisCluster> cluster;
   std::deque<Queued> queue;
-  std::set<kv::Digest> dropped;  // namespaces dropped on this node: never promoted again
+  std::set<kv::Digest> dropped;  // namespaces dropped here, not promoted until purged from every master
   asio::steady_timer wake;  // the writer's sleep while the queue is empty
   asio::steady_timer settled{strand};  // cancelled as each SET batch is answered (drain's wait)
   common::Gate gate{strand};  // the connect loop and the writer run inside it

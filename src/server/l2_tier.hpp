@@ -61,6 +61,8 @@ struct L2Stats {
   std::uint64_t unauthenticated = 0;  // refused by their MAC (or its absence); left in Redis
   std::uint64_t error_replies = 0;   // GETs Redis answered with an error (CLUSTERDOWN, WRONGTYPE, ...)
   std::uint64_t unanswered = 0;      // GETs with no answer in time (timeout, node down)
+  std::uint64_t purged = 0;          // values deleted by namespace drops
+  std::uint64_t purge_failed = 0;    // masters a drop's purge could not scan to the end
   std::size_t queue = 0;
   l2::RedisClusterStats redis;
 };
@@ -89,10 +91,11 @@ class L2Tier final : public LowerLevel {
   // Copies into the arena the run of `keys` (from keys[0]) that L2 holds and
   // the arena does not. Returns how many of keys[0..] are now stored.
   boost::asio::awaitable<Promoted> promote(tier::Index& index, std::vector<kv::ChunkKey> keys) override;
-  // Redis is shared by every node and found by key, not listed: what it
-  // holds of `ns` stays there, but this server promotes none of it from now
-  // on (for its life), and queues none of it to write. Returns 0. Across
-  // nodes, a new weight version (a new namespace) is what leaves it unread.
+  // Queues none of `ns` to write, promotes none of it from now on, and
+  // deletes its values from every master in the background (SCAN, UNLINK);
+  // once every master was scanned to its end the namespace is promoted
+  // again (what is stored anew). Returns 0: the count comes later, in
+  // L2Stats::purged.
   std::size_t drop(const kv::Digest& ns) override;
 
   L2Stats stats() const;

@@ -174,6 +174,23 @@ TEST_CASE("l2: a prompt stored through node A loads through node B, whose arena 
   REQUIRE(b.counter("lookup_misses_total") == 1);
 }
 
+TEST_CASE("l2: a namespace drop deletes its values from every master: another node no longer loads them",
+          "[l2][server]") {
+  if (!redis_present() || !curl_present()) return;
+  RedisNodes redis(3, true);
+  Node a(redis.url()), b(redis.url());
+  const auto stored = store_prompts(a, redis, 12);
+  REQUIRE(must_call(a.c, Drop{kv::namespace_of(layout())}).status == Status::ok);
+  eventually([&] { return redis_keys(redis) == 0; }, "the namespace's values deleted from every master");
+  REQUIRE(a.counter("purged_total") == 12);
+  REQUIRE(a.counter("purge_failed_total") == 0);
+  for (const auto& [p, bytes] : stored) REQUIRE(b.load(keys(p, 1), {bytes}) == 0);  // b's arena never held them
+  // Stored anew after the purge: written behind, and b loads it again.
+  const auto again = a.store(keys(1, 1), 1);
+  eventually([&] { return redis_keys(redis) == 1; }, "the new value written behind");
+  REQUIRE(b.load(keys(1, 1), again) == 1);
+}
+
 TEST_CASE("l2: a value altered in Redis is a miss, counted, never loaded", "[l2][server][fault]") {
   if (!redis_present() || !curl_present()) return;
   RedisNodes redis(3, true);
