@@ -63,6 +63,10 @@ MUTANTS = [
      "    if (ready && !stopped) gate.spawn(purge(shared_from_this(), ns), common::LogEscaped{\"an L2 purge\"});",
      "    (void)ready;",
      [("test_l2_tier", "*namespace drop*")], "a drop leaves L2's values for every other node to load"),
+    ("drop-cli-any-length", "src/server/drop_command.cpp",
+     "  if (hex.size() != 2 * out->size()) return false;",
+     "  if (hex.size() < 2 * out->size()) return false;",
+     [("test_server_options", "*drop-namespace*")], "a namespace of more than 64 hex digits is taken"),
     # Why a lookup missed.
     ("miss-ignores-levels", "src/server/request_service.cpp",
      "  if (c.promote_miss == LevelMiss::refused_value) return \"checksum_or_mac\";",

@@ -7,9 +7,14 @@
 #include "common/debug_page.hpp"
 #include "proto/protocol.hpp"
 
+#include <algorithm>
+#include <kvstrand/digest.hpp>
+
 namespace kvstrand::server {
 
 namespace {
+
+constexpr std::size_t kListedNamespaces = 64;  // /debug/tier lists the largest namespaces, at most these
 
 boost::json::array size_classes_json(const tier::SizeClasses& classes) {
   boost::json::array a;
@@ -77,6 +82,14 @@ common::HttpRoutes debug_routes(ServerState state) {
                    {"evictions", t.evictions},           {"refused_full", t.refused_full},
                    {"lookup_chunk_hits", t.lookup_hits}, {"lookup_misses", t.lookup_misses},
                    {"freed_at_process_exit", st.orphans_freed}, {"accept_errors", st.accept.failures()}};
+    // The largest first: what a --drop-namespace would free.
+    std::vector<std::pair<std::uint64_t, kv::Digest>> by_size;
+    for (const auto& [ns, bytes] : st.classes.namespace_bytes()) by_size.push_back({bytes, ns});
+    std::sort(by_size.begin(), by_size.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    json::array namespaces;
+    for (std::size_t i = 0; i < by_size.size() && i < kListedNamespaces; ++i)
+      namespaces.push_back(json::object{{"namespace", kv::to_hex(by_size[i].second)}, {"bytes", by_size[i].first}});
+    o["namespaces"] = std::move(namespaces);
     if (!st.fill_error.empty()) o["fill_error"] = st.fill_error;
     if (st.recovery.named) {
       json::object rec{{"path", st.arena.path()},

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <exception>
 
+#include "server/drop_command.hpp"
 #include "server/server_check.hpp"
 #include "server/server_options.hpp"
 #include "server/systemd_notify.hpp"
@@ -17,6 +18,7 @@ int main(int argc, char** argv) {
   if (auto* code = std::get_if<int>(&parsed)) return *code;
   const auto& opt = std::get<server::ServerOptions>(parsed);
   if (!opt.check.empty()) return server::check_server(opt.check, opt.check_within);
+  if (!opt.drop_namespace.empty()) return server::drop_namespace_command(opt.socket, opt.drop_namespace);
   spdlog::set_level(spdlog::level::from_str(opt.log_level));
   try {
     server::TierServer srv(opt);

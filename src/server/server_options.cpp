@@ -1,5 +1,7 @@
 #include "server/server_options.hpp"
 
+#include "server/drop_command.hpp"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -149,6 +151,10 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
       ->configurable(false);
   app.add_option("--check-wait", check_wait_s, "With --check: keep trying this many seconds before giving up")
       ->configurable(false);
+  app.add_option("--drop-namespace", o.drop_namespace,
+                 "Only have the server at --socket drop every object of this namespace (64 hex digits, as "
+                 "/debug/tier lists them) from its arena, disk and L2, and exit (an online weight update)")
+      ->configurable(false);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ConfigError& e) {
@@ -172,6 +178,12 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
     return o;
   }
   if (app.get_option("--check-wait")->count() > 0) return refuse("--check-wait", "needs --check");
+  if (!o.drop_namespace.empty()) {  // a request to the running server: no server options are read or checked
+    kv::Digest ns{};
+    if (!parse_namespace(o.drop_namespace, &ns))
+      return refuse("--drop-namespace", "'" + o.drop_namespace + "' is not 64 hex digits");
+    return o;
+  }
   auto bytes = common::parse_bytes(tier_bytes);
   if (!bytes) return refuse("--tier-bytes", "'" + tier_bytes + "' is not a size like 8G or 512M");
   if (*bytes == 0) return refuse("--tier-bytes", "must be more than 0, e.g. 8G or 512M");

@@ -45,6 +45,8 @@ struct ServerOptions {
   // trying for check_within.
   std::string check;
   std::chrono::milliseconds check_within{0};
+  // --drop-namespace NS: only have the server at --socket drop namespace NS.
+  std::string drop_namespace;
 };
 
 // The options, or the exit code to leave with (0 after --help; 2 after a

@@ -193,6 +193,8 @@ class Index {
   bool evicted_recently(const kv::ChunkKey& key) const;
   // Whether any object of namespace `ns` is stored or being written.
   bool holds_namespace(const kv::Digest& ns) const { return per_namespace_.contains(ns); }
+  // Objects stored or being written, by namespace.
+  const std::map<kv::Digest, std::size_t>& namespaces() const noexcept { return per_namespace_; }
   static constexpr std::size_t kRememberedEvictions = 1 << 16;
 
  private:

@@ -156,6 +156,13 @@ std::size_t SizeClasses::drop_namespace(const kv::Digest& ns,
   return n;
 }
 
+std::map<kv::Digest, std::uint64_t> SizeClasses::namespace_bytes() const {
+  std::map<kv::Digest, std::uint64_t> out;
+  for (const Class& c : classes_)
+    for (const auto& [ns, objects] : c.index->namespaces()) out[ns] += objects * c.index->object_bytes();
+  return out;
+}
+
 Index::Stats SizeClasses::stats() const {
   Index::Stats all;
   for (const Class& c : classes_) {

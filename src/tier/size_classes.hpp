@@ -101,6 +101,8 @@ class SizeClasses {
   Index::Held held_by(Owner owner) const;
   std::map<HoldId, std::pair<Owner, bool>> holds() const;
   Index::Stats stats() const;
+  // Bytes stored or being written, by namespace (the debug views).
+  std::map<kv::Digest, std::uint64_t> namespace_bytes() const;
   // Every class: its object size and slabs (the debug views).
   struct ClassInfo {
     std::uint64_t object_bytes = 0;

@@ -259,6 +259,35 @@ TEST_CASE("server: --check exits 1 while no server answers, 0 once one does, and
   REQUIRE(run_process({server, "--check", socket}, 30s).exit_code == 0);
 }
 
+TEST_CASE("server: --drop-namespace has the running server drop a namespace /debug/tier lists, and a bad one is "
+          "refused", "[server]") {
+  const std::string server = sibling_binary("../kvstrand-server");
+  const std::uint16_t port = free_port();
+  std::vector<std::string> flags = kFlags;
+  for (const std::string& f : {std::string("--http"), "127.0.0.1:" + std::to_string(port)}) flags.push_back(f);
+  ServerProcess srv(flags);
+  REQUIRE(srv.ready());
+  Client c(srv.socket_path());
+  const std::uint32_t reg = open_session(c);
+  const ReserveReply r = reserve(c, reg, keys(1, 3));
+  REQUIRE(must_call(c, Commit{r.reservation, true}).status == Status::ok);
+  const std::string ns = kv::to_hex(kv::namespace_of(layout()));
+  if (curl_present()) REQUIRE(curl(port, "/debug/tier").body.find("\"namespace\":\"" + ns + "\"") != std::string::npos);
+  const ProcessResult dropped = run_process({server, "--socket", srv.socket_path(), "--drop-namespace", ns}, 30s);
+  INFO(dropped.output);
+  REQUIRE(dropped.exit_code == 0);
+  REQUIRE(dropped.output.find("dropped namespace " + ns + ": 3 objects in the arena") != std::string::npos);
+  REQUIRE(lookup(c, reg, keys(1, 3)).hit.tokens == 0);
+  if (curl_present()) REQUIRE(curl(port, "/debug/tier").body.find(ns) == std::string::npos);
+  const ProcessResult bad = run_process({server, "--socket", srv.socket_path(), "--drop-namespace", "xyz"}, 30s);
+  REQUIRE(bad.exit_code == 2);
+  REQUIRE(bad.output.find("invalid --drop-namespace") != std::string::npos);
+  const ProcessResult nobody =
+      run_process({server, "--socket", ServerProcess::fresh_socket_path(), "--drop-namespace", ns}, 30s);
+  REQUIRE(nobody.exit_code == 1);
+  REQUIRE(nobody.output.find("no server answers") != std::string::npos);
+}
+
 TEST_CASE("server: a supervisor's NOTIFY_SOCKET hears READY=1 once it listens, and /readyz says 503 until the arena is "
           "whole, then 200", "[server][http]") {
   // The supervisor's end: a datagram socket, as systemd gives a Type=notify unit.

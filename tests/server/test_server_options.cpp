@@ -133,6 +133,18 @@ TEST_CASE("server options: a config file's bad value or unknown key is refused, 
   REQUIRE(std::get<int>(missing.result) == 2);
 }
 
+TEST_CASE("server options: --drop-namespace reads no server option, and takes 64 hex digits only", "[server]") {
+  const std::string ns(64, 'a');
+  auto drop = parse({"--socket", "/tmp/x.sock", "--drop-namespace", ns, "--tier-bytes", "999999T"});
+  REQUIRE(std::holds_alternative<ServerOptions>(drop.result));
+  REQUIRE(std::get<ServerOptions>(drop.result).drop_namespace == ns);
+  for (const std::string bad : {std::string(63, 'a'), std::string(64, 'g'), std::string(65, 'a')}) {
+    auto r = parse({"--drop-namespace", bad});
+    REQUIRE(std::get<int>(r.result) == 2);
+    REQUIRE(r.err.find("invalid --drop-namespace") != std::string::npos);
+  }
+}
+
 TEST_CASE("server options: --check reads no server option, and --check-wait needs --check", "[server]") {
   auto check = parse({"--check", "/tmp/x.sock", "--check-wait", "3", "--tier-bytes", "999999T"});
   REQUIRE(std::holds_alternative<ServerOptions>(check.result));

@@ -1,0 +1,55 @@
+#include "server/drop_command.hpp"
+
+#include <cstdio>
+
+#include "server/admin_client.hpp"
+
+namespace kvstrand::server {
+
+bool parse_namespace(const std::string& hex, kv::Digest* out) {
+  if (hex.size() != 2 * out->size()) return false;
+  auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  for (std::size_t i = 0; i < out->size(); ++i) {
+    const int hi = nibble(hex[2 * i]), lo = nibble(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    (*out)[i] = static_cast<std::byte>(hi * 16 + lo);
+  }
+  return true;
+}
+
+int drop_namespace_command(const std::string& socket, const std::string& ns_hex) {
+  proto::Drop drop;
+  if (!parse_namespace(ns_hex, &drop.ns)) {
+    std::fprintf(stderr, "kvstrand-server: invalid --drop-namespace: '%s' is not 64 hex digits\n", ns_hex.c_str());
+    return 2;
+  }
+  AdminClient client;
+  if (std::string why = client.open(socket, "kvstrand-server --drop-namespace"); !why.empty()) {
+    std::fprintf(stderr, "kvstrand-server --drop-namespace: no server answers at %s: %s\n", socket.c_str(), why.c_str());
+    return 1;
+  }
+  if (client.hello().minor < 3) {  // a 2.2 server would close the connection on a request it cannot read
+    std::fprintf(stderr, "kvstrand-server --drop-namespace: the server at %s speaks protocol %u.%u, and a drop needs 2.3\n",
+                 socket.c_str(), unsigned{client.hello().major}, unsigned{client.hello().minor});
+    return 1;
+  }
+  auto reply = client.call(drop);
+  if (!reply || reply->status != proto::Status::ok) {
+    std::fprintf(stderr, "kvstrand-server --drop-namespace: %s\n",
+                 reply ? (std::string(proto::to_string(reply->status)) + ": " + reply->message).c_str() : reply.why().c_str());
+    return 1;
+  }
+  const auto& r = std::get<proto::DropReply>(reply->payload);
+  std::printf("kvstrand-server at %s dropped namespace %s: %llu objects in the arena, %llu below (L2's in the "
+              "background)\n",
+              socket.c_str(), ns_hex.c_str(), static_cast<unsigned long long>(r.arena_objects),
+              static_cast<unsigned long long>(r.lower_objects));
+  return 0;
+}
+
+}  // namespace kvstrand::server
