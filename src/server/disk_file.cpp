@@ -14,8 +14,42 @@
 #include <stdexcept>
 
 #include "common/parse_bytes.hpp"
+#include "tier/stored_field.hpp"
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 namespace kvstrand::server {
+
+using tier::get_field;
+using tier::put_field;
+
+void write_extent_header(const ExtentHeader& x, std::byte* h) {
+  std::memcpy(h, kExtentMagic, sizeof kExtentMagic);
+  put_field<std::uint32_t>(h + kVersionAt, kExtentVersion);
+  put_field<std::uint32_t>(h + kFilesAt, x.files);
+  put_field<std::uint64_t>(h + kExtentBytesAt, x.extent_bytes);
+  put_field<std::uint64_t>(h + kExtentAt, x.extent);
+  put_field<std::uint64_t>(h + kObjectAt, x.object_bytes);
+  put_field<std::uint64_t>(h + kStrideAt, x.stride);
+  put_field<std::uint64_t>(h + kCheckAt, XXH3_64bits(h, kCheckAt));
+}
+
+std::optional<ExtentHeader> read_extent_header(const std::byte* h) {
+  if (get_field<std::uint64_t>(h + kCheckAt) != XXH3_64bits(h, kCheckAt) ||
+      get_field<std::uint32_t>(h + kVersionAt) != kExtentVersion)
+    return std::nullopt;
+  return ExtentHeader{get_field<std::uint32_t>(h + kFilesAt), get_field<std::uint64_t>(h + kExtentBytesAt),
+                      get_field<std::uint64_t>(h + kExtentAt), get_field<std::uint64_t>(h + kObjectAt),
+                      get_field<std::uint64_t>(h + kStrideAt)};
+}
+
+Aligned aligned(std::size_t bytes) {
+  void* p = std::aligned_alloc(kDiskBlock, round_up(bytes));
+  if (p == nullptr) throw std::bad_alloc();
+  std::memset(p, 0, round_up(bytes));
+  return Aligned(static_cast<std::byte*>(p));
+}
 
 namespace {
 

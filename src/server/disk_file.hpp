@@ -10,6 +10,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <optional>
 #include <string>
 
 namespace kvstrand::server {
@@ -21,6 +24,25 @@ inline constexpr char kExtentMagic[8] = {'K', 'V', 'S', 'D', 'I', 'S', 'K', '\0'
 inline constexpr std::uint32_t kExtentVersion = 1;
 inline constexpr std::size_t kVersionAt = 8, kFilesAt = 12, kExtentBytesAt = 16, kExtentAt = 24, kObjectAt = 32,
                              kStrideAt = 40, kCheckAt = 56;
+
+// What an extent header records: the geometry its extent was written in.
+struct ExtentHeader {
+  std::uint32_t files = 0;
+  std::uint64_t extent_bytes = 0, extent = 0, object_bytes = 0, stride = 0;
+};
+// Writes `h` into `block` (kDiskBlock bytes, zeroed).
+void write_extent_header(const ExtentHeader& h, std::byte* block);
+// The header in `block`, which starts with kExtentMagic; nothing when its
+// checksum or version does not match (a torn or foreign header).
+std::optional<ExtentHeader> read_extent_header(const std::byte* block);
+
+// kDiskBlock-aligned, zeroed memory for O_DIRECT, in whole blocks.
+inline std::uint64_t round_up(std::uint64_t n) { return (n + kDiskBlock - 1) / kDiskBlock * kDiskBlock; }
+struct AlignedFree {
+  void operator()(std::byte* p) const { std::free(p); }
+};
+using Aligned = std::unique_ptr<std::byte[], AlignedFree>;
+Aligned aligned(std::size_t bytes);
 
 struct DiskFile {
   std::string path;

@@ -6,9 +6,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define XXH_INLINE_ALL
-#include <xxhash.h>
-
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -25,35 +22,12 @@
 #include "tier/object_header.hpp"
 #include "server/disk_file.hpp"
 #include "server/disk_ring.hpp"
-#include "tier/stored_field.hpp"
 
 namespace kvstrand::server {
 
 namespace asio = boost::asio;
 
-namespace {
-
 using common::kAwait;
-using tier::get_field;
-using tier::put_field;
-
-
-
-std::uint64_t round_up(std::uint64_t n) { return (n + kDiskBlock - 1) / kDiskBlock * kDiskBlock; }
-
-// 4 KiB-aligned memory for O_DIRECT.
-struct AlignedFree {
-  void operator()(std::byte* p) const { std::free(p); }
-};
-using Aligned = std::unique_ptr<std::byte[], AlignedFree>;
-Aligned aligned(std::size_t bytes) {
-  void* p = std::aligned_alloc(kDiskBlock, round_up(bytes));
-  if (p == nullptr) throw std::bad_alloc();
-  std::memset(p, 0, round_up(bytes));
-  return Aligned(static_cast<std::byte*>(p));
-}
-
-}  // namespace
 
 struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
   // A promotion's waiter: woken when its last read ended.
@@ -169,15 +143,13 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
     std::vector<std::uint64_t> object_of(total_extents, 0);  // 0: not a known extent
     read_blocks(heads, [&](std::size_t e, const std::byte* h) {
       if (h == nullptr || std::memcmp(h, kExtentMagic, sizeof kExtentMagic) != 0) return;
-      const std::uint64_t object_bytes = get_field<std::uint64_t>(h + kObjectAt);
-      if (get_field<std::uint64_t>(h + kCheckAt) != XXH3_64bits(h, kCheckAt) || get_field<std::uint32_t>(h + kVersionAt) != kExtentVersion ||
-          get_field<std::uint32_t>(h + kFilesAt) != files.size() || get_field<std::uint64_t>(h + kExtentBytesAt) != extent_bytes ||
-          get_field<std::uint64_t>(h + kExtentAt) != e || object_bytes == 0 ||
-          get_field<std::uint64_t>(h + kStrideAt) != disk.stride(object_bytes) || disk.index(object_bytes) == nullptr) {
+      const auto x = read_extent_header(h);
+      if (!x || x->files != files.size() || x->extent_bytes != extent_bytes || x->extent != e || x->object_bytes == 0 ||
+          x->stride != disk.stride(x->object_bytes) || disk.index(x->object_bytes) == nullptr) {
         ++st.recovery_dropped;
         return;
       }
-      object_of[e] = object_bytes;
+      object_of[e] = x->object_bytes;
     });
     for (std::uint32_t e = 0; e < total_extents; ++e) {
       const std::uint64_t object_bytes = object_of[e];
@@ -210,14 +182,8 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
   void write_extent_header(std::uint32_t e, std::uint64_t object_bytes) {
     auto block = std::make_shared<Aligned>(aligned(kDiskBlock));
     std::byte* h = block->get();
-    std::memcpy(h, kExtentMagic, sizeof kExtentMagic);
-    put_field<std::uint32_t>(h + kVersionAt, kExtentVersion);
-    put_field<std::uint32_t>(h + kFilesAt, static_cast<std::uint32_t>(files.size()));
-    put_field<std::uint64_t>(h + kExtentBytesAt, extent_bytes);
-    put_field<std::uint64_t>(h + kExtentAt, e);
-    put_field<std::uint64_t>(h + kObjectAt, object_bytes);
-    put_field<std::uint64_t>(h + kStrideAt, disk.stride(object_bytes));
-    put_field<std::uint64_t>(h + kCheckAt, XXH3_64bits(h, kCheckAt));
+    server::write_extent_header(
+        {static_cast<std::uint32_t>(files.size()), extent_bytes, e, object_bytes, disk.stride(object_bytes)}, h);
     auto [fd, off] = place(std::uint64_t{e} * extent_bytes);
     // Its objects may be written before it lands: a crash then loses them
     // at the restart (a miss), never misreads them.
