@@ -85,7 +85,7 @@ struct RedisCluster::Impl : std::enable_shared_from_this<RedisCluster::Impl> {
   struct Batch {
     explicit Batch(const common::Strand& s) : timer(s) {}
     std::vector<std::vector<std::string>> cmds;
-    std::vector<int> direct;  // a node index, or -1: routed by key
+    std::vector<int> direct;  // a node index, kByKey: routed by key, kNoSuchNode: answered no_node
     std::vector<RedisResult> results;
     std::vector<std::uint8_t> done, hops;
     std::vector<int> at;  // the node each command was last sent to
@@ -93,6 +93,8 @@ struct RedisCluster::Impl : std::enable_shared_from_this<RedisCluster::Impl> {
     asio::steady_timer timer;
     std::optional<Handler> handler;
   };
+
+  static constexpr int kByKey = -1, kNoSuchNode = -2;
 
   Impl(common::Strand s, RedisOptions o) : strand(std::move(s)), opt(std::move(o)), slots(kSlots, -1) {}
 
@@ -109,7 +111,7 @@ struct RedisCluster::Impl : std::enable_shared_from_this<RedisCluster::Impl> {
     auto b = std::make_shared<Batch>(strand);
     b->cmds = std::move(cmds);
     b->direct = std::move(direct);
-    b->direct.resize(b->cmds.size(), -1);
+    b->direct.resize(b->cmds.size(), kByKey);
     b->results.resize(b->cmds.size());
     b->done.assign(b->cmds.size(), 0);
     b->hops.assign(b->cmds.size(), 0);
@@ -131,11 +133,12 @@ struct RedisCluster::Impl : std::enable_shared_from_this<RedisCluster::Impl> {
     });
     for (std::size_t i = 0; i < b->cmds.size(); ++i) {
       int node = b->direct[i];
-      if (node < 0) node = b->cmds[i].size() >= 2 ? slots[key_slot(b->cmds[i][1])] : (nodes.empty() ? -1 : 0);
+      if (node == kByKey) node = b->cmds[i].size() >= 2 ? slots[key_slot(b->cmds[i][1])] : (nodes.empty() ? -1 : 0);
       if (node < 0) {
         RedisResult r;
         r.ec = RedisErrc::no_node;
-        r.why = "no node known for slot " + std::to_string(key_slot(b->cmds[i][1]));
+        r.why = b->direct[i] == kNoSuchNode ? "not a node address (HOST:PORT)"
+                                            : "no node known for slot " + std::to_string(key_slot(b->cmds[i][1]));
         finish_one(b, i, std::move(r));
         continue;
       }
@@ -374,7 +377,7 @@ asio::awaitable<std::vector<RedisResult>> RedisCluster::run_on(
   std::vector<int> direct;
   for (auto& [address, cmd] : commands) {
     const auto a = parse_address(address);
-    direct.push_back(a ? impl->node_index(*a) : -1);
+    direct.push_back(a ? impl->node_index(*a) : Impl::kNoSuchNode);
     cmds.push_back(std::move(cmd));
   }
   // Built before the co_await (GCC 12, as in run()).

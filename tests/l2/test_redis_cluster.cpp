@@ -187,6 +187,17 @@ TEST_CASE("redis cluster: 3 masters: every key on its slot's node, pipelined, by
   // The client's CRC16 is the server's.
   auto slots = c.run(slot_of);
   for (int i = 0; i < 50; ++i) REQUIRE(slots[i].value.integer == l2::key_slot("key:" + std::to_string(i)));
+  // Commands sent to a node by its address, not routed by key: each master
+  // once, each holding what was routed to it; an address that is none is
+  // answered no_node.
+  const std::vector<std::string> masters = c.masters();
+  REQUIRE(masters.size() == 3);
+  std::vector<std::pair<std::string, std::vector<std::string>>> sizes;
+  for (const std::string& m : masters) sizes.push_back({m, {"DBSIZE"}});
+  sizes.push_back({"nonsense", {"DBSIZE"}});
+  const auto r = c.run_on(sizes);
+  for (std::size_t m = 0; m < masters.size(); ++m) REQUIRE(r[m].value.integer == per_node[redis.index_of(masters[m])]);
+  REQUIRE(r[3].ec == l2::RedisErrc::no_node);
 }
 
 TEST_CASE("redis cluster: ASK during a slot migration and MOVED after it are followed to the right bytes",

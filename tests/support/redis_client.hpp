@@ -55,6 +55,14 @@ class RedisTestClient {
   std::vector<l2::RedisResult> run(Commands c) {
     return asio::co_spawn(strand_, cluster_->run(std::move(c)), asio::use_future).get();
   }
+  std::vector<l2::RedisResult> run_on(std::vector<std::pair<std::string, Commands::value_type>> c) {
+    return asio::co_spawn(strand_, cluster_->run_on(std::move(c)), asio::use_future).get();
+  }
+  std::vector<std::string> masters() {
+    std::vector<std::string> m;
+    on_strand([&] { m = cluster_->masters(); });
+    return m;
+  }
   l2::RedisClusterStats stats() {
     l2::RedisClusterStats s;
     on_strand([&] { s = cluster_->stats(); });
