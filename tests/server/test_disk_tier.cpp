@@ -220,11 +220,14 @@ TEST_CASE("disk: reads failing with EIO are misses, counted, and never load a by
     n.store(1, 50);
     n.written(50);
   }
-  Fault f("read-eio");
+  Fault f("read-eio,delay-ms=100");  // a slow disk too, as on a loaded host
   Node n(d);  // its start reads no header either: it starts with an empty disk index
   REQUIRE(n.disk("recovered_objects_total") == 0);
   n.store_written(1, 4, 50);
-  for (int p = 5; p <= 20; ++p) n.store(p, 50);  // prompts 1.. leave the arena
+  // Prompts 1.. leave the arena. Each written before the next: a write the
+  // queue dropped leaves its object unreferenced, and the hand would evict
+  // such objects of prompts 5.. before prompt 1.
+  n.store_written(5, 20, 50);
   REQUIRE(n.load(1, 50) == 0);
   REQUIRE(n.metric("disk_errors_total{op=\"read\"}") >= 1);
   REQUIRE(n.disk("promoted_total") == 0);
