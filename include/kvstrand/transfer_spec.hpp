@@ -36,6 +36,12 @@ struct TransferSpec {
   // A load: the tier lease its lookup returned (LookupOutcome::lease), which
   // the load ends once its copy is done. 0: the tier leases what it needs.
   std::uint64_t tier_lease = 0;
+  // A save, optionally: one entry per key, the engine's own description of
+  // that chunk's blocks (docs/events.md: a msgpack map of its block hashes,
+  // tokens and the like), kept with the object by a node tier's server and
+  // published in its KV events. Opaque to kvstrand otherwise; an embedded
+  // tier and servers before protocol 2.4 ignore it.
+  std::vector<std::string> chunk_events;
 };
 
 // Builds the save of `tokens` for `request`: sources are the blocks committed

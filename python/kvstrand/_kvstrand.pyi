@@ -284,9 +284,10 @@ class TransferSpec:
     with_state: bool
     state_slots: list[int]
     tier_lease: int
+    chunk_events: list[bytes]
     def __init__(self, *, request: str, registration: int = 0, tokens: TokenRange, keys: list[ChunkKey],
                  blocks: list[int], with_state: bool = False, state_slots: list[int] = ...,
-                 tier_lease: int = 0) -> None: ...
+                 tier_lease: int = 0, chunk_events: list[bytes] = ...) -> None: ...
 
 class TransferKind:
     save: ClassVar[TransferKind]

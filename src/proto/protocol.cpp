@@ -232,6 +232,9 @@ std::vector<std::byte> encode_request(const Request& req, std::uint64_t request_
                           w.u32(m.registration);
                           put(w, m.keys);
                           put(w, m.images);
+                          if (m.events.empty()) return;
+                          w.u32(static_cast<std::uint32_t>(m.events.size()));
+                          for (const std::string& e : m.events) w.str(e);
                         },
                         [&](const Commit& m) {
                           w.u64(m.hold);
@@ -275,6 +278,11 @@ common::Expected<Request> decode_request(std::uint16_t type, std::span<const std
       m.registration = r.u32();
       m.keys = get_keys(r);
       m.images = get_u8s(r, 1);
+      if (r.remaining() > 0) {
+        m.events.resize(r.count(4));
+        for (std::string& e : m.events) e = r.str(kMaxChunkEvent);
+        if (r.ok() && m.events.size() != m.keys.size()) r.fail();  // none or one per key
+      }
       out = std::move(m);
       break;
     }

@@ -1,4 +1,4 @@
-// The kvstrand-server wire protocol, version 2.3: frames, messages, and
+// The kvstrand-server wire protocol, version 2.4: frames, messages, and
 // their encoding. docs/protocol.md is the reference a client is written
 // from; this file is its implementation, shared by the server and
 // RemoteIndex. Pure: no I/O.
@@ -32,7 +32,10 @@ using kv::Plane;
 
 inline constexpr std::uint32_t kMagic = 0x5453564b;  // "KVST" on the wire
 inline constexpr std::uint8_t kMajor = 2;
-inline constexpr std::uint8_t kMinor = 3;  // 2.1: adopt; 2.2: the hello reply's server_id; 2.3: drop
+// 2.1: adopt; 2.2: the hello reply's server_id; 2.3: drop; 2.4: a reserve's chunk events
+inline constexpr std::uint8_t kMinor = 4;
+// A chunk's event description (Reserve::events) is at most this long.
+inline constexpr std::size_t kMaxChunkEvent = 64u << 10;
 inline constexpr std::size_t kHeaderBytes = 20;
 inline constexpr std::uint32_t kDefaultMaxBody = 16u << 20;
 inline constexpr std::uint16_t kReplyBit = 0x8000;
@@ -94,11 +97,15 @@ struct Release {
   std::uint64_t hold = 0;
 };
 // Places for the chunks not stored yet; images[i]: chunk i carries a
-// checkpoint image.
+// checkpoint image. 2.4: events, none or one per key, chunk i's
+// description for the server's KV events (docs/events.md), kept with its
+// object; encoded after images only when there are some, so a reserve
+// without them is the 2.3 one.
 struct Reserve {
   std::uint32_t registration = 0;
   std::vector<ChunkKey> keys;
   std::vector<std::uint8_t> images;
+  std::vector<std::string> events = {};
 };
 // Ends a reservation: its objects become readable (ok) or are freed.
 struct Commit {

@@ -196,7 +196,8 @@ void bind_connector(py::module_& m) {
   py::class_<kv::TransferSpec>(m, "TransferSpec", "One save or load, as the scheduler decides it.")
       .def(py::init([](std::string request, std::uint32_t registration, kv::TokenRange tokens,
                        std::vector<kv::ChunkKey> keys, std::vector<kv::BlockId> blocks, bool with_state,
-                       std::vector<std::int32_t> slots, std::uint64_t tier_lease) {
+                       std::vector<std::int32_t> slots, std::uint64_t tier_lease,
+                       std::vector<py::bytes> chunk_events) {
              kv::TransferSpec s;
              s.request = std::move(request);
              s.registration = registration;
@@ -206,10 +207,12 @@ void bind_connector(py::module_& m) {
              s.with_state = with_state;
              s.state_slots = std::move(slots);
              s.tier_lease = tier_lease;
+             for (const py::bytes& e : chunk_events) s.chunk_events.emplace_back(e);
              return s;
            }),
            py::kw_only(), "request"_a, "registration"_a = 0, "tokens"_a, "keys"_a, "blocks"_a, "with_state"_a = false,
-           "state_slots"_a = std::vector<std::int32_t>{}, "tier_lease"_a = 0)
+           "state_slots"_a = std::vector<std::int32_t>{}, "tier_lease"_a = 0,
+           "chunk_events"_a = std::vector<py::bytes>{})
       .def_readwrite("request", &kv::TransferSpec::request)
       .def_readwrite("registration", &kv::TransferSpec::registration)
       .def_readwrite("tokens", &kv::TransferSpec::tokens)
@@ -219,7 +222,21 @@ void bind_connector(py::module_& m) {
       .def_readwrite("state_slots", &kv::TransferSpec::state_slots,
                      "Save: one per key, -1 where that chunk's end has no image. Load: one, the destination slot.")
       .def_readwrite("tier_lease", &kv::TransferSpec::tier_lease,
-                     "A load: the lease its lookup returned (LookupOutcome.lease); 0: none.");
+                     "A load: the lease its lookup returned (LookupOutcome.lease); 0: none.")
+      // bytes, not str: an event description is msgpack, not text.
+      .def_property(
+          "chunk_events",
+          [](const kv::TransferSpec& s) {
+            std::vector<py::bytes> out;
+            for (const std::string& e : s.chunk_events) out.emplace_back(e);
+            return out;
+          },
+          [](kv::TransferSpec& s, const std::vector<py::bytes>& events) {
+            s.chunk_events.clear();
+            for (const py::bytes& e : events) s.chunk_events.emplace_back(e);
+          },
+          "A save, optionally: one msgpack map per key describing its blocks for the node tier's KV events "
+          "(docs/events.md); bytes each.");
 
   py::enum_<TransferKind>(m, "TransferKind").value("save", TransferKind::save).value("load", TransferKind::load);
 

@@ -87,7 +87,7 @@ asio::awaitable<void> HostTier::prepare_save(Copy& c) {
   c.images_.assign(s.keys.size(), false);
   for (std::size_t i = 0; i < s.keys.size(); ++i)
     c.images_[i] = s.with_state && s.state_slots[i * reg.state_part_count()] >= 0;
-  c.places_ = co_await index_->reserve(s.registration, s.keys, c.images_, c.deadline_);
+  c.places_ = co_await index_->reserve(s.registration, s.keys, c.images_, s.chunk_events, c.deadline_);
   if (c.places_.failure) {
     c.outcome_.fail(std::move(c.places_.failure));
     co_return;

@@ -92,9 +92,12 @@ class IndexPlane {
   // Whether this process stores the registration's chunks at all (with
   // tp_rank_collapse only rank 0 does, F34).
   virtual bool stores(std::uint32_t /*registration*/) const { return true; }
-  // Places for the keys; images[i]: chunk i's object carries an image.
+  // Places for the keys; images[i]: chunk i's object carries an image;
+  // events: none, or chunk i's description for the tier's KV events
+  // (TransferSpec::chunk_events), which only a server keeps.
   virtual boost::asio::awaitable<Places> reserve(std::uint32_t registration, const std::vector<kv::ChunkKey>& keys,
-                                                 const std::vector<bool>& images, Clock::time_point deadline) = 0;
+                                                 const std::vector<bool>& images,
+                                                 const std::vector<std::string>& events, Clock::time_point deadline) = 0;
   // Publishes (copied) or gives back (not copied) what reserve() placed.
   virtual boost::asio::awaitable<Failure> commit(std::uint32_t registration, const std::vector<kv::ChunkKey>& keys,
                                                  const Places& places, bool copied, Clock::time_point deadline) = 0;

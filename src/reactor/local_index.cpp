@@ -48,7 +48,9 @@ asio::awaitable<IndexPlane::LookupResult> LocalIndex::lookup(std::uint32_t regis
 
 asio::awaitable<IndexPlane::Places> LocalIndex::reserve(std::uint32_t registration,
                                                        const std::vector<kv::ChunkKey>& keys,
-                                                       const std::vector<bool>& images, Clock::time_point) {
+                                                       const std::vector<bool>& images,
+                                                       const std::vector<std::string>& /*events: a server's only*/,
+                                                       Clock::time_point) {
   tier::Index& index = *regs_.at(registration).index;
   Places p;
   p.objects.assign(keys.size(), nullptr);

@@ -22,7 +22,8 @@ class LocalIndex : public IndexPlane {  // not final: tests' index doubles deriv
   boost::asio::awaitable<Failure> attach(const Registration& reg) override;
   boost::asio::awaitable<LookupResult> lookup(std::uint32_t registration, std::vector<kv::ChunkKey> keys) override;
   boost::asio::awaitable<Places> reserve(std::uint32_t registration, const std::vector<kv::ChunkKey>& keys,
-                                         const std::vector<bool>& images, Clock::time_point deadline) override;
+                                         const std::vector<bool>& images, const std::vector<std::string>& events,
+                                         Clock::time_point deadline) override;
   boost::asio::awaitable<Failure> commit(std::uint32_t registration, const std::vector<kv::ChunkKey>& keys,
                                          const Places& places, bool copied, Clock::time_point deadline) override;
   boost::asio::awaitable<Held> hold(const kv::TransferSpec& spec, Clock::time_point deadline) override;

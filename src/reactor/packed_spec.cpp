@@ -13,11 +13,12 @@ constexpr std::size_t kKeyWords = sizeof(kv::ChunkKey) / 4;
 #if defined(__GLIBCXX__) && defined(__x86_64__)
 // Every field of TransferSpec is packed below: one added there must be
 // packed here too (test_packed_spec round-trips each field).
-static_assert(sizeof(kv::TransferSpec) == 144, "TransferSpec changed: pack() and unpack() must carry the new field");
+static_assert(sizeof(kv::TransferSpec) == 168, "TransferSpec changed: pack() and unpack() must carry the new field");
 #endif
 
 // The header's words, then the keys, blocks, state slots and the request's
-// bytes, each run as long as the header says.
+// bytes, each run as long as the header says; then, where the spec has
+// chunk events, a word of each one's length and its bytes, one after another.
 enum Word : std::size_t {
   registration,
   tokens_begin,
@@ -31,6 +32,7 @@ enum Word : std::size_t {
   lease_high,
   tier_lease_low,
   tier_lease_high,
+  chunk_events,
   header_words
 };
 
@@ -39,8 +41,10 @@ constexpr std::size_t words_of(std::size_t bytes) { return (bytes + 3) / 4; }
 }  // namespace
 
 void pack(const kv::TransferSpec& s, PackedSpec& into) {
+  std::size_t event_words = 0;
+  for (const std::string& e : s.chunk_events) event_words += 1 + words_of(e.size());
   const std::size_t n = header_words + s.keys.size() * kKeyWords + s.blocks.size() + s.state_slots.size() +
-                        words_of(s.request.size());
+                        words_of(s.request.size()) + event_words;
   std::uint32_t* w = into.resize(n);
   w[registration] = s.registration;
   w[tokens_begin] = s.tokens.begin;
@@ -54,6 +58,7 @@ void pack(const kv::TransferSpec& s, PackedSpec& into) {
   w[lease_high] = static_cast<std::uint32_t>(s.lease >> 32);
   w[tier_lease_low] = static_cast<std::uint32_t>(s.tier_lease);
   w[tier_lease_high] = static_cast<std::uint32_t>(s.tier_lease >> 32);
+  w[chunk_events] = static_cast<std::uint32_t>(s.chunk_events.size());
   w += header_words;
   if (!s.keys.empty()) std::memcpy(w, s.keys.data(), s.keys.size() * sizeof(kv::ChunkKey));
   w += s.keys.size() * kKeyWords;
@@ -61,9 +66,16 @@ void pack(const kv::TransferSpec& s, PackedSpec& into) {
   w += s.blocks.size();
   if (!s.state_slots.empty()) std::memcpy(w, s.state_slots.data(), s.state_slots.size() * 4);
   w += s.state_slots.size();
-  if (!s.request.empty()) {
-    w[words_of(s.request.size()) - 1] = 0;  // the last word's padding, not left indeterminate
-    std::memcpy(w, s.request.data(), s.request.size());
+  const auto put_bytes = [&](const std::string& b) {
+    if (b.empty()) return;
+    w[words_of(b.size()) - 1] = 0;  // the last word's padding, not left indeterminate
+    std::memcpy(w, b.data(), b.size());
+    w += words_of(b.size());
+  };
+  put_bytes(s.request);
+  for (const std::string& e : s.chunk_events) {
+    *w++ = static_cast<std::uint32_t>(e.size());
+    put_bytes(e);
   }
 }
 
@@ -85,6 +97,13 @@ kv::TransferSpec unpack(std::span<const std::uint32_t> packed) {
   if (!s.state_slots.empty()) std::memcpy(s.state_slots.data(), p, s.state_slots.size() * 4);
   p += w[state_slots];
   s.request.assign(reinterpret_cast<const char*>(p), w[request_bytes]);
+  p += words_of(w[request_bytes]);
+  s.chunk_events.resize(w[chunk_events]);
+  for (std::string& e : s.chunk_events) {
+    const std::uint32_t bytes = *p++;
+    e.assign(reinterpret_cast<const char*>(p), bytes);
+    p += words_of(bytes);
+  }
   return s;
 }
 

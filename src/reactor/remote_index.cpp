@@ -426,7 +426,9 @@ bool RemoteIndex::stores(std::uint32_t registration) const {
 
 asio::awaitable<IndexPlane::Places> RemoteIndex::reserve(std::uint32_t registration,
                                                         const std::vector<kv::ChunkKey>& keys,
-                                                        const std::vector<bool>& images, Clock::time_point deadline) {
+                                                        const std::vector<bool>& images,
+                                                        const std::vector<std::string>& events,
+                                                        Clock::time_point deadline) {
   Places p;
   if ((p.failure = co_await usable(registration))) co_return p;
   const std::uint64_t object_bytes = regs_.at(registration)->object_bytes();
@@ -434,6 +436,9 @@ asio::awaitable<IndexPlane::Places> RemoteIndex::reserve(std::uint32_t registrat
   req.registration = server_regs_.at(registration);
   req.keys = keys;
   for (bool image : images) req.images.push_back(image);
+  // A 2.3 server refuses bytes after the images: the events are for the
+  // server's publisher only, so the save goes on without them.
+  if (events.size() == keys.size() && server_minor_ >= 4) req.events = events;
   Request request = std::move(req);
   Reply reply;
   if ((p.failure = co_await exchange(std::move(request), deadline, &reply))) co_return p;

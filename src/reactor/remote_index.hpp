@@ -67,7 +67,8 @@ class RemoteIndex final : public IndexPlane {
   void forget_lease(std::uint64_t lease) override { leases_.erase(lease); }
   bool stores(std::uint32_t registration) const override;
   boost::asio::awaitable<Places> reserve(std::uint32_t registration, const std::vector<kv::ChunkKey>& keys,
-                                         const std::vector<bool>& images, Clock::time_point deadline) override;
+                                         const std::vector<bool>& images, const std::vector<std::string>& events,
+                                         Clock::time_point deadline) override;
   boost::asio::awaitable<Failure> commit(std::uint32_t registration, const std::vector<kv::ChunkKey>& keys,
                                          const Places& places, bool copied, Clock::time_point deadline) override;
   boost::asio::awaitable<Held> hold(const kv::TransferSpec& spec, Clock::time_point deadline) override;

@@ -72,8 +72,39 @@ TEST_CASE("protocol: a request cut short at any byte is refused, never read past
     body.push_back(std::byte{0});  // and one byte too many
     const auto longer = decode_request(h.type, body);
     REQUIRE_FALSE(longer.has_value());
-    REQUIRE(longer.why().find("unexpected bytes") != std::string::npos);
+    // A reserve's byte after its images starts its 2.4 events: cut short.
+    REQUIRE(longer.why().find(type_of(req) == Type::reserve ? "truncated or malformed" : "unexpected bytes") !=
+            std::string::npos);
   }
+}
+
+TEST_CASE("protocol: a reserve's chunk events (2.4) round-trip, come after the 2.3 reserve's bytes, and are one per "
+          "key or refused",
+          "[kv][protocol]") {
+  Reserve plain{3, spec().keys, {1, 0}};
+  Reserve with = plain;
+  with.events = {std::string("\x81\xac" "block_hashes" "\x91\x07", 16), std::string()};
+  const auto [h, body] = split(encode_request(with, 9));
+  auto back = decode_request(h.type, body);
+  REQUIRE(back.has_value());
+  REQUIRE(std::get<Reserve>(*back).events == with.events);
+  // Without events, the bytes a 2.3 server reads, and they start the 2.4 body.
+  const auto [h23, body23] = split(encode_request(plain, 9));
+  REQUIRE(std::equal(body23.begin(), body23.end(), body.begin()));
+  REQUIRE(std::get<Reserve>(*decode_request(h23.type, body23)).events.empty());
+  // Cut anywhere inside the events: refused.
+  for (std::size_t n = body23.size() + 1; n < body.size(); ++n) {
+    INFO("cut at " << n << " of " << body.size());
+    REQUIRE_FALSE(decode_request(h.type, std::span(body).first(n)).has_value());
+  }
+  Reserve fewer = plain;
+  fewer.events = {"x"};  // one for two keys
+  const auto [hf, bf] = split(encode_request(fewer, 9));
+  REQUIRE_FALSE(decode_request(hf.type, bf).has_value());
+  Reserve huge = plain;
+  huge.events = {std::string(kMaxChunkEvent + 1, 'x'), ""};
+  const auto [hh, bh] = split(encode_request(huge, 9));
+  REQUIRE_FALSE(decode_request(hh.type, bh).has_value());
 }
 
 TEST_CASE("protocol: impossible counts and unknown types are refused before allocating", "[kv][protocol]") {

@@ -29,7 +29,8 @@ class FaultyIndex final : public reactor::LocalIndex {
       : LocalIndex(64ull << 20), reactor_(r), fault_(fault), poisoned_(std::move(poisoned)) {}
 
   boost::asio::awaitable<Places> reserve(std::uint32_t reg, const std::vector<kv::ChunkKey>& keys,
-                                         const std::vector<bool>& images, Clock::time_point deadline) override {
+                                         const std::vector<bool>& images, const std::vector<std::string>& events,
+                                         Clock::time_point deadline) override {
     if (!keys.empty() && std::find(poisoned_->begin(), poisoned_->end(), keys.front()) != poisoned_->end()) {
       if (fault_ == Fault::raise) throw std::runtime_error("injected: an index bug");
       if (fault_ == Fault::deadline) {
@@ -44,7 +45,7 @@ class FaultyIndex final : public reactor::LocalIndex {
       cut.failure = {std::make_error_code(std::errc::operation_canceled), "shut down"};
       co_return cut;
     }
-    co_return co_await LocalIndex::reserve(reg, keys, images, deadline);
+    co_return co_await LocalIndex::reserve(reg, keys, images, events, deadline);
   }
   const char* kind() const noexcept override { return "faulty"; }
 

@@ -27,9 +27,10 @@ class LateIndex final : public reactor::LocalIndex {
       : LocalIndex(bytes), reactor_(r), late_(late), delay_(delay) {}
 
   asio::awaitable<Places> reserve(std::uint32_t reg, const std::vector<kv::ChunkKey>& keys,
-                                  const std::vector<bool>& images, Clock::time_point deadline) override {
+                                  const std::vector<bool>& images, const std::vector<std::string>& events,
+                                  Clock::time_point deadline) override {
     co_await stall();
-    co_return co_await LocalIndex::reserve(reg, keys, images, deadline);
+    co_return co_await LocalIndex::reserve(reg, keys, images, events, deadline);
   }
   asio::awaitable<Held> hold(const kv::TransferSpec& spec, Clock::time_point deadline) override {
     co_await stall();

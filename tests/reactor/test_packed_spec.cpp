@@ -31,6 +31,9 @@ kv::TransferSpec full(std::string request, std::size_t chunks) {
   for (std::size_t c = 0; c < chunks; ++c) s.state_slots.push_back(c % 2 ? -1 : static_cast<std::int32_t>(c));
   s.lease = (std::uint64_t{0xabcd} << 32) | 0x1234;       // both halves of each 64-bit field
   s.tier_lease = (std::uint64_t{0x5eed} << 32) | 0xbeef;
+  // Of every length modulo 4, binary (a NUL inside), one empty.
+  for (std::size_t c = 0; c < chunks; ++c)
+    s.chunk_events.push_back(c == 1 ? std::string() : std::string("\x81\xac" "block_hashes" "\x00" "abc", 15 + c % 4) + request);
   return s;
 }
 
@@ -45,6 +48,7 @@ void require_same(const kv::TransferSpec& a, const kv::TransferSpec& b) {
   REQUIRE(a.state_slots == b.state_slots);
   REQUIRE(a.lease == b.lease);
   REQUIRE(a.tier_lease == b.tier_lease);
+  REQUIRE(a.chunk_events == b.chunk_events);
 }
 
 }  // namespace
@@ -71,6 +75,7 @@ TEST_CASE("packed spec: an empty spec, and a small one packed over a larger one,
   small.with_state = false;
   small.state_slots.clear();
   small.lease = 0;
+  small.chunk_events.clear();
   reactor::pack(small, buf);
   require_same(reactor::unpack(buf.words()), small);
 }
