@@ -10,17 +10,18 @@
 #                                 (prometheus), headless chromium, pytest,
 #                                 prometheus_client (the pictures of vLLM),
 #                                 venv, setuptools and wheel (pip install .),
-#                                 systemd-analyze (the unit)
+#                                 systemd-analyze (the unit), pyzmq and
+#                                 msgpack (a KV event subscriber)
 set -euo pipefail
 
 pkgs=(make cmake ninja-build g++ libboost1.81-dev libspdlog-dev catch2 libssl-dev libcli11-dev gnuplot-nox
-      libhiredis-dev redis-server redis-tools libxxhash-dev liburing-dev
+      libhiredis-dev redis-server redis-tools libxxhash-dev liburing-dev libzmq3-dev
       python3 python3-dev pybind11-dev python3-numpy)
 case "${1:-}" in
   --hip) pkgs+=(libamdhip64-dev) ;;
   --fuzz) pkgs+=(clang-14 libclang-rt-14-dev) ;;
   --test) pkgs+=(curl prometheus chromium pkg-config python3-pytest python3-prometheus-client
-                python3-venv python3-setuptools python3-wheel systemd) ;;
+                python3-venv python3-setuptools python3-wheel systemd python3-zmq python3-msgpack) ;;
 esac
 
 missing=()

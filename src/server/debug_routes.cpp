@@ -209,6 +209,20 @@ common::HttpRoutes debug_routes(ServerState state) {
       p.counter("kvstrand_server_l2_redirects_total", "MOVED and ASK redirections followed",
                 l.redis.moved + l.redis.asked);
     }
+    if (st.events != nullptr) {
+      const EventStats e = st.events->publisher().stats();
+      p.counter("kvstrand_server_events_total", "KV events published (--events), by type",
+                common::LabeledCounter{{"type=\"BlockStored\"", e.stored},
+                                       {"type=\"BlockRemoved\"", e.removed},
+                                       {"type=\"AllBlocksCleared\"", e.cleared}});
+      p.counter("kvstrand_server_event_batches_total", "KV event batches published (sequence numbers used)",
+                e.batches);
+      p.counter("kvstrand_server_event_replays_total", "KV event replay requests answered (--events-replay)",
+                e.replays);
+      p.counter("kvstrand_server_event_descriptions_refused_total",
+                "Chunk event descriptions refused as malformed: those objects are stored, never announced",
+                st.events->refused());
+    }
     if (st.disk != nullptr) {
       const DiskStats d = st.disk->stats();
       p.gauge("kvstrand_server_disk_capacity_bytes", "Disk tier bytes in its extents, less the extent headers (each object also takes a 4 KiB header block)",

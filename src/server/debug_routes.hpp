@@ -19,6 +19,7 @@
 #include "server/disk_tier.hpp"
 #include "server/l2_tier.hpp"
 #include "server/session.hpp"
+#include "server/tier_events.hpp"
 #include "tier/arena.hpp"
 #include "tier/size_classes.hpp"
 
@@ -33,6 +34,7 @@ struct ServerState {
   const tier::Arena& arena;
   const L2Tier* l2;  // null without --l2
   const DiskTier* disk;  // null without --disk
+  const TierEvents* events;  // null without --events
   const std::uint32_t& mapped_slabs;  // of the server's own mapping, faulted in
   const common::LabeledCounter& requests;
   const common::LabeledCounter& lookup_misses;  // RequestService::lookup_misses

@@ -14,6 +14,7 @@
 #include <stdexcept>
 
 #include "common/parse_bytes.hpp"
+#include "tier/object_header.hpp"
 #include "tier/stored_field.hpp"
 
 #define XXH_INLINE_ALL
@@ -118,6 +119,32 @@ DiskFile open_disk_file(std::string path, std::uint64_t bytes, std::uint64_t ext
   if (const int e = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes)); e != 0)
     fail("--disk-bytes: cannot allocate " + common::format_bytes(bytes) + " at " + path + ": " + std::strerror(e));
   return f;
+}
+
+static_assert(kDescriptionAt == tier::kObjectHeaderBytes, "the description follows the object's header");
+
+namespace {
+constexpr char kDescriptionMagic[8] = {'K', 'V', 'S', 'T', 'E', 'V', 'T', '\0'};
+}  // namespace
+
+bool write_description(std::string_view description, std::byte* block) {
+  if (description.empty() || description.size() > kMaxDiskDescription) return false;
+  std::byte* d = block + kDescriptionAt;
+  std::memcpy(d, kDescriptionMagic, sizeof kDescriptionMagic);
+  put_field<std::uint32_t>(d + 8, static_cast<std::uint32_t>(description.size()));
+  put_field<std::uint64_t>(d + 16, XXH3_64bits(description.data(), description.size()));
+  std::memcpy(d + kDescriptionHeader, description.data(), description.size());
+  return true;
+}
+
+std::string read_description(const std::byte* block) {
+  const std::byte* d = block + kDescriptionAt;
+  if (std::memcmp(d, kDescriptionMagic, sizeof kDescriptionMagic) != 0) return {};
+  const auto n = get_field<std::uint32_t>(d + 8);
+  if (n == 0 || n > kMaxDiskDescription) return {};
+  const char* bytes = reinterpret_cast<const char*>(d + kDescriptionHeader);
+  if (get_field<std::uint64_t>(d + 16) != XXH3_64bits(bytes, n)) return {};
+  return std::string(bytes, n);
 }
 
 }  // namespace kvstrand::server

@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace kvstrand::server {
 
@@ -35,6 +36,17 @@ void write_extent_header(const ExtentHeader& h, std::byte* block);
 // The header in `block`, which starts with kExtentMagic; nothing when its
 // checksum or version does not match (a torn or foreign header).
 std::optional<ExtentHeader> read_extent_header(const std::byte* block);
+
+// A slot's header block holds, after the object's header
+// (tier::kObjectHeaderBytes), the object's KV-event description when there
+// is one and it fits: "KVSTEVT\0", its length (u32), 4 zero bytes, XXH3-64
+// of it, then its bytes. A restarted server announces the object with it.
+inline constexpr std::size_t kDescriptionAt = 128, kDescriptionHeader = 24;
+inline constexpr std::size_t kMaxDiskDescription = kDiskBlock - kDescriptionAt - kDescriptionHeader;
+// Into `block` (zeroed after the object header); false: too long to keep.
+bool write_description(std::string_view description, std::byte* block);
+// The description `block` holds whole; empty when none (or torn).
+std::string read_description(const std::byte* block);
 
 // kDiskBlock-aligned, zeroed memory for O_DIRECT, in whole blocks.
 inline std::uint64_t round_up(std::uint64_t n) { return (n + kDiskBlock - 1) / kDiskBlock * kDiskBlock; }

@@ -22,6 +22,7 @@
 #include "tier/object_header.hpp"
 #include "server/disk_file.hpp"
 #include "server/disk_ring.hpp"
+#include "server/tier_events.hpp"
 
 namespace kvstrand::server {
 
@@ -168,6 +169,7 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
           return;
         }
         restored[k] = tier::Index::Restored{header->key, header->has_image};
+        if (std::string d = read_description(h); !d.empty()) recovered_descriptions[header->key] = std::move(d);
       });
       std::size_t duplicates = 0;
       if (disk.adopt_slab(e, object_bytes, restored, &duplicates) == nullptr) continue;
@@ -262,6 +264,7 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
       unpin();
       return;
     }
+    if (events) events->copy(*q.index, q.slot, *d, dslot);
     Job j;
     j.read = false;
     j.arena_index = q.index;
@@ -281,6 +284,7 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
     if (!j.read) {
       std::memset(block_at(j.block), 0, kDiskBlock);
       tier::write_object_header(j.key, j.image, {object, object_bytes}, block_at(j.block));
+      if (events) write_description(events->description(*j.disk_index, j.disk_slot), block_at(j.block));
     }
     const std::uint64_t at = disk.offset_of(*j.disk_index, j.disk_slot);
     auto [fd, off] = place(at);
@@ -393,6 +397,7 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
       std::uint32_t aslot = 0;
       const tier::Index::Reserve r = idx.reserve(keys[i], image, &aslot);
       if (r == tier::Index::Reserve::reserved) {
+        if (events) events->copy(*d, (*dslots)[i], idx, aslot);
         Job j;
         j.read = true;
         j.arena_index = &idx;
@@ -538,6 +543,10 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
   bool closing = false;
   bool warned_read = false, warned_write = false;
   DiskStats st;
+  TierEvents* events = nullptr;
+  // Descriptions found in the slot headers at the start, until the server
+  // takes them (its first KV event batch).
+  std::unordered_map<kv::ChunkKey, std::string, tier::ChunkKeyHash> recovered_descriptions;
 };
 
 DiskTier::DiskTier(common::Strand strand, DiskOptions options, std::byte* arena, std::uint64_t arena_slab_bytes,
@@ -560,6 +569,13 @@ DiskTier::~DiskTier() {
 }
 
 void DiskTier::start() { impl_->ring->start(); }
+void DiskTier::set_events(TierEvents* events) {
+  impl_->events = events;
+  if (events) events->watch(impl_->disk, "DISK");
+}
+std::unordered_map<kv::ChunkKey, std::string, tier::ChunkKeyHash> DiskTier::take_recovered_descriptions() {
+  return std::exchange(impl_->recovered_descriptions, {});
+}
 void DiskTier::slab_ready(std::uint32_t slab) { impl_->slab_ready(slab); }
 void DiskTier::committed(tier::Index& index, std::span<const std::uint32_t> slots) { impl_->committed(index, slots); }
 

@@ -37,6 +37,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <kvstrand/chunk_keys.hpp>
@@ -47,6 +48,8 @@
 #include "tier/size_classes.hpp"
 
 namespace kvstrand::server {
+
+class TierEvents;
 
 struct DiskOptions {
   std::vector<std::string> paths;  // a file each, made if absent (a directory: its kvstrand.disk)
@@ -121,6 +124,11 @@ class DiskTier final : public LowerLevel {
   boost::asio::awaitable<void> close(std::chrono::milliseconds bound) override;
 
   DiskStats stats() const;
+  // With --events: the disk's objects are announced on medium "DISK", and
+  // each keeps its description in its header block.
+  void set_events(TierEvents* events);
+  // The descriptions its start found, by key (once).
+  std::unordered_map<kv::ChunkKey, std::string, tier::ChunkKeyHash> take_recovered_descriptions();
 
  private:
   struct Impl;

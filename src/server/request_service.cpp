@@ -174,6 +174,7 @@ Reply RequestService::reserve(Client& c, const Reserve& m) {
   for (std::size_t i = 0; i < m.keys.size(); ++i) images[i] = m.images[i] != 0;
   classes_.make_room(index, m.keys.size() - index.present_run(m.keys));
   tier::Index::Reservation res = index.reserve(m.keys, std::span<const bool>(images.get(), m.keys.size()), c.owner);
+  if (events_ != nullptr && !m.events.empty()) describe(index, m, res);
   ReserveReply r;
   r.reservation = res.id;
   for (std::size_t i = 0; i < m.keys.size(); ++i) {
@@ -181,6 +182,23 @@ Reply RequestService::reserve(Client& c, const Reserve& m) {
     r.offsets.push_back(res.chunks[i] == tier::Index::Chunk::reserved ? classes_.offset_of(index, res.slots[i]) : 0);
   }
   return Reply{Status::ok, "", std::move(r)};
+}
+
+// A description the events cannot use is not kept (the save goes on: its
+// objects are stored, not announced), counted, and said once.
+void RequestService::describe(const tier::Index& index, const Reserve& m, const tier::Index::Reservation& res) {
+  for (std::size_t i = 0; i < m.keys.size(); ++i) {
+    if (res.chunks[i] != tier::Index::Chunk::reserved || m.events[i].empty()) continue;
+    if (auto problem = description_problem(m.events[i])) {
+      events_->count_refused();
+      if (!warned_description_)
+        spdlog::warn("kvstrand-server: a chunk's event description was refused ({}); its objects are stored but "
+                     "not announced (said once; /metrics counts them)", *problem);
+      warned_description_ = true;
+      continue;
+    }
+    events_->describe(index, res.slots[i], m.events[i]);
+  }
 }
 
 Reply RequestService::commit(const Commit& m) {

@@ -19,6 +19,7 @@
 #include "common/metrics.hpp"
 #include "proto/protocol.hpp"
 #include "server/lower_level.hpp"
+#include "server/tier_events.hpp"
 #include "tier/index.hpp"
 #include "tier/size_classes.hpp"
 
@@ -81,12 +82,15 @@ class RequestService {
   // "other_namespace" (the arena holds nothing of its namespace: another
   // model, weight version or tenant), else "never_stored".
   const common::LabeledCounter& lookup_misses() const noexcept { return lookup_misses_; }
+  // With --events: the chunk descriptions reserves carry are kept for them.
+  void set_events(TierEvents* events) noexcept { events_ = events; }
 
  private:
   proto::Reply register_layout(Client& c, const proto::RegisterLayout& m);
   proto::Reply lookup(Client& c, const proto::Lookup& m);
   proto::Reply adopt(Client& c, const proto::Adopt& m);
   proto::Reply reserve(Client& c, const proto::Reserve& m);
+  void describe(const tier::Index& index, const proto::Reserve& m, const tier::Index::Reservation& res);
   proto::Reply commit(const proto::Commit& m);
   proto::Reply drop(const proto::Drop& m);
   const char* miss_reason(const Client& c, const tier::Index& index, const kv::ChunkKey& key) const;
@@ -99,6 +103,8 @@ class RequestService {
   std::uint32_t next_reg_ = 1;
   common::LabeledCounter lookup_misses_;
   std::set<kv::Digest> dropped_;  // namespaces dropped on this server
+  TierEvents* events_ = nullptr;
+  bool warned_description_ = false;
 };
 
 }  // namespace kvstrand::server

@@ -136,6 +136,19 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
                  "Objects waiting to be written to disk at most (each held in the arena until written, together at "
                  "most an eighth of the arena); more are dropped and counted")
       ->capture_default_str();
+  std::string events, events_replay, events_topic, events_format = "map";
+  long long events_buffer = 10000;
+  app.add_option("--events", events,
+                 "Publish the tier's KV events (vLLM's BlockStored, BlockRemoved, AllBlocksCleared; media CPU and "
+                 "DISK) on a ZeroMQ PUB socket bound here: tcp://HOST:PORT or ipc://PATH (needs libzmq5)");
+  app.add_option("--events-replay", events_replay,
+                 "A ZeroMQ ROUTER socket bound here answers replays of missed batches, as vLLM's publisher does");
+  app.add_option("--events-topic", events_topic, "The topic frame of every batch (vLLM's kv_events_config.topic)");
+  app.add_option("--events-format", events_format,
+                 "How batches are encoded: map (vLLM main), events-map (vLLM v0.26: the batch an array, each event a "
+                 "map) or array (vLLM before its PR 42892, v0.18 among them)")
+      ->capture_default_str();
+  app.add_option("--events-buffer", events_buffer, "Batches kept for --events-replay")->capture_default_str();
   app.allow_config_extras(CLI::config_extras_mode::error);  // a misspelt key is refused, not ignored
   app.set_config("--config", "",
                  "Read options from this file (TOML, or INI): every flag above is a key, e.g. tier-bytes = \"64G\"; "
@@ -304,6 +317,23 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
   } else {
     for (const char* f : {"--disk-bytes", "--disk-timeout", "--disk-queue"})
       if (app.get_option(f)->count() > 0) return refuse(f, "needs --disk");
+  }
+  if (!events.empty()) {
+    const auto endpoint_ok = [](const std::string& e) {
+      return (e.rfind("tcp://", 0) == 0 && e.find(':', 6) != std::string::npos) ||
+             (e.rfind("ipc://", 0) == 0 && e.size() > 6);
+    };
+    if (!endpoint_ok(events)) return refuse("--events", "'" + events + "' is not tcp://HOST:PORT or ipc://PATH");
+    if (!events_replay.empty() && !endpoint_ok(events_replay))
+      return refuse("--events-replay", "'" + events_replay + "' is not tcp://HOST:PORT or ipc://PATH");
+    if (events_replay == events) return refuse("--events-replay", "is the same endpoint as --events");
+    auto format = event_format(events_format);
+    if (!format) return refuse("--events-format", "'" + events_format + "' is not one of map, events-map, array");
+    if (events_buffer < 0 || events_buffer > 10'000'000) return refuse("--events-buffer", "must be 0 to 10000000");
+    o.events = EventOptions{events, events_replay, events_topic, *format, static_cast<std::size_t>(events_buffer)};
+  } else {
+    for (const char* f : {"--events-replay", "--events-topic", "--events-format", "--events-buffer"})
+      if (app.get_option(f)->count() > 0) return refuse(f, "needs --events");
   }
   if (print_config) {  // checked first: a file printed here is one the server takes
     std::cout << printable_config(app);

@@ -12,6 +12,7 @@
 
 #include "common/debug_http.hpp"
 #include "server/disk_tier.hpp"
+#include "server/event_publisher.hpp"
 #include "server/l2_tier.hpp"
 
 namespace kvstrand::server {
@@ -41,6 +42,8 @@ struct ServerOptions {
   std::optional<L2Options> l2;
   // --disk PATH... --disk-bytes N: local disks under the arena (off when unset).
   std::optional<DiskOptions> disk;
+  // --events ENDPOINT: the tier's KV events on ZeroMQ (off when unset).
+  std::optional<EventOptions> events;
   // --check SOCKET: only check whether a server answers there (exit 0/1),
   // trying for check_within.
   std::string check;

@@ -42,6 +42,8 @@
 #include "common/gate.hpp"
 #include "common/metrics.hpp"
 #include "server/arena_recovery.hpp"
+#include "server/event_publisher.hpp"
+#include "server/tier_events.hpp"
 #include "tier/arena.hpp"
 #include "tier/object_table.hpp"
 #include "tier/index.hpp"
@@ -252,6 +254,7 @@ struct TierServer::Impl {
       if (left != 0) spdlog::warn("kvstrand-server: stopping with {} object(s) not written to {}", left, level->name());
       co_await level->close(std::chrono::seconds(2));
     }
+    if (publisher) publisher->close();  // after the levels: their last events go out
   }
 
   // ---- sessions and processes -------------------------------------------------
@@ -415,7 +418,7 @@ struct TierServer::Impl {
   // ---- the debug endpoint: its routes (server/debug_routes), on the strand -------
 
   common::HttpRoutes routes() {
-    return debug_routes(ServerState{stopping, sessions, processes, *classes, *arena, l2.get(), disk.get(), mapped_slabs, requests,
+    return debug_routes(ServerState{stopping, sessions, processes, *classes, *arena, l2.get(), disk.get(), events.get(), mapped_slabs, requests,
                                     service->lookup_misses(), orphans_freed, accept_backoff, fill_error, recovery,
                                     [this] { return ready_bytes(); }, opt.socket});
   }
@@ -442,6 +445,8 @@ struct TierServer::Impl {
   Recovery recovery;                         // what a named arena held at start
   std::unique_ptr<L2Tier> l2;
   std::unique_ptr<DiskTier> disk;
+  std::shared_ptr<EventPublisher> publisher;  // with --events
+  std::unique_ptr<TierEvents> events;          // with --events
   std::vector<LowerLevel*> levels;  // below the arena, nearest first: the disk, then L2
   std::optional<local::acceptor> acceptor;
   std::optional<asio::signal_set> signals;
@@ -478,7 +483,9 @@ TierServer::~TierServer() {
   impl_->ctx.stop();
   if (impl_->loop.joinable()) impl_->loop.join();
   impl_->l2.reset();  // its Redis connections close; nothing runs on the strand now
+  impl_->events.reset();  // before the indexes it watches
   impl_->disk.reset();
+  impl_->publisher.reset();
   if (impl_->arena_map) ::munmap(impl_->arena_map, impl_->arena->bytes());
 }
 
@@ -560,6 +567,26 @@ void TierServer::start() {
   if (impl_->disk) impl_->levels.push_back(impl_->disk.get());
   if (impl_->l2) impl_->levels.push_back(impl_->l2.get());
   impl_->service.emplace(rules, std::move(facts), *impl_->classes, impl_->levels);
+  auto found = impl_->disk ? impl_->disk->take_recovered_descriptions()
+                           : std::unordered_map<kv::ChunkKey, std::string, tier::ChunkKeyHash>{};
+  if (impl_->opt.events) {
+    auto p = EventPublisher::open(impl_->strand, *impl_->opt.events);
+    if (!p) throw std::runtime_error(p.why());
+    impl_->publisher = *p;
+    impl_->events = std::make_unique<TierEvents>(impl_->publisher);
+    impl_->events->watch(*impl_->classes, "CPU");
+    if (impl_->disk) impl_->disk->set_events(impl_->events.get());
+    impl_->service->set_events(impl_->events.get());
+    // The first batch, before any client is served: what this start found.
+    asio::post(impl_->strand, [i = impl_.get(), found = std::move(found)] {
+      i->events->announce_recovered(found);
+      i->publisher->start();
+    });
+    spdlog::info("kvstrand-server: KV events on {} ({} format{}{})", impl_->opt.events->endpoint,
+                 to_string(impl_->opt.events->format),
+                 impl_->opt.events->replay_endpoint.empty() ? "" : ", replay on ",
+                 impl_->opt.events->replay_endpoint);
+  }
   impl_->loop = std::thread([ctx = &impl_->ctx] { ctx->run(); });
   asio::post(impl_->strand, [levels = impl_->levels] {
     for (LowerLevel* level : levels) level->start();

@@ -129,7 +129,8 @@ void Index::free_slot(std::uint32_t slot) {
   o = Object{};
   free_.push_back(slot);
   --stored_;
-  if (listener_) listener_->freed(slot);
+  for (Listener* l : {listener_, observer_})
+    if (l) l->freed(slot);
 }
 
 bool Index::evict_one() {
@@ -178,7 +179,8 @@ Index::Reserve Index::reserve(const kv::ChunkKey& key, bool has_image, std::uint
   ++stored_;
   ++per_namespace_[key.ns];
   *slot = s;
-  if (listener_) listener_->reserved(s, key, has_image);
+  for (Listener* l : {listener_, observer_})
+    if (l) l->reserved(s, key, has_image);
   return Reserve::reserved;
 }
 
@@ -192,7 +194,8 @@ void Index::commit_slot(std::uint32_t slot) {
   o.committed = true;
   o.referenced = false;
   if (o.readers == 0) ++evictable_;
-  if (listener_) listener_->committed(slot);
+  for (Listener* l : {listener_, observer_})
+    if (l) l->committed(slot);
 }
 
 void Index::abort_slot(std::uint32_t slot) {
@@ -232,7 +235,8 @@ std::size_t Index::drop_namespace(const kv::Digest& ns, const std::function<void
     o.dropped = true;
     // Gone from the persistent table now: a restart before its holder lets
     // go must not find it again.
-    if (listener_) listener_->freed(s);
+    for (Listener* l : {listener_, observer_})
+      if (l) l->freed(s);
   }
   stats_.dropped += n;
   return n;

@@ -96,6 +96,10 @@ class Index {
   // duplicates of a key already present (a corrupted table).
   std::size_t add_restored_slots(std::span<const std::optional<Restored>> restored);
   void set_listener(Listener* listener) noexcept { listener_ = listener; }
+  // A second listener, told after the first: the server's KV events. A
+  // slot's freed may come twice (a dropped object held: at the drop, and at
+  // its release).
+  void set_observer(Listener* observer) noexcept { observer_ = observer; }
   std::uint32_t slots() const noexcept { return slots_; }
   // Hold ids from `first` on (before any hold): several indexes over one
   // arena give each its own range, so that a hold id names its index.
@@ -140,6 +144,11 @@ class Index {
   // The key and image flag of a used slot (a hold names it).
   const kv::ChunkKey& key_at(std::uint32_t slot) const { return objects_.at(slot).key; }
   bool image_at(std::uint32_t slot) const { return objects_.at(slot).has_image; }
+  // Whether a lookup can find the slot's object (committed, not dropped).
+  bool readable_at(std::uint32_t slot) const {
+    const Object& o = objects_.at(slot);
+    return o.used && o.committed && !o.dropped;
+  }
 
   // ---- holds --------------------------------------------------------------------
   struct Lease {
@@ -241,6 +250,7 @@ class Index {
 
   std::uint64_t object_bytes_;
   Listener* listener_ = nullptr;
+  Listener* observer_ = nullptr;
   std::uint32_t slots_ = 0;
   std::vector<std::uint32_t> free_;
   std::vector<Object> objects_;       // by slot

@@ -30,7 +30,19 @@ Index* SizeClasses::index(std::uint64_t object_bytes) {
     c.index->set_listener(c.journal.get());
   }
   classes_.push_back(std::move(c));
+  if (on_made_) on_made_(*classes_.back().index);
   return classes_.back().index.get();
+}
+
+void SizeClasses::on_class_made(ClassMade f) {
+  on_made_ = std::move(f);
+  for (Class& c : classes_) on_made_(*c.index);
+}
+
+std::vector<Index*> SizeClasses::indexes() const {
+  std::vector<Index*> out;
+  for (const Class& c : classes_) out.push_back(c.index.get());
+  return out;
 }
 
 SlabGeometry SizeClasses::geometry(std::uint64_t object_bytes) const noexcept {

@@ -56,6 +56,12 @@ class SizeClasses {
   // Told of each slab as a class takes it, before any of its slots is handed out.
   using SlabAssigned = std::function<void(std::uint32_t slab, std::uint64_t object_bytes)>;
   void on_slab_assigned(SlabAssigned f) { on_assigned_ = std::move(f); }
+  // Told of each class's index: those made already at once, each later one
+  // as it is made (the server's KV events watch them all).
+  using ClassMade = std::function<void(Index& index)>;
+  void on_class_made(ClassMade f);
+  // Every class's index (the objects a restarted server found).
+  std::vector<Index*> indexes() const;
   SizeClasses(const SizeClasses&) = delete;
   SizeClasses& operator=(const SizeClasses&) = delete;
 
@@ -135,6 +141,7 @@ class SizeClasses {
   ObjectTable* table_;
   SlotShape shape_;
   SlabAssigned on_assigned_;
+  ClassMade on_made_;
   std::vector<bool> adopted_;  // by slab: a class has it from the earlier life
   std::deque<std::uint32_t> free_slabs_;  // lowest first: the filler populates in order
   std::vector<Class> classes_;

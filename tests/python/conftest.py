@@ -132,16 +132,16 @@ def server_binary():
 class Server:
     """kvstrand-server on a socket of its own, ready once its arena is."""
 
-    def __init__(self, tier="32M", slab="8M", chunk_tokens=64, socket=None):
+    def __init__(self, tier="32M", slab="8M", chunk_tokens=64, socket=None, extra=()):
         """`socket`: a path a killed server left (a restart on it); a fresh one otherwise.
-        Its debug endpoint listens on a loopback port of its own (tier())."""
+        Its debug endpoint listens on a loopback port of its own (tier()). `extra`: more flags."""
         self.dir = tempfile.mkdtemp(prefix="kvs-py-", dir="/tmp")  # socket paths are short
         self.socket = socket or os.path.join(self.dir, "tier.sock")
         if socket and os.path.exists(socket):
             os.unlink(socket)
         self.proc = subprocess.Popen(
             [server_binary(), "--socket", self.socket, "--tier-bytes", tier, "--slab-bytes", slab,
-             "--chunk-tokens", str(chunk_tokens), "--log-level", "info", "--http", "127.0.0.1:0"],
+             "--chunk-tokens", str(chunk_tokens), "--log-level", "info", "--http", "127.0.0.1:0", *extra],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         lines = queue.Queue()
         self.log = []
@@ -165,6 +165,14 @@ class Server:
             ready = ready or "slabs are ready" in line
             if ready and self.http:  # either line may come first
                 return
+
+    def metric(self, name):
+        """kvstrand_server_NAME (a sample line's name with its labels) from /metrics; None when absent."""
+        with urllib.request.urlopen(f"http://{self.http}/metrics", timeout=5) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith("kvstrand_server_" + name + " "):
+                    return float(line.rsplit(" ", 1)[1])
+        return None
 
     def tier(self):
         """The server's /debug/tier: objects, leases, reservations, ..."""

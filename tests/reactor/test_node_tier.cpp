@@ -312,6 +312,25 @@ TEST_CASE("node tier: invalidate is refused, naming the protocol, by a server ol
   REQUIRE(srv.drops() == 0);
 }
 
+TEST_CASE("node tier: chunk events go to a 2.4 server with the reserve, and never to a 2.3 one, whose saves go on "
+          "without them",
+          "[server][reactor][events]") {
+  if (!device_present()) return;
+  for (std::uint8_t minor : {std::uint8_t{3}, std::uint8_t{4}}) {
+    INFO("server 2." << int(minor));
+    WrongReplyServer srv(WrongReplyServer::speaking_minor(minor));
+    reactor::ConnectorOptions o;
+    o.server_socket = srv.socket_path();
+    Rig rig(o);
+    kv::TransferSpec s = rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8));
+    s.chunk_events.assign(s.keys.size(), std::string("\x81\xa1x\x01", 4));
+    rig.conn->save(std::move(s));
+    const auto f = rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); });
+    REQUIRE(f.saves[0].ok);
+    REQUIRE(srv.described() == (minor >= 4 ? 1 : 0));
+  }
+}
+
 TEST_CASE("node tier: a lookup whose hit is not loaded gives its lease back at once (F20)", "[server][reactor][gpu]") {
   if (!device_present()) return;
   ServerProcess srv(kServerFlags);

@@ -66,6 +66,8 @@ class WrongReplyServer {
   int releases() const { return releases_; }
   std::uint64_t last_released() const { return last_released_; }
   int drops() const { return drops_; }
+  // Reserves that carried chunk events (protocol 2.4).
+  int described() const { return described_; }
   void drop() {
     if (conn_ >= 0) ::shutdown(conn_, SHUT_RDWR);
   }
@@ -110,6 +112,10 @@ class WrongReplyServer {
         ++releases_;
       }
       if (type == Type::drop) ++drops_;
+      if (type == Type::reserve && !std::get<Reserve>(*req).events.empty()) {
+        ++described_;
+        if (mode_.minor < 4) return;  // a 2.3 server's decoder refuses the bytes after the images
+      }
       std::vector<std::byte> out;
       if (type == Type::hello) {
         HelloReply hr{1, kMajor, mode_.minor, arena_.bytes(), arena_.slab_bytes(), arena_.bytes(), false};
@@ -157,6 +163,7 @@ class WrongReplyServer {
   std::atomic<int> conn_{-1};
   std::atomic<int> releases_{0};
   std::atomic<int> drops_{0};
+  std::atomic<int> described_{0};
   std::atomic<bool> held_{false}, stopping_{false};
   std::atomic<std::uint64_t> last_released_{0};
   std::thread thread_;

@@ -49,6 +49,9 @@ std::string describe(const ServerOptions& o) {
     s << " disk.bytes=" << o.disk->bytes << " disk.timeout=" << o.disk->timeout.count() << " disk.queue="
       << o.disk->max_queued;
   }
+  if (o.events)
+    s << " events=" << o.events->endpoint << " replay=" << o.events->replay_endpoint << " topic=" << o.events->topic
+      << " format=" << server::to_string(o.events->format) << " buffer=" << o.events->buffer;
   return s.str();
 }
 
@@ -90,7 +93,9 @@ TEST_CASE("server options: every flag round-trips through --print-config and --c
       "--l2", "redis://127.0.0.1:7001,127.0.0.1:7002", "--l2-timeout", "250", "--l2-max-inflight", "64",
       "--l2-ttl", "3600", "--l2-user", "kvs", "--l2-password-file", password, "--l2-mac-key-file", mac,
       "--disk", scratch_dir() + "/d1", "--disk", scratch_dir() + "/d2", "--disk-bytes", "1G",
-      "--disk-timeout", "750", "--disk-queue", "99"};
+      "--disk-timeout", "750", "--disk-queue", "99", "--events", "tcp://127.0.0.1:5557",
+      "--events-replay", "ipc://" + scratch_dir() + "/replay", "--events-topic", "kv-events",
+      "--events-format", "array", "--events-buffer", "500"};
   auto direct = parse(every);
   INFO(direct.err);
   REQUIRE(std::holds_alternative<ServerOptions>(direct.result));
@@ -131,6 +136,26 @@ TEST_CASE("server options: a config file's bad value or unknown key is refused, 
   REQUIRE(orphan.err.find("--l2-timeout: needs --l2") != std::string::npos);
   auto missing = parse({"--config", scratch_dir() + "/no-such.toml"});
   REQUIRE(std::get<int>(missing.result) == 2);
+}
+
+TEST_CASE("server options: the --events flags are checked at start-up, each naming itself", "[server][events]") {
+  const auto refused = [](std::vector<std::string> args, const std::string& flag) {
+    auto r = parse(std::move(args));
+    INFO(r.err);
+    REQUIRE(std::holds_alternative<int>(r.result));
+    REQUIRE(std::get<int>(r.result) == 2);
+    REQUIRE(r.err.find("invalid " + flag) != std::string::npos);
+  };
+  refused({"--events", "127.0.0.1:5557"}, "--events");  // no transport
+  refused({"--events", "tcp://127.0.0.1"}, "--events");  // no port
+  refused({"--events", "tcp://127.0.0.1:5557", "--events-replay", "tcp://127.0.0.1:5557"}, "--events-replay");
+  refused({"--events", "ipc:///tmp/e", "--events-format", "json"}, "--events-format");
+  refused({"--events", "ipc:///tmp/e", "--events-buffer", "-1"}, "--events-buffer");
+  refused({"--events-topic", "kv"}, "--events-topic");  // needs --events
+  auto ok = parse({"--events", "ipc:///tmp/e"});
+  REQUIRE(std::holds_alternative<ServerOptions>(ok.result));
+  REQUIRE(std::get<ServerOptions>(ok.result).events->format == server::EventFormat::map);  // vLLM main's
+  REQUIRE(std::get<ServerOptions>(ok.result).events->buffer == 10000);
 }
 
 TEST_CASE("server options: --drop-namespace reads no server option, and takes 64 hex digits only", "[server]") {

@@ -1,0 +1,90 @@
+// kvstrand-server's KV events (--events): what the node tier stores and
+// removes, on every medium, published as vLLM's own publisher does
+// (vllm/distributed/kv_events.py, ZmqEventPublisher), so that a router
+// written for vLLM's events reads the node's:
+// - a ZeroMQ PUB socket bound at --events; each batch is three frames:
+//   the topic (--events-topic), the batch's sequence number (8 bytes, big
+//   endian, from 0 at the server's start), the batch (kv_event_codec);
+// - a ROUTER socket at --events-replay, optionally: a request
+//   [identity, "", first sequence number (8 bytes)] is answered with every
+//   batch kept from that number on, each [identity, "", seq, batch], then
+//   [identity, "", -1 (8 bytes), ""]; the last --events-buffer batches are
+//   kept.
+// Events are batched by the strand's turn: what one request or one
+// completion changes goes out as one batch, after it. Sends never block
+// (PUB drops for a subscriber past its high-water mark, as vLLM's does).
+//
+// On the server's strand, like everything the server does.
+#pragma once
+
+#include <boost/asio/awaitable.hpp>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "common/expected.hpp"
+#include "common/strand.hpp"
+#include "server/kv_event_codec.hpp"
+
+namespace kvstrand::server {
+
+struct EventOptions {
+  std::string endpoint;         // --events: tcp://HOST:PORT or ipc://PATH
+  std::string replay_endpoint;  // --events-replay; "" for none
+  std::string topic;            // --events-topic
+  EventFormat format = EventFormat::map;
+  std::size_t buffer = 10000;   // --events-buffer: batches kept for replay
+};
+
+struct EventStats {
+  std::uint64_t batches = 0;
+  std::uint64_t stored = 0;   // BlockStored events
+  std::uint64_t removed = 0;  // BlockRemoved events
+  std::uint64_t cleared = 0;  // AllBlocksCleared events
+  std::uint64_t replays = 0;  // replay requests answered
+};
+
+class EventPublisher : public std::enable_shared_from_this<EventPublisher> {
+ public:
+  // Loads libzmq and binds the sockets; or why not, naming the option.
+  static common::Expected<std::shared_ptr<EventPublisher>> open(common::Strand strand, EventOptions options);
+  ~EventPublisher();
+  EventPublisher(const EventPublisher&) = delete;
+  EventPublisher& operator=(const EventPublisher&) = delete;
+
+  // Into the batch this turn of the strand sends.
+  void stored(std::string_view description, std::string_view medium);
+  void removed(std::string_view description, std::string_view medium);
+  void cleared();
+  // On the strand: the replay socket starts being served.
+  void start();
+  // Sends what is batched, then closes the sockets (waiting at most 1 s
+  // for the last batches to leave). On the strand.
+  void close();
+
+  const EventStats& stats() const noexcept { return st_; }
+  const EventOptions& options() const noexcept { return opt_; }
+
+ private:
+  struct Sockets;
+  EventPublisher(common::Strand strand, EventOptions options);
+  void added();
+  void flush();
+  boost::asio::awaitable<void> serve_replays();
+  void answer_replay();
+
+  common::Strand strand_;
+  EventOptions opt_;
+  std::unique_ptr<Sockets> z_;
+  msgpack::Writer batch_;  // the events of the batch being made
+  std::uint32_t count_ = 0;
+  bool flush_posted_ = false;
+  bool closed_ = false;
+  std::uint64_t next_seq_ = 0;
+  std::deque<std::pair<std::uint64_t, std::string>> kept_;  // (seq, batch), for replay
+  EventStats st_;
+};
+
+}  // namespace kvstrand::server
