@@ -3,6 +3,7 @@ hashes (each rank's or one replicated), their loss, reset_cache, a save
 announced only once every writing rank committed it and never when one
 failed, vLLM's group index."""
 
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -126,3 +127,39 @@ def test_kv_events_name_vllms_group_index(block_server):
     assert stored and {e.group_idx for e in stored} == {1}
     assert vllm.stats["mismatches"] == 0 and vllm.all_blocks_free()
     vllm.shutdown()
+
+
+def test_with_tier_events_from_the_server_vllms_block_hashes_reach_its_subscribers_and_the_engine_announces_none(
+        tmp_path):
+    from kv_event_subscriber import Subscriber, free_port
+    port, replay = free_port(), free_port()
+    endpoint, replay_endpoint = f"tcp://127.0.0.1:{port}", f"tcp://127.0.0.1:{replay}"
+    server = Server(extra=["--events", endpoint, "--events-replay", replay_endpoint])
+    sub = Subscriber(endpoint, replay_endpoint, "", "map")
+    vllm = MiniVllm(server.socket, caching=False, kv_events=True, tier_events="server")
+    try:
+        a = vllm.add("a", PREFIX + list(range(40)))
+        vllm.run()
+        hashes = block_hashes(a, 16)
+        end = time.monotonic() + 10
+        while True:
+            events = [e for batch in sub.replay(0).values() for e in batch]
+            stored = [e for e in events if e["type"] == "BlockStored"]
+            if sum(len(e["block_hashes"]) for e in stored) >= len(hashes) or time.monotonic() > end:
+                break
+            time.sleep(0.05)
+        assert [h for e in stored for h in e["block_hashes"]] == hashes
+        assert all(e["medium"] == "CPU" and e["block_size"] == 16 and e["group_idx"] == 0 for e in stored)
+        assert [t for e in stored for t in e["token_ids"]] == PREFIX
+        assert stored[0]["parent_block_hash"] is None
+        assert vllm.published == []  # the engine announces none of the tier's blocks itself
+        assert vllm.stats["mismatches"] == 0
+    finally:
+        vllm.shutdown()
+        sub.close()
+        server.stop()
+
+
+def test_tier_events_takes_engine_or_server_only():
+    with pytest.raises(Exception, match="tier_events"):
+        MiniVllm("/tmp/none.sock", tier_events="router")

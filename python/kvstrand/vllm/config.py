@@ -26,6 +26,13 @@ Extra config keys (a demanding default for each but the socket):
                        never loaded (default "": the model's revision, in
                        its id, is all that names the weights)
   replicated_across_tp every TP rank holds the same KV (MLA): one copy stored
+  tier_events          who announces the node tier's blocks to routers:
+                       "engine" (default: this engine, in vLLM's own KV
+                       events, medium CPU, what it stored itself) or
+                       "server" (kvstrand-server --events, for every engine
+                       on the node and every medium: each save sends its
+                       chunks' vLLM block hashes along; this engine
+                       announces none of the tier's blocks itself)
 
 KV-cache groups: one kvstrand registration per attention group vLLM's
 (hybrid) allocator presents, full attention and sliding window. Mamba /
@@ -188,6 +195,7 @@ class ConnectorConfig:
     weight_version: str
     drop_on_reset: bool
     replicated_across_tp: bool
+    tier_events: str
     num_blocks: int
     groups: list = field(default_factory=list)        # attention groups: one registration each
     state_groups: list = field(default_factory=list)  # Mamba groups (align mode): checkpoints of groups[0]
@@ -308,6 +316,7 @@ class ConnectorConfig:
             weight_version=get("weight_version", "", str),
             drop_on_reset=get("drop_on_reset", False, bool),
             replicated_across_tp=get("replicated_across_tp", False, bool),
+            tier_events=get("tier_events", "engine", str),
             num_blocks=int(getattr(kv_cache_config, "num_blocks", 0)),
             groups=groups,
             state_groups=state_groups,
@@ -315,6 +324,8 @@ class ConnectorConfig:
             speculative_method=str(getattr(spec_cfg, "method", "") or "") if spec_cfg else "",
             kv_events=kv_events,
         )
+        if cfg.tier_events not in ("engine", "server"):
+            raise config_error(OPTION_PREFIX + "tier_events", f"{cfg.tier_events!r} is not \"engine\" or \"server\"")
         if cfg.max_load_failures < 0:
             raise config_error(OPTION_PREFIX + "max_load_failures", f"{cfg.max_load_failures} is negative")
         if extra:

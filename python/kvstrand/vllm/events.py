@@ -76,6 +76,77 @@ except ImportError:
         return block_hash
 
 
+try:  # vLLM's own encoder (vLLM depends on msgspec); the one below otherwise
+    from msgspec.msgpack import encode as _msgpack  # type: ignore
+except ImportError:  # pragma: no cover - msgspec is there wherever vLLM is
+    _msgpack = None
+
+
+def _pack(value, out):
+    """MessagePack of None, bool, int, bytes, str, list, tuple, dict: what a
+    chunk's description holds."""
+    import struct
+    if value is None:
+        out += b"\xc0"
+    elif isinstance(value, bool):
+        out += b"\xc3" if value else b"\xc2"
+    elif isinstance(value, int):
+        if 0 <= value < 128:
+            out.append(value)
+        elif -32 <= value < 0:
+            out += struct.pack(">b", value)
+        elif value >= 0:
+            out += b"\xcf" + struct.pack(">Q", value)
+        else:
+            out += b"\xd3" + struct.pack(">q", value)
+    elif isinstance(value, (bytes, bytearray)):
+        out += b"\xc6" + struct.pack(">I", len(value)) + bytes(value)
+    elif isinstance(value, str):
+        b = value.encode()
+        out += b"\xdb" + struct.pack(">I", len(b)) + b
+    elif isinstance(value, (list, tuple)):
+        out += b"\xdd" + struct.pack(">I", len(value))
+        for v in value:
+            _pack(v, out)
+    elif isinstance(value, dict):
+        out += b"\xdf" + struct.pack(">I", len(value))
+        for k, v in value.items():
+            _pack(k, out)
+            _pack(v, out)
+    else:
+        raise TypeError(f"cannot describe a {type(value).__name__} in a KV event")
+    return out
+
+
+def encode(value):
+    return _msgpack(value) if _msgpack is not None else bytes(_pack(value, bytearray()))
+
+
+def describe_chunks(request, begin, end, block_size, chunk_tokens, group_idx):
+    """Per chunk of [begin, end) (chunk-aligned) of `request` (vLLM's), what
+    kvstrand-server announces of it in its KV events (docs/events.md): a
+    msgpack map of BlockStored's fields as vLLM fills them for this
+    request's blocks. None at all when vLLM did not hash its blocks
+    (prefix caching off): then nothing is announced."""
+    hashes = list(getattr(request, "block_hashes", None) or [])
+    bs = block_size
+    if len(hashes) < end // bs:
+        return []
+    lora = getattr(request, "lora_request", None)
+    lora_id = getattr(lora, "lora_int_id", None) if lora is not None else None
+    lora_name = getattr(lora, "lora_name", None) if lora is not None else None
+    tokens = request.prompt_token_ids
+    out = []
+    for c in range(begin, end, chunk_tokens):
+        first, last = c // bs, min(c + chunk_tokens, end) // bs
+        out.append(encode({
+            "block_hashes": [maybe_convert_block_hash(h) for h in hashes[first:last]],
+            "parent_block_hash": maybe_convert_block_hash(hashes[first - 1]) if first else None,
+            "token_ids": list(tokens[c:min(c + chunk_tokens, end)]), "block_size": bs,
+            "lora_id": lora_id, "lora_name": lora_name, "group_idx": group_idx}))
+    return out
+
+
 def _event(cls, **fields):
     """cls(**fields) without the fields this vLLM's class lacks (older
     releases have no lora_name, extra_keys or group_idx)."""

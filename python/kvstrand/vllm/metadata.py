@@ -23,6 +23,9 @@ class GroupPart:
     # save: per chunk, one per Mamba layer (-1 for a chunk end no step ended
     # on); a load: one per Mamba layer, written with the state at `end`.
     state_slots: list = field(default_factory=list)
+    # A save with tier_events "server": per chunk, its vLLM blocks described
+    # for the server's KV events (msgpack bytes, events.describe_chunks).
+    chunk_events: list = field(default_factory=list)
 
 
 @dataclass

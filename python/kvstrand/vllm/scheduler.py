@@ -27,7 +27,7 @@ import logging
 import kvstrand
 
 from . import keys
-from .events import EventLog, KvstrandKVEvents
+from .events import EventLog, KvstrandKVEvents, describe_chunks
 from .metadata import GroupPart, KvstrandConnectorMetadata, LoadJob, SaveJob
 
 log = logging.getLogger("kvstrand.vllm")
@@ -92,7 +92,10 @@ class SchedulerSide:
         # KV events, when vLLM publishes them: saves are announced once every
         # rank that writes to the tier committed them.
         writers = [rank for rank in range(cfg.tp_size) if kvstrand.writes_to_tier(self.layouts[rank][0])]
-        self.events = EventLog(writers, cfg.block_size, [g.index for g in cfg.groups]) if cfg.kv_events else None
+        # With tier_events "server", kvstrand-server announces the tier's
+        # blocks (each save carries their descriptions) and this engine none.
+        self.events = (EventLog(writers, cfg.block_size, [g.index for g in cfg.groups])
+                       if cfg.kv_events and cfg.tier_events == "engine" else None)
 
     # ---- helpers ----
     def _hashes(self, request):
@@ -371,6 +374,10 @@ class SchedulerSide:
             # so the next chunks are planned without waiting for its outcome.
             r.tracker.save_settled(bool(parts))
             if parts:
+                if self.cfg.tier_events == "server":
+                    for part in parts:
+                        part.chunk_events = describe_chunks(r.source, part.begin, part.end, self.cfg.block_size,
+                                                            self.cfg.chunk_tokens, self.cfg.groups[part.group].index)
                 job = SaveJob(req_id, save.begin, save.end, parts, self.next_save_id)
                 self.next_save_id += 1
                 meta.saves.append(job)

@@ -152,7 +152,8 @@ class WorkerSide:
             request=req_id, registration=self.registrations[part.group], tokens=kvstrand.TokenRange(part.begin, part.end),
             keys=[kvstrand.ChunkKey(self.namespaces[part.group], self.kv_rank, h) for h in part.chunk_hashes],
             blocks=list(part.block_ids), tier_lease=tier_lease,
-            with_state=with_state, state_slots=list(part.state_slots) if with_state else [])
+            with_state=with_state, state_slots=list(part.state_slots) if with_state else [],
+            chunk_events=list(part.chunk_events))
 
     def _part_ended(self, live, group, why=None):
         """One group's load ended (landed, or failed with `why`); the load
