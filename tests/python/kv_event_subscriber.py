@@ -51,6 +51,7 @@ class Subscriber:
     def __init__(self, endpoint, replay, topic, fmt):
         self.ctx = zmq.Context()
         self.sub = self.ctx.socket(zmq.SUB)
+        self.sub.setsockopt(zmq.LINGER, 0)
         self.sub.setsockopt(zmq.SUBSCRIBE, topic.encode())
         self.sub.connect(endpoint)
         self.replay_endpoint, self.topic, self.fmt = replay, topic, fmt
@@ -71,18 +72,21 @@ class Subscriber:
     def replay(self, first=0):
         """vLLM's replay: a DEALER sends the first sequence number wanted; batches come back until seq -1."""
         d = self.ctx.socket(zmq.DEALER)
-        d.connect(self.replay_endpoint)
-        d.send_multipart([b"", first.to_bytes(8, "big")])
-        got = {}
-        while True:
-            assert d.poll(5000), "no replay answer"
-            _, seq, payload = d.recv_multipart()
-            seq = int.from_bytes(seq, "big", signed=True)
-            if seq == -1:
-                assert payload == b""
-                break
-            got[seq] = decode_batch(payload, self.fmt)[1]
-        d.close(0)
+        d.setsockopt(zmq.LINGER, 0)  # a failed replay must not hold the context's end
+        try:
+            d.connect(self.replay_endpoint)
+            d.send_multipart([b"", first.to_bytes(8, "big")])
+            got = {}
+            while True:
+                assert d.poll(5000), "no replay answer in 5 s"
+                _, seq, payload = d.recv_multipart()
+                seq = int.from_bytes(seq, "big", signed=True)
+                if seq == -1:
+                    assert payload == b""
+                    break
+                got[seq] = decode_batch(payload, self.fmt)[1]
+        finally:
+            d.close(0)
         return got
 
     def events(self):
