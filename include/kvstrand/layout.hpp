@@ -41,6 +41,7 @@ struct SpeculativeConfig {
 // The most tokens one chunk may hold. Token counts are 32-bit; with this
 // bound a lookup of thousands of chunks stays far from wrapping them.
 inline constexpr std::uint32_t kMaxChunkTokens = 1u << 20;
+inline constexpr std::size_t kMaxTenantName = 64;
 
 struct Layout {
   std::string model_id;
@@ -64,6 +65,12 @@ struct Layout {
   // the block hashes alone cover only the tokens. Empty: not said (the
   // namespace is then the same as before this field existed).
   std::string weight_version;
+  // The tenant these objects belong to: a name, not a secret (a node
+  // server's metrics and quotas, --tenant-quota, are by it), of at most 64
+  // letters, digits, '.', '_' or '-'. In the namespace when set, so tenants
+  // never share a chunk (tenant_salt keeps their keys unguessable too).
+  // Empty: no tenant (the namespace is then the same as before this field).
+  std::string tenant;
 
   bool has_state() const noexcept { return checkpoint.image_bytes > 0; }
   // Tokens a hit must leave to compute: 1, or 2 under speculative decoding.
@@ -83,6 +90,8 @@ struct ConfigError {
 };
 
 std::optional<ConfigError> validate(const Layout& layout);
+// Why `name` cannot name a tenant (Layout::tenant); nothing when it can.
+std::optional<std::string> tenant_problem(std::string_view name);
 
 // Refuses an operator's layout override that names another layout when this
 // layout owns recurrent state: the stored state images would not fit it.

@@ -1,5 +1,6 @@
 #include <kvstrand/layout.hpp>
 
+#include <algorithm>
 #include <set>
 
 namespace kvstrand::kv {
@@ -12,6 +13,16 @@ std::uint64_t Layout::bytes_per_block() const noexcept {
 
 std::uint64_t Layout::object_bytes(bool with_image) const noexcept {
   return bytes_per_block() * blocks_per_chunk() + (with_image ? checkpoint.image_bytes : 0);
+}
+
+std::optional<std::string> tenant_problem(std::string_view name) {
+  // A metric label's value and a flag's: plain characters only.
+  if (name.size() <= kMaxTenantName && std::all_of(name.begin(), name.end(), [](char ch) {
+        return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '.' ||
+               ch == '_' || ch == '-';
+      }))
+    return std::nullopt;
+  return "'" + std::string(name) + "' is not a name of at most 64 letters, digits, '.', '_' or '-'";
 }
 
 std::optional<ConfigError> validate(const Layout& l) {
@@ -41,6 +52,7 @@ std::optional<ConfigError> validate(const Layout& l) {
   if (l.speculative.enabled() && l.speculative.method.empty())
     return err("speculative.method", "speculative decoding is on (num_tokens > 0) but no method is named");
   if (l.dtype.empty()) return err("dtype", "must name the KV dtype");
+  if (auto why = tenant_problem(l.tenant)) return err("tenant", *why);
   if (l.tp_size == 0 || l.tp_rank >= l.tp_size)
     return err("tp_rank", "must be < tp_size (" + std::to_string(l.tp_size) + "), got " + std::to_string(l.tp_rank));
   // Every size derived from these is a 64-bit product the tiers compute and

@@ -64,6 +64,7 @@ Digest namespace_of(const Layout& l) {
   // Only when said, so that every namespace from before the field keeps its
   // objects (a node tier's arena and disk outlive a client's upgrade).
   if (!l.weight_version.empty()) c.str("weight_version", l.weight_version);
+  if (!l.tenant.empty()) c.str("tenant", l.tenant);
 
   Digest out{};
   unsigned len = 0;

@@ -221,7 +221,11 @@ std::vector<std::byte> encode_request(const Request& req, std::uint64_t request_
                           w.u8(m.minor);
                           w.str(m.client);
                         },
-                        [&](const RegisterLayout& m) { put(w, m.layout); },
+                        [&](const RegisterLayout& m) {
+                          put(w, m.layout);
+                          // 2.4: the tenant after the layout, only when there is one.
+                          if (!m.layout.tenant.empty()) w.str(m.layout.tenant);
+                        },
                         [&](const Unregister& m) { w.u32(m.registration); },
                         [&](const Lookup& m) {
                           w.u32(m.registration);
@@ -263,7 +267,15 @@ common::Expected<Request> decode_request(std::uint16_t type, std::span<const std
       out = std::move(m);
       break;
     }
-    case Type::register_layout: out = RegisterLayout{get_layout(r)}; break;
+    case Type::register_layout: {
+      RegisterLayout m{get_layout(r)};
+      if (r.remaining() > 0) {
+        m.layout.tenant = r.str(kv::kMaxTenantName);
+        if (r.ok() && m.layout.tenant.empty()) r.fail();  // sent only when there is one
+      }
+      out = std::move(m);
+      break;
+    }
     case Type::unregister: out = Unregister{r.u32()}; break;
     case Type::lookup: {
       Lookup m;

@@ -32,7 +32,8 @@ using kv::Plane;
 
 inline constexpr std::uint32_t kMagic = 0x5453564b;  // "KVST" on the wire
 inline constexpr std::uint8_t kMajor = 2;
-// 2.1: adopt; 2.2: the hello reply's server_id; 2.3: drop; 2.4: a reserve's chunk events
+// 2.1: adopt; 2.2: the hello reply's server_id; 2.3: drop; 2.4: a reserve's
+// chunk events, a registration's tenant
 inline constexpr std::uint8_t kMinor = 4;
 // A chunk's event description (Reserve::events) is at most this long.
 inline constexpr std::size_t kMaxChunkEvent = 64u << 10;
@@ -78,7 +79,9 @@ struct Hello {
   std::uint8_t minor = kMinor;
   std::string client;
 };
-// The geometry only: the server never sees a client's device memory.
+// The geometry only: the server never sees a client's device memory. 2.4:
+// the layout's tenant, after it, when it has one (its objects are the
+// tenant's, for --tenant-quota).
 struct RegisterLayout {
   Layout layout;
 };

@@ -69,7 +69,7 @@ void bind_layout(py::module_& m) {
                        std::vector<kv::Plane> planes, std::uint32_t block_tokens, std::uint32_t chunk_tokens,
                        std::uint32_t sliding_window, kv::CheckpointSpec checkpoint, kv::SpeculativeConfig speculative,
                        std::string dtype, std::string tenant_salt, std::uint32_t tp_size, std::uint32_t tp_rank,
-                       bool replicated_across_tp, std::string weight_version) {
+                       bool replicated_across_tp, std::string weight_version, std::string tenant) {
              kv::Layout l;
              l.model_id = std::move(model_id);
              l.layout_name = std::move(layout_name);
@@ -86,13 +86,14 @@ void bind_layout(py::module_& m) {
              l.tp_rank = tp_rank;
              l.replicated_across_tp = replicated_across_tp;
              l.weight_version = std::move(weight_version);
+             l.tenant = std::move(tenant);
              return l;
            }),
            py::kw_only(), "model_id"_a = "", "layout_name"_a = "", "layout_version"_a = 1,
            "planes"_a = std::vector<kv::Plane>{}, "block_tokens"_a = 16, "chunk_tokens"_a = 256,
            "sliding_window"_a = 0, "checkpoint"_a = kv::CheckpointSpec{}, "speculative"_a = kv::SpeculativeConfig{},
            "dtype"_a = "", "tenant_salt"_a = "", "tp_size"_a = 1, "tp_rank"_a = 0, "replicated_across_tp"_a = false,
-           "weight_version"_a = "")
+           "weight_version"_a = "", "tenant"_a = "")
       .def_readwrite("model_id", &kv::Layout::model_id)
       .def_readwrite("layout_name", &kv::Layout::layout_name)
       .def_readwrite("layout_version", &kv::Layout::layout_version)
@@ -108,6 +109,9 @@ void bind_layout(py::module_& m) {
       .def_readwrite("tp_rank", &kv::Layout::tp_rank)
       .def_readwrite("replicated_across_tp", &kv::Layout::replicated_across_tp)
       .def_readwrite("weight_version", &kv::Layout::weight_version)
+      .def_readwrite("tenant", &kv::Layout::tenant,
+                     "The tenant's name (not a secret): in the namespace when set, and what a node server's "
+                     "--tenant-quota names")
       .def_property_readonly("has_state", &kv::Layout::has_state)
       .def_property_readonly("prefill_tail", &kv::Layout::prefill_tail)
       .def_property_readonly("blocks_per_chunk", &kv::Layout::blocks_per_chunk)
@@ -127,6 +131,9 @@ void bind_layout(py::module_& m) {
   m.def(
       "namespace_of", [](const kv::Layout& l) { return to_bytes(kv::namespace_of(l)); }, "layout"_a,
       "The 32-byte namespace: a stable hash of everything in the layout that moves the stored bytes (not the rank).");
+  m.def(
+      "tenant_problem", [](const std::string& name) { return kv::tenant_problem(name); }, "name"_a,
+      "Why `name` cannot name a tenant (Layout.tenant), or None when it can.");
   m.def("kv_rank_of", &kv::kv_rank_of, "layout"_a,
         "The rank part of this layout's keys (0 for every rank when replicated_across_tp).");
   m.def("writes_to_tier", &kv::writes_to_tier, "layout"_a,

@@ -270,7 +270,18 @@ Failure RemoteIndex::unreachable(const std::string& why) const {
 asio::awaitable<Failure> RemoteIndex::register_one(std::size_t i, Clock::time_point until) {
   // GCC 12 destroys twice the non-trivial temporaries of a co_await
   // expression: requests and results are named variables here.
-  Request reg_req = RegisterLayout{regs_[i]->layout};
+  kv::Layout sent = regs_[i]->layout;
+  // A 2.3 server refuses bytes after the layout. Its keys still keep the
+  // tenant apart (the name is in their namespace); only its quota is lost.
+  if (server_minor_ < 4 && !sent.tenant.empty()) {
+    if (!warned_tenant_)
+      spdlog::warn("kvstrand: node tier: kvstrand-server at {} speaks protocol 2.{}: tenant '{}' is not told to it "
+                   "(no --tenant-quota applies; keys stay the tenant's own)",
+                   opt_.socket, server_minor_, sent.tenant);
+    warned_tenant_ = true;
+    sent.tenant.clear();
+  }
+  Request reg_req = RegisterLayout{std::move(sent)};
   std::pair<std::error_code, Reply> reg = co_await calls_.call(std::move(reg_req), until);
   if (reg.first) co_return unreachable("no answer to registration " + std::to_string(i) + ": " + reg.first.message());
   server_regs_.resize(i + 1);

@@ -49,6 +49,7 @@ TEST_CASE("namespace: every field that moves the stored bytes changes it (F16)",
       {"tp_rank_collapse", [](kv::Layout& l) { l.replicated_across_tp = true; }},
       {"tenant_salt", [](kv::Layout& l) { l.tenant_salt = "tenant-b"; }},
       {"weight_version", [](kv::Layout& l) { l.weight_version = "rev-2"; }},
+      {"tenant", [](kv::Layout& l) { l.tenant = "team-b"; }},
   };
   for (const Case& c : cases) {
     kv::Layout l = reference_layout();

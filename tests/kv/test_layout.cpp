@@ -35,6 +35,8 @@ TEST_CASE("layout: each bad option is refused by name", "[kv][layout]") {
       {"speculative.method", [](kv::Layout& l) { l.speculative.num_tokens = 2; }},
       {"dtype", [](kv::Layout& l) { l.dtype.clear(); }},
       {"tp_rank", [](kv::Layout& l) { l.tp_rank = 4; }},
+      {"tenant", [](kv::Layout& l) { l.tenant = "team a"; }},  // a space: not a metric label's name
+      {"tenant", [](kv::Layout& l) { l.tenant = std::string(65, 'a'); }},
   };
   for (const Case& c : cases) {
     kv::Layout l = reference_layout();

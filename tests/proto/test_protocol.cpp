@@ -72,10 +72,29 @@ TEST_CASE("protocol: a request cut short at any byte is refused, never read past
     body.push_back(std::byte{0});  // and one byte too many
     const auto longer = decode_request(h.type, body);
     REQUIRE_FALSE(longer.has_value());
-    // A reserve's byte after its images starts its 2.4 events: cut short.
-    REQUIRE(longer.why().find(type_of(req) == Type::reserve ? "truncated or malformed" : "unexpected bytes") !=
-            std::string::npos);
+    // A reserve's byte after its images starts its 2.4 events, a
+    // registration's after its layout its tenant: cut short.
+    const bool tail = type_of(req) == Type::reserve || type_of(req) == Type::register_layout;
+    REQUIRE(longer.why().find(tail ? "truncated or malformed" : "unexpected bytes") != std::string::npos);
   }
+}
+
+TEST_CASE("protocol: a registration's tenant (2.4) comes after the 2.3 layout's bytes, only when set", "[kv][protocol]") {
+  RegisterLayout plain{test::reference_layout()};
+  RegisterLayout named = plain;
+  named.layout.tenant = "team-a";
+  const auto [h, body] = split(encode_request(named, 5));
+  auto back = decode_request(h.type, body);
+  REQUIRE(back.has_value());
+  REQUIRE(std::get<RegisterLayout>(*back).layout.tenant == "team-a");
+  const auto [h23, body23] = split(encode_request(plain, 5));
+  REQUIRE(body.size() == body23.size() + 4 + 6);
+  REQUIRE(std::equal(body23.begin(), body23.end(), body.begin()));
+  for (std::size_t n = body23.size() + 1; n < body.size(); ++n)
+    REQUIRE_FALSE(decode_request(h.type, std::span(body).first(n)).has_value());
+  named.layout.tenant = std::string(kv::kMaxTenantName + 1, 'a');
+  const auto [hl, bl] = split(encode_request(named, 5));
+  REQUIRE_FALSE(decode_request(hl.type, bl).has_value());
 }
 
 TEST_CASE("protocol: a reserve's chunk events (2.4) round-trip, come after the 2.3 reserve's bytes, and are one per "

@@ -331,6 +331,22 @@ TEST_CASE("node tier: chunk events go to a 2.4 server with the reserve, and neve
   }
 }
 
+TEST_CASE("node tier: a layout's tenant is told to a 2.4 server, never to a 2.3 one, which serves it all the same",
+          "[server][reactor][tenants]") {
+  if (!device_present()) return;
+  for (std::uint8_t minor : {std::uint8_t{3}, std::uint8_t{4}}) {
+    INFO("server 2." << int(minor));
+    WrongReplyServer srv(WrongReplyServer::speaking_minor(minor));
+    reactor::ConnectorOptions o;
+    o.server_socket = srv.socket_path();
+    Rig rig(o, 64, "team-a");
+    rig.conn->save(rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8)));
+    const auto f = rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); });
+    REQUIRE(f.saves[0].ok);
+    REQUIRE(srv.tenants() == (minor >= 4 ? 1 : 0));
+  }
+}
+
 TEST_CASE("node tier: a lookup whose hit is not loaded gives its lease back at once (F20)", "[server][reactor][gpu]") {
   if (!device_present()) return;
   ServerProcess srv(kServerFlags);

@@ -66,8 +66,9 @@ class WrongReplyServer {
   int releases() const { return releases_; }
   std::uint64_t last_released() const { return last_released_; }
   int drops() const { return drops_; }
-  // Reserves that carried chunk events (protocol 2.4).
+  // Reserves that carried chunk events, registrations that named a tenant (protocol 2.4).
   int described() const { return described_; }
+  int tenants() const { return tenants_; }
   void drop() {
     if (conn_ >= 0) ::shutdown(conn_, SHUT_RDWR);
   }
@@ -112,6 +113,10 @@ class WrongReplyServer {
         ++releases_;
       }
       if (type == Type::drop) ++drops_;
+      if (type == Type::register_layout && !std::get<RegisterLayout>(*req).layout.tenant.empty()) {
+        ++tenants_;
+        if (mode_.minor < 4) return;  // a 2.3 server's decoder refuses the bytes after the layout
+      }
       if (type == Type::reserve && !std::get<Reserve>(*req).events.empty()) {
         ++described_;
         if (mode_.minor < 4) return;  // a 2.3 server's decoder refuses the bytes after the images
@@ -164,6 +169,7 @@ class WrongReplyServer {
   std::atomic<int> releases_{0};
   std::atomic<int> drops_{0};
   std::atomic<int> described_{0};
+  std::atomic<int> tenants_{0};
   std::atomic<bool> held_{false}, stopping_{false};
   std::atomic<std::uint64_t> last_released_{0};
   std::thread thread_;

@@ -48,7 +48,7 @@ struct Rig {
   reactor::Connector::TierStreams streams;
   std::unique_ptr<reactor::Connector> conn;
 
-  explicit Rig(reactor::ConnectorOptions opts = {}, std::uint64_t tier_objects = 64) {
+  explicit Rig(reactor::ConnectorOptions opts = {}, std::uint64_t tier_objects = 64, std::string tenant = {}) {
     layout.model_id = "rig";
     layout.layout_name = "rig";
     layout.planes = {{"k", kPlaneBlockBytes}, {"v", kPlaneBlockBytes}, {"idx", kPlaneBlockBytes}};
@@ -56,6 +56,7 @@ struct Rig {
     layout.chunk_tokens = 64;
     layout.checkpoint = {"ring", 512, 64};
     layout.dtype = "bf16";
+    layout.tenant = std::move(tenant);
     ns = kv::namespace_of(layout);
     for (int p = 0; p < 3; ++p) planes.push_back(must(hip::DeviceBuffer::allocate(kBlocks * kPlaneBlockBytes)));
     state.emplace(must(hip::DeviceBuffer::allocate(kSlots * 512)));
