@@ -236,7 +236,7 @@ int main(int argc, char** argv) {
     for (std::uint32_t i = 0; i < chunks; i += prompt_chunks) {
       std::vector<kv::ChunkKey> prompt(keys.begin() + i, keys.begin() + i + prompt_chunks);
       const std::size_t got = on_strand([&]() -> asio::awaitable<std::size_t> {
-        co_return (co_await into->promote(fresh.index, std::move(prompt))).have;
+        co_return (co_await into->promote(fresh.index, std::move(prompt), tier::TenantId{0})).have;
       });
       if (got != prompt_chunks) die("a promotion found " + std::to_string(got) + " of " + std::to_string(prompt_chunks));
     }

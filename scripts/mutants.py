@@ -74,8 +74,8 @@ MUTANTS = [
      [("test_request_service", "*miss is counted by why*"), ("test_disk_tier", "disk: a flipped byte*")],
      "a value the disk or L2 refused is counted as never stored"),
     ("index-forgets-evictions", "src/tier/index.cpp",
-     "    ++evicted_[fp];",
-     "    (void)fp;",
+     "  ++evicted_[fp];",
+     "  (void)fp;",
      [("test_index", "*remembers the keys it evicted*"), ("test_request_service", "*miss is counted by why*")],
      "an evicted chunk's miss is counted as never stored"),
     ("adopt-twice", "src/tier/index.cpp",
@@ -428,6 +428,32 @@ MUTANTS = [
      "            chunk_events=list(part.chunk_events))",
      "            chunk_events=[])",
      [("pytest:test_vllm_events.py", "tier_events_from_the_server")], "tier_events server: the server announces nothing"),
+    # Tenants (--tenant-quota, a layout's tenant).
+    ("tenants-plain-clock", "src/tier/index.cpp",
+     "  if (!tenants_) return evict_matching([](const Object&) { return true; });",
+     "  return evict_matching([](const Object&) { return true; });",
+     [("test_index", "index: a tenant past its quota*"),
+      ("pytest:test_server_tenants.py", "flooding_its_quota")], "a flooding tenant evicts another's reserve"),
+    ("tenants-past-quota-takes-others", "src/tier/index.cpp",
+     "  if (tenants_->would_pass(tenant, object_bytes_)) return evict_matching(own) || evict_matching(spare);",
+     "  if (false) return evict_matching(own) || evict_matching(spare);",
+     [("test_index", "index: a tenant past its quota*")], "a tenant past its quota takes what others hold above theirs first"),
+    ("tenants-spare-below-quota", "src/tier/tenant_book.cpp",
+     "  return x.quota == kNoQuota || (x.used >= bytes && x.used - bytes >= x.quota);",
+     "  return x.quota == kNoQuota || x.used >= bytes;",
+     [("test_index", "index: a tenant whose only victims*")], "a tenant is evicted below its quota"),
+    ("tenants-not-in-namespace", "src/kv/namespace_id.cpp",
+     "  if (!l.tenant.empty()) c.str(\"tenant\", l.tenant);",
+     "  (void)l.tenant;",
+     [("test_chunk_keys", "namespace: every field that moves*")], "two tenants share chunks"),
+    ("tenants-to-old-server", "src/reactor/remote_index.cpp",
+     "  if (server_minor_ < 4 && !sent.tenant.empty()) {",
+     "  if (false) {",
+     [("test_node_tier", "node tier: a layout's tenant is told*")], "a 2.3 server is sent a tenant it refuses"),
+    ("tenants-disk-unshared", "src/server/tier_server.cpp",
+     "  if (impl_->disk) impl_->disk->set_tenants(*impl_->tenants, impl_->arena->bytes());",
+     "  (void)impl_->disk;",
+     [("pytest:test_server_tenants.py", "on_the_disk_too")], "a flooding tenant evicts another's disk objects"),
     # kvstrand.vllm under vLLM's bookkeeping: ("pytest:FILE", "-k" expression).
     ("vllm-abort-double-free", "python/kvstrand/vllm/scheduler.py",
      "        if r.load_blocks is not None:\n",
@@ -979,9 +1005,11 @@ def test_command(build, scratch, binary, filt):
             "pytest", "-q", "-p", "no:cacheprovider", os.path.join(scratch, "tests", "python", path), "-k", filt]
 
 
-def build_target(test):
-    """What a test needs built: its binary, or the Python module (which copies the package)."""
-    return "kvstrand_python" if test.startswith("pytest:") else test
+def build_targets(test):
+    """What a test needs built: its binary, or the Python module (which copies
+    the package) and the server the Python suite starts (a mutant of the
+    server checked by a Python test is rebuilt into it)."""
+    return ["kvstrand_python", "kvstrand-server"] if test.startswith("pytest:") else [test]
 
 
 def main(argv):
@@ -1018,7 +1046,8 @@ def main(argv):
     if cfg.returncode != 0:
         print(cfg.stdout)
         return 2
-    targets = sorted({build_target(t) for m in chosen for t, _ in m[4]} | {"kvstrand-server", "kvstrand-tier-client"})
+    targets = sorted({b for m in chosen for t, _ in m[4] for b in build_targets(t)} |
+                     {"kvstrand-server", "kvstrand-tier-client"})
     t0 = time.time()
     base = run(["cmake", "--build", "build", "--target", *targets], scratch)
     if base.returncode != 0:
@@ -1036,7 +1065,8 @@ def main(argv):
         open(file, "w").write(text.replace(old, new))
         try:
             t0 = time.time()
-            b = run(["cmake", "--build", "build", "--target", *sorted({build_target(t) for t, _ in tests})], scratch)
+            b = run(["cmake", "--build", "build", "--target", *sorted({b for t, _ in tests for b in build_targets(t)})],
+                    scratch)
             if b.returncode != 0:
                 verdict, why = "NOT BUILT", b.stdout[-600:]
             else:

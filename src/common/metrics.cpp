@@ -80,6 +80,14 @@ void PromText::counter(std::string_view name, std::string_view help, const Label
   }
 }
 
+void PromText::gauge(std::string_view name, std::string_view help, const LabeledCounter& values) {
+  head(name, help, "gauge");
+  for (const auto& [l, v] : values) {
+    out_ += name;
+    out_ += '{' + l + "} " + std::to_string(v) + '\n';
+  }
+}
+
 void PromText::counter(std::string_view name, std::string_view help, std::uint64_t value) {
   head(name, help, "counter");
   out_ += name;

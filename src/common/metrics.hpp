@@ -48,6 +48,8 @@ class PromText {
   void counter(std::string_view name, std::string_view help, const LabeledCounter& values);
   void counter(std::string_view name, std::string_view help, std::uint64_t value);
   void gauge(std::string_view name, std::string_view help, double value);
+  // Gauges by label set (integral values).
+  void gauge(std::string_view name, std::string_view help, const LabeledCounter& values);
   void histogram(std::string_view name, std::string_view help, const Histogram& h);
   // An info gauge: always 1, what it says is in its labels (labels()).
   void info(std::string_view name, std::string_view help, std::string_view label_set);

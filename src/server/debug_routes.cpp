@@ -90,6 +90,14 @@ common::HttpRoutes debug_routes(ServerState state) {
     for (std::size_t i = 0; i < by_size.size() && i < kListedNamespaces; ++i)
       namespaces.push_back(json::object{{"namespace", kv::to_hex(by_size[i].second)}, {"bytes", by_size[i].first}});
     o["namespaces"] = std::move(namespaces);
+    json::array tenants;
+    for (tier::TenantId t = 0; st.tenants && t < st.tenants->size(); ++t) {
+      json::object one{{"tenant", st.tenants->name(t)}, {"bytes", st.tenants->used(t)},
+                       {"evictions", st.tenants->evicted(t)}};
+      if (st.tenants->quota(t) != tier::TenantBook::kNoQuota) one["quota_bytes"] = st.tenants->quota(t);
+      tenants.push_back(std::move(one));
+    }
+    o["tenants"] = std::move(tenants);
     if (!st.fill_error.empty()) o["fill_error"] = st.fill_error;
     if (st.recovery.named) {
       json::object rec{{"path", st.arena.path()},
@@ -208,6 +216,22 @@ common::HttpRoutes debug_routes(ServerState state) {
                 l.purge_failed);
       p.counter("kvstrand_server_l2_redirects_total", "MOVED and ASK redirections followed",
                 l.redis.moved + l.redis.asked);
+    }
+    if (st.tenants != nullptr) {
+      common::LabeledCounter bytes, quota, evicted;
+      const auto each = [&](const tier::TenantBook& book, const char* level) {
+        for (tier::TenantId t = 0; t < book.size(); ++t) {
+          const std::string l = common::labels({{"tenant", book.name(t)}, {"level", level}});
+          bytes[l] = book.used(t);
+          evicted[l] = book.evicted(t);
+          if (book.quota(t) != tier::TenantBook::kNoQuota) quota[l] = book.quota(t);
+        }
+      };
+      each(*st.tenants, "arena");
+      if (st.disk != nullptr && st.disk->tenants() != nullptr) each(*st.disk->tenants(), "disk");
+      p.gauge("kvstrand_server_tenant_bytes", "Bytes each tenant's objects take, by level", bytes);
+      p.gauge("kvstrand_server_tenant_quota_bytes", "Each tenant's quota, by level (--tenant-quota)", quota);
+      p.counter("kvstrand_server_tenant_evictions_total", "Objects of each tenant evicted, by level", evicted);
     }
     if (st.events != nullptr) {
       const EventStats e = st.events->publisher().stats();

@@ -35,6 +35,7 @@ struct ServerState {
   const L2Tier* l2;  // null without --l2
   const DiskTier* disk;  // null without --disk
   const TierEvents* events;  // null without --events
+  const tier::TenantBook* tenants;  // the arena's
   const std::uint32_t& mapped_slabs;  // of the server's own mapping, faulted in
   const common::LabeledCounter& requests;
   const common::LabeledCounter& lookup_misses;  // RequestService::lookup_misses

@@ -258,7 +258,10 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
     }
     disk.make_room(*d, 1);
     std::uint32_t dslot = 0;
-    const tier::Index::Reserve r = d->reserve(key, q.image, &dslot);
+    // The disk's shares are its own (TenantBook::scaled), by name.
+    const tier::TenantId tenant =
+        arena_tenants && disk_tenants ? disk_tenants->id_of(arena_tenants->name(q.index->tenant_at(q.slot))) : 0;
+    const tier::Index::Reserve r = d->reserve(key, q.image, &dslot, tenant);
     if (r != tier::Index::Reserve::reserved) {
       if (r == tier::Index::Reserve::full) ++st.write_dropped;  // every disk slot of its size is being read
       unpin();
@@ -378,7 +381,7 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
     if (--j.batch->left == 0) j.batch->timer.cancel();
   }
 
-  asio::awaitable<Promoted> promote(tier::Index& idx, std::vector<kv::ChunkKey> keys) {
+  asio::awaitable<Promoted> promote(tier::Index& idx, std::vector<kv::ChunkKey> keys, tier::TenantId tenant) {
     auto keep = shared_from_this();
     tier::Index* d = closing ? nullptr : disk.index(idx.object_bytes());
     if (d == nullptr || keys.empty()) co_return Promoted{idx.present_run(keys)};
@@ -395,7 +398,7 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
     for (std::size_t i = 0; i < n; ++i) {
       const bool image = d->image_at((*dslots)[i]);
       std::uint32_t aslot = 0;
-      const tier::Index::Reserve r = idx.reserve(keys[i], image, &aslot);
+      const tier::Index::Reserve r = idx.reserve(keys[i], image, &aslot, tenant);
       if (r == tier::Index::Reserve::reserved) {
         if (events) events->copy(*d, (*dslots)[i], idx, aslot);
         Job j;
@@ -544,6 +547,8 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
   bool warned_read = false, warned_write = false;
   DiskStats st;
   TierEvents* events = nullptr;
+  const tier::TenantBook* arena_tenants = nullptr;  // with the server's tenants
+  std::unique_ptr<tier::TenantBook> disk_tenants;
   // Descriptions found in the slot headers at the start, until the server
   // takes them (its first KV event batch).
   std::unordered_map<kv::ChunkKey, std::string, tier::ChunkKeyHash> recovered_descriptions;
@@ -569,6 +574,13 @@ DiskTier::~DiskTier() {
 }
 
 void DiskTier::start() { impl_->ring->start(); }
+void DiskTier::set_tenants(const tier::TenantBook& arena, std::uint64_t arena_bytes) {
+  impl_->arena_tenants = &arena;
+  const double disk = static_cast<double>(stats().capacity_bytes);
+  impl_->disk_tenants = std::make_unique<tier::TenantBook>(arena.scaled(disk / static_cast<double>(arena_bytes)));
+  impl_->disk.set_tenants(impl_->disk_tenants.get());
+}
+const tier::TenantBook* DiskTier::tenants() const { return impl_->disk_tenants.get(); }
 void DiskTier::set_events(TierEvents* events) {
   impl_->events = events;
   if (events) events->watch(impl_->disk, "DISK");
@@ -581,8 +593,9 @@ void DiskTier::committed(tier::Index& index, std::span<const std::uint32_t> slot
 
 std::size_t DiskTier::drop(const kv::Digest& ns) { return impl_->drop(ns); }
 
-asio::awaitable<Promoted> DiskTier::promote(tier::Index& index, std::vector<kv::ChunkKey> keys) {
-  co_return co_await impl_->promote(index, std::move(keys));
+asio::awaitable<Promoted> DiskTier::promote(tier::Index& index, std::vector<kv::ChunkKey> keys,
+                                            tier::TenantId tenant) {
+  co_return co_await impl_->promote(index, std::move(keys), tenant);
 }
 asio::awaitable<std::size_t> DiskTier::drain(std::chrono::milliseconds bound) {
   co_return co_await impl_->drain(bound);

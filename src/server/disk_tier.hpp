@@ -110,7 +110,8 @@ class DiskTier final : public LowerLevel {
   // Reads into the arena the run of `keys` (from keys[0]) that the disk
   // holds; waits at most the timeout. Returns how many of keys[0..] are in
   // the arena now, in a row.
-  boost::asio::awaitable<Promoted> promote(tier::Index& index, std::vector<kv::ChunkKey> keys) override;
+  boost::asio::awaitable<Promoted> promote(tier::Index& index, std::vector<kv::ChunkKey> keys,
+                                           tier::TenantId tenant) override;
   // Frees the disk's objects of `ns` (those being read when their reads
   // end, those being written at their commit), clears their slot headers
   // so that a restarted server does not find them, and forgets those
@@ -127,6 +128,10 @@ class DiskTier final : public LowerLevel {
   // With --events: the disk's objects are announced on medium "DISK", and
   // each keeps its description in its header block.
   void set_events(TierEvents* events);
+  // Tenants' shares of the disk: each tenant's quota of the arena
+  // (`arena`, of `arena_bytes`), in proportion to the disk's size.
+  void set_tenants(const tier::TenantBook& arena, std::uint64_t arena_bytes);
+  const tier::TenantBook* tenants() const;  // null before set_tenants
   // The descriptions its start found, by key (once).
   std::unordered_map<kv::ChunkKey, std::string, tier::ChunkKeyHash> take_recovered_descriptions();
 

@@ -196,7 +196,7 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
     if (whole && !self->stopped) self->dropped.erase(ns);
   }
 
-  asio::awaitable<Promoted> promote(tier::Index& idx, std::vector<kv::ChunkKey> keys) {
+  asio::awaitable<Promoted> promote(tier::Index& idx, std::vector<kv::ChunkKey> keys, tier::TenantId tenant) {
     auto keep = shared_from_this();
     // A lookup's keys are one registration's: one namespace.
     if (!ready || stopped || keys.empty() || dropped.contains(keys.front().ns)) co_return Promoted{};
@@ -254,7 +254,8 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
     for (std::size_t i = 0; i < n; ++i) images[i] = found[i].has_image;
     classes.make_room(idx, n);
     tier::Index::Reservation res =
-        idx.reserve(std::span<const kv::ChunkKey>(keys.data(), n), std::span<const bool>(images.get(), n), kL2Owner);
+        idx.reserve(std::span<const kv::ChunkKey>(keys.data(), n), std::span<const bool>(images.get(), n), kL2Owner,
+                    tenant);
     std::size_t stored = 0;
     for (std::size_t i = 0; i < n; ++i) {
       if (res.chunks[i] == tier::Index::Chunk::full) break;
@@ -334,8 +335,9 @@ void L2Tier::committed(tier::Index& index, std::span<const std::uint32_t> slots)
 
 std::size_t L2Tier::drop(const kv::Digest& ns) { return impl_->drop(ns); }
 
-asio::awaitable<Promoted> L2Tier::promote(tier::Index& index, std::vector<kv::ChunkKey> keys) {
-  co_return co_await impl_->promote(index, std::move(keys));
+asio::awaitable<Promoted> L2Tier::promote(tier::Index& index, std::vector<kv::ChunkKey> keys,
+                                          tier::TenantId tenant) {
+  co_return co_await impl_->promote(index, std::move(keys), tenant);
 }
 
 L2Stats L2Tier::stats() const {

@@ -90,7 +90,8 @@ class L2Tier final : public LowerLevel {
   void committed(tier::Index& index, std::span<const std::uint32_t> slots) override;
   // Copies into the arena the run of `keys` (from keys[0]) that L2 holds and
   // the arena does not. Returns how many of keys[0..] are now stored.
-  boost::asio::awaitable<Promoted> promote(tier::Index& index, std::vector<kv::ChunkKey> keys) override;
+  boost::asio::awaitable<Promoted> promote(tier::Index& index, std::vector<kv::ChunkKey> keys,
+                                           tier::TenantId tenant) override;
   // Queues none of `ns` to write, promotes none of it from now on, and
   // deletes its values from every master in the background (SCAN, UNLINK);
   // once every master was scanned to its end the namespace is promoted

@@ -41,8 +41,10 @@ class LowerLevel {
   // is queued to be written behind, or dropped and counted; never waited for.
   virtual void committed(tier::Index& index, std::span<const std::uint32_t> slots) = 0;
   // Copies into the arena the run of `keys` (from keys[0]) that this level
-  // holds, bounded by the level's own timeout.
-  virtual boost::asio::awaitable<Promoted> promote(tier::Index& index, std::vector<kv::ChunkKey> keys) = 0;
+  // holds, bounded by the level's own timeout; the objects are `tenant`'s
+  // (the asking registration's: the keys' namespace is its own).
+  virtual boost::asio::awaitable<Promoted> promote(tier::Index& index, std::vector<kv::ChunkKey> keys,
+                                                   tier::TenantId tenant) = 0;
   // Drops every object of namespace `ns` this level holds or has queued to
   // write; none is promoted after. Returns how many it dropped.
   virtual std::size_t drop(const kv::Digest& ns) = 0;

@@ -23,7 +23,7 @@ boost::asio::awaitable<void> RequestService::promote(Client& c, const Lookup& m,
   for (LowerLevel* level : levels_) {
     if (have == m.keys.size() || gone) break;
     std::vector<kv::ChunkKey> rest(m.keys.begin() + static_cast<std::ptrdiff_t>(have), m.keys.end());
-    const Promoted p = co_await level->promote(*into, std::move(rest));
+    const Promoted p = co_await level->promote(*into, std::move(rest), c.regs.at(m.registration).tenant);
     have += p.have;
     // The nearest level's reason: what the chunk it stopped at had there.
     if (c.promote_miss == LevelMiss::none) c.promote_miss = p.why;
@@ -94,7 +94,7 @@ Reply RequestService::register_layout(Client& c, const RegisterLayout& m) {
                                          std::to_string(tier::SizeClasses::kMaxClasses + 1) +
                                          "th object size this server serves");
   const std::uint32_t id = next_reg_++;
-  c.regs[id] = Client::Reg{l, idx};
+  c.regs[id] = Client::Reg{l, idx, tenants_ ? tenants_->id_of(l.tenant) : tier::TenantId{0}};
   return Reply{Status::ok, "", RegisterReply{id, object}};
 }
 
@@ -173,7 +173,8 @@ Reply RequestService::reserve(Client& c, const Reserve& m) {
   std::unique_ptr<bool[]> images(new bool[m.keys.size()]);
   for (std::size_t i = 0; i < m.keys.size(); ++i) images[i] = m.images[i] != 0;
   classes_.make_room(index, m.keys.size() - index.present_run(m.keys));
-  tier::Index::Reservation res = index.reserve(m.keys, std::span<const bool>(images.get(), m.keys.size()), c.owner);
+  tier::Index::Reservation res =
+      index.reserve(m.keys, std::span<const bool>(images.get(), m.keys.size()), c.owner, it->second.tenant);
   if (events_ != nullptr && !m.events.empty()) describe(index, m, res);
   ReserveReply r;
   r.reservation = res.id;

@@ -47,6 +47,7 @@ struct Client {
   struct Reg {
     kv::Layout layout;
     tier::Index* index = nullptr;  // the size class of its objects
+    tier::TenantId tenant = 0;     // whose objects it stores (Layout::tenant)
   };
   std::uint64_t session = 0;
   tier::Owner owner = 0;  // the client's process: what it holds is the process's
@@ -84,6 +85,8 @@ class RequestService {
   const common::LabeledCounter& lookup_misses() const noexcept { return lookup_misses_; }
   // With --events: the chunk descriptions reserves carry are kept for them.
   void set_events(TierEvents* events) noexcept { events_ = events; }
+  // The arena's tenants: a registration's objects are its layout's tenant's.
+  void set_tenants(tier::TenantBook* tenants) noexcept { tenants_ = tenants; }
 
  private:
   proto::Reply register_layout(Client& c, const proto::RegisterLayout& m);
@@ -104,6 +107,7 @@ class RequestService {
   common::LabeledCounter lookup_misses_;
   std::set<kv::Digest> dropped_;  // namespaces dropped on this server
   TierEvents* events_ = nullptr;
+  tier::TenantBook* tenants_ = nullptr;
   bool warned_description_ = false;
 };
 

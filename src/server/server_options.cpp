@@ -136,6 +136,14 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
                  "Objects waiting to be written to disk at most (each held in the arena until written, together at "
                  "most an eighth of the arena); more are dropped and counted")
       ->capture_default_str();
+  std::vector<std::string> tenant_quotas;
+  std::string tenant_default;
+  app.add_option("--tenant-quota", tenant_quotas,
+                 "NAME=BYTES: tenant NAME (a layout's tenant) may hold this much of the arena (and the same share of "
+                 "the disk), and no other tenant evicts it below that; give it once per tenant, e.g. team-a=40G");
+  app.add_option("--tenant-quota-default", tenant_default,
+                 "The quota of every tenant --tenant-quota does not name, the one with no name included (default: "
+                 "none, and no reserve)");
   std::string events, events_replay, events_topic, events_format = "map";
   long long events_buffer = 10000;
   app.add_option("--events", events,
@@ -317,6 +325,27 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
   } else {
     for (const char* f : {"--disk-bytes", "--disk-timeout", "--disk-queue"})
       if (app.get_option(f)->count() > 0) return refuse(f, "needs --disk");
+  }
+  std::uint64_t reserved_total = 0;
+  for (const std::string& t : tenant_quotas) {
+    const auto eq = t.find('=');
+    const std::string name = eq == std::string::npos ? "" : t.substr(0, eq);
+    auto q = eq == std::string::npos ? std::nullopt : common::parse_bytes(t.substr(eq + 1));
+    if (name.empty() || !q || *q == 0) return refuse("--tenant-quota", "'" + t + "' is not NAME=BYTES, e.g. team-a=40G");
+    if (auto why = kv::tenant_problem(name)) return refuse("--tenant-quota", *why);
+    if (!o.tenant_quotas.emplace(name, *q).second) return refuse("--tenant-quota", "tenant '" + name + "' is given twice");
+    reserved_total += *q;
+  }
+  // Each quota is also a reserve no other tenant evicts: more than the arena
+  // could not be kept.
+  if (reserved_total > o.tier_bytes)
+    return refuse("--tenant-quota", "the quotas add up to " + common::format_bytes(reserved_total) +
+                                        ", more than --tier-bytes (" + common::format_bytes(o.tier_bytes) + ")");
+  if (!tenant_default.empty()) {
+    auto q = common::parse_bytes(tenant_default);
+    if (!q || *q == 0 || *q > o.tier_bytes)
+      return refuse("--tenant-quota-default", "'" + tenant_default + "' is not a size from 1 byte to --tier-bytes");
+    o.tenant_default_quota = *q;
   }
   if (!events.empty()) {
     const auto endpoint_ok = [](const std::string& e) {

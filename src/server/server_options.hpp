@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <variant>
@@ -42,6 +43,9 @@ struct ServerOptions {
   std::optional<L2Options> l2;
   // --disk PATH... --disk-bytes N: local disks under the arena (off when unset).
   std::optional<DiskOptions> disk;
+  // --tenant-quota NAME=BYTES (each a reserve too), --tenant-quota-default.
+  std::map<std::string, std::uint64_t> tenant_quotas;
+  std::optional<std::uint64_t> tenant_default_quota;
   // --events ENDPOINT: the tier's KV events on ZeroMQ (off when unset).
   std::optional<EventOptions> events;
   // --check SOCKET: only check whether a server answers there (exit 0/1),

@@ -418,7 +418,7 @@ struct TierServer::Impl {
   // ---- the debug endpoint: its routes (server/debug_routes), on the strand -------
 
   common::HttpRoutes routes() {
-    return debug_routes(ServerState{stopping, sessions, processes, *classes, *arena, l2.get(), disk.get(), events.get(), mapped_slabs, requests,
+    return debug_routes(ServerState{stopping, sessions, processes, *classes, *arena, l2.get(), disk.get(), events.get(), &*tenants, mapped_slabs, requests,
                                     service->lookup_misses(), orphans_freed, accept_backoff, fill_error, recovery,
                                     [this] { return ready_bytes(); }, opt.socket});
   }
@@ -445,6 +445,7 @@ struct TierServer::Impl {
   Recovery recovery;                         // what a named arena held at start
   std::unique_ptr<L2Tier> l2;
   std::unique_ptr<DiskTier> disk;
+  std::optional<tier::TenantBook> tenants;     // the arena's (--tenant-quota)
   std::shared_ptr<EventPublisher> publisher;  // with --events
   std::unique_ptr<TierEvents> events;          // with --events
   std::vector<LowerLevel*> levels;  // below the arena, nearest first: the disk, then L2
@@ -567,6 +568,11 @@ void TierServer::start() {
   if (impl_->disk) impl_->levels.push_back(impl_->disk.get());
   if (impl_->l2) impl_->levels.push_back(impl_->l2.get());
   impl_->service.emplace(rules, std::move(facts), *impl_->classes, impl_->levels);
+  impl_->tenants.emplace(impl_->opt.tenant_quotas,
+                         impl_->opt.tenant_default_quota.value_or(tier::TenantBook::kNoQuota));
+  impl_->classes->set_tenants(&*impl_->tenants);
+  impl_->service->set_tenants(&*impl_->tenants);
+  if (impl_->disk) impl_->disk->set_tenants(*impl_->tenants, impl_->arena->bytes());
   auto found = impl_->disk ? impl_->disk->take_recovered_descriptions()
                            : std::unordered_map<kv::ChunkKey, std::string, tier::ChunkKeyHash>{};
   if (impl_->opt.events) {

@@ -44,6 +44,7 @@ std::size_t Index::add_restored_slots(std::span<const std::optional<Restored>> r
     table_insert(h, base + i);
     ++stored_;
     ++per_namespace_[o.key.ns];
+    if (tenants_) tenants_->charge(0, object_bytes_);  // a restored object's tenant is not kept: none's
     ++evictable_;
     taken[i] = true;
   }
@@ -108,6 +109,16 @@ void Index::table_erase(std::uint32_t hash, std::uint32_t slot) {
 
 // ---- objects ------------------------------------------------------------------------
 
+void Index::set_tenants(TenantBook* book) {
+  if (tenants_)
+    for (const Object& o : objects_)
+      if (o.used) tenants_->credit(o.tenant, object_bytes_);
+  tenants_ = book;
+  if (tenants_)
+    for (const Object& o : objects_)
+      if (o.used) tenants_->charge(o.tenant, object_bytes_);
+}
+
 void Index::add_reader(Object& o) {
   if (o.readers++ == 0 && o.committed) --evictable_;
 }
@@ -124,6 +135,7 @@ void Index::drop_reader(Object& o) {
 
 void Index::free_slot(std::uint32_t slot) {
   Object& o = objects_[slot];
+  if (tenants_) tenants_->credit(o.tenant, object_bytes_);
   table_erase(o.hash, slot);
   if (auto ns = per_namespace_.find(o.key.ns); ns != per_namespace_.end() && --ns->second == 0) per_namespace_.erase(ns);
   o = Object{};
@@ -133,38 +145,59 @@ void Index::free_slot(std::uint32_t slot) {
     if (l) l->freed(slot);
 }
 
-bool Index::evict_one() {
-  // Ends: some committed object no one reads exists, and each object gets
-  // at most one second chance per turn of the hand.
+bool Index::evict_one(TenantId tenant) {
   if (evictable_ == 0) return false;
-  for (;;) {
+  if (!tenants_) return evict_matching([](const Object&) { return true; });
+  // TenantBook's rule: its own objects, and others' whose tenant keeps its
+  // quota without them; its own first once it would pass its own quota.
+  const auto own = [&](const Object& o) { return o.tenant == tenant; };
+  const auto spare = [&](const Object& o) {
+    return o.tenant != tenant && tenants_->can_spare(o.tenant, object_bytes_);
+  };
+  if (tenants_->would_pass(tenant, object_bytes_)) return evict_matching(own) || evict_matching(spare);
+  return evict_matching([&](const Object& o) { return own(o) || spare(o); });
+}
+
+template <class May>
+bool Index::evict_matching(May may) {
+  // Ends: two turns of the hand give every object it may take one second
+  // chance and then that object; none found in them, none is there.
+  for (std::uint64_t seen = 0; seen < 2 * std::uint64_t{slots_}; ++seen) {
     const std::uint32_t s = hand_;
     hand_ = hand_ + 1 == slots_ ? 0 : hand_ + 1;
     Object& o = objects_[s];
     if (!o.used || !o.committed || o.readers != 0) continue;  // free, being written, or held
+    if (!may(o)) continue;  // another tenant's reserve: its reference bit is left as it is
     if (o.referenced) {
       o.referenced = false;
       continue;
     }
-    const std::uint64_t fp = ChunkKeyHash{}(o.key);
-    ++evicted_[fp];
-    evicted_order_.push_back(fp);
-    if (evicted_order_.size() > kRememberedEvictions) {
-      const auto oldest = evicted_.find(evicted_order_.front());
-      if (--oldest->second == 0) evicted_.erase(oldest);
-      evicted_order_.pop_front();
-    }
-    free_slot(s);
-    --evictable_;
-    ++stats_.evictions;
+    evict_slot(s);
     return true;
   }
+  return false;
 }
 
-Index::Reserve Index::reserve(const kv::ChunkKey& key, bool has_image, std::uint32_t* slot) {
+void Index::evict_slot(std::uint32_t s) {
+  const Object& o = objects_[s];
+  if (tenants_) tenants_->count_eviction(o.tenant);
+  const std::uint64_t fp = ChunkKeyHash{}(o.key);
+  ++evicted_[fp];
+  evicted_order_.push_back(fp);
+  if (evicted_order_.size() > kRememberedEvictions) {
+    const auto oldest = evicted_.find(evicted_order_.front());
+    if (--oldest->second == 0) evicted_.erase(oldest);
+    evicted_order_.pop_front();
+  }
+  free_slot(s);
+  --evictable_;
+  ++stats_.evictions;
+}
+
+Index::Reserve Index::reserve(const kv::ChunkKey& key, bool has_image, std::uint32_t* slot, TenantId tenant) {
   const std::uint32_t h = hash_of(key);
   if (find(key, h) != kNone) return Reserve::exists;
-  if (free_.empty() && !evict_one()) {
+  if (free_.empty() && !evict_one(tenant)) {
     ++stats_.refused_full;
     return Reserve::full;
   }
@@ -175,6 +208,8 @@ Index::Reserve Index::reserve(const kv::ChunkKey& key, bool has_image, std::uint
   o.hash = h;
   o.used = true;
   o.has_image = has_image;
+  o.tenant = tenant;
+  if (tenants_) tenants_->charge(tenant, object_bytes_);
   table_insert(h, s);
   ++stored_;
   ++per_namespace_[key.ns];
@@ -352,7 +387,8 @@ Index::Lease Index::lease(std::span<const kv::ChunkKey> keys, std::uint32_t chun
   return l;
 }
 
-Index::Reservation Index::reserve(std::span<const kv::ChunkKey> keys, std::span<const bool> images, Owner owner) {
+Index::Reservation Index::reserve(std::span<const kv::ChunkKey> keys, std::span<const bool> images, Owner owner,
+                                  TenantId tenant) {
   Reservation r;
   r.chunks.resize(keys.size(), Chunk::full);
   r.slots.resize(keys.size(), 0);
@@ -372,7 +408,7 @@ Index::Reservation Index::reserve(std::span<const kv::ChunkKey> keys, std::span<
     }
   }
   for (std::size_t i = 0; i < keys.size(); ++i) {
-    switch (reserve(keys[i], i < images.size() && images[i], &r.slots[i])) {
+    switch (reserve(keys[i], i < images.size() && images[i], &r.slots[i], tenant)) {
       case Reserve::reserved:
         r.chunks[i] = Chunk::reserved;
         ++r.reserved;

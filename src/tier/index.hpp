@@ -31,6 +31,7 @@
 
 #include <kvstrand/chunk_keys.hpp>
 #include <kvstrand/hit_plan.hpp>
+#include "tier/tenant_book.hpp"
 
 namespace kvstrand::tier {
 
@@ -100,6 +101,11 @@ class Index {
   // slot's freed may come twice (a dropped object held: at the drop, and at
   // its release).
   void set_observer(Listener* observer) noexcept { observer_ = observer; }
+  // Tenants' bytes and quotas (kvstrand-server), shared by the indexes of
+  // one tier; the objects held already are charged to theirs (a restarted
+  // server's: to none). None: no tenant is counted.
+  void set_tenants(TenantBook* book);
+  TenantId tenant_at(std::uint32_t slot) const { return objects_.at(slot).tenant; }
   std::uint32_t slots() const noexcept { return slots_; }
   // Hold ids from `first` on (before any hold): several indexes over one
   // arena give each its own range, so that a hold id names its index.
@@ -112,7 +118,8 @@ class Index {
 
   // ---- objects ----------------------------------------------------------------
   enum class Reserve { reserved, exists, full };
-  Reserve reserve(const kv::ChunkKey& key, bool has_image, std::uint32_t* slot);
+  // `tenant`: whose object it is (TenantBook; 0 without one).
+  Reserve reserve(const kv::ChunkKey& key, bool has_image, std::uint32_t* slot, TenantId tenant = 0);
   void commit(const kv::ChunkKey& key);
   void abort(const kv::ChunkKey& key);
   // Frees a committed object that no hold pins (its bytes were found bad).
@@ -167,7 +174,8 @@ class Index {
     std::uint32_t reserved = 0, existed = 0, full = 0;
   };
   // Reserves every key not stored yet (images[i]: chunk i carries an image).
-  Reservation reserve(std::span<const kv::ChunkKey> keys, std::span<const bool> images, Owner owner);
+  Reservation reserve(std::span<const kv::ChunkKey> keys, std::span<const bool> images, Owner owner,
+                      TenantId tenant = 0);
   // Ends a reservation: commits its objects (ok) or frees them. False for an
   // id that is not a live reservation.
   bool commit(HoldId id, bool ok);
@@ -218,6 +226,7 @@ class Index {
     bool committed = false;
     bool referenced = false;  // used since the clock hand last passed
     bool dropped = false;     // drop_namespace came while it was held or being written
+    TenantId tenant = 0;
   };
   struct Hold {
     Owner owner = 0;
@@ -237,7 +246,11 @@ class Index {
   void prefetch(std::uint32_t hash) const noexcept;
   void prefetch_object(std::uint32_t hash) const noexcept;
 
-  bool evict_one();
+  bool evict_one(TenantId tenant);
+  // One CLOCK turn (two at most) over the objects `may` allows.
+  template <class May>
+  bool evict_matching(May may);
+  void evict_slot(std::uint32_t s);
   void free_slot(std::uint32_t slot);
   void add_reader(Object& o);
   void drop_reader(Object& o);
@@ -251,6 +264,7 @@ class Index {
   std::uint64_t object_bytes_;
   Listener* listener_ = nullptr;
   Listener* observer_ = nullptr;
+  TenantBook* tenants_ = nullptr;
   std::uint32_t slots_ = 0;
   std::vector<std::uint32_t> free_;
   std::vector<Object> objects_;       // by slot

@@ -23,6 +23,7 @@ Index* SizeClasses::index(std::uint64_t object_bytes) {
   const HoldId first = (static_cast<HoldId>(classes_.size() + 1) << kClassShift) + 1;
   c.index = std::make_unique<Index>(object_bytes);
   c.index->start_holds_at(first);
+  if (tenants_) c.index->set_tenants(tenants_);
   if (table_) {
     c.journal = std::make_unique<Journal>();
     c.journal->owner = this;
@@ -32,6 +33,11 @@ Index* SizeClasses::index(std::uint64_t object_bytes) {
   classes_.push_back(std::move(c));
   if (on_made_) on_made_(*classes_.back().index);
   return classes_.back().index.get();
+}
+
+void SizeClasses::set_tenants(TenantBook* book) {
+  tenants_ = book;
+  for (Class& c : classes_) c.index->set_tenants(book);
 }
 
 void SizeClasses::on_class_made(ClassMade f) {

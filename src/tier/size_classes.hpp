@@ -62,6 +62,8 @@ class SizeClasses {
   void on_class_made(ClassMade f);
   // Every class's index (the objects a restarted server found).
   std::vector<Index*> indexes() const;
+  // Tenants' shares over every class, made now or later (Index::set_tenants).
+  void set_tenants(TenantBook* book);
   SizeClasses(const SizeClasses&) = delete;
   SizeClasses& operator=(const SizeClasses&) = delete;
 
@@ -142,6 +144,7 @@ class SizeClasses {
   SlotShape shape_;
   SlabAssigned on_assigned_;
   ClassMade on_made_;
+  TenantBook* tenants_ = nullptr;
   std::vector<bool> adopted_;  // by slab: a class has it from the earlier life
   std::deque<std::uint32_t> free_slabs_;  // lowest first: the filler populates in order
   std::vector<Class> classes_;

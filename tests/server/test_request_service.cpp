@@ -45,7 +45,8 @@ struct FakeLevel final : server::LowerLevel {
   const char* name() const noexcept override { return "fake"; }
   void start() override {}
   void committed(tier::Index&, std::span<const std::uint32_t> slots) override { committed_objects += slots.size(); }
-  boost::asio::awaitable<server::Promoted> promote(tier::Index&, std::vector<kv::ChunkKey> keys) override {
+  boost::asio::awaitable<server::Promoted> promote(tier::Index&, std::vector<kv::ChunkKey> keys,
+                                                  tier::TenantId) override {
     asked.push_back(keys);
     co_return server::Promoted{std::min(holds, keys.size()), why};
   }

@@ -49,6 +49,8 @@ std::string describe(const ServerOptions& o) {
     s << " disk.bytes=" << o.disk->bytes << " disk.timeout=" << o.disk->timeout.count() << " disk.queue="
       << o.disk->max_queued;
   }
+  for (const auto& [name, q] : o.tenant_quotas) s << " tenant." << name << "=" << q;
+  if (o.tenant_default_quota) s << " tenant.default=" << *o.tenant_default_quota;
   if (o.events)
     s << " events=" << o.events->endpoint << " replay=" << o.events->replay_endpoint << " topic=" << o.events->topic
       << " format=" << server::to_string(o.events->format) << " buffer=" << o.events->buffer;
@@ -95,7 +97,8 @@ TEST_CASE("server options: every flag round-trips through --print-config and --c
       "--disk", scratch_dir() + "/d1", "--disk", scratch_dir() + "/d2", "--disk-bytes", "1G",
       "--disk-timeout", "750", "--disk-queue", "99", "--events", "tcp://127.0.0.1:5557",
       "--events-replay", "ipc://" + scratch_dir() + "/replay", "--events-topic", "kv-events",
-      "--events-format", "array", "--events-buffer", "500"};
+      "--events-format", "array", "--events-buffer", "500", "--tenant-quota", "team-a=16M",
+      "--tenant-quota", "team-b=8M", "--tenant-quota-default", "4M"};
   auto direct = parse(every);
   INFO(direct.err);
   REQUIRE(std::holds_alternative<ServerOptions>(direct.result));
@@ -158,12 +161,32 @@ TEST_CASE("server options: the --events flags are checked at start-up, each nami
   REQUIRE(std::get<ServerOptions>(ok.result).events->buffer == 10000);
 }
 
+TEST_CASE("server options: tenant quotas are NAME=BYTES, named once, and add up to no more than the tier",
+          "[server][tenants]") {
+  const auto refused = [](std::vector<std::string> args, const std::string& flag, const std::string& why) {
+    auto r = parse(std::move(args));
+    INFO(r.err);
+    REQUIRE(std::holds_alternative<int>(r.result));
+    REQUIRE(r.err.find("invalid " + flag) != std::string::npos);
+    REQUIRE(r.err.find(why) != std::string::npos);
+  };
+  refused({"--tier-bytes", "64M", "--tenant-quota", "team-a"}, "--tenant-quota", "NAME=BYTES");
+  refused({"--tier-bytes", "64M", "--tenant-quota", "team a=1M"}, "--tenant-quota", "letters");
+  refused({"--tier-bytes", "64M", "--tenant-quota", "a=1M", "--tenant-quota", "a=2M"}, "--tenant-quota", "twice");
+  refused({"--tier-bytes", "64M", "--tenant-quota", "a=40M", "--tenant-quota", "b=40M"}, "--tenant-quota",
+          "more than --tier-bytes");
+  refused({"--tier-bytes", "64M", "--tenant-quota-default", "1G"}, "--tenant-quota-default", "--tier-bytes");
+  auto ok = parse({"--tier-bytes", "64M", "--tenant-quota", "a=40M", "--tenant-quota", "b=24M"});
+  REQUIRE(std::holds_alternative<ServerOptions>(ok.result));
+  REQUIRE(std::get<ServerOptions>(ok.result).tenant_quotas.at("b") == 24u << 20);
+}
+
 TEST_CASE("server options: --drop-namespace reads no server option, and takes 64 hex digits only", "[server]") {
   const std::string ns(64, 'a');
   auto drop = parse({"--socket", "/tmp/x.sock", "--drop-namespace", ns, "--tier-bytes", "999999T"});
   REQUIRE(std::holds_alternative<ServerOptions>(drop.result));
   REQUIRE(std::get<ServerOptions>(drop.result).drop_namespace == ns);
-  for (const std::string bad : {std::string(63, 'a'), std::string(64, 'g'), std::string(65, 'a')}) {
+  for (const std::string& bad : {std::string(63, 'a'), std::string(64, 'g'), std::string(65, 'a')}) {
     auto r = parse({"--drop-namespace", bad});
     REQUIRE(std::get<int>(r.result) == 2);
     REQUIRE(r.err.find("invalid --drop-namespace") != std::string::npos);

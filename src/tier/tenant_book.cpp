@@ -1,0 +1,41 @@
+#include "tier/tenant_book.hpp"
+
+#include <cmath>
+
+namespace kvstrand::tier {
+
+TenantBook::TenantBook(std::map<std::string, std::uint64_t> quotas, std::uint64_t default_quota)
+    : quotas_(std::move(quotas)), default_quota_(default_quota) {
+  id_of("");
+}
+
+TenantId TenantBook::id_of(const std::string& name) {
+  if (auto it = ids_.find(name); it != ids_.end()) return it->second;
+  if (tenants_.size() > UINT16_MAX) return 0;
+  const auto id = static_cast<TenantId>(tenants_.size());
+  auto q = quotas_.find(name);
+  tenants_.push_back(Tenant{name, q != quotas_.end() ? q->second : default_quota_, 0, 0});
+  ids_.emplace(name, id);
+  return id;
+}
+
+bool TenantBook::would_pass(TenantId t, std::uint64_t bytes) const {
+  const Tenant& x = tenants_.at(t);
+  return x.quota != kNoQuota && x.used + bytes > x.quota;
+}
+
+bool TenantBook::can_spare(TenantId t, std::uint64_t bytes) const {
+  const Tenant& x = tenants_.at(t);
+  return x.quota == kNoQuota || (x.used >= bytes && x.used - bytes >= x.quota);
+}
+
+TenantBook TenantBook::scaled(double factor) const {
+  const auto scale = [&](std::uint64_t q) {
+    return q == kNoQuota ? kNoQuota : static_cast<std::uint64_t>(std::floor(static_cast<double>(q) * factor));
+  };
+  std::map<std::string, std::uint64_t> quotas;
+  for (const auto& [name, q] : quotas_) quotas[name] = scale(q);
+  return TenantBook(std::move(quotas), scale(default_quota_));
+}
+
+}  // namespace kvstrand::tier

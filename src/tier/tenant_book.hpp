@@ -1,0 +1,66 @@
+// Tenants' shares of a tier (kvstrand-server --tenant-quota): every object
+// belongs to a tenant (its registration's Layout::tenant; "" for none), and
+// the bytes each holds are counted here, over every object size.
+//
+// A tenant given a quota may hold that much, and no other tenant's reserve
+// is taken from it: a reserve for tenant T may evict
+// - T's own objects, and
+// - another tenant's whose bytes stay at or above its quota without it (a
+//   tenant with no quota has no reserve);
+// and once T would pass its own quota, T's own objects first. With no
+// quotas that is every object, as before tenants.
+//
+// Shared by the indexes of one tier (the arena's classes, or the disk's),
+// on the owner's strand.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace kvstrand::tier {
+
+using TenantId = std::uint16_t;
+
+class TenantBook {
+ public:
+  static constexpr std::uint64_t kNoQuota = UINT64_MAX;
+  // `quotas` by name; `default_quota` for every other tenant (kNoQuota: none).
+  explicit TenantBook(std::map<std::string, std::uint64_t> quotas = {}, std::uint64_t default_quota = kNoQuota);
+
+  // The tenant's id, made on first use ("" is 0). At most 65,535 tenants:
+  // past them, 0.
+  TenantId id_of(const std::string& name);
+  std::size_t size() const noexcept { return tenants_.size(); }
+  const std::string& name(TenantId t) const { return tenants_.at(t).name; }
+  std::uint64_t quota(TenantId t) const { return tenants_.at(t).quota; }
+  std::uint64_t used(TenantId t) const { return tenants_.at(t).used; }
+  std::uint64_t evicted(TenantId t) const { return tenants_.at(t).evicted; }
+
+  // Whether tenant t would pass its quota by `bytes` more.
+  bool would_pass(TenantId t, std::uint64_t bytes) const;
+  // Whether t keeps its quota without `bytes` of its own (true without one).
+  bool can_spare(TenantId t, std::uint64_t bytes) const;
+
+  void charge(TenantId t, std::uint64_t bytes) { tenants_.at(t).used += bytes; }
+  void credit(TenantId t, std::uint64_t bytes) { tenants_.at(t).used -= bytes; }
+  void count_eviction(TenantId t) { ++tenants_.at(t).evicted; }
+
+  // The same quotas, each times `factor` (the disk's shares of its size).
+  TenantBook scaled(double factor) const;
+
+ private:
+  struct Tenant {
+    std::string name;
+    std::uint64_t quota = kNoQuota;
+    std::uint64_t used = 0;
+    std::uint64_t evicted = 0;
+  };
+  std::map<std::string, std::uint64_t> quotas_;
+  std::uint64_t default_quota_;
+  std::vector<Tenant> tenants_;
+  std::map<std::string, TenantId> ids_;
+};
+
+}  // namespace kvstrand::tier

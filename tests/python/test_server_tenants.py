@@ -1,0 +1,150 @@
+"""Tenants on one kvstrand-server (--tenant-quota): a tenant that floods
+the arena evicts its own objects once past its quota, and the other keeps
+its reserve and its hit rate; neither finds the other's chunks, even for the
+same tokens; /metrics and /debug/tier show each tenant's bytes. The test
+prints the figures, against the same run without quotas."""
+
+import time
+
+from conftest import BLOCK_BYTES, BLOCKS, Server, make_layout
+import kvstrand
+
+PROMPT = 128  # tokens: 2 chunks of 64, 8 blocks of 16; an object is 4 blocks (16 KiB)
+
+
+class TenantEngine:
+    def __init__(self, server, tenant):
+        self.layout = make_layout(tenant=tenant)
+        self.memory = kvstrand.sim.allocate(BLOCKS * BLOCK_BYTES)
+        self.conn = kvstrand.Connector(server_socket=server.socket, server_request_timeout=5.0,
+                                       transfer_deadline=20.0)
+        self.group = self.conn.register_layout(
+            kvstrand.Registration(self.layout, [kvstrand.PlaneMemory(self.memory.address, BLOCKS)]))
+
+    def keys(self, prompt):
+        return kvstrand.chunk_keys(self.layout, [prompt * 1000 + t for t in range(PROMPT)])
+
+    def wait(self, what):
+        end = time.monotonic() + 20
+        while time.monotonic() < end:
+            f = self.conn.finished()
+            got = getattr(f, what)
+            if got:
+                return got[0]
+            time.sleep(0.001)
+        raise AssertionError(f"no {what} in 20 s")
+
+    def save(self, prompt):
+        spec = kvstrand.TransferSpec(request=f"p{prompt}", registration=self.group,
+                                     tokens=kvstrand.TokenRange(0, PROMPT), keys=self.keys(prompt),
+                                     blocks=list(range(PROMPT // 16)))
+        self.conn.save(spec)
+        return self.wait("saves").ok
+
+    def hits(self, prompt):
+        """Chunks of the prompt the tier holds (the lease given back)."""
+        self.conn.lookup(self.keys(prompt), self.group)
+        answer = self.wait("lookups")
+        if answer.lease:
+            self.conn.release_lookup(answer.lease)
+        return answer.hit.tokens // 64
+
+    def close(self):
+        self.conn.close()
+
+
+def run(quotas):
+    """Tenant b stores 40 prompts (1.25 MiB), tenant a then stores 200 (6.25
+    MiB) into a 4 MiB arena, then b 24 more (to 2 MiB, its quota); b's hit
+    rate on all its prompts after, and each tenant's bytes."""
+    flags = [f for name in quotas for f in ("--tenant-quota", f"{name}=2M")]
+    server = Server(tier="4M", slab="2M", extra=flags)
+    a, b = TenantEngine(server, "a"), TenantEngine(server, "b")
+    try:
+        for p in range(40):
+            assert b.save(p)
+        for p in range(1000, 1200):
+            assert a.save(p)
+        # a borrowed the free space past its quota; b takes its share back.
+        for p in range(40, 64):
+            assert b.save(p)
+        hit = sum(b.hits(p) for p in range(64)) / (64 * PROMPT // 64)
+        tier = server.tier()
+        by_name = {t["tenant"]: t for t in tier["tenants"]}
+        # The same tokens under the other tenant: never the other's chunks.
+        crossed = sum(a.hits(p) for p in range(40)) + sum(b.hits(p) for p in range(1190, 1200))
+        return hit, by_name, crossed, server.metric('tenant_bytes{tenant="a",level="arena"}')
+    finally:
+        a.close()
+        b.close()
+        server.stop()
+
+
+def test_a_tenant_flooding_its_quota_leaves_the_others_reserve_and_hit_rate():
+    hit, tenants, crossed, a_metric = run(["a", "b"])
+    free_hit, free_tenants, free_crossed, _ = run([])
+    print(f"\ntenant b's hit rate after tenant a stored 6.25 MiB into a 4 MiB arena and b grew to its quota: "
+          f"{hit:.2f} with --tenant-quota "
+          f"a=2M b=2M, {free_hit:.2f} without; tenant a's bytes: {tenants['a']['bytes'] / 2**20:.2f} MiB (quota 2), "
+          f"{free_tenants['a']['bytes'] / 2**20:.2f} MiB without; a's evictions {tenants['a']['evictions']}, "
+          f"b's {tenants['b']['evictions']}")
+    assert hit == 1.0  # every chunk of b's is still there
+    assert tenants["b"]["evictions"] == 0 and tenants["b"]["bytes"] == 64 * 2 * 16384
+    assert tenants["a"]["bytes"] <= 2 << 20 and tenants["a"]["quota_bytes"] == 2 << 20
+    assert a_metric == tenants["a"]["bytes"]
+    assert crossed == 0 and free_crossed == 0
+    # Without quotas the flood took b's objects: what the quotas are for.
+    assert free_hit < 0.5 and free_tenants["b"]["evictions"] > 0
+
+
+def disk_run(quotas, disk_dir):
+    """The same flood over a 4 MiB arena and an 8 MiB disk: b's objects on
+    the disk, and b's hit rate from the disk alone after a restart."""
+    flags = [f for name in quotas for f in ("--tenant-quota", f"{name}=2M")]
+    flags += ["--disk", str(disk_dir), "--disk-bytes", "8M"]
+    server = Server(tier="4M", slab="2M", extra=flags)
+    a, b = TenantEngine(server, "a"), TenantEngine(server, "b")
+    try:
+        for p in range(40):
+            assert b.save(p)
+        written(server)
+        for p in range(1000, 1400):
+            assert a.save(p)
+            if p % 50 == 0:
+                written(server)  # the flood reaches the disk, not only the write queue's drops
+        written(server)
+        disk_b = server.metric('tenant_bytes{tenant="b",level="disk"}')
+        evicted_b = server.metric('tenant_evictions_total{tenant="b",level="disk"}')
+        disk_a = server.metric('tenant_bytes{tenant="a",level="disk"}')
+        quota_a = server.metric('tenant_quota_bytes{tenant="a",level="disk"}')
+    finally:
+        a.close()
+        b.close()
+        server.kill()
+    again = Server(tier="4M", slab="2M", socket=server.socket, extra=flags)
+    b = TenantEngine(again, "b")
+    try:
+        hit = sum(b.hits(p) for p in range(40)) / 80
+    finally:
+        b.close()
+        again.stop()
+        server.stop()
+    return hit, disk_b, evicted_b, disk_a, quota_a
+
+
+def written(server):
+    end = time.monotonic() + 30
+    while server.metric("disk_write_queue") != 0 or server.metric("disk_in_flight") != 0:
+        assert time.monotonic() < end, "the disk did not drain in 30 s"
+        time.sleep(0.01)
+
+
+def test_on_the_disk_too_a_flooding_tenant_evicts_its_own_objects(tmp_path):
+    hit, disk_b, evicted_b, disk_a, quota_a = disk_run(["a", "b"], tmp_path / "q")
+    free_hit, _, free_evicted_b, _, _ = disk_run([], tmp_path / "free")
+    print(f"\ntenant b's hit rate from the disk after a restart, once tenant a stored 12.5 MiB over an 8 MiB disk: "
+          f"{hit:.2f} with --tenant-quota a=2M b=2M, {free_hit:.2f} without; a's disk bytes "
+          f"{disk_a / 2**20:.2f} MiB (its share {quota_a / 2**20:.2f})")
+    assert hit == 1.0 and disk_b == 80 * 16384 and evicted_b == 0
+    assert quota_a is not None and disk_a <= 8 << 20
+    assert free_evicted_b > 0 and free_hit < 1.0
