@@ -281,7 +281,8 @@ def test_vllm_starts_before_its_server_serves_without_it_and_uses_it_once_it_is_
 
 
 @pytest.mark.parametrize("option, values", [("tenant_salt", ("", "tenant-a", "tenant-b")),
-                                            ("weight_version", ("", "step-1000", "step-1001"))])
+                                            ("weight_version", ("", "step-1000", "step-1001")),
+                                            ("tenant", ("", "team-a", "team-b"))])
 def test_the_namespace_options_reach_the_namespace(option, values):
     spaces = set()
     for value in values:
@@ -293,6 +294,12 @@ def test_the_namespace_options_reach_the_namespace(option, values):
     # Unsaid, each is empty: the namespace of a layout without it.
     vllm_config, kv_cache_config = configs("/s.sock", 1, 16, 2, 64)
     assert getattr(ConnectorConfig.from_vllm(vllm_config, kv_cache_config).layout(0), option) == ""
+
+
+def test_a_tenant_name_a_metric_label_cannot_carry_is_refused_at_start_up():
+    vllm_config, kv_cache_config = configs("/s.sock", 1, 16, 2, 64, tenant="team a")
+    with pytest.raises(kvstrand.ConfigError, match="tenant"):
+        ConnectorConfig.from_vllm(vllm_config, kv_cache_config)
 
 
 def test_tp_ranks_checkpoints_are_combined_as_the_points_every_rank_holds():

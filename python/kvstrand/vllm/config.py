@@ -17,6 +17,9 @@ Extra config keys (a demanding default for each but the socket):
   transfer_deadline_s  every transfer's deadline; passing it is fail-stop (60)
   request_timeout_s    bound on each request to the server (10)
   tenant_salt          isolates tenants' keys (default "")
+  tenant               the tenant's name (not a secret; default ""): its own
+                       keys, and what kvstrand-server's --tenant-quota and
+                       per-tenant metrics name
   drop_on_reset        vLLM's reset_prefix_cache(reset_connector=True) also
                        drops this model's objects from the node tier, for
                        every engine there (default false: this engine alone
@@ -191,6 +194,7 @@ class ConnectorConfig:
     model_id: str
     dtype: str
     tenant_salt: str
+    tenant: str
     tp_size: int
     weight_version: str
     drop_on_reset: bool
@@ -312,6 +316,7 @@ class ConnectorConfig:
             model_id=model_identity(vllm_config),
             dtype=str(model.dtype) if cache_dtype == "auto" else cache_dtype,
             tenant_salt=get("tenant_salt", "", str),
+            tenant=get("tenant", "", str),
             tp_size=int(vllm_config.parallel_config.tensor_parallel_size),
             weight_version=get("weight_version", "", str),
             drop_on_reset=get("drop_on_reset", False, bool),
@@ -324,6 +329,8 @@ class ConnectorConfig:
             speculative_method=str(getattr(spec_cfg, "method", "") or "") if spec_cfg else "",
             kv_events=kv_events,
         )
+        if (why := kvstrand.tenant_problem(cfg.tenant)) is not None:
+            raise config_error(OPTION_PREFIX + "tenant", why)
         if cfg.tier_events not in ("engine", "server"):
             raise config_error(OPTION_PREFIX + "tier_events", f"{cfg.tier_events!r} is not \"engine\" or \"server\"")
         if cfg.max_load_failures < 0:
@@ -346,7 +353,7 @@ class ConnectorConfig:
             model_id=self.model_id, layout_name=f"vllm-paged-{self.planes_per_layer}", planes=planes,
             block_tokens=self.block_size, chunk_tokens=self.chunk_tokens, sliding_window=g.sliding_window,
             dtype=self.dtype, tenant_salt=self.tenant_salt, tp_size=self.tp_size, tp_rank=tp_rank,
-            replicated_across_tp=self.replicated_across_tp, weight_version=self.weight_version,
+            replicated_across_tp=self.replicated_across_tp, weight_version=self.weight_version, tenant=self.tenant,
             speculative=kvstrand.SpeculativeConfig(self.speculative_method, self.speculative_tokens),
             checkpoint=self.checkpoint() if group == 0 else kvstrand.CheckpointSpec())
 
