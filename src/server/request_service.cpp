@@ -20,10 +20,12 @@ boost::asio::awaitable<void> RequestService::promote(Client& c, const Lookup& m,
   tier::Index* into = index_of(c, m.registration);
   if (into == nullptr || levels_.empty()) co_return;
   std::size_t have = into->present_run(m.keys);
+  // Taken now: the registration may be gone when a level's answer comes.
+  const tier::TenantId tenant = c.regs.at(m.registration).tenant;
   for (LowerLevel* level : levels_) {
     if (have == m.keys.size() || gone) break;
     std::vector<kv::ChunkKey> rest(m.keys.begin() + static_cast<std::ptrdiff_t>(have), m.keys.end());
-    const Promoted p = co_await level->promote(*into, std::move(rest), c.regs.at(m.registration).tenant);
+    const Promoted p = co_await level->promote(*into, std::move(rest), tenant);
     have += p.have;
     // The nearest level's reason: what the chunk it stopped at had there.
     if (c.promote_miss == LevelMiss::none) c.promote_miss = p.why;
