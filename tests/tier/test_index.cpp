@@ -458,3 +458,20 @@ TEST_CASE("index: without quotas, tenants evict each other's objects in CLOCK or
   REQUIRE(none.used(x) == 3 * 1024);
   REQUIRE(none.used(y) == 1024);
 }
+
+TEST_CASE("index: a tenant past its quota takes its own objects before what others hold beyond any quota",
+          "[tier][index]") {
+  Tenants t;
+  for (int i = 0; i < 3; ++i) REQUIRE(t.put(i, t.c) == Index::Reserve::reserved);  // c: no quota, the oldest
+  for (int i = 10; i < 17; ++i) REQUIRE(t.put(i, t.a) == Index::Reserve::reserved);  // a: 7 KiB, past its 4
+  for (int i = 20; i < 30; ++i) REQUIRE(t.put(i, t.a) == Index::Reserve::reserved);
+  for (int i = 0; i < 3; ++i) REQUIRE(t.has(i));  // the hand met c's first, and passed them by
+  REQUIRE(t.book.evicted(t.c) == 0);
+  // a's own all held: then c's, which no quota keeps.
+  std::vector<kv::ChunkKey> mine;
+  for (int i = 23; i < 30; ++i) mine.push_back(key(i));
+  REQUIRE(t.idx.pin(mine));
+  REQUIRE(t.put(40, t.a) == Index::Reserve::reserved);
+  REQUIRE(t.book.evicted(t.c) == 1);
+  t.idx.unpin(mine);
+}
