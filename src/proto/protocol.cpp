@@ -9,7 +9,7 @@ namespace {
 constexpr std::size_t kMaxName = 4096;
 
 const char* kTypeNames[] = {"?",       "hello",  "register", "unregister", "lookup", "release",
-                            "reserve", "commit", "end_session", "stats", "ping", "adopt", "drop"};
+                            "reserve", "commit", "end_session", "stats", "ping", "adopt", "drop", "drop_tenant"};
 
 // ---- building blocks --------------------------------------------------------
 
@@ -210,7 +210,8 @@ Type type_of(const Request& r) noexcept {
                                [](const Stats&) { return Type::stats; },
                                [](const Ping&) { return Type::ping; },
                                [](const Adopt&) { return Type::adopt; },
-                               [](const Drop&) { return Type::drop; }},
+                               [](const Drop&) { return Type::drop; },
+                               [](const DropTenant&) { return Type::drop_tenant; }},
                     r);
 }
 
@@ -250,6 +251,7 @@ std::vector<std::byte> encode_request(const Request& req, std::uint64_t request_
                           put(w, m.keys);
                         },
                         [&](const Drop& m) { w.bytes(m.ns); },
+                        [&](const DropTenant& m) { w.str(m.tenant); },
                         [](const EndSession&) {}, [](const Stats&) {}, [](const Ping&) {}},
              req);
   return framed(static_cast<std::uint16_t>(type_of(req)), request_id, w);
@@ -318,6 +320,7 @@ common::Expected<Request> decode_request(std::uint16_t type, std::span<const std
       out = std::move(m);
       break;
     }
+    case Type::drop_tenant: out = DropTenant{r.str(kv::kMaxTenantName)}; break;
     case Type::drop: {
       Drop m;
       r.bytes(m.ns);
@@ -444,7 +447,8 @@ common::Expected<Reply> decode_reply(std::uint16_t type, std::span<const std::by
         rep.payload = m;
         break;
       }
-      case Type::drop: {
+      case Type::drop:
+      case Type::drop_tenant: {
         DropReply m;
         m.arena_objects = r.u64();
         m.lower_objects = r.u64();

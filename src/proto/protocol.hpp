@@ -54,6 +54,7 @@ enum class Type : std::uint16_t {
   ping = 10,
   adopt = 11,  // 2.1
   drop = 12,   // 2.3
+  drop_tenant = 13,  // 2.4
 };
 const char* to_string(Type t) noexcept;
 
@@ -129,12 +130,19 @@ struct Adopt {
 struct Drop {
   Digest ns{};
 };
+// Drops every namespace a tenant's objects on this node belong to (2.4):
+// each as a Drop does, L2's values of them included. A namespace of the
+// tenant that the node holds nothing of (only L2 does) is not found:
+// drop it by namespace.
+struct DropTenant {
+  std::string tenant;
+};
 struct EndSession {};
 struct Stats {};
 struct Ping {};
 
 using Request = std::variant<Hello, RegisterLayout, Unregister, Lookup, Release, Reserve, Commit, EndSession, Stats,
-                             Ping, Adopt, Drop>;
+                             Ping, Adopt, Drop, DropTenant>;
 
 Type type_of(const Request& r) noexcept;
 std::vector<std::byte> encode_request(const Request& r, std::uint64_t request_id);

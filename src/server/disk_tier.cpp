@@ -581,6 +581,10 @@ void DiskTier::set_tenants(const tier::TenantBook& arena, std::uint64_t arena_by
   impl_->disk.set_tenants(impl_->disk_tenants.get());
 }
 const tier::TenantBook* DiskTier::tenants() const { return impl_->disk_tenants.get(); }
+void DiskTier::tenant_namespaces(const std::string& name, std::set<kv::Digest>& out) const {
+  if (!impl_->disk_tenants) return;
+  if (auto t = impl_->disk_tenants->find(name)) out.merge(impl_->disk.namespaces_of(*t));
+}
 void DiskTier::set_events(TierEvents* events) {
   impl_->events = events;
   if (events) events->watch(impl_->disk, "DISK");

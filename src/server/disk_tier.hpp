@@ -132,6 +132,7 @@ class DiskTier final : public LowerLevel {
   // (`arena`, of `arena_bytes`), in proportion to the disk's size.
   void set_tenants(const tier::TenantBook& arena, std::uint64_t arena_bytes);
   const tier::TenantBook* tenants() const;  // null before set_tenants
+  void tenant_namespaces(const std::string& name, std::set<kv::Digest>& out) const override;
   // The descriptions its start found, by key (once).
   std::unordered_map<kv::ChunkKey, std::string, tier::ChunkKeyHash> take_recovered_descriptions();
 

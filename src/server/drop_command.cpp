@@ -22,34 +22,49 @@ bool parse_namespace(const std::string& hex, kv::Digest* out) {
   return true;
 }
 
+namespace {
+
+// Sends `request` (of protocol 2.`minor` or later) to the server at
+// `socket` for `flag`; `what` says what was dropped.
+int send_drop(const std::string& socket, const char* flag, std::uint8_t minor, const proto::Request& request,
+              const std::string& what) {
+  AdminClient client;
+  const std::string who = std::string("kvstrand-server ") + flag;
+  if (std::string why = client.open(socket, who); !why.empty()) {
+    std::fprintf(stderr, "%s: no server answers at %s: %s\n", who.c_str(), socket.c_str(), why.c_str());
+    return 1;
+  }
+  if (client.hello().minor < minor) {  // an older server would close the connection on a request it cannot read
+    std::fprintf(stderr, "%s: the server at %s speaks protocol %u.%u, and this needs 2.%u\n", who.c_str(),
+                 socket.c_str(), unsigned{client.hello().major}, unsigned{client.hello().minor}, unsigned{minor});
+    return 1;
+  }
+  auto reply = client.call(request);
+  if (!reply || reply->status != proto::Status::ok) {
+    std::fprintf(stderr, "%s: %s\n", who.c_str(),
+                 reply ? (std::string(proto::to_string(reply->status)) + ": " + reply->message).c_str() : reply.why().c_str());
+    return 1;
+  }
+  const auto& r = std::get<proto::DropReply>(reply->payload);
+  std::printf("kvstrand-server at %s dropped %s: %llu objects in the arena, %llu below (L2's in the background)\n",
+              socket.c_str(), what.c_str(), static_cast<unsigned long long>(r.arena_objects),
+              static_cast<unsigned long long>(r.lower_objects));
+  return 0;
+}
+
+}  // namespace
+
 int drop_namespace_command(const std::string& socket, const std::string& ns_hex) {
   proto::Drop drop;
   if (!parse_namespace(ns_hex, &drop.ns)) {
     std::fprintf(stderr, "kvstrand-server: invalid --drop-namespace: '%s' is not 64 hex digits\n", ns_hex.c_str());
     return 2;
   }
-  AdminClient client;
-  if (std::string why = client.open(socket, "kvstrand-server --drop-namespace"); !why.empty()) {
-    std::fprintf(stderr, "kvstrand-server --drop-namespace: no server answers at %s: %s\n", socket.c_str(), why.c_str());
-    return 1;
-  }
-  if (client.hello().minor < 3) {  // a 2.2 server would close the connection on a request it cannot read
-    std::fprintf(stderr, "kvstrand-server --drop-namespace: the server at %s speaks protocol %u.%u, and a drop needs 2.3\n",
-                 socket.c_str(), unsigned{client.hello().major}, unsigned{client.hello().minor});
-    return 1;
-  }
-  auto reply = client.call(drop);
-  if (!reply || reply->status != proto::Status::ok) {
-    std::fprintf(stderr, "kvstrand-server --drop-namespace: %s\n",
-                 reply ? (std::string(proto::to_string(reply->status)) + ": " + reply->message).c_str() : reply.why().c_str());
-    return 1;
-  }
-  const auto& r = std::get<proto::DropReply>(reply->payload);
-  std::printf("kvstrand-server at %s dropped namespace %s: %llu objects in the arena, %llu below (L2's in the "
-              "background)\n",
-              socket.c_str(), ns_hex.c_str(), static_cast<unsigned long long>(r.arena_objects),
-              static_cast<unsigned long long>(r.lower_objects));
-  return 0;
+  return send_drop(socket, "--drop-namespace", 3, drop, "namespace " + ns_hex);
+}
+
+int drop_tenant_command(const std::string& socket, const std::string& tenant) {
+  return send_drop(socket, "--drop-tenant", 4, proto::DropTenant{tenant}, "tenant " + tenant + "'s namespaces");
 }
 
 }  // namespace kvstrand::server

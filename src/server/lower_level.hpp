@@ -11,7 +11,9 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <set>
 #include <span>
+#include <string>
 #include <vector>
 
 #include <kvstrand/chunk_keys.hpp>
@@ -48,6 +50,9 @@ class LowerLevel {
   // Drops every object of namespace `ns` this level holds or has queued to
   // write; none is promoted after. Returns how many it dropped.
   virtual std::size_t drop(const kv::Digest& ns) = 0;
+  // Adds the namespaces this level holds objects of tenant `name` in (it
+  // keeps their tenants; L2 does not).
+  virtual void tenant_namespaces(const std::string& /*name*/, std::set<kv::Digest>& /*out*/) const {}
   // Waits until everything queued is written (or failed), at most `bound`;
   // returns how many objects were still queued or in flight.
   virtual boost::asio::awaitable<std::size_t> drain(std::chrono::milliseconds bound) = 0;

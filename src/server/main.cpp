@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   const auto& opt = std::get<server::ServerOptions>(parsed);
   if (!opt.check.empty()) return server::check_server(opt.check, opt.check_within);
   if (!opt.drop_namespace.empty()) return server::drop_namespace_command(opt.socket, opt.drop_namespace);
+  if (!opt.drop_tenant.empty()) return server::drop_tenant_command(opt.socket, opt.drop_tenant);
   spdlog::set_level(spdlog::level::from_str(opt.log_level));
   try {
     server::TierServer srv(opt);

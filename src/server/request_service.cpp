@@ -74,6 +74,7 @@ Reply RequestService::handle(Client& c, const Request& req) {
   if (const auto* m = std::get_if<Reserve>(&req)) return reserve(c, *m);
   if (const auto* m = std::get_if<Commit>(&req)) return commit(*m);
   if (const auto* m = std::get_if<Drop>(&req)) return drop(*m);
+  if (const auto* m = std::get_if<DropTenant>(&req)) return drop_tenant(*m);
   if (std::holds_alternative<Stats>(req)) return stats();
   return Reply{};  // end_session, ping
 }
@@ -222,6 +223,24 @@ Reply RequestService::drop(const Drop& m) {
   for (LowerLevel* level : levels_) r.lower_objects += level->drop(m.ns);
   spdlog::info("kvstrand-server: namespace {} dropped: {} objects in the arena, {} below", kv::to_hex(m.ns),
                r.arena_objects, r.lower_objects);
+  return Reply{Status::ok, "", r};
+}
+
+Reply RequestService::drop_tenant(const DropTenant& m) {
+  if (m.tenant.empty()) return fail(Status::bad_request, "a tenant to drop needs a name");
+  if (auto why = kv::tenant_problem(m.tenant)) return fail(Status::bad_request, *why);
+  std::set<kv::Digest> spaces;
+  if (tenants_)
+    if (auto t = tenants_->find(m.tenant)) spaces = classes_.namespaces_of(*t);
+  for (LowerLevel* level : levels_) level->tenant_namespaces(m.tenant, spaces);
+  DropReply r;
+  for (const kv::Digest& ns : spaces) {
+    const Reply one = drop(Drop{ns});
+    r.arena_objects += std::get<DropReply>(one.payload).arena_objects;
+    r.lower_objects += std::get<DropReply>(one.payload).lower_objects;
+  }
+  spdlog::info("kvstrand-server: tenant {} dropped: {} namespaces, {} objects in the arena, {} below", m.tenant,
+               spaces.size(), r.arena_objects, r.lower_objects);
   return Reply{Status::ok, "", r};
 }
 

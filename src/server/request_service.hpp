@@ -96,6 +96,7 @@ class RequestService {
   void describe(const tier::Index& index, const proto::Reserve& m, const tier::Index::Reservation& res);
   proto::Reply commit(const proto::Commit& m);
   proto::Reply drop(const proto::Drop& m);
+  proto::Reply drop_tenant(const proto::DropTenant& m);
   const char* miss_reason(const Client& c, const tier::Index& index, const kv::ChunkKey& key) const;
   proto::Reply stats() const;
 

@@ -176,6 +176,10 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
                  "Only have the server at --socket drop every object of this namespace (64 hex digits, as "
                  "/debug/tier lists them) from its arena, disk and L2, and exit (an online weight update)")
       ->configurable(false);
+  app.add_option("--drop-tenant", o.drop_tenant,
+                 "Only have the server at --socket drop every namespace it holds objects of this tenant in (its "
+                 "arena, disk and L2), and exit")
+      ->configurable(false);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ConfigError& e) {
@@ -199,6 +203,10 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
     return o;
   }
   if (app.get_option("--check-wait")->count() > 0) return refuse("--check-wait", "needs --check");
+  if (!o.drop_tenant.empty()) {  // a request to the running server, as --drop-namespace
+    if (auto why = kv::tenant_problem(o.drop_tenant)) return refuse("--drop-tenant", *why);
+    return o;
+  }
   if (!o.drop_namespace.empty()) {  // a request to the running server: no server options are read or checked
     kv::Digest ns{};
     if (!parse_namespace(o.drop_namespace, &ns))

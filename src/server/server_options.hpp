@@ -54,6 +54,8 @@ struct ServerOptions {
   std::chrono::milliseconds check_within{0};
   // --drop-namespace NS: only have the server at --socket drop namespace NS.
   std::string drop_namespace;
+  // --drop-tenant NAME: only have the server at --socket drop tenant NAME's namespaces.
+  std::string drop_tenant;
 };
 
 // The options, or the exit code to leave with (0 after --help; 2 after a

@@ -119,6 +119,11 @@ void Index::set_tenants(TenantBook* book) {
       if (o.used) tenants_->charge(o.tenant, object_bytes_);
 }
 
+void Index::namespaces_of(TenantId tenant, std::set<kv::Digest>& out) const {
+  for (const Object& o : objects_)
+    if (o.used && !o.dropped && o.tenant == tenant) out.insert(o.key.ns);
+}
+
 void Index::add_reader(Object& o) {
   if (o.readers++ == 0 && o.committed) --evictable_;
 }

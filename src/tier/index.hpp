@@ -25,6 +25,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -106,6 +107,8 @@ class Index {
   // server's: to none). None: no tenant is counted.
   void set_tenants(TenantBook* book);
   TenantId tenant_at(std::uint32_t slot) const { return objects_.at(slot).tenant; }
+  // The namespaces of `tenant`'s objects here (a drop of the tenant).
+  void namespaces_of(TenantId tenant, std::set<kv::Digest>& out) const;
   std::uint32_t slots() const noexcept { return slots_; }
   // Hold ids from `first` on (before any hold): several indexes over one
   // arena give each its own range, so that a hold id names its index.

@@ -35,6 +35,12 @@ Index* SizeClasses::index(std::uint64_t object_bytes) {
   return classes_.back().index.get();
 }
 
+std::set<kv::Digest> SizeClasses::namespaces_of(TenantId tenant) const {
+  std::set<kv::Digest> out;
+  for (const Class& c : classes_) c.index->namespaces_of(tenant, out);
+  return out;
+}
+
 void SizeClasses::set_tenants(TenantBook* book) {
   tenants_ = book;
   for (Class& c : classes_) c.index->set_tenants(book);

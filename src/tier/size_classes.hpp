@@ -62,6 +62,8 @@ class SizeClasses {
   void on_class_made(ClassMade f);
   // Every class's index (the objects a restarted server found).
   std::vector<Index*> indexes() const;
+  // The namespaces of `tenant`'s objects in every class.
+  std::set<kv::Digest> namespaces_of(TenantId tenant) const;
   // Tenants' shares over every class, made now or later (Index::set_tenants).
   void set_tenants(TenantBook* book);
   SizeClasses(const SizeClasses&) = delete;

@@ -19,6 +19,12 @@ TenantId TenantBook::id_of(const std::string& name) {
   return id;
 }
 
+std::optional<TenantId> TenantBook::find(const std::string& name) const {
+  auto it = ids_.find(name);
+  if (it == ids_.end()) return std::nullopt;
+  return it->second;
+}
+
 bool TenantBook::would_pass(TenantId t, std::uint64_t bytes) const {
   const Tenant& x = tenants_.at(t);
   return x.quota != kNoQuota && x.used + bytes > x.quota;

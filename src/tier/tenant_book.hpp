@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,8 @@ class TenantBook {
   // The tenant's id, made on first use ("" is 0). At most 65,535 tenants:
   // past them, 0.
   TenantId id_of(const std::string& name);
+  // The tenant's id if it has one here, without making one.
+  std::optional<TenantId> find(const std::string& name) const;
   std::size_t size() const noexcept { return tenants_.size(); }
   const std::string& name(TenantId t) const { return tenants_.at(t).name; }
   std::uint64_t quota(TenantId t) const { return tenants_.at(t).quota; }

@@ -34,7 +34,7 @@ std::vector<Request> every_request() {
   Reserve reserve{3, spec().keys, {1, 0}};
   return {Hello{kMajor, 0, "engine-rank-0"}, reg, Unregister{3}, lookup, Release{77}, reserve, Commit{77, true},
           Commit{78, false}, EndSession{}, Stats{}, Ping{}, Adopt{3, 77, spec().keys},
-          Drop{kv::namespace_of(test::reference_layout())}};
+          Drop{kv::namespace_of(test::reference_layout())}, DropTenant{"team-a"}};
 }
 
 std::pair<Header, std::vector<std::byte>> split(const std::vector<std::byte>& frame) {

@@ -148,3 +148,27 @@ def test_on_the_disk_too_a_flooding_tenant_evicts_its_own_objects(tmp_path):
     assert hit == 1.0 and disk_b == 80 * 16384 and evicted_b == 0
     assert quota_a is not None and disk_a <= 8 << 20
     assert free_evicted_b > 0 and free_hit < 1.0
+
+
+def test_an_operator_drops_a_tenants_objects_from_a_shell():
+    import subprocess
+    from conftest import server_binary
+    server = Server(tier="4M", slab="2M", extra=["--tenant-quota", "a=2M"])
+    a, b = TenantEngine(server, "a"), TenantEngine(server, "b")
+    try:
+        for p in range(10):
+            assert a.save(p) and b.save(p)
+        r = subprocess.run([server_binary(), "--socket", server.socket, "--drop-tenant", "a"], capture_output=True,
+                           text=True, timeout=30)
+        assert r.returncode == 0, r.stderr
+        assert "dropped tenant a's namespaces: 20 objects in the arena" in r.stdout
+        tenants = {t["tenant"]: t for t in server.tier()["tenants"]}
+        assert tenants["a"]["bytes"] == 0 and tenants["b"]["bytes"] == 20 * 16384
+        assert sum(a.hits(p) for p in range(10)) == 0 and sum(b.hits(p) for p in range(10)) == 20
+        bad = subprocess.run([server_binary(), "--socket", server.socket, "--drop-tenant", "a b"],
+                             capture_output=True, text=True, timeout=30)
+        assert bad.returncode == 2 and "invalid --drop-tenant" in bad.stderr
+    finally:
+        a.close()
+        b.close()
+        server.stop()

@@ -360,3 +360,33 @@ TEST_CASE("disk: SIGTERM writes the queued write-behind before the server exits,
   REQUIRE(n->disk("recovered_objects_total") == 100);
   for (int p = 1; p <= 2; ++p) REQUIRE(n->load(p, 50) == 50);
 }
+
+TEST_CASE("disk: a tenant's drop reaches the namespaces only the disk still holds of it", "[disk][server][tenants]") {
+  DiskDir d;
+  Node n(d);
+  kv::Layout tl = layout();
+  tl.tenant = "team-a";
+  tl.weight_version = "v1";
+  Reply rr = must_call(*n.c, RegisterLayout{tl});
+  REQUIRE(rr.status == Status::ok);
+  const std::uint32_t treg = std::get<RegisterReply>(rr.payload).registration;
+  const auto tkeys = [&](int seed) {
+    std::vector<std::uint32_t> toks(50 * 64);
+    for (std::size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<std::uint32_t>(seed * 131 + i);
+    return kv::chunk_keys(tl, kv::namespace_of(tl), toks);
+  };
+  for (int p = 1; p <= 6; ++p) {  // 300 objects of team-a's, each written to the disk
+    const ReserveReply r = reserve(*n.c, treg, tkeys(p));
+    REQUIRE(must_call(*n.c, Commit{r.reservation, true}).status == Status::ok);
+    n.written(50.0 * p);
+  }
+  n.store_written(10, 29, 50);  // 1000 objects of no tenant's push team-a's out of the arena
+  REQUIRE(n.metric("tenant_bytes{tenant=\"team-a\",level=\"arena\"}") == 0);
+  REQUIRE(n.metric("tenant_bytes{tenant=\"team-a\",level=\"disk\"}") == 300.0 * static_cast<double>(kObject));
+  Reply r = must_call(*n.c, DropTenant{"team-a"});
+  REQUIRE(r.status == Status::ok);
+  REQUIRE(std::get<DropReply>(r.payload).lower_objects == 300);
+  REQUIRE(lookup(*n.c, treg, tkeys(1)).hit.tokens == 0);  // not promoted from the disk
+  REQUIRE(n.metric("tenant_bytes{tenant=\"team-a\",level=\"disk\"}") == 0);
+  REQUIRE(n.load(29, 50) == 50);  // the rest stays
+}

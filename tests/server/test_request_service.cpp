@@ -213,6 +213,43 @@ TEST_CASE("request service: a namespace drop leaves no lookup a hit in the arena
   REQUIRE(std::get<LookupReply>(f.service.handle(c, Lookup{reg, keys(1, 3)}).payload).hit.tokens == 3 * 64);
 }
 
+TEST_CASE("request service: a tenant's drop drops every namespace of its objects, and no other tenant's",
+          "[server][tenants]") {
+  Fixture f;
+  tier::TenantBook book;
+  f.classes.set_tenants(&book);
+  f.service.set_tenants(&book);
+  Client c = client(1, 1);
+  REQUIRE(f.service.handle(c, Hello{}).status == Status::ok);
+  // Tenant a in two namespaces (two weight versions), tenant b in one.
+  auto store_as = [&](const std::string& tenant, const std::string& version, std::uint32_t token) {
+    kv::Layout l = layout();
+    l.tenant = tenant;
+    l.weight_version = version;
+    const std::uint32_t reg = std::get<RegisterReply>(f.service.handle(c, RegisterLayout{l}).payload).registration;
+    const auto ks = kv::chunk_keys(l, kv::namespace_of(l), std::vector<std::uint32_t>(2 * 64, token));
+    const Reply res = f.service.handle(c, Reserve{reg, ks, {0, 0}});
+    REQUIRE(f.service.handle(c, Commit{std::get<ReserveReply>(res.payload).reservation, true}).status == Status::ok);
+    return std::pair{reg, ks};
+  };
+  const auto [a1, a1_keys] = store_as("team-a", "", 1);
+  const auto [a2, a2_keys] = store_as("team-a", "step-2", 2);
+  const auto [b1, b1_keys] = store_as("team-b", "", 1);
+  REQUIRE(book.used(book.id_of("team-a")) == 4 * kObject);
+
+  Reply r = f.service.handle(c, DropTenant{"team-a"});
+  REQUIRE(r.status == Status::ok);
+  REQUIRE(std::get<DropReply>(r.payload).arena_objects == 4);
+  REQUIRE(f.near.dropped.size() == 2);  // each namespace of a's reached the levels below
+  REQUIRE(book.used(book.id_of("team-a")) == 0);
+  REQUIRE(std::get<LookupReply>(f.service.handle(c, Lookup{a1, a1_keys}).payload).hit.tokens == 0);
+  REQUIRE(std::get<LookupReply>(f.service.handle(c, Lookup{a2, a2_keys}).payload).hit.tokens == 0);
+  REQUIRE(std::get<LookupReply>(f.service.handle(c, Lookup{b1, b1_keys}).payload).hit.tokens == 2 * 64);
+  // A tenant it never saw drops nothing; a name no tenant can have is refused.
+  REQUIRE(std::get<DropReply>(f.service.handle(c, DropTenant{"team-z"}).payload).arena_objects == 0);
+  REQUIRE(f.service.handle(c, DropTenant{"team z"}).status == Status::bad_request);
+}
+
 TEST_CASE("request service: a lookup's miss is counted by why its first missing chunk is missing", "[server]") {
   Fixture f;
   Client c = client(1, 1);

@@ -193,6 +193,15 @@ TEST_CASE("server options: --drop-namespace reads no server option, and takes 64
   }
 }
 
+TEST_CASE("server options: --drop-tenant reads no server option, and takes a tenant's name only", "[server]") {
+  auto drop = parse({"--socket", "/tmp/x.sock", "--drop-tenant", "team-a", "--tier-bytes", "999999T"});
+  REQUIRE(std::holds_alternative<ServerOptions>(drop.result));
+  REQUIRE(std::get<ServerOptions>(drop.result).drop_tenant == "team-a");
+  auto bad = parse({"--drop-tenant", "team a"});
+  REQUIRE(std::get<int>(bad.result) == 2);
+  REQUIRE(bad.err.find("invalid --drop-tenant") != std::string::npos);
+}
+
 TEST_CASE("server options: --check reads no server option, and --check-wait needs --check", "[server]") {
   auto check = parse({"--check", "/tmp/x.sock", "--check-wait", "3", "--tier-bytes", "999999T"});
   REQUIRE(std::holds_alternative<ServerOptions>(check.result));
