@@ -295,7 +295,9 @@ common::Expected<Request> decode_request(std::uint16_t type, std::span<const std
       if (r.remaining() > 0) {
         m.events.resize(r.count(4));
         for (std::string& e : m.events) e = r.str(kMaxChunkEvent);
-        if (r.ok() && m.events.size() != m.keys.size()) r.fail();  // none or one per key
+        // One per key; an empty list is never sent (none: no count at all),
+        // so each reserve has one encoding.
+        if (r.ok() && (m.events.empty() || m.events.size() != m.keys.size())) r.fail();
       }
       out = std::move(m);
       break;

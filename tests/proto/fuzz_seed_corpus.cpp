@@ -31,12 +31,19 @@ int main(int argc, char** argv) {
                                          Lookup{1, keys},          Release{2},   Reserve{1, keys, {1, 0}},
                                          Commit{2, true},          EndSession{}, Stats{},
                                          Ping{},                   Adopt{1, 2, keys}};
+  // 2.4's tails: a reserve's chunk events, a registration's tenant; the drops.
+  RegisterLayout named{l};
+  named.layout.tenant = "team-a";
+  Reserve described{1, keys, {1, 0}};
+  described.events = {"\x81\xac" "block_hashes" "\x91\x07", ""};
+  const std::vector<Request> newer = {named, described, Drop{namespace_of(l)}, DropTenant{"team-a"}};
   int n = 0;
   auto write = [&](const std::vector<std::byte>& frame) {
     std::ofstream(std::string(argv[1]) + "/seed-" + std::to_string(n++), std::ios::binary)
         .write(reinterpret_cast<const char*>(frame.data()), static_cast<std::streamsize>(frame.size()));
   };
   for (const Request& r : requests) write(encode_request(r, 1));
+  for (const Request& r : newer) write(encode_request(r, 1));
   write(encode_reply(Type::lookup, 1, Reply{Status::ok, "", LookupReply{3, {512, {256, 512}}, {0, 4096}}}));
   write(encode_reply(Type::reserve, 1,
                      Reply{Status::ok, "", ReserveReply{4, {ChunkState::reserved, ChunkState::full}, {8192, 0}}}));

@@ -120,6 +120,14 @@ TEST_CASE("protocol: a reserve's chunk events (2.4) round-trip, come after the 2
   fewer.events = {"x"};  // one for two keys
   const auto [hf, bf] = split(encode_request(fewer, 9));
   REQUIRE_FALSE(decode_request(hf.type, bf).has_value());
+  // An empty list after the images (fuzz_frame_decoder found it): never
+  // encoded, so refused, or one reserve would have two encodings.
+  proto::wire::Writer empty;
+  empty.u32(3);
+  empty.u32(0);  // keys
+  empty.u32(0);  // images
+  empty.u32(0);  // events
+  REQUIRE_FALSE(decode_request(static_cast<std::uint16_t>(Type::reserve), empty.buffer()).has_value());
   Reserve huge = plain;
   huge.events = {std::string(kMaxChunkEvent + 1, 'x'), ""};
   const auto [hh, bh] = split(encode_request(huge, 9));
