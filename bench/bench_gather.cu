@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "hip/segment_copy_kernel.hpp"
+#include "hip/segment_grid.hpp"
 
 namespace {
 
@@ -119,8 +120,33 @@ struct Bench {
   }
 
   void geometry(const std::string& name, const std::vector<std::uint64_t>& sizes, bool per_segment_dma = false) {
+    geometry_at(name, sizes, scatter(sizes), scatter(sizes), per_segment_dma);
+  }
+
+  // A paged layout's load as kvstrand plans it (tier/object_format.hpp),
+  // plane by plane: on the device, plane p's tensor of `pool` blocks, the
+  // load's blocks at distinct random ids in it; on the host, chunk objects
+  // of 16 blocks at shuffled places, plane p's blocks at its offset in each.
+  // A grid (hip/segment_grid.hpp), which the shipped kernel sends as one.
+  void paged(const std::string& name, std::size_t planes, std::size_t blocks, std::uint64_t block_bytes,
+             std::size_t pool) {
+    std::vector<std::uint64_t> ids(pool);
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    const auto objects = scatter(std::vector<std::uint64_t>((blocks + 15) / 16, planes * 16 * block_bytes));
+    std::vector<std::uint64_t> sizes, hat, dat;
+    for (std::size_t p = 0; p < planes; ++p)
+      for (std::size_t b = 0; b < blocks; ++b) {
+        sizes.push_back(block_bytes);
+        hat.push_back(objects[b / 16] + (p * 16 + b % 16) * block_bytes);
+        dat.push_back(p * (pool * block_bytes + 4096) + ids[b] * block_bytes);
+      }
+    geometry_at(name, sizes, hat, dat);
+  }
+
+  void geometry_at(const std::string& name, const std::vector<std::uint64_t>& sizes, const std::vector<std::uint64_t>& hat,
+                   const std::vector<std::uint64_t>& dat, bool per_segment_dma = false) {
     const std::uint64_t bytes = std::accumulate(sizes.begin(), sizes.end(), std::uint64_t{0});
-    const auto hat = scatter(sizes), dat = scatter(sizes);
     for (std::size_t i = 0; i < sizes.size(); ++i)
       if (hat[i] + sizes[i] > kArena || dat[i] + sizes[i] > kArena) {
         std::fprintf(stderr, "bench_gather: %s does not fit the 256 MiB arena\n", name.c_str());
@@ -147,6 +173,9 @@ struct Bench {
     row("kernel, one contiguous range (the SMs' floor)",
         median_us([&] { kvstrand::hip::kernel::segment_copy(&whole, 1, s); }));
     row("shipped kernel (segment_copy)", median_us([&] { kvstrand::hip::kernel::segment_copy(segs.data(), n, s); }));
+    const bool grid = n > 256 && kvstrand::hip::find_grid(segs.data(), segs.size(), 384, 768).has_value();
+    if (grid)  // where the shipped kernel sends a grid: the same segments as listed
+      row("as listed (no grid)", median_us([&] { kvstrand::hip::kernel::segment_copy_listed(segs.data(), n, s); }));
     if (n > 1024)  // where the shipped kernel stages a table in device memory: the launches it replaced
       row("in launch parameters only, 1,024 a launch",
           median_us([&] { kvstrand::hip::kernel::segment_copy_in_parameters(segs.data(), n, s); }));
@@ -229,8 +258,11 @@ struct Bench {
     };
     const std::size_t wrong = wrong_after([&] { kvstrand::hip::kernel::segment_copy(segs.data(), n, s); });
     const std::size_t wrong_params = wrong_after([&] { kvstrand::hip::kernel::segment_copy_in_parameters(segs.data(), n, s); });
-    std::printf("  shipped kernel: %zu bytes copied wrong; in parameters only: %zu\n", wrong, wrong_params);
-    if (wrong + wrong_params != 0) ++failures;
+    const std::size_t wrong_listed =
+        grid ? wrong_after([&] { kvstrand::hip::kernel::segment_copy_listed(segs.data(), n, s); }) : 0;
+    std::printf("  shipped kernel (%s): %zu bytes copied wrong; in parameters only: %zu%s\n", grid ? "a grid" : "as listed",
+                wrong, wrong_params, grid ? (", as listed: " + std::to_string(wrong_listed)).c_str() : "");
+    if (wrong + wrong_params + wrong_listed != 0) ++failures;
   }
 };
 
@@ -258,6 +290,9 @@ int main() {
   // tokens; head_dim 128, bf16.
   b.geometry("vLLM Llama-3-8B, 32 blocks (32 layers x K,V x 8 heads: 32 KiB)", repeat(32 << 10, 32 * 32 * 2));
   b.geometry("vLLM Llama-3-70B TP8 rank, 64 blocks (80 layers x K,V x 1 head: 4 KiB)", repeat(4 << 10, 64 * 80 * 2));
+  // The same two as kvstrand plans their loads (planes x blocks: a grid).
+  b.paged("vLLM Llama-3-8B, 32 blocks, as planned (64 planes x 32 blocks of 32 KiB)", 64, 32, 32 << 10, 96);
+  b.paged("vLLM Llama-3-70B TP8 rank, 64 blocks, as planned (160 planes x 64 blocks of 4 KiB)", 160, 64, 4 << 10, 384);
   // A hybrid model's resume (an approximation of Jamba-like shapes, not any
   // one model's): 4 attention layers' K,V for 32 blocks, and 28 recurrent
   // layers' state, a 96 KiB conv state and a 2 MiB SSM state each.

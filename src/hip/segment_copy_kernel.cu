@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "hip/segment_copy_kernel.hpp"
+#include "hip/segment_grid.hpp"
 
 namespace kvstrand::hip::kernel {
 namespace {
@@ -89,11 +90,9 @@ __global__ void __launch_bounds__(kThreads)
 constexpr unsigned kWarpLoads = 8;
 constexpr std::uint64_t kWarpLargest = 64 << 10;
 
-__global__ void __launch_bounds__(kThreads) copy_warp_per_segment(const KernelSegment* seg, int count) {
-  const std::uint64_t w = static_cast<std::uint64_t>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32;
-  if (w >= static_cast<std::uint64_t>(count)) return;
-  const KernelSegment g = seg[w];
-  const unsigned lane = threadIdx.x % 32;
+// One warp copies segment g: each lane keeps kWarpLoads 16-byte loads in
+// flight.
+__device__ void warp_copy(const KernelSegment& g, unsigned lane) {
   if (((g.src | g.dst | g.bytes) & 15) == 0) {
     const uint4* src = reinterpret_cast<const uint4*>(g.src);
     uint4* dst = reinterpret_cast<uint4*>(g.dst);
@@ -112,6 +111,62 @@ __global__ void __launch_bounds__(kThreads) copy_warp_per_segment(const KernelSe
     unsigned char* dst = reinterpret_cast<unsigned char*>(g.dst);
     for (std::uint64_t i = lane; i < g.bytes; i += 32) dst[i] = src[i];
   }
+}
+
+__global__ void __launch_bounds__(kThreads) copy_warp_per_segment(const KernelSegment* seg, int count) {
+  const std::uint64_t w = static_cast<std::uint64_t>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32;
+  if (w >= static_cast<std::uint64_t>(count)) return;
+  warp_copy(seg[w], threadIdx.x % 32);
+}
+
+// A grid of segments (hip/segment_grid.hpp) in the launch's parameters:
+// rows + columns entries stand for rows x columns segments, so a paged
+// layout's thousands of small segments need no table in device memory.
+// Two sizes, as Table's: a small one for short launches' parameter copy, a
+// large one within CUDA 12.1's 32,764-byte limit.
+template <int Rows, int Cols>
+struct GridTable {
+  std::uint64_t row_src[Rows];
+  std::uint64_t row_dst[Rows];
+  KernelSegment col[Cols];
+  std::uint32_t rows, cols;
+};
+static_assert(sizeof(GridTable<384, 768>) <= 32'764, "CUDA's kernel parameter limit");
+
+// A warp a segment, segment w being row w / cols, column w % cols: the
+// warps of one block copy neighbouring columns of one row.
+template <int Rows, int Cols>
+__global__ void __launch_bounds__(kThreads) copy_grid(const __grid_constant__ GridTable<Rows, Cols> t) {
+  const std::uint32_t w = blockIdx.x * (kThreads / 32) + threadIdx.x / 32;
+  if (w >= t.rows * t.cols) return;
+  const std::uint32_t r = w / t.cols, c = w % t.cols;
+  const KernelSegment& col = t.col[c];
+  warp_copy(KernelSegment{col.src + t.row_src[r], col.dst + t.row_dst[r], col.bytes}, threadIdx.x % 32);
+}
+
+template <int Rows, int Cols>
+int launch_grid(const SegmentGrid& g, cudaStream_t stream) {
+  GridTable<Rows, Cols> t;
+  t.rows = static_cast<std::uint32_t>(g.rows());
+  t.cols = static_cast<std::uint32_t>(g.columns.size());
+  std::copy(g.row_src.begin(), g.row_src.end(), t.row_src);
+  std::copy(g.row_dst.begin(), g.row_dst.end(), t.row_dst);
+  std::copy(g.columns.begin(), g.columns.end(), t.col);
+  const std::uint32_t warps = t.rows * t.cols;
+  copy_grid<Rows, Cols><<<(warps + kThreads / 32 - 1) / (kThreads / 32), kThreads, 0, stream>>>(t);
+  return static_cast<int>(cudaGetLastError());
+}
+
+// Sends a grid of small segments as one launch; false (nothing queued)
+// where the segments are no grid that fits, or one is too large for a warp.
+bool copy_as_grid(const KernelSegment* segments, int count, cudaStream_t s, int& error) {
+  if (!std::all_of(segments, segments + count, [](const KernelSegment& g) { return g.bytes <= kWarpLargest; }))
+    return false;
+  const auto grid = find_grid(segments, static_cast<std::size_t>(count), 384, 768);
+  if (!grid) return false;
+  error = grid->rows() <= 128 && grid->columns.size() <= 128 ? launch_grid<128, 128>(*grid, s)
+                                                               : launch_grid<384, 768>(*grid, s);
+  return true;
 }
 
 template <int N>
@@ -249,7 +304,7 @@ int segment_copy_in_parameters(const KernelSegment* segments, int count, void* s
   return 0;
 }
 
-int segment_copy(const KernelSegment* segments, int count, void* stream) {
+int segment_copy_listed(const KernelSegment* segments, int count, void* stream) {
 #if CUDART_VERSION >= 12080
   // Past one launch's parameters, the tail of each launch's last wave and
   // the next launch's start cost more than staging a table once
@@ -261,6 +316,17 @@ int segment_copy(const KernelSegment* segments, int count, void* stream) {
   }
 #endif
   return segment_copy_in_parameters(segments, count, stream);
+}
+
+int segment_copy(const KernelSegment* segments, int count, void* stream) {
+  // Past one small launch's parameters, a paged layout's segments are
+  // usually a grid (planes x blocks): one launch with rows + columns in its
+  // parameters, where the list would need a table or several launches.
+  if (count > kSmall) {
+    int e = 0;
+    if (copy_as_grid(segments, count, static_cast<cudaStream_t>(stream), e)) return e;
+  }
+  return segment_copy_listed(segments, count, stream);
 }
 
 }  // namespace kvstrand::hip::kernel

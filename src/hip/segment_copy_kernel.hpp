@@ -17,11 +17,16 @@ struct KernelSegment {
 };
 
 // Queues the copies on `stream` (a cudaStream_t); returns the cudaError_t of
-// the launch (0 on success). Up to 1,024 segments travel in one launch's
-// parameters; more go in one launch over a table copied to stream-ordered
-// device memory first (a paged layout's thousands of 4-32 KiB blocks), or,
-// where this driver cannot stage a table, in several launches' parameters.
+// the launch (0 on success). Over 256 segments of at most 64 KiB that form
+// a grid (hip/segment_grid.hpp: a paged layout's planes x blocks), one
+// launch with the grid in its parameters; otherwise segment_copy_listed.
 int segment_copy(const KernelSegment* segments, int count, void* stream);
+
+// The segments as listed: up to 1,024 travel in one launch's parameters;
+// more go in one launch over a table copied to stream-ordered device memory
+// first, or, where this driver cannot stage a table, in several launches'
+// parameters. bench_gather's row for a grid sent without its grid.
+int segment_copy_listed(const KernelSegment* segments, int count, void* stream);
 
 // The segments in launch parameters only, 1,024 a launch: the fallback, and
 // bench_gather's row for it.

@@ -1,6 +1,9 @@
 // src/hip's platform-neutral API against this build's backend. Tagged [gpu]:
 // in a GPU build these same cases run on the GPU, or skip with a message.
+#include <algorithm>
 #include <atomic>
+#include <numeric>
+#include <random>
 #include <thread>
 
 #include "support.hpp"
@@ -119,33 +122,47 @@ TEST_CASE("every batch path moves the same bytes, aligned runs and odd ones, bot
   hip::set_batch_path(hip::BatchPath::fastest);
 }
 
-// Loads `count` segments, sizes taken in turn from `sizes`, placed in
-// reverse order on the device so that nothing coalesces, and compares every
-// byte.
-static void load_many_segments_exactly(const std::vector<std::size_t>& sizes, int count, int seed) {
+// Loads `count` segments, sizes taken in turn from `sizes`, and compares
+// every byte. On the device they lie in reverse order (nothing coalesces;
+// with sizes in turn, the segments are a grid: hip/segment_grid.hpp) or in
+// a shuffled order (no grid: the list itself goes to the kernel).
+enum class Placement { reversed, shuffled };
+static void load_many_segments_exactly(const std::vector<std::size_t>& sizes, int count, int seed,
+                                       Placement placement = Placement::shuffled) {
   auto s = must(hip::Stream::create());
   std::vector<std::size_t> offset(count + 1, 0);
   for (int i = 0; i < count; ++i) offset[i + 1] = offset[i] + ((sizes[i % sizes.size()] + 31) & ~std::size_t{15});
   const std::size_t total = offset[count];
+  std::vector<std::size_t> dev_at(count);
+  if (placement == Placement::reversed) {
+    for (int i = 0; i < count; ++i) dev_at[i] = total - offset[i + 1];
+  } else {
+    std::vector<int> order(count);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), std::mt19937(seed));
+    std::size_t next = 0;
+    for (int i : order) dev_at[i] = next, next += offset[i + 1] - offset[i];
+  }
   auto host = must(hip::PinnedBuffer::allocate(total));
   auto dev = must(hip::DeviceBuffer::allocate(total));
   const auto src = random_bytes(total, seed);
   std::memcpy(host.data(), src.data(), total);
   write_device(s, dev.data(), std::vector<std::byte>(total, std::byte{0}));
   std::vector<Segment> h2d;
-  for (int i = 0; i < count; ++i)
-    h2d.push_back({host.data() + offset[i], dev.data() + (total - offset[i + 1]), sizes[i % sizes.size()]});
+  for (int i = 0; i < count; ++i) h2d.push_back({host.data() + offset[i], dev.data() + dev_at[i], sizes[i % sizes.size()]});
   require_ok(hip::copy_batch(s, CopyKind::host_to_device, h2d));
   const auto on_device = read_device(s, dev.data(), total);
   for (int i = 0; i < count; ++i) {
     INFO("segment " << i);
-    REQUIRE(std::memcmp(on_device.data() + (total - offset[i + 1]), src.data() + offset[i], h2d[i].bytes) == 0);
+    REQUIRE(std::memcmp(on_device.data() + dev_at[i], src.data() + offset[i], h2d[i].bytes) == 0);
   }
 }
 
 // Over 1,024 segments the kernel reads its table from device memory, one
 // launch: tiles where any segment is over 64 KiB, a warp a segment where
-// none is. Below that, the table travels in launch parameters.
+// none is. Below that, the table travels in launch parameters. A grid of
+// segments of at most 64 KiB, over 256 of them, travels as its rows and
+// columns in one launch's parameters.
 TEST_CASE("the fastest load path moves thousands of segments, across tile edges, from a device table", "[hip][gpu]") {
   if (!device_present()) return;
   // Sizes on both sides of a 16 KiB tile edge, small and large, 16-byte
@@ -157,6 +174,42 @@ TEST_CASE("the fastest load path moves thousands of small segments, a warp each,
   if (!device_present()) return;
   // None over 64 KiB: a paged layout's per-layer blocks, and odd ones.
   load_many_segments_exactly({4096, 65'536, 48, 1, 32'768, 4095, 17, 65'520}, 3000, 22);
+}
+
+TEST_CASE("the fastest load path moves a grid of small segments, its rows and columns in launch parameters",
+          "[hip][gpu][grid]") {
+  if (!device_present()) return;
+  SECTION("a large grid: 375 rows of 8 columns, odd sizes among them") {
+    load_many_segments_exactly({4096, 65'536, 48, 1, 32'768, 4095, 17, 65'520}, 3000, 24, Placement::reversed);
+  }
+  SECTION("a small grid: 65 rows of 4") { load_many_segments_exactly({4096, 48, 4095, 32'768}, 260, 25, Placement::reversed); }
+  SECTION("a paged layout's load, planned and sent as kvstrand sends it") {
+    // 160 planes (80 layers x K,V) of 4 KiB blocks, 64 blocks at random
+    // ids of a pool of 256 in each plane's tensor; on the host, 4 chunk
+    // objects of 16 blocks, plane-major.
+    constexpr std::size_t kPlanes = 160, kBlocks = 64, kPool = 256, kBlock = 4096;
+    auto s = must(hip::Stream::create());
+    auto host = must(hip::PinnedBuffer::allocate(kPlanes * kBlocks * kBlock));
+    auto dev = must(hip::DeviceBuffer::allocate(kPlanes * kPool * kBlock));
+    const auto src = random_bytes(kPlanes * kBlocks * kBlock, 26);
+    std::memcpy(host.data(), src.data(), src.size());
+    write_device(s, dev.data(), std::vector<std::byte>(kPlanes * kPool * kBlock, std::byte{0}));
+    std::vector<std::size_t> ids(kPool);
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), std::mt19937(26));
+    std::vector<Segment> h2d;
+    for (std::size_t p = 0; p < kPlanes; ++p)
+      for (std::size_t b = 0; b < kBlocks; ++b)
+        h2d.push_back({host.data() + (b / 16) * kPlanes * 16 * kBlock + (p * 16 + b % 16) * kBlock,
+                       dev.data() + (p * kPool + ids[b]) * kBlock, kBlock});
+    require_ok(hip::copy_batch(s, CopyKind::host_to_device, h2d));
+    const auto on_device = read_device(s, dev.data(), kPlanes * kPool * kBlock);
+    for (const Segment& g : h2d) {
+      const auto from = static_cast<const std::byte*>(g.src) - host.data();
+      INFO("segment from host offset " << from);
+      REQUIRE(std::memcmp(on_device.data() + (static_cast<std::byte*>(g.dst) - dev.data()), src.data() + from, kBlock) == 0);
+    }
+  }
 }
 
 // Loads of thousands of segments queued back to back, none waited for:
@@ -172,18 +225,23 @@ TEST_CASE("loads of thousands of segments queued back to back each move their ow
   const auto src = random_bytes(kLoads * kRegion, 31);
   std::memcpy(host.data(), src.data(), src.size());
   write_device(s, dev.data(), std::vector<std::byte>(src.size(), std::byte{0}));
+  // Shuffled within the region, so that no load is a grid (which needs no
+  // table): each load has a table of its own.
+  std::vector<std::vector<int>> slot(kLoads, std::vector<int>(kSegments));
   for (int l = 0; l < kLoads; ++l) {
+    std::iota(slot[l].begin(), slot[l].end(), 0);
+    std::shuffle(slot[l].begin(), slot[l].end(), std::mt19937(l));
     std::vector<Segment> h2d;
-    for (int i = 0; i < kSegments; ++i)  // reversed within the region
-      h2d.push_back({host.data() + l * kRegion + i * 2 * kSeg, dev.data() + l * kRegion + (kSegments - 1 - i) * 2 * kSeg, kSeg});
+    for (int i = 0; i < kSegments; ++i)
+      h2d.push_back({host.data() + l * kRegion + i * 2 * kSeg, dev.data() + l * kRegion + slot[l][i] * 2 * kSeg, kSeg});
     require_ok(hip::copy_batch(s, CopyKind::host_to_device, h2d));
   }
   const auto on_device = read_device(s, dev.data(), src.size());
   for (int l = 0; l < kLoads; ++l)
     for (int i = 0; i < kSegments; ++i) {
       INFO("load " << l << " segment " << i);
-      REQUIRE(std::memcmp(on_device.data() + l * kRegion + (kSegments - 1 - i) * 2 * kSeg,
-                          src.data() + l * kRegion + i * 2 * kSeg, kSeg) == 0);
+      REQUIRE(std::memcmp(on_device.data() + l * kRegion + slot[l][i] * 2 * kSeg, src.data() + l * kRegion + i * 2 * kSeg,
+                          kSeg) == 0);
     }
 }
 

@@ -4,9 +4,14 @@
 // touched, so fake base addresses stand in for it.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <numeric>
+#include <random>
 
+#include "hip/copy.hpp"
+#include "hip/segment_grid.hpp"
 #include "reactor/registration.hpp"
 
 using namespace kvstrand;
@@ -229,5 +234,46 @@ TEST_CASE("registration: an image kept in two state memories takes one slot in e
     });
     REQUIRE(used == std::vector<std::int32_t>{1, 9, 5, 11});
     REQUIRE(reactor::images_of(r, s) == 2);
+  }
+}
+
+TEST_CASE("registration: a paged layout's load, as planned and coalesced, is a grid of planes x blocks",
+          "[reactor][registration][grid]") {
+  // A 70B TP8 rank: 80 layers x K,V of 4 KiB blocks, 64 blocks in 4 chunks,
+  // the block ids scattered over the pool (hip::kernel::segment_copy sends
+  // such a load as one launch with its grid in the parameters).
+  Registration r;
+  r.layout.model_id = "m";
+  r.layout.layout_name = "paged";
+  r.layout.block_tokens = 16;
+  r.layout.chunk_tokens = 256;
+  r.layout.dtype = "bf16";
+  for (int p = 0; p < 160; ++p) {
+    r.layout.planes.push_back({"p" + std::to_string(p), 4096});
+    r.planes.push_back({fake(0x7f0000000000 + std::uintptr_t(p) * 0x3000000 + (p % 7) * 0x1000), 4096});
+  }
+  REQUIRE(!r.check());
+  std::vector<kv::BlockId> blocks(4096);
+  std::iota(blocks.begin(), blocks.end(), 0);
+  std::shuffle(blocks.begin(), blocks.end(), std::mt19937(5));
+  blocks.resize(64);
+  const auto s = spec({0, 1024}, blocks, 4);
+  REQUIRE(!r.check_load(s));
+  const std::vector<std::byte*> objects{static_cast<std::byte*>(fake(0x200000000)), static_cast<std::byte*>(fake(0x900000000)),
+                                        static_cast<std::byte*>(fake(0x500000000)), static_cast<std::byte*>(fake(0x300000000))};
+  const auto planned = hip::coalesce(reactor::segments(r, s, objects, false, {false, false, false, false}));
+  std::vector<hip::kernel::KernelSegment> table;
+  for (const hip::Segment& g : planned)
+    table.push_back({reinterpret_cast<std::uint64_t>(g.src), reinterpret_cast<std::uint64_t>(g.dst), g.bytes});
+  const auto grid = hip::find_grid(table.data(), table.size(), 384, 768);
+  REQUIRE(grid);
+  CHECK(grid->rows() == 160);
+  CHECK(grid->columns.size() * 160 == table.size());
+  for (std::size_t i = 0; i < table.size(); ++i) {
+    const auto& c = grid->columns[i % grid->columns.size()];
+    INFO("segment " << i);
+    REQUIRE(c.src + grid->row_src[i / grid->columns.size()] == table[i].src);
+    REQUIRE(c.dst + grid->row_dst[i / grid->columns.size()] == table[i].dst);
+    REQUIRE(c.bytes == table[i].bytes);
   }
 }
