@@ -142,6 +142,23 @@ struct Bench {
         dat.push_back(p * (pool * block_bytes + 4096) + ids[b] * block_bytes);
       }
     geometry_at(name, sizes, hat, dat);
+    // Where the rest above the SMs' floor goes: the same segments with one
+    // side laid out contiguously (each still a grid, through the shipped
+    // kernel), and both.
+    std::vector<std::uint64_t> in_order(sizes.size());
+    for (std::size_t i = 1; i < sizes.size(); ++i) in_order[i] = in_order[i - 1] + sizes[i - 1];
+    const std::uint64_t bytes = std::accumulate(sizes.begin(), sizes.end(), std::uint64_t{0});
+    const double contiguous = median_us([&] { cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, s); });
+    auto as_planned_but = [&](const char* what, const std::vector<std::uint64_t>& h, const std::vector<std::uint64_t>& d) {
+      std::vector<KernelSegment> segs;
+      for (std::size_t i = 0; i < sizes.size(); ++i)
+        segs.push_back({reinterpret_cast<std::uint64_t>(host + h[i]), reinterpret_cast<std::uint64_t>(dev + d[i]), sizes[i]});
+      const double us = median_us([&] { kvstrand::hip::kernel::segment_copy(segs.data(), static_cast<int>(segs.size()), s); });
+      std::printf("  %-46s %8.1f us %5.1f GB/s  ratio %.3f\n", what, us, bytes / us / 1e3, us / contiguous);
+    };
+    as_planned_but("host side in order (device as planned)", in_order, dat);
+    as_planned_but("device side in order (host as planned)", hat, in_order);
+    as_planned_but("both sides in order, the same segments", in_order, in_order);
   }
 
   void geometry_at(const std::string& name, const std::vector<std::uint64_t>& sizes, const std::vector<std::uint64_t>& hat,
@@ -292,6 +309,7 @@ int main() {
   b.geometry("vLLM Llama-3-70B TP8 rank, 64 blocks (80 layers x K,V x 1 head: 4 KiB)", repeat(4 << 10, 64 * 80 * 2));
   // The same two as kvstrand plans their loads (planes x blocks: a grid).
   b.paged("vLLM Llama-3-8B, 32 blocks, as planned (64 planes x 32 blocks of 32 KiB)", 64, 32, 32 << 10, 96);
+  b.paged("vLLM Llama-3-8B, one 256-token chunk, as planned (64 planes x 16 blocks of 32 KiB)", 64, 16, 32 << 10, 96);
   b.paged("vLLM Llama-3-70B TP8 rank, 64 blocks, as planned (160 planes x 64 blocks of 4 KiB)", 160, 64, 4 << 10, 384);
   // A hybrid model's resume (an approximation of Jamba-like shapes, not any
   // one model's): 4 attention layers' K,V for 32 blocks, and 28 recurrent

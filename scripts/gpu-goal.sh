@@ -56,7 +56,7 @@ for run in 1 2 3; do
     bench "run $run, split, idle before each lookup $idle ms" 7 "$pack/bench/bench_transfer" --iterations 200 \
       --no-server --clients 1 --split --idle-ms $idle
   done
-  bench "run $run" 140 "$pack/bench/bench_gather"
+  bench "run $run" 200 "$pack/bench/bench_gather"
   bench "run $run" 2 "$pack/bench/bench_chunk_keys"
 done
 echo "=== bench_python (three runs)" | tee -a "$sum"

@@ -24,10 +24,12 @@ constexpr std::uint64_t kMaxTiles = 1ull << 30;
 
 // The segments travel in the launch's parameters, so no table has to be
 // copied to the device (and waited for) before the launch. first_tile is
-// each segment's first block; first_tile[count] is the grid. Two sizes: the
-// small one keeps the parameter copy short for the common load (a block's
-// planes), the large one (within CUDA 12.1's 32,764-byte parameter limit)
-// keeps 1,024 segments in a launch.
+// each segment's first block; first_tile[count] is the grid. Three sizes:
+// the launch copies the whole struct, so the smaller ones keep that copy
+// short for the common loads (a few chunks' planes; 160 took the launch
+// call 3-6 us below 256 for the reference load, docs/PERFORMANCE.md), the
+// large one (within CUDA 12.1's 32,764-byte parameter limit) keeps 1,024
+// segments in a launch.
 template <int N>
 struct Table {
   KernelSegment seg[N];
@@ -35,7 +37,7 @@ struct Table {
   int count;
 };
 static_assert(sizeof(Table<1024>) <= 32'764, "CUDA's kernel parameter limit");
-constexpr int kSmall = 256, kLarge = 1024;
+constexpr int kSmallest = 160, kSmall = 256, kLarge = 1024;
 
 // The block's segment: the last one whose first tile is at or before the
 // block (every thread reads the same entries: broadcasts).
@@ -297,7 +299,9 @@ int segment_copy_in_parameters(const KernelSegment* segments, int count, void* s
       tiles += more;
       ++n;
     }
-    const int e = n <= kSmall ? launch<kSmall>(segments + first, n, s) : launch<kLarge>(segments + first, n, s);
+    const int e = n <= kSmallest ? launch<kSmallest>(segments + first, n, s)
+                  : n <= kSmall  ? launch<kSmall>(segments + first, n, s)
+                                 : launch<kLarge>(segments + first, n, s);
     if (e != 0) return e;
     first += n;
   }

@@ -247,7 +247,10 @@ TEST_CASE("loads of thousands of segments queued back to back each move their ow
 
 TEST_CASE("the fastest load path moves segments in launch parameters, up to 1,024 of them", "[hip][gpu]") {
   if (!device_present()) return;
-  load_many_segments_exactly({4096, 70'001, 48, 16'384}, 1024, 23);
+  // Each size of the parameters' table at its edges (160, 256, 1,024).
+  const int count = GENERATE(160, 161, 256, 257, 1024);
+  INFO(count << " segments");
+  load_many_segments_exactly({4096, 70'001, 48, 16'384}, count, 23);
 }
 
 TEST_CASE("the fastest load path moves segments of 1 MiB and more (the copy engines' share) exactly", "[hip][gpu]") {
