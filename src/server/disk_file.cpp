@@ -147,4 +147,11 @@ std::string read_description(const std::byte* block) {
   return std::string(bytes, n);
 }
 
+std::pair<int, std::uint64_t> disk_place(const std::vector<DiskFile>& files, std::uint64_t extent_bytes,
+                                         std::uint64_t disk_offset) {
+  const std::uint64_t e = disk_offset / extent_bytes;
+  const DiskFile& f = files[e % files.size()];
+  return {f.fd, (e / files.size()) * extent_bytes + disk_offset % extent_bytes};
+}
+
 }  // namespace kvstrand::server

@@ -15,6 +15,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace kvstrand::server {
 
@@ -61,6 +63,11 @@ struct DiskFile {
   int fd = -1;
   std::uint64_t bytes = 0;
 };
+
+// Where disk offset `disk_offset` lies: extents are dealt to the files in
+// turn (extent e in file e % files, at its (e / files)-th extent).
+std::pair<int, std::uint64_t> disk_place(const std::vector<DiskFile>& files, std::uint64_t extent_bytes,
+                                         std::uint64_t disk_offset);
 
 // Opens `path` (a directory: kvstrand.disk in it) as a file of `bytes` in
 // extents of `extent_bytes`; throws std::runtime_error saying why not.

@@ -1,0 +1,56 @@
+#include "server/socket_path.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace kvstrand::server {
+namespace {
+
+namespace asio = boost::asio;
+using local = asio::local::stream_protocol;
+
+const char* file_kind(mode_t m) {
+  if (S_ISREG(m)) return "a regular file";
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISLNK(m)) return "a symbolic link";
+  if (S_ISFIFO(m)) return "a FIFO";
+  return "a device or other special file";
+}
+
+std::string clear(const std::string& path, const asio::any_io_executor& ex) {
+  struct stat st{};
+  if (::lstat(path.c_str(), &st) != 0) return {};
+  if (!S_ISSOCK(st.st_mode))
+    return "--socket " + path + ": the path exists and is not a socket (" + file_kind(st.st_mode) +
+           "); remove it or choose another path";
+  local::socket probe(ex);
+  boost::system::error_code ec;
+  probe.connect(local::endpoint(path), ec);  // a local connect answers at once
+  if (!ec) return "--socket " + path + ": another server is already listening there";
+  ::unlink(path.c_str());
+  return {};
+}
+
+}  // namespace
+
+std::string bind_socket_path(local::acceptor& acceptor, const std::string& path, SocketFile& bound) {
+  if (std::string why = clear(path, acceptor.get_executor()); !why.empty()) return why;
+  const local::endpoint ep(path);
+  boost::system::error_code ec;
+  acceptor.open(ep.protocol(), ec);
+  const mode_t old = ::umask(0177);  // created 0600
+  if (!ec) acceptor.bind(ep, ec);
+  ::umask(old);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return "--socket " + path + ": " + ec.message();
+  ::chmod(path.c_str(), 0600);
+  if (struct stat st{}; ::lstat(path.c_str(), &st) == 0) bound = std::pair{st.st_dev, st.st_ino};
+  return {};
+}
+
+void remove_socket_file(const std::string& path, const SocketFile& bound) {
+  struct stat st{};
+  if (bound && ::lstat(path.c_str(), &st) == 0 && std::pair{st.st_dev, st.st_ino} == *bound) ::unlink(path.c_str());
+}
+
+}  // namespace kvstrand::server
