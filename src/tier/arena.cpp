@@ -90,8 +90,22 @@ Arena::Arena(ArenaOptions o) {
     // the arena's open file, and their mappings would keep a lock on it
     // past the server's death.
     const std::string lock = path_ + ".lock";
+    // Checked as the arena is: this user's own regular file. One another
+    // user made first (in /dev/shm anyone may) could be held locked by
+    // them, or not be openable at all: refused, saying whose it is.
+    struct stat before {};
+    if (::lstat(lock.c_str(), &before) == 0 && (!S_ISREG(before.st_mode) || before.st_uid != ::geteuid()))
+      throw std::runtime_error(lock + " is " + (S_ISREG(before.st_mode) ? "" : "not a regular file, and ") +
+                               "owned by uid " + std::to_string(before.st_uid) + ", not this server's user (uid " +
+                               std::to_string(::geteuid()) +
+                               "): it is not this server's lock; remove it, or choose another path");
     lock_fd_ = ::open(lock.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_CREAT, 0600);
     if (lock_fd_ < 0) throw std::runtime_error(errno_text(("open " + lock).c_str()));
+    struct stat st {};
+    if (::fstat(lock_fd_, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid()) {
+      ::close(std::exchange(lock_fd_, -1));
+      throw std::runtime_error(lock + " changed owner while it was opened: not this server's lock");
+    }
     if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
       ::close(std::exchange(lock_fd_, -1));
       throw std::runtime_error("another kvstrand-server uses " + path_ + " (" + lock + " is locked)");

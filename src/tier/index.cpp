@@ -1,5 +1,7 @@
 #include "tier/index.hpp"
 
+#include <sys/random.h>
+
 #include <cstdint>
 
 namespace kvstrand::tier {
@@ -9,17 +11,28 @@ Index::Index(std::uint64_t capacity_bytes, std::uint64_t object_bytes) : object_
   add_slots(static_cast<std::uint32_t>(std::min<std::uint64_t>(n, UINT32_MAX)));
 }
 
+std::uint64_t Index::bytes_per_slot() noexcept {
+  return sizeof(Object) + sizeof(std::uint32_t) + 2 * sizeof(std::uint64_t);
+}
+
 void Index::add_slots(std::uint32_t count) {
-  // Lowest slot numbers are handed out first (free_ is a stack).
-  std::vector<std::uint32_t> fresh;
-  fresh.reserve(count);
-  for (std::uint32_t i = count; i > 0; --i) fresh.push_back(slots_ + i - 1);
-  free_.insert(free_.begin(), fresh.begin(), fresh.end());
-  slots_ += count;
-  objects_.resize(slots_);
+  // Every allocation first, the largest first, then nothing that can
+  // throw: a slab that cannot be indexed (std::bad_alloc) leaves the index
+  // as it was.
+  objects_.reserve(static_cast<std::size_t>(slots_) + count);
+  std::vector<std::uint32_t> free_list;
+  free_list.reserve(free_.size() + count);
   std::size_t capacity = 16;
-  while (capacity < 2 * static_cast<std::size_t>(slots_)) capacity *= 2;
-  if (capacity > table_.size()) rebuild_table(capacity);  // a slab's worth at a time, never while serving a request
+  while (capacity < 2 * (static_cast<std::size_t>(slots_) + count)) capacity *= 2;
+  std::vector<std::uint64_t> table;
+  if (capacity > table_.size()) table.assign(capacity, 0);  // a slab's worth at a time, never while serving a request
+  // Lowest slot numbers are handed out first (free_ is a stack).
+  for (std::uint32_t i = count; i > 0; --i) free_list.push_back(slots_ + i - 1);
+  free_list.insert(free_list.end(), free_.begin(), free_.end());
+  free_.swap(free_list);
+  slots_ += count;
+  objects_.resize(slots_);  // within the capacity reserved: no allocation
+  if (!table.empty()) rebuild_table(std::move(table));
 }
 
 std::size_t Index::add_restored_slots(std::span<const std::optional<Restored>> restored) {
@@ -54,9 +67,9 @@ std::size_t Index::add_restored_slots(std::span<const std::optional<Restored>> r
 
 // ---- the key table ----------------------------------------------------------------
 
-void Index::rebuild_table(std::size_t capacity) {
-  table_.assign(capacity, 0);
-  mask_ = capacity - 1;
+void Index::rebuild_table(std::vector<std::uint64_t> empty) {
+  table_ = std::move(empty);
+  mask_ = table_.size() - 1;
   for (std::uint32_t s = 0; s < objects_.size(); ++s)
     if (objects_[s].used) table_insert(objects_[s].hash, s);
 }
@@ -387,7 +400,7 @@ Index::Lease Index::lease(std::span<const kv::ChunkKey> keys, std::uint32_t chun
   Lease l;
   l.hit = run(keys, chunk_tokens, &l.slots);
   if (l.slots.empty()) return l;
-  l.id = next_hold_++;
+  l.id = new_hold();
   holds_.emplace(l.id, Hold{owner, true, l.slots});
   return l;
 }
@@ -427,10 +440,30 @@ Index::Reservation Index::reserve(std::span<const kv::ChunkKey> keys, std::span<
     }
   }
   if (!h.slots.empty()) {
-    r.id = next_hold_++;
+    r.id = new_hold();
     holds_.emplace(r.id, std::move(h));
   }
   return r;
+}
+
+HoldId Index::new_hold() {
+  if (!random_holds_) return next_hold_++;
+  constexpr HoldId kLow = (HoldId{1} << 48) - 1;
+  for (;;) {
+    if (random_.empty()) {
+      // The kernel's CSPRNG, 64 ids at a time (a syscall per 64 holds).
+      random_.resize(64);
+      std::size_t at = 0;
+      auto* bytes = reinterpret_cast<unsigned char*>(random_.data());
+      while (at < random_.size() * sizeof(std::uint64_t)) {
+        const ssize_t n = ::getrandom(bytes + at, random_.size() * sizeof(std::uint64_t) - at, 0);
+        if (n > 0) at += static_cast<std::size_t>(n);
+      }
+    }
+    const HoldId id = hold_prefix_ | (random_.back() & kLow);
+    random_.pop_back();
+    if ((id & kLow) != 0 && !holds_.contains(id)) return id;
+  }
 }
 
 bool Index::commit(HoldId id, bool ok) {

@@ -91,8 +91,14 @@ class Index {
   Index(std::uint64_t capacity_bytes, std::uint64_t object_bytes);
 
   // Makes `count` more slots usable, numbered after the existing ones (a
-  // slab of the arena became ready).
+  // slab of the arena became ready). All or nothing: when memory runs out
+  // (std::bad_alloc) the index is as it was.
   void add_slots(std::uint32_t count);
+  // What one slot costs the index in memory at most: its object entry, its
+  // free-list entry, and its two key-table entries (the table's load is at
+  // most a half). The server bounds a size class's index by it
+  // (--max-index-bytes).
+  static std::uint64_t bytes_per_slot() noexcept;
   // The same, for slots some of which hold committed objects already:
   // restored[i] is slot slots() + i's. Returns how many it dropped as
   // duplicates of a key already present (a corrupted table).
@@ -112,7 +118,15 @@ class Index {
   std::uint32_t slots() const noexcept { return slots_; }
   // Hold ids from `first` on (before any hold): several indexes over one
   // arena give each its own range, so that a hold id names its index.
-  void start_holds_at(HoldId first) noexcept { next_hold_ = first; }
+  // Hold ids from now on: `prefix` (the size class, in the top 16 bits) and
+  // 48 random bits, unique among the live holds. A hold id is what a
+  // client names a hold by, and what a scheduler hands a worker (adopt):
+  // one client must not be able to guess another's (counted ids were
+  // released by guessing an own id + 1). Without this: 1, 2, 3, ...
+  void issue_random_holds(HoldId prefix) noexcept {
+    hold_prefix_ = prefix;
+    random_holds_ = true;
+  }
   // Slots holding no object (a reserve takes these before evicting).
   std::size_t free_slots() const noexcept { return free_.size(); }
   // Committed objects no hold pins: what eviction can free now.
@@ -245,7 +259,7 @@ class Index {
   std::uint32_t find(const kv::ChunkKey& key, std::uint32_t hash) const noexcept;  // kNone if absent
   void table_insert(std::uint32_t hash, std::uint32_t slot);
   void table_erase(std::uint32_t hash, std::uint32_t slot);
-  void rebuild_table(std::size_t capacity);
+  void rebuild_table(std::vector<std::uint64_t> empty);  // `empty`: the new table, all zero
   void prefetch(std::uint32_t hash) const noexcept;
   void prefetch_object(std::uint32_t hash) const noexcept;
 
@@ -278,6 +292,10 @@ class Index {
   std::size_t evictable_ = 0;  // committed objects no one reads
   std::map<HoldId, Hold> holds_;
   HoldId next_hold_ = 1;
+  HoldId hold_prefix_ = 0;
+  bool random_holds_ = false;
+  std::vector<std::uint64_t> random_;  // getrandom's bytes not used yet (new_hold)
+  HoldId new_hold();
   Stats stats_{};
   // Fingerprints (ChunkKeyHash) of the last evictions, oldest first, and
   // how often each is among them.

@@ -20,9 +20,8 @@ Index* SizeClasses::index(std::uint64_t object_bytes) {
   c.per_slab = g.per_slab;
   c.first_object = g.first_object;
   c.stride = g.stride;
-  const HoldId first = (static_cast<HoldId>(classes_.size() + 1) << kClassShift) + 1;
   c.index = std::make_unique<Index>(object_bytes);
-  c.index->start_holds_at(first);
+  c.index->issue_random_holds(static_cast<HoldId>(classes_.size() + 1) << kClassShift);
   if (tenants_) c.index->set_tenants(tenants_);
   if (table_) {
     c.journal = std::make_unique<Journal>();
@@ -87,12 +86,15 @@ Index* SizeClasses::adopt_slab(std::uint32_t slab, std::uint64_t object_bytes,
 }
 
 void SizeClasses::give_slab(Class& c, std::uint32_t slab) {
-  // The table first: the slab's slots are handed out only after it says
-  // whose they are and holds no entry of an earlier life.
+  // The slab's slots are handed out only after the table says whose they
+  // are and holds no entry of an earlier life: before this returns.
+  // The allocations first (all or nothing: std::bad_alloc leaves the class
+  // as it was), then the table and the listener before give_slab returns.
+  c.slabs.reserve(c.slabs.size() + 1);
+  c.index->add_slots(c.per_slab);
+  c.slabs.push_back(slab);  // within the capacity reserved: no allocation
   if (table_) table_->slab_assigned(slab, c.index->object_bytes());
   if (on_assigned_) on_assigned_(slab, c.index->object_bytes());
-  c.slabs.push_back(slab);
-  c.index->add_slots(c.per_slab);
 }
 
 void SizeClasses::Journal::reserved(std::uint32_t slot, const kv::ChunkKey& key, bool has_image) {
@@ -122,8 +124,8 @@ void SizeClasses::make_room(Index& idx, std::size_t want) {
   Class& c = classes_[i];
   while (idx.free_slots() < want && !free_slabs_.empty()) {
     const std::uint32_t slab = free_slabs_.front();
+    give_slab(c, slab);  // may throw std::bad_alloc: the slab stays free, the index as it was
     free_slabs_.pop_front();
-    give_slab(c, slab);
   }
 }
 

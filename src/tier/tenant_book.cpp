@@ -1,17 +1,22 @@
 #include "tier/tenant_book.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace kvstrand::tier {
 
-TenantBook::TenantBook(std::map<std::string, std::uint64_t> quotas, std::uint64_t default_quota)
-    : quotas_(std::move(quotas)), default_quota_(default_quota) {
+TenantBook::TenantBook(std::map<std::string, std::uint64_t> quotas, std::uint64_t default_quota,
+                       std::size_t max_tenants)
+    : quotas_(std::move(quotas)),
+      default_quota_(default_quota),
+      max_tenants_(std::clamp<std::size_t>(std::max(max_tenants, quotas_.size() + 1), 1, kMaxTenants)) {
   id_of("");
+  for (const auto& [name, q] : quotas_) id_of(name);
 }
 
-TenantId TenantBook::id_of(const std::string& name) {
+std::optional<TenantId> TenantBook::id_of(const std::string& name) {
   if (auto it = ids_.find(name); it != ids_.end()) return it->second;
-  if (tenants_.size() > UINT16_MAX) return 0;
+  if (tenants_.size() >= max_tenants_) return std::nullopt;
   const auto id = static_cast<TenantId>(tenants_.size());
   auto q = quotas_.find(name);
   tenants_.push_back(Tenant{name, q != quotas_.end() ? q->second : default_quota_, 0, 0});
@@ -41,7 +46,7 @@ TenantBook TenantBook::scaled(double factor) const {
   };
   std::map<std::string, std::uint64_t> quotas;
   for (const auto& [name, q] : quotas_) quotas[name] = scale(q);
-  return TenantBook(std::move(quotas), scale(default_quota_));
+  return TenantBook(std::move(quotas), scale(default_quota_), max_tenants_);
 }
 
 }  // namespace kvstrand::tier

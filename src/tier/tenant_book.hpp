@@ -27,15 +27,33 @@ using TenantId = std::uint16_t;
 class TenantBook {
  public:
   static constexpr std::uint64_t kNoQuota = UINT64_MAX;
+  // The most tenants a book can tell apart (TenantId's range): the server's
+  // --max-tenants is at most this.
+  static constexpr std::size_t kMaxTenants = UINT16_MAX;
+  struct Tenant {
+    std::string name;
+    std::uint64_t quota = kNoQuota;
+    std::uint64_t used = 0;
+    std::uint64_t evicted = 0;
+  };
   // `quotas` by name; `default_quota` for every other tenant (kNoQuota: none).
-  explicit TenantBook(std::map<std::string, std::uint64_t> quotas = {}, std::uint64_t default_quota = kNoQuota);
+  // Every tenant `quotas` names has its id from the start, so a configured
+  // tenant keeps its quota however many others came first. At most
+  // `max_tenants` (and kMaxTenants), the unnamed one and those of `quotas`
+  // included.
+  explicit TenantBook(std::map<std::string, std::uint64_t> quotas = {}, std::uint64_t default_quota = kNoQuota,
+                      std::size_t max_tenants = kMaxTenants);
 
-  // The tenant's id, made on first use ("" is 0). At most 65,535 tenants:
-  // past them, 0.
-  TenantId id_of(const std::string& name);
+  // The tenant's id, made on first use ("" is 0); nothing once the book
+  // holds max_tenants() and `name` is not among them.
+  std::optional<TenantId> id_of(const std::string& name);
   // The tenant's id if it has one here, without making one.
   std::optional<TenantId> find(const std::string& name) const;
   std::size_t size() const noexcept { return tenants_.size(); }
+  std::size_t max_tenants() const noexcept { return max_tenants_; }
+  // Every tenant, by id (iterate this: a TenantId counter cannot count to
+  // size() when size() is past its range).
+  const std::vector<Tenant>& all() const noexcept { return tenants_; }
   const std::string& name(TenantId t) const { return tenants_.at(t).name; }
   std::uint64_t quota(TenantId t) const { return tenants_.at(t).quota; }
   std::uint64_t used(TenantId t) const { return tenants_.at(t).used; }
@@ -54,14 +72,9 @@ class TenantBook {
   TenantBook scaled(double factor) const;
 
  private:
-  struct Tenant {
-    std::string name;
-    std::uint64_t quota = kNoQuota;
-    std::uint64_t used = 0;
-    std::uint64_t evicted = 0;
-  };
   std::map<std::string, std::uint64_t> quotas_;
   std::uint64_t default_quota_;
+  std::size_t max_tenants_;
   std::vector<Tenant> tenants_;
   std::map<std::string, TenantId> ids_;
 };
