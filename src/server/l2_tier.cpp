@@ -7,6 +7,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <algorithm>
 #include <set>
 #include <cstring>
 #include <deque>
@@ -26,6 +27,17 @@ namespace {
 constexpr tier::Owner kL2Owner = std::numeric_limits<tier::Owner>::max();
 // Objects per pipelined SET batch.
 constexpr std::size_t kWriteBatch = 16;
+// Namespaces this server remembers having marked in Redis (forgotten all at
+// once past it: marking again is one idempotent SET).
+constexpr std::size_t kMarkedNamespaces = 1 << 16;
+// A purge that could not finish is tried again after this long, doubling.
+constexpr std::chrono::seconds kFirstPurgeRetry{1}, kMaxPurgeRetry{30};
+
+// Says "some node wrote values of this namespace": set (never expiring,
+// never deleted) before any value of it is written, so that a drop of a
+// namespace no node ever wrote to L2 costs one read, not a scan of every
+// master's keyspace.
+std::string marker_of(const kv::Digest& ns) { return "kvstrand:v1:ns:" + kv::to_hex(ns); }
 using common::kAwait;
 }  // namespace
 
@@ -92,16 +104,40 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
         co_await wake.async_wait(kAwait);
         continue;
       }
+      // The namespaces of the next batch marked first: a value is never in
+      // Redis before its namespace's marker.
+      {
+        std::vector<kv::Digest> unmarked;
+        for (std::size_t i = 0; i < queue.size() && i < kWriteBatch; ++i)
+          if (!marked.contains(queue[i].key.ns) && std::find(unmarked.begin(), unmarked.end(), queue[i].key.ns) ==
+                                                       unmarked.end())
+            unmarked.push_back(queue[i].key.ns);
+        if (!unmarked.empty()) {
+          std::vector<std::vector<std::string>> sets;
+          for (const kv::Digest& ns : unmarked) sets.push_back({"SET", marker_of(ns), "1"});
+          std::vector<l2::RedisResult> r = co_await cluster->run(std::move(sets));
+          if (marked.size() + unmarked.size() > kMarkedNamespaces) marked.clear();
+          for (std::size_t i = 0; i < unmarked.size(); ++i)
+            if (i < r.size() && r[i].answered() && r[i].value.kind == l2::RedisValue::Kind::status)
+              marked.insert(unmarked[i]);
+        }
+      }
       std::vector<std::pair<std::string, std::string>> items;
       while (!queue.empty() && items.size() < kWriteBatch) {
         const Queued q = queue.front();
         queue.pop_front();
+        if (!marked.contains(q.key.ns)) {  // its marker could not be set: not written (a later save writes it)
+          q.index->unpin(std::span<const kv::ChunkKey>(&q.key, 1));
+          ++st.write_failed;
+          continue;
+        }
         const std::uint64_t object_bytes = q.index->object_bytes();
         items.emplace_back(l2::redis_key_of(q.key),
                            l2::encode_chunk_value(q.key, q.image, {object_at(*q.index, q.slot), object_bytes},
                                                   opt.mac ? &*opt.mac : nullptr));
         q.index->unpin(std::span<const kv::ChunkKey>(&q.key, 1));  // its bytes are taken
       }
+      if (items.empty()) continue;
       in_flight = items.size();
       std::vector<l2::RedisResult> r = co_await cluster->set(std::move(items), opt.ttl);
       in_flight = 0;
@@ -149,15 +185,65 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
       q.index->unpin(std::span<const kv::ChunkKey>(&q.key, 1));
       return true;
     });
-    if (ready && !stopped) gate.spawn(purge(shared_from_this(), ns), common::LogEscaped{"an L2 purge"});
+    // Queued, one purge at a time: a burst of drops never floods Redis, and
+    // a purge that fails is tried again until it ends (the namespace is not
+    // promoted meanwhile).
+    if (std::find(purges.begin(), purges.end(), ns) == purges.end()) purges.push_back(ns);
+    if (!purging && !stopped) {
+      purging = true;
+      gate.spawn(purge_loop(shared_from_this()), common::LogEscaped{"the L2 purges"});
+    }
+    purge_wake.cancel();
     return 0;
   }
 
+  static asio::awaitable<void> purge_loop(std::shared_ptr<Impl> self) {
+    struct Ended {
+      bool& purging;
+      ~Ended() { purging = false; }
+    } ended{self->purging};
+    std::chrono::seconds retry = kFirstPurgeRetry;
+    while (!self->stopped && !self->purges.empty()) {
+      if (!self->ready) {  // Redis not there yet: looked at again shortly (connect() cancels nothing here)
+        self->purge_wake.expires_after(std::chrono::milliseconds(200));
+        co_await self->purge_wake.async_wait(kAwait);
+        continue;
+      }
+      const kv::Digest ns = self->purges.front();
+      if (co_await purge(self, ns)) {
+        self->purges.pop_front();
+        self->dropped.erase(ns);
+        retry = kFirstPurgeRetry;
+        continue;
+      }
+      if (self->stopped) break;
+      // Tried again later, behind the others (one that cannot end holds none back).
+      self->purges.pop_front();
+      self->purges.push_back(ns);
+      self->purge_wake.expires_after(retry);
+      co_await self->purge_wake.async_wait(kAwait);
+      retry = std::min(retry * 2, kMaxPurgeRetry);
+    }
+  }
+
   // Deletes the namespace's values from every master: SCAN for its keys,
-  // UNLINK what it finds, until each master's cursor comes back to 0. The
-  // namespace is promoted again only once every master was scanned to its
-  // end: a value left behind (a master that did not answer) is never read.
-  static asio::awaitable<void> purge(std::shared_ptr<Impl> self, kv::Digest ns) {
+  // UNLINK what it finds, until each master's cursor comes back to 0. True
+  // once every master was scanned to its end (or no node ever wrote the
+  // namespace: no marker), and only then is it promoted again: a value left
+  // behind (a master that did not answer) is never read.
+  static asio::awaitable<bool> purge(std::shared_ptr<Impl> self, kv::Digest ns) {
+    {
+      std::vector<std::vector<std::string>> exists{{"EXISTS", marker_of(ns)}};
+      std::vector<l2::RedisResult> r = co_await self->cluster->run(std::move(exists));
+      if (r.empty() || !r[0].answered() || r[0].value.kind != l2::RedisValue::Kind::integer) {
+        ++self->st.purge_failed;
+        co_return false;
+      }
+      if (r[0].value.integer == 0) {
+        ++self->st.purges_skipped;
+        co_return true;
+      }
+    }
     const std::string pattern = "kvstrand:v1:*:" + kv::to_hex(ns) + ":*";  // l2::redis_key_of's form
     const std::vector<std::string> masters = self->cluster->masters();
     std::vector<std::string> cursor(masters.size(), "0");
@@ -193,7 +279,7 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
         if (r.answered() && r.value.kind == l2::RedisValue::Kind::integer)
           self->st.purged += static_cast<std::uint64_t>(r.value.integer);
     }
-    if (whole && !self->stopped) self->dropped.erase(ns);
+    co_return whole && !self->stopped;
   }
 
   asio::awaitable<Promoted> promote(tier::Index& idx, std::vector<kv::ChunkKey> keys, tier::TenantId tenant) {
@@ -276,6 +362,10 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
   std::optional<l2::RedisCluster> cluster;
   std::deque<Queued> queue;
   std::set<kv::Digest> dropped;  // namespaces dropped here, not promoted until purged from every master
+  std::deque<kv::Digest> purges;  // namespaces still to purge, the next first
+  bool purging = false;           // purge_loop runs
+  asio::steady_timer purge_wake{strand};  // purge_loop's wait: Redis to come, or a retry's back-off
+  std::set<kv::Digest> marked;    // namespaces whose marker this server set (marker_of)
   asio::steady_timer wake;  // the writer's sleep while the queue is empty
   asio::steady_timer settled{strand};  // cancelled as each SET batch is answered (drain's wait)
   common::Gate gate{strand};  // the connect loop and the writer run inside it
@@ -314,6 +404,7 @@ asio::awaitable<void> L2Tier::close(std::chrono::milliseconds bound) {
   auto impl = impl_;
   impl->stopped = true;
   impl->wake.cancel();
+  impl->purge_wake.cancel();
   if (!co_await impl->gate.close(bound))
     spdlog::warn("kvstrand-server: L2: {} coroutine(s) still running {} ms after close", impl->gate.inside(),
                  bound.count());
@@ -324,6 +415,7 @@ asio::awaitable<void> L2Tier::close(std::chrono::milliseconds bound) {
 void L2Tier::stop() {
   impl_->stopped = true;
   impl_->wake.cancel();
+  impl_->purge_wake.cancel();
   // The Redis connections close now, on the strand (or with it stopped),
   // not when the last coroutine frame lets go of Impl: that can be while
   // the io_context is being destroyed, too late to post their completions.
@@ -344,6 +436,7 @@ L2Stats L2Tier::stats() const {
   L2Stats s = impl_->st;
   s.connected = impl_->ready;
   s.queue = impl_->queue.size();
+  s.purges_pending = impl_->purges.size();
   if (impl_->cluster) s.redis = impl_->cluster->stats();
   return s;
 }

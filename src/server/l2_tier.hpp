@@ -62,7 +62,9 @@ struct L2Stats {
   std::uint64_t error_replies = 0;   // GETs Redis answered with an error (CLUSTERDOWN, WRONGTYPE, ...)
   std::uint64_t unanswered = 0;      // GETs with no answer in time (timeout, node down)
   std::uint64_t purged = 0;          // values deleted by namespace drops
-  std::uint64_t purge_failed = 0;    // masters a drop's purge could not scan to the end
+  std::uint64_t purge_failed = 0;    // attempts of a drop's purge that could not scan a master to its end (retried)
+  std::uint64_t purges_skipped = 0;  // drops of a namespace no node ever wrote to L2: no scan
+  std::size_t purges_pending = 0;    // drops whose purge has not ended yet (those namespaces are not promoted)
   std::size_t queue = 0;
   l2::RedisClusterStats redis;
 };

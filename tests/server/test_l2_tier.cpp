@@ -101,11 +101,24 @@ struct Node {
   std::uint32_t reg = 0;
 };
 
-// Keys in Redis over every master.
+// Markers on a master (kvstrand:v1:ns:NS, one per namespace written).
+std::size_t redis_markers(RedisNodes& redis, int i) {
+  return std::stoul(redis.cli(i, {"EVAL", "return #redis.call('KEYS', ARGV[1])", "0", "kvstrand:v1:ns:*"}));
+}
+
+// Values in Redis over every master (not the namespaces' markers).
 std::size_t redis_keys(RedisNodes& redis) {
   std::size_t n = 0;
-  for (std::size_t i = 0; i < redis.size(); ++i) n += std::stoul(redis.cli(static_cast<int>(i), {"DBSIZE"}));
+  for (std::size_t i = 0; i < redis.size(); ++i)
+    n += std::stoul(redis.cli(static_cast<int>(i), {"DBSIZE"})) - redis_markers(redis, static_cast<int>(i));
   return n;
+}
+
+// SCAN commands a master has run (INFO commandstats).
+std::size_t scans_run(RedisNodes& redis, int i) {
+  const std::string info = redis.cli(i, {"INFO", "commandstats"});
+  const auto at = info.find("cmdstat_scan:calls=");
+  return at == std::string::npos ? 0 : std::stoul(info.substr(at + 19));
 }
 
 // `n` one-chunk prompts stored through `a` and written behind to L2.
@@ -485,4 +498,58 @@ TEST_CASE("l2: with a MAC key, a value rewritten by a client that has the Redis 
     REQUIRE(bad.output.find("invalid --l2-mac-key-file:") != std::string::npos);
     REQUIRE(bad.output.find(f == &open_key ? "chmod 600" : "at least 32") != std::string::npos);
   }
+}
+
+TEST_CASE("l2: a drop of a namespace no node wrote scans nothing, and a burst of drops all end, none given up",
+          "[l2][server]") {
+  if (!redis_present() || !curl_present()) return;
+  // One drop of a namespace the node never held scanned every master's
+  // whole keyspace; 300 at once all gave up, leaving values and the
+  // namespaces unpromotable for the server's life.
+  RedisNodes redis(3, true);
+  Node a(redis.url());
+  const auto stored = store_prompts(a, redis, 4);
+  std::size_t markers = 0;
+  for (int i = 0; i < 3; ++i) markers += redis_markers(redis, i);
+  REQUIRE(markers == 1);  // the namespace written, marked once
+  std::size_t scans_before = 0;
+  for (int i = 0; i < 3; ++i) scans_before += scans_run(redis, i);
+  for (int d = 0; d < 300; ++d) {
+    kv::Digest never{};
+    never[0] = static_cast<std::byte>(d & 0xff);
+    never[1] = static_cast<std::byte>(d >> 8);
+    never[31] = std::byte{0x5a};
+    REQUIRE(must_call(a.c, Drop{never}).status == Status::ok);
+  }
+  eventually([&] { return a.counter("purges_skipped_total") == 300; }, "every drop's purge ended");
+  REQUIRE(a.counter("purges_pending") == 0);
+  REQUIRE(a.counter("purge_failed_total") == 0);
+  std::size_t scans_after = 0;
+  for (int i = 0; i < 3; ++i) scans_after += scans_run(redis, i);
+  REQUIRE(scans_after == scans_before);
+  REQUIRE(redis_keys(redis) == 4);  // nothing of the written namespace touched
+  // The namespace that was written is still purged whole by its drop.
+  REQUIRE(must_call(a.c, Drop{kv::namespace_of(layout())}).status == Status::ok);
+  eventually([&] { return redis_keys(redis) == 0; }, "the written namespace's values deleted");
+  REQUIRE(a.counter("purges_pending") == 0);
+}
+
+TEST_CASE("l2: a purge that fails on a stopped master is retried until it ends, its namespace not promoted meanwhile",
+          "[l2][server][fault]") {
+  if (!redis_present() || !curl_present()) return;
+  // A purge whose master did not answer was given up: its values stayed in
+  // Redis and its namespace was never promoted again for the server's life.
+  RedisNodes redis(3, true);
+  Node a(redis.url());
+  const auto stored = store_prompts(a, redis, 12);
+  redis.signal(1, SIGSTOP);
+  REQUIRE(must_call(a.c, Drop{kv::namespace_of(layout())}).status == Status::ok);
+  eventually([&] { return a.counter("purge_failed_total") >= 1; }, "the stopped master's scan failed");
+  REQUIRE(a.counter("purges_pending") == 1);  // not given up
+  redis.signal(1, SIGCONT);
+  eventually([&] { return redis_keys(redis) == 0; }, "every master's values deleted once it answers");
+  eventually([&] { return a.counter("purges_pending") == 0; }, "the purge ended");
+  // Promoted again only now, and stored anew it is written behind again.
+  const auto again = a.store(keys(1, 1), 1);
+  eventually([&] { return redis_keys(redis) == 1; }, "the new value written behind");
 }
