@@ -8,16 +8,27 @@
 // - a ROUTER socket at --events-replay, optionally: a request
 //   [identity, "", first sequence number (8 bytes)] is answered with every
 //   batch kept from that number on, each [identity, "", seq, batch], then
-//   [identity, "", -1 (8 bytes), ""]; the last --events-buffer batches are
-//   kept.
+//   [identity, "", -1 (8 bytes), ""]; the last --events-buffer batches
+//   (at most --events-buffer-bytes of them) are kept.
 // Events are batched by the strand's turn: what one request or one
-// completion changes goes out as one batch, after it. Sends never block
-// (PUB drops for a subscriber past its high-water mark, as vLLM's does).
+// completion changes goes out as one batch, after it (a batch past
+// kMaxBatchBytes goes out at once, and the turn's rest in the next). Sends
+// never block (PUB drops for a subscriber past its high-water mark, as
+// vLLM's does: --events-queue-bytes / kMaxBatchBytes batches).
+//
+// Replays are answered a slice at a time (kReplaySlice batches, then the
+// strand serves others), as the requester's pipe drains, and always end
+// with the end marker: a requester that is gone is forgotten, one whose
+// pipe stays full is given up after kReplayStall. At most kMaxReplays are
+// answered at once and kMaxQueuedReplays wait; past that a request is
+// answered with the end marker alone (counted). Requests are tiny: a
+// larger message closes its peer's connection (ZMQ_MAXMSGSIZE).
 //
 // On the server's strand, like everything the server does.
 #pragma once
 
 #include <boost/asio/awaitable.hpp>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -36,6 +47,8 @@ struct EventOptions {
   std::string topic;            // --events-topic
   EventFormat format = EventFormat::map;
   std::size_t buffer = 10000;   // --events-buffer: batches kept for replay
+  std::uint64_t buffer_bytes = 64ull << 20;  // --events-buffer-bytes: their bytes at most
+  std::uint64_t queue_bytes = 256ull << 20;  // --events-queue-bytes: what one slow subscriber may have queued
 };
 
 struct EventStats {
@@ -44,10 +57,19 @@ struct EventStats {
   std::uint64_t removed = 0;  // BlockRemoved events
   std::uint64_t cleared = 0;  // AllBlocksCleared events
   std::uint64_t replays = 0;  // replay requests answered
+  std::uint64_t replays_refused = 0;  // answered with the end marker alone: too many at once, or stalled
+  std::uint64_t kept_bytes = 0;       // of the batches kept for replay
+  std::size_t kept = 0;
 };
 
 class EventPublisher : public std::enable_shared_from_this<EventPublisher> {
  public:
+  static constexpr std::size_t kMaxBatchBytes = 256 * 1024;
+  static constexpr std::size_t kReplaySlice = 64;
+  static constexpr std::size_t kMaxReplays = 8;
+  static constexpr std::size_t kMaxQueuedReplays = 64;
+  static constexpr std::chrono::seconds kReplayStall{10};
+
   // Loads libzmq and binds the sockets; or why not, naming the option.
   static common::Expected<std::shared_ptr<EventPublisher>> open(common::Strand strand, EventOptions options);
   ~EventPublisher();
@@ -72,8 +94,16 @@ class EventPublisher : public std::enable_shared_from_this<EventPublisher> {
   EventPublisher(common::Strand strand, EventOptions options);
   void added();
   void flush();
+  struct Replay {
+    std::string identity;
+    std::uint64_t next = 0;        // the next batch it is sent
+    std::chrono::steady_clock::time_point stalled_since{};  // its pipe full since (epoch: not stalled)
+  };
+  enum class Sent { progress, blocked, done };
   boost::asio::awaitable<void> serve_replays();
-  void answer_replay();
+  void take_request();
+  Sent send_slice(Replay& r);
+  bool send_end(const std::string& identity);
 
   common::Strand strand_;
   EventOptions opt_;
@@ -83,7 +113,8 @@ class EventPublisher : public std::enable_shared_from_this<EventPublisher> {
   bool flush_posted_ = false;
   bool closed_ = false;
   std::uint64_t next_seq_ = 0;
-  std::deque<std::pair<std::uint64_t, std::string>> kept_;  // (seq, batch), for replay
+  std::deque<std::pair<std::uint64_t, std::string>> kept_;  // (seq, batch), for replay; seqs consecutive
+  std::deque<Replay> replays_;  // being answered (the first kMaxReplays) or waiting, oldest first
   EventStats st_;
 };
 

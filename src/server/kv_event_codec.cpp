@@ -93,13 +93,39 @@ const char* to_string(EventFormat f) noexcept {
 }
 
 std::optional<std::string> description_problem(std::string_view description) {
+  // Checked against vLLM's BlockStored as msgspec decodes it: one wrong type
+  // and a typed subscriber refuses the whole batch, every other engine's
+  // events in it included.
+  if (description.size() > kMaxDescriptionBytes)
+    return "larger than " + std::to_string(kMaxDescriptionBytes) + " bytes";
   const auto m = msgpack::read_map(description);
   if (!m) return "not one msgpack map with string keys";
-  const auto hashes = msgpack::array_length(lookup(*m, "block_hashes"));
-  if (!hashes || *hashes == 0) return "no block_hashes array of at least one hash";
-  if (lookup(*m, "block_size").empty()) return "no block_size";
-  const std::string_view tokens = lookup(*m, "token_ids");
-  if (!tokens.empty() && !msgpack::array_length(tokens)) return "token_ids is not an array";
+  const auto hash = [](std::string_view v) { return msgpack::is_bytes(v) || msgpack::is_int(v); };
+  const auto nil_or = [](std::string_view v, auto&& ok) { return v.empty() || msgpack::is_nil(v) || ok(v); };
+  const auto hashes = msgpack::array_items(lookup(*m, "block_hashes"));
+  if (!hashes || hashes->empty()) return "no block_hashes array of at least one hash";
+  for (std::string_view h : *hashes)
+    if (!hash(h)) return "block_hashes holds a hash that is neither bytes nor an integer";
+  if (!nil_or(lookup(*m, "parent_block_hash"), hash)) return "parent_block_hash is neither bytes, an integer nor nil";
+  if (const std::string_view bs = lookup(*m, "block_size"); bs.empty()) {
+    return "no block_size";
+  } else if (const auto b = static_cast<std::uint8_t>(bs[0]); !(b >= 0x01 && b <= 0x7f) && !(b >= 0xcc && b <= 0xcf)) {
+    return "block_size is not a positive integer";  // a negative or zero one is refused; so is any other type
+  }
+  if (const std::string_view tokens = lookup(*m, "token_ids"); !tokens.empty()) {
+    const auto items = msgpack::array_items(tokens);
+    if (!items) return "token_ids is not an array";
+    for (std::string_view t : *items)
+      if (!msgpack::is_int(t)) return "token_ids holds a token id that is not an integer";
+  }
+  if (!nil_or(lookup(*m, "lora_id"), msgpack::is_int)) return "lora_id is neither an integer nor nil";
+  if (!nil_or(lookup(*m, "lora_name"), msgpack::is_str)) return "lora_name is neither a string nor nil";
+  if (!nil_or(lookup(*m, "group_idx"), msgpack::is_int)) return "group_idx is neither an integer nor nil";
+  if (!nil_or(lookup(*m, "extra_keys"), [](std::string_view v) { return msgpack::array_length(v).has_value(); }))
+    return "extra_keys is neither an array nor nil";
+  if (!nil_or(lookup(*m, "kv_cache_spec_kind"), msgpack::is_str)) return "kv_cache_spec_kind is neither a string nor nil";
+  if (!nil_or(lookup(*m, "kv_cache_spec_sliding_window"), msgpack::is_int))
+    return "kv_cache_spec_sliding_window is neither an integer nor nil";
   return std::nullopt;
 }
 

@@ -28,9 +28,17 @@ enum class EventFormat { array, events_map, map };
 std::optional<EventFormat> event_format(std::string_view name);
 const char* to_string(EventFormat f) noexcept;
 
-// Why `description` cannot describe a chunk; nothing when it can: a map
-// with string keys, "block_hashes" an array of at least one hash and
-// "block_size" present, "token_ids" an array if present.
+// The largest chunk description kept (a 256-token chunk's is about 1.5 KiB).
+inline constexpr std::size_t kMaxDescriptionBytes = 16 * 1024;
+
+// Why `description` cannot describe a chunk; nothing when it can: at most
+// kMaxDescriptionBytes, a map with string keys whose fields have the types
+// vLLM's BlockStored gives them (msgspec refuses a batch with one wrong):
+// "block_hashes" an array of at least one hash (bytes or an integer),
+// "block_size" a positive integer, "token_ids" an array of integers,
+// "parent_block_hash", "lora_id", "lora_name", "group_idx", "extra_keys",
+// "kv_cache_spec_kind", "kv_cache_spec_sliding_window" their type or nil
+// where present.
 std::optional<std::string> description_problem(std::string_view description);
 
 // One event appended to an events array being written. `description` was

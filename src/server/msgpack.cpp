@@ -195,6 +195,24 @@ std::optional<std::uint32_t> array_length(std::string_view value) {
 
 bool is_nil(std::string_view value) { return value.size() == 1 && static_cast<std::uint8_t>(value[0]) == 0xc0; }
 
+bool is_int(std::string_view value) {
+  if (value.empty()) return false;
+  const auto b = static_cast<std::uint8_t>(value[0]);
+  return b <= 0x7f || b >= 0xe0 || (b >= 0xcc && b <= 0xd3);
+}
+
+bool is_bytes(std::string_view value) {
+  if (value.empty()) return false;
+  const auto b = static_cast<std::uint8_t>(value[0]);
+  return b >= 0xc4 && b <= 0xc6;
+}
+
+bool is_str(std::string_view value) {
+  if (value.empty()) return false;
+  const auto b = static_cast<std::uint8_t>(value[0]);
+  return (b >= 0xa0 && b <= 0xbf) || (b >= 0xd9 && b <= 0xdb);
+}
+
 std::optional<std::vector<std::string_view>> array_items(std::string_view value) {
   std::size_t at = 0;
   const auto n = container(value, false, &at);

@@ -51,6 +51,11 @@ std::optional<std::vector<std::pair<std::string_view, std::string_view>>> read_m
 // Whether the raw value is an array, and its length; whether it is nil.
 std::optional<std::uint32_t> array_length(std::string_view value);
 bool is_nil(std::string_view value);
+// Whether the raw value is an integer (any width, either sign); a byte
+// string (bin 8/16/32); a text string.
+bool is_int(std::string_view value);
+bool is_bytes(std::string_view value);
+bool is_str(std::string_view value);
 // The items of a raw array value (each raw).
 std::optional<std::vector<std::string_view>> array_items(std::string_view value);
 

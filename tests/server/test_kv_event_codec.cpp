@@ -5,7 +5,9 @@
 // tests/python/test_server_events.py.
 #include <catch2/catch.hpp>
 
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "server/kv_event_codec.hpp"
 
@@ -127,4 +129,80 @@ TEST_CASE("events: descriptions refused, each naming why", "[server][events]") {
   REQUIRE(description_problem(good.substr(0, good.size() - 1)));
   REQUIRE(event_format("events-map") == EventFormat::events_map);
   REQUIRE_FALSE(event_format("json"));
+}
+
+namespace {
+
+// A description whose field `name` is replaced by `value` (or added).
+std::string with_field(std::string_view name, const std::function<void(msgpack::Writer&)>& value) {
+  const std::string base = description(false);
+  const auto fields = *msgpack::read_map(base);
+  msgpack::Writer w;
+  bool found = false;
+  for (const auto& [k, v] : fields) found = found || k == name;
+  w.map(static_cast<std::uint32_t>(fields.size() + (found ? 0 : 1)));
+  for (const auto& [k, v] : fields) {
+    w.str(k);
+    if (k == name) {
+      value(w);
+    } else {
+      w.raw(v);
+    }
+  }
+  if (!found) {
+    w.str(name);
+    value(w);
+  }
+  return w.take();
+}
+
+}  // namespace
+
+TEST_CASE("events: a description with a field vLLM's types would refuse is refused, naming the field",
+          "[server][events]") {
+  // Each of these, published, makes a typed vLLM subscriber (msgspec,
+  // KVEventBatch) drop the whole batch, other engines' events with it.
+  const std::vector<std::pair<std::string, std::function<void(msgpack::Writer&)>>> wrong{
+      {"block_hashes", [](msgpack::Writer& w) { w.array(1); w.str("h"); }},
+      {"block_hashes", [](msgpack::Writer& w) { w.str("not an array"); }},
+      {"parent_block_hash", [](msgpack::Writer& w) { w.str("p"); }},
+      {"token_ids", [](msgpack::Writer& w) { w.str("1 2 3"); }},
+      {"token_ids", [](msgpack::Writer& w) { w.array(2); w.uint(1); w.str("2"); }},
+      {"block_size", [](msgpack::Writer& w) { w.str("16"); }},
+      {"block_size", [](msgpack::Writer& w) { w.sint(-16); }},
+      {"block_size", [](msgpack::Writer& w) { w.uint(0); }},
+      {"lora_id", [](msgpack::Writer& w) { w.str("one"); }},
+      {"lora_name", [](msgpack::Writer& w) { w.uint(1); }},
+      {"group_idx", [](msgpack::Writer& w) { w.float64(1.5); }},
+      {"extra_keys", [](msgpack::Writer& w) { w.uint(7); }},
+      {"kv_cache_spec_kind", [](msgpack::Writer& w) { w.uint(1); }},
+      {"kv_cache_spec_sliding_window", [](msgpack::Writer& w) { w.str("128"); }},
+  };
+  for (const auto& [field, value] : wrong) {
+    const auto problem = description_problem(with_field(field, value));
+    INFO(field);
+    REQUIRE(problem);
+    CHECK(problem->find(field) != std::string::npos);
+  }
+  // The types vLLM does use, nil where it allows None, are kept.
+  const std::vector<std::pair<std::string, std::function<void(msgpack::Writer&)>>> right{
+      {"block_hashes", [](msgpack::Writer& w) { w.array(2); w.raw("\xc4\x02hh"s); w.sint(-5); }},
+      {"parent_block_hash", [](msgpack::Writer& w) { w.nil(); }},
+      {"lora_id", [](msgpack::Writer& w) { w.nil(); }},
+      {"lora_name", [](msgpack::Writer& w) { w.str("adapter"); }},
+      {"extra_keys", [](msgpack::Writer& w) { w.array(1); w.array(0); }},
+      {"kv_cache_spec_kind", [](msgpack::Writer& w) { w.str("sliding_window"); }},
+      {"kv_cache_spec_sliding_window", [](msgpack::Writer& w) { w.uint(4096); }},
+  };
+  for (const auto& [field, value] : right) {
+    INFO(field);
+    CHECK_FALSE(description_problem(with_field(field, value)));
+  }
+  // Bounded in bytes: a description past kMaxDescriptionBytes is refused however well formed.
+  const std::string big = with_field("token_ids", [](msgpack::Writer& w) {
+    w.array(5000);
+    for (int i = 0; i < 5000; ++i) w.uint(70000);
+  });
+  REQUIRE(big.size() > kMaxDescriptionBytes);
+  REQUIRE(description_problem(big)->find("larger than") != std::string::npos);
 }
