@@ -35,6 +35,7 @@ std::optional<kv::ConfigError> validate(const HttpOptions& o) {
   if (o.max_connections == 0) return kv::ConfigError{"http.max_connections", "must be > 0"};
   if (o.header_limit < 1024) return kv::ConfigError{"http.header_limit", "must be >= 1024"};
   if (o.idle_timeout.count() <= 0) return kv::ConfigError{"http.idle_timeout", "must be > 0"};
+  if (o.request_timeout.count() <= 0) return kv::ConfigError{"http.request_timeout", "must be > 0"};
   return std::nullopt;
 }
 
@@ -84,27 +85,55 @@ struct DebugHttp::State : std::enable_shared_from_this<DebugHttp::State> {
       backoff.succeeded();
       tcp::socket& sock = std::get<1>(accepted);
       if (stopped) co_return;
-      if (connections.size() >= opt.max_connections) {
+      if (live >= opt.max_connections && !make_room()) {
         boost::system::error_code ignored;
-        sock.close(ignored);  // over the bound: closed at once, nothing read
+        sock.close(ignored);  // over the bound, every connection busy answering: closed at once, nothing read
         ++refused;
         continue;
       }
       connections.emplace_front(std::move(sock));
-      if (!gate.spawn(serve(shared_from_this(), connections.begin()), LogEscaped{"a debug HTTP connection"}))
+      ++live;
+      if (!gate.spawn(serve(shared_from_this(), connections.begin()), LogEscaped{"a debug HTTP connection"})) {
         connections.pop_front();
+        --live;
+      }
     }
   }
 
-  static asio::awaitable<void> serve(std::shared_ptr<State> self, std::list<beast::tcp_stream>::iterator it) {
-    beast::tcp_stream& stream = *it;
+  // The oldest connection still waiting for its request is closed to make
+  // room for a new one; false when every connection is answering one.
+  bool make_room() {
+    for (auto it = connections.rbegin(); it != connections.rend(); ++it) {
+      if (!it->waiting || it->evicted) continue;
+      it->evicted = true;
+      --live;
+      ++evicted;
+      boost::system::error_code ignored;
+      it->stream.socket().close(ignored);  // its coroutine sees it and erases it
+      return true;
+    }
+    return false;
+  }
+
+  struct Connection {
+    explicit Connection(tcp::socket s) : stream(std::move(s)) {}
+    beast::tcp_stream stream;
+    bool waiting = true;   // for its next request (not answering one)
+    bool evicted = false;  // closed by make_room, no longer counted in `live`
+  };
+
+  static asio::awaitable<void> serve(std::shared_ptr<State> self, std::list<Connection>::iterator it) {
+    beast::tcp_stream& stream = it->stream;
     beast::flat_buffer buffer;
     for (;;) {
       http::request_parser<http::empty_body> parser;
       parser.header_limit(self->opt.header_limit);
-      stream.expires_after(self->opt.idle_timeout);
+      // The whole request within the bound, however slowly its bytes come.
+      stream.expires_after(self->opt.request_timeout);
+      it->waiting = true;
       auto [ec, n] = co_await http::async_read(stream, buffer, parser, kAwait);
-      if (ec == http::error::end_of_stream || ec == beast::error::timeout || self->stopped) break;
+      it->waiting = false;
+      if (ec == http::error::end_of_stream || ec == beast::error::timeout || it->evicted || self->stopped) break;
       HttpResponse r;
       bool keep = false;
       if (ec) {
@@ -130,6 +159,7 @@ struct DebugHttp::State : std::enable_shared_from_this<DebugHttp::State> {
     boost::system::error_code ignored;
     stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
     stream.close();
+    if (!it->evicted) --self->live;
     self->connections.erase(it);
   }
 
@@ -139,7 +169,7 @@ struct DebugHttp::State : std::enable_shared_from_this<DebugHttp::State> {
     boost::system::error_code ignored;
     acceptor.close(ignored);
     backoff.cancel();
-    for (auto& c : connections) c.socket().close(ignored);  // their coroutines end and erase themselves
+    for (auto& c : connections) c.stream.socket().close(ignored);  // their coroutines end and erase themselves
   }
 
   Strand& strand;
@@ -147,8 +177,10 @@ struct DebugHttp::State : std::enable_shared_from_this<DebugHttp::State> {
   HttpRoutes routes;
   tcp::acceptor acceptor;
   AcceptBackoff backoff;
-  std::list<beast::tcp_stream> connections;
+  std::list<Connection> connections;  // the newest first
+  std::size_t live = 0;               // connections not evicted: what max_connections bounds
   std::uint64_t refused = 0;
+  std::uint64_t evicted = 0;
   bool stopped = false;
   Gate gate;  // the acceptor and every connection run inside it
 };

@@ -5,10 +5,14 @@
 // - Off unless configured; binds 127.0.0.1 by default. A non-loopback
 //   address is refused unless `allow_non_loopback` is set.
 // - GET and HEAD only; every route is read-only.
-// - A slow or malformed client costs one coroutine and one socket: reads are
-//   asynchronous and bounded by `idle_timeout`, headers by `header_limit`,
-//   connections by `max_connections` (the excess is closed at once). None of
-//   it can stall the strand's transfers.
+// - A slow or malformed client costs one coroutine and one socket: a
+//   request must arrive whole within `request_timeout` of the connection's
+//   start (or of its last answer), headers are bounded by `header_limit`,
+//   writes by `idle_timeout`, connections by `max_connections`. Past that
+//   bound, a new connection takes the place of the oldest one still
+//   waiting for its request (a client that never finishes its header), so
+//   connections that send nothing cannot keep a probe of /healthz out. None
+//   of it can stall the strand's transfers.
 #pragma once
 
 #include <chrono>
@@ -31,6 +35,7 @@ struct HttpOptions {
   std::size_t max_connections = 64;
   std::uint32_t header_limit = 8 * 1024;
   std::chrono::milliseconds idle_timeout{10'000};
+  std::chrono::milliseconds request_timeout{2'000};
 };
 
 // Refuses an address that is not an IP address, or one that is not loopback

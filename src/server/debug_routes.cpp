@@ -12,9 +12,16 @@
 
 namespace kvstrand::server {
 
+using tier::Index;
+
 namespace {
 
 constexpr std::size_t kListedNamespaces = 64;  // /debug/tier lists the largest namespaces, at most these
+// /debug/sessions and /debug/holds list at most these (the first by id):
+// a page is built on the strand, and its cost must not grow with what
+// clients choose to hold. /debug/tier and /metrics count them all.
+constexpr std::size_t kListedSessions = 1000;
+constexpr std::size_t kListedHolds = 1000;
 
 boost::json::array size_classes_json(const tier::SizeClasses& classes) {
   boost::json::array a;
@@ -45,10 +52,18 @@ common::HttpRoutes debug_routes(ServerState state) {
                        : common::HttpResponse{503u, "text/plain", "not ready: " + why + "\n"};
   };
   r["/debug/sessions"] = [st = state] {
+    // What each process holds, counted in one pass over the holds (not one
+    // pass per session).
+    std::map<tier::Owner, Index::Held> held;
+    for (const auto& [id, h] : st.classes.holds()) {
+      Index::Held& x = held[h.first];
+      ++(h.second ? x.leases : x.reservations);
+    }
     json::array a;
     const auto now = Clock::now();
     for (const auto& [id, s] : st.sessions) {
-      const auto held = st.classes.held_by(s->process->owner);
+      if (a.size() == kListedSessions) break;
+      const Index::Held& h = held[s->process->owner];
       a.push_back(json::object{{"session", id},
                                {"pid", s->process->pid},
                                {"hello", s->client.hello},
@@ -56,18 +71,20 @@ common::HttpRoutes debug_routes(ServerState state) {
                                {"requests", s->requests},
                                {"age_ms", std::chrono::duration<double, std::milli>(now - s->started).count()},
                                {"replies_queued_bytes", s->conn->queued_bytes()},
-                               {"process_leases", held.leases},
-                               {"process_reservations", held.reservations}});
+                               {"process_leases", h.leases},
+                               {"process_reservations", h.reservations}});
     }
     return common::HttpResponse{200, "application/json", json::serialize(a)};
   };
   r["/debug/holds"] = [st = state] {
+    std::map<tier::Owner, pid_t> pid_of;
+    for (const auto& [p, proc] : st.processes) pid_of[proc->owner] = p;
     json::array a;
     for (const auto& [id, h] : st.classes.holds()) {
-      pid_t pid = 0;
-      for (const auto& [p, proc] : st.processes)
-        if (proc->owner == h.first) pid = p;
-      a.push_back(json::object{{"hold", id}, {"kind", h.second ? "lease" : "reservation"}, {"pid", pid}});
+      if (a.size() == kListedHolds) break;
+      const auto p = pid_of.find(h.first);
+      a.push_back(json::object{
+          {"hold", id}, {"kind", h.second ? "lease" : "reservation"}, {"pid", p == pid_of.end() ? 0 : p->second}});
     }
     return common::HttpResponse{200, "application/json", json::serialize(a)};
   };
@@ -91,10 +108,9 @@ common::HttpRoutes debug_routes(ServerState state) {
       namespaces.push_back(json::object{{"namespace", kv::to_hex(by_size[i].second)}, {"bytes", by_size[i].first}});
     o["namespaces"] = std::move(namespaces);
     json::array tenants;
-    for (tier::TenantId t = 0; st.tenants && t < st.tenants->size(); ++t) {
-      json::object one{{"tenant", st.tenants->name(t)}, {"bytes", st.tenants->used(t)},
-                       {"evictions", st.tenants->evicted(t)}};
-      if (st.tenants->quota(t) != tier::TenantBook::kNoQuota) one["quota_bytes"] = st.tenants->quota(t);
+    for (const tier::TenantBook::Tenant& t : st.tenants ? st.tenants->all() : std::vector<tier::TenantBook::Tenant>{}) {
+      json::object one{{"tenant", t.name}, {"bytes", t.used}, {"evictions", t.evicted}};
+      if (t.quota != tier::TenantBook::kNoQuota) one["quota_bytes"] = t.quota;
       tenants.push_back(std::move(one));
     }
     o["tenants"] = std::move(tenants);
@@ -212,19 +228,24 @@ common::HttpRoutes debug_routes(ServerState state) {
                 l.error_replies);
       p.counter("kvstrand_server_l2_unanswered_total", "L2 reads with no answer within --l2-timeout", l.unanswered);
       p.counter("kvstrand_server_l2_purged_total", "L2 values deleted by namespace drops", l.purged);
-      p.counter("kvstrand_server_l2_purge_failed_total", "Masters a namespace drop's purge could not scan to the end",
+      p.counter("kvstrand_server_l2_purge_failed_total",
+                "Attempts of a namespace drop's purge that could not scan every master to its end (each retried)",
                 l.purge_failed);
+      p.counter("kvstrand_server_l2_purges_skipped_total",
+                "Namespace drops whose namespace no node ever wrote to L2 (no marker): no scan", l.purges_skipped);
+      p.gauge("kvstrand_server_l2_purges_pending", "Namespace drops whose L2 purge has not ended (not promoted until it has)",
+              static_cast<double>(l.purges_pending));
       p.counter("kvstrand_server_l2_redirects_total", "MOVED and ASK redirections followed",
                 l.redis.moved + l.redis.asked);
     }
     if (st.tenants != nullptr) {
       common::LabeledCounter bytes, quota, evicted;
       const auto each = [&](const tier::TenantBook& book, const char* level) {
-        for (tier::TenantId t = 0; t < book.size(); ++t) {
-          const std::string l = common::labels({{"tenant", book.name(t)}, {"level", level}});
-          bytes[l] = book.used(t);
-          evicted[l] = book.evicted(t);
-          if (book.quota(t) != tier::TenantBook::kNoQuota) quota[l] = book.quota(t);
+        for (const tier::TenantBook::Tenant& t : book.all()) {
+          const std::string l = common::labels({{"tenant", t.name}, {"level", level}});
+          bytes[l] = t.used;
+          evicted[l] = t.evicted;
+          if (t.quota != tier::TenantBook::kNoQuota) quota[l] = t.quota;
         }
       };
       each(*st.tenants, "arena");
@@ -243,6 +264,14 @@ common::HttpRoutes debug_routes(ServerState state) {
                 e.batches);
       p.counter("kvstrand_server_event_replays_total", "KV event replay requests answered (--events-replay)",
                 e.replays);
+      p.counter("kvstrand_server_event_replays_refused_total",
+                "KV event replays answered with the end marker alone (too many at once), or given up (the "
+                "requester stopped reading)",
+                e.replays_refused);
+      p.gauge("kvstrand_server_event_buffer_bytes", "Bytes of the KV event batches kept for replay (--events-buffer-bytes)",
+              static_cast<double>(e.kept_bytes));
+      p.gauge("kvstrand_server_event_buffer_batches", "KV event batches kept for replay (--events-buffer)",
+              static_cast<double>(e.kept));
       p.counter("kvstrand_server_event_descriptions_refused_total",
                 "Chunk event descriptions refused as malformed: those objects are stored, never announced",
                 st.events->refused());
