@@ -1,5 +1,6 @@
 #include "server/server_options.hpp"
 
+#include "server/config_file.hpp"
 #include "server/drop_command.hpp"
 
 #include <fcntl.h>
@@ -19,6 +20,7 @@
 #include "common/parse_bytes.hpp"
 #include "proto/protocol.hpp"
 #include "tier/arena.hpp"
+#include "tier/tenant_book.hpp"
 
 namespace kvstrand::server {
 
@@ -73,6 +75,7 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
   ServerOptions o;
   CLI::App app{"kvstrand-server: the node-wide host tier for KV-cache prefixes, shared by every engine rank"};
   std::string tier_bytes = "8G", slab_bytes = "auto", max_frame = "16M", max_leased, max_reserved, max_queue = "4M";
+  std::string min_object = "512", max_index = "1G";
   bool no_huge = false;
   app.set_version_flag("--version", std::string("kvstrand-server ") + KVSTRAND_VERSION_STRING + " (protocol " +
                                         std::to_string(proto::kMajor) + "." + std::to_string(proto::kMinor) +
@@ -98,6 +101,17 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
   app.add_option("--max-client-reserved", max_reserved,
                  "Bytes one client process's reservations may hold (default: a quarter of the tier)");
   app.add_option("--max-reply-queue", max_queue, "Reply bytes queued for one connection before reading from it pauses")
+      ->capture_default_str();
+  app.add_option("--min-object-bytes", min_object,
+                 "Smallest object (one chunk of one rank) a registration may store; smaller layouts are refused")
+      ->capture_default_str();
+  app.add_option("--max-index-bytes", max_index,
+                 "Memory one object size's index may need were the whole arena given to it; a layout whose objects "
+                 "would need more is refused at registration")
+      ->capture_default_str();
+  app.add_option("--max-tenants", o.max_tenants,
+                 "Tenants the server tells apart at most (the unnamed one and every --tenant-quota among them); a "
+                 "registration of one more is refused")
       ->capture_default_str();
   std::string http;
   bool http_remote = false;
@@ -144,19 +158,31 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
   app.add_option("--tenant-quota-default", tenant_default,
                  "The quota of every tenant --tenant-quota does not name, the one with no name included (default: "
                  "none, and no reserve)");
-  std::string events, events_replay, events_topic, events_format = "map";
+  std::string events, events_replay, events_topic, events_format = "map", events_buffer_bytes = "64M",
+                                                                          events_queue_bytes = "256M";
   long long events_buffer = 10000;
   app.add_option("--events", events,
                  "Publish the tier's KV events (vLLM's BlockStored, BlockRemoved, AllBlocksCleared; media CPU and "
                  "DISK) on a ZeroMQ PUB socket bound here: tcp://HOST:PORT or ipc://PATH (needs libzmq5)");
   app.add_option("--events-replay", events_replay,
                  "A ZeroMQ ROUTER socket bound here answers replays of missed batches, as vLLM's publisher does");
+  bool events_remote = false;
+  app.add_flag("--events-allow-remote", events_remote,
+               "Allow --events and --events-replay on a tcp:// address that is not loopback (every prompt's token "
+               "ids go out on them)");
   app.add_option("--events-topic", events_topic, "The topic frame of every batch (vLLM's kv_events_config.topic)");
   app.add_option("--events-format", events_format,
                  "How batches are encoded: map (vLLM main), events-map (vLLM v0.26: the batch an array, each event a "
                  "map) or array (vLLM before its PR 42892, v0.18 among them)")
       ->capture_default_str();
   app.add_option("--events-buffer", events_buffer, "Batches kept for --events-replay")->capture_default_str();
+  app.add_option("--events-buffer-bytes", events_buffer_bytes,
+                 "Bytes the batches kept for --events-replay may take at most (the oldest go first)")
+      ->capture_default_str();
+  app.add_option("--events-queue-bytes", events_queue_bytes,
+                 "Bytes of batches one slow subscriber may have queued inside the server; past that its batches "
+                 "are dropped (it replays what it missed)")
+      ->capture_default_str();
   app.allow_config_extras(CLI::config_extras_mode::error);  // a misspelt key is refused, not ignored
   app.set_config("--config", "",
                  "Read options from this file (TOML, or INI): every flag above is a key, e.g. tier-bytes = \"64G\"; "
@@ -180,6 +206,22 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
                  "Only have the server at --socket drop every namespace it holds objects of this tenant in (its "
                  "arena, disk and L2), and exit")
       ->configurable(false);
+  // The config file is checked and read before CLI11 opens it: a FIFO or
+  // /dev/zero there would hang the start, and a file others can change
+  // would choose where the KV goes.
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    std::string path;
+    if (a == "--config" && i + 1 < argc) path = argv[i + 1];
+    else if (a.rfind("--config=", 0) == 0) path = a.substr(9);
+    else continue;
+    auto text = read_config_file(path);
+    if (!text) {
+      std::cerr << "kvstrand-server: invalid --config: " << text.why() << "\n";
+      return 2;
+    }
+    app.config_formatter(std::make_shared<TomlConfig>(std::move(*text), path));
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ConfigError& e) {
@@ -258,7 +300,20 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
     return refuse("--max-client-reserved", "'" + max_reserved + "' is not a size above 0");
   if (!size_flag("--max-reply-queue", max_queue, 4u << 20, &o.max_reply_queue) || o.max_reply_queue < 64 * 1024)
     return refuse("--max-reply-queue", "'" + max_queue + "' must be a size of at least 64K");
+  if (auto v = common::parse_bytes(min_object); !v || *v == 0 || *v > o.slab_bytes)
+    return refuse("--min-object-bytes", "'" + min_object + "' must be a size from 1 byte to --slab-bytes");
+  else
+    o.min_object_bytes = *v;
+  if (auto v = common::parse_bytes(max_index); !v || *v < (1u << 20))
+    return refuse("--max-index-bytes", "'" + max_index + "' must be a size of at least 1M");
+  else
+    o.max_index_bytes = *v;
+  if (o.max_tenants < 1 || o.max_tenants > tier::TenantBook::kMaxTenants)
+    return refuse("--max-tenants", "must be 1 to " + std::to_string(tier::TenantBook::kMaxTenants));
   if (o.socket.empty() || o.socket.size() >= 108) return refuse("--socket", "must be a path of 1 to 107 bytes");
+  if (auto why = untrusted_link_in(o.socket)) return refuse("--socket", *why);
+  if (!o.arena_path.empty())
+    if (auto why = untrusted_link_in(o.arena_path)) return refuse("--arena-path", *why);
   if (o.chunk_tokens == 0 || o.chunk_tokens > kv::kMaxChunkTokens)
     return refuse("--chunk-tokens", "must be 1 to " + std::to_string(kv::kMaxChunkTokens) + ", got " +
                                         std::to_string(o.chunk_tokens));
@@ -324,6 +379,8 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
     for (std::size_t i = 0; i < disk_paths.size(); ++i)
       for (std::size_t j = i + 1; j < disk_paths.size(); ++j)
         if (disk_paths[i] == disk_paths[j]) return refuse("--disk", disk_paths[i] + " is given twice");
+    for (const std::string& p : disk_paths)
+      if (auto why = untrusted_link_in(p)) return refuse("--disk", *why);
     DiskOptions d;
     d.paths = disk_paths;
     d.bytes = *n;
@@ -344,6 +401,11 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
     if (!o.tenant_quotas.emplace(name, *q).second) return refuse("--tenant-quota", "tenant '" + name + "' is given twice");
     reserved_total += *q;
   }
+  // Each named tenant has its id from the start, beside the unnamed one.
+  if (o.tenant_quotas.size() + 1 > o.max_tenants)
+    return refuse("--max-tenants", std::to_string(o.max_tenants) + " is fewer than the " +
+                                       std::to_string(o.tenant_quotas.size()) +
+                                       " tenants --tenant-quota names and the unnamed one");
   // Each quota is also a reserve no other tenant evicts: more than the arena
   // could not be kept.
   if (reserved_total > o.tier_bytes)
@@ -364,12 +426,31 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
     if (!events_replay.empty() && !endpoint_ok(events_replay))
       return refuse("--events-replay", "'" + events_replay + "' is not tcp://HOST:PORT or ipc://PATH");
     if (events_replay == events) return refuse("--events-replay", "is the same endpoint as --events");
+    // The events carry every prompt's token ids: to this host only, unless meant.
+    const auto loopback = [](const std::string& e) {
+      if (e.rfind("ipc://", 0) == 0) return true;
+      const std::string host = e.substr(6, e.rfind(':') - 6);
+      return host == "localhost" || host == "[::1]" || host == "::1" || host.rfind("127.", 0) == 0;
+    };
+    for (const auto& [flag, e] : {std::pair<const char*, const std::string&>{"--events", events},
+                                  std::pair<const char*, const std::string&>{"--events-replay", events_replay}})
+      if (!e.empty() && !loopback(e) && !events_remote)
+        return refuse(flag, "'" + e + "' is not a loopback address, and the events carry every prompt's token ids: "
+                            "bind 127.0.0.1 (or ipc://), or give --events-allow-remote to mean it");
     auto format = event_format(events_format);
     if (!format) return refuse("--events-format", "'" + events_format + "' is not one of map, events-map, array");
     if (events_buffer < 0 || events_buffer > 10'000'000) return refuse("--events-buffer", "must be 0 to 10000000");
-    o.events = EventOptions{events, events_replay, events_topic, *format, static_cast<std::size_t>(events_buffer)};
+    const auto buffer_bytes = common::parse_bytes(events_buffer_bytes);
+    if (!buffer_bytes || *buffer_bytes > (64ull << 30))
+      return refuse("--events-buffer-bytes", "'" + events_buffer_bytes + "' is not a size from 0 to 64G");
+    const auto queue_bytes = common::parse_bytes(events_queue_bytes);
+    if (!queue_bytes || *queue_bytes < EventPublisher::kMaxBatchBytes || *queue_bytes > (64ull << 30))
+      return refuse("--events-queue-bytes", "'" + events_queue_bytes + "' is not a size from 256K to 64G");
+    o.events = EventOptions{events,  events_replay, events_topic, *format, static_cast<std::size_t>(events_buffer),
+                            *buffer_bytes, *queue_bytes};
   } else {
-    for (const char* f : {"--events-replay", "--events-topic", "--events-format", "--events-buffer"})
+    for (const char* f : {"--events-replay", "--events-topic", "--events-format", "--events-buffer",
+                          "--events-buffer-bytes", "--events-queue-bytes", "--events-allow-remote"})
       if (app.get_option(f)->count() > 0) return refuse(f, "needs --events");
   }
   if (print_config) {  // checked first: a file printed here is one the server takes

@@ -37,6 +37,12 @@ struct ServerOptions {
   std::uint64_t max_client_leased = 0;
   std::uint64_t max_client_reserved = 0;
   std::uint64_t max_reply_queue = 4u << 20;
+  // What one registration may cost the index (ServiceRules): objects of at
+  // least min_object_bytes, a size class's index of at most max_index_bytes.
+  std::uint64_t min_object_bytes = 512;
+  std::uint64_t max_index_bytes = 1ull << 30;
+  // Tenants told apart at most, the unnamed one and --tenant-quota's included.
+  std::size_t max_tenants = 256;
   // --http ADDR:PORT: the read-only debug endpoint (off when unset).
   std::optional<common::HttpOptions> http;
   // --l2 redis://HOST:PORT[,...]: Redis (Cluster) under the arena (off when unset).

@@ -276,3 +276,24 @@ TEST_CASE("arena recovery: a second server on a named arena in use is refused, n
   ServerProcess next(flags(file));
   REQUIRE(next.ready());
 }
+
+TEST_CASE("arena recovery: a lock file another user made first is refused as not the server's, naming it",
+          "[server]") {
+  if (::geteuid() != 0) return;  // making a file another user's needs root
+  ArenaFile file;
+  // In /dev/shm anyone may create it first, and hold it locked for ever.
+  const std::string lock = file.path + ".lock";
+  const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  REQUIRE(fd >= 0);
+  REQUIRE(::fchown(fd, 4242, 4242) == 0);
+  ::close(fd);
+  auto refused = run_process({sibling_binary("../kvstrand-server"), "--socket", ServerProcess::fresh_socket_path(),
+                              "--tier-bytes", "32M", "--slab-bytes", "8M", "--arena-path", file.path});
+  INFO(refused.output);
+  REQUIRE(refused.exit_code != 0);
+  REQUIRE(refused.output.find("--arena-path") != std::string::npos);
+  REQUIRE(refused.output.find("owned by uid 4242") != std::string::npos);
+  ::unlink(lock.c_str());  // gone: the server makes its own
+  ServerProcess next(flags(file));
+  REQUIRE(next.ready());
+}

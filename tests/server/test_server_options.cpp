@@ -209,3 +209,115 @@ TEST_CASE("server options: --check reads no server option, and --check-wait need
   REQUIRE(std::get<ServerOptions>(check.result).check_within == std::chrono::seconds(3));
   REQUIRE(std::get<int>(parse({"--check-wait", "3"}).result) == 2);
 }
+
+TEST_CASE("server options: a careless config file is refused, naming what to do", "[server]") {
+  const auto refused = [](const std::string& path, const std::string& says) {
+    auto r = parse({"--config", path});
+    INFO(r.err);
+    REQUIRE(std::holds_alternative<int>(r.result));
+    REQUIRE(std::get<int>(r.result) == 2);
+    REQUIRE(r.err.find("invalid --config") != std::string::npos);
+    REQUIRE(r.err.find(says) != std::string::npos);
+  };
+  // TOML forbids a key twice; CLI11's INI reader kept the first silently.
+  refused(write_file("twice.toml", "tier-bytes = \"8G\"\ntier-bytes = \"16G\"\n"), "line 2");
+  // A size is written with its unit: 64 was 64 bytes, a 2 MiB tier.
+  refused(write_file("bare.toml", "tier-bytes = 64\n"), "needs a unit");
+  refused(write_file("bare-string.toml", "tier-bytes = \"64\"\n"), "needs a unit");
+  refused(write_file("bare-quota.toml", "tenant-quota = [\"team-a=4096\"]\n"), "needs a unit");
+  // Paths do not depend on where the server was started.
+  refused(write_file("relative.toml", "disk = [\"5\"]\ndisk-bytes = \"1G\"\n"), "not an absolute path");
+  refused(write_file("relative-socket.toml", "socket = \"kv.sock\"\n"), "not an absolute path");
+  refused(write_file("table.toml", "[tenants]\nx = 1\n"), "is a table");
+  // Only its owner (or root) may change what chooses where the KV goes.
+  refused(write_file("open.toml", "tier-bytes = \"8G\"\n", 0666), "chmod go-w");
+  const std::string theirs = write_file("theirs.toml", "tier-bytes = \"8G\"\n");
+  if (::geteuid() == 0) {
+    REQUIRE(::chown(theirs.c_str(), 4242, 4242) == 0);
+    refused(theirs, "owned by uid 4242");
+  }
+  // Nothing that is not a regular file: each of these hung the start.
+  refused("/dev/zero", "not a regular file");
+  const std::string fifo = scratch_dir() + "/fifo.toml";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  refused(fifo, "not a regular file");
+  // A well-formed file is still taken, and a config file's sizes with units are.
+  auto ok = parse({"--config", write_file("fine.toml", "tier-bytes = \"64M\"\nchunk-tokens = 128\nno-huge-pages = true\n")});
+  INFO(ok.err);
+  REQUIRE(std::holds_alternative<ServerOptions>(ok.result));
+  REQUIRE(std::get<ServerOptions>(ok.result).tier_bytes == 64u << 20);
+  REQUIRE(std::get<ServerOptions>(ok.result).chunk_tokens == 128);
+}
+
+TEST_CASE("server options: a symbolic link on the way to --disk, --arena-path or --socket is refused unless root's",
+          "[server]") {
+  if (::geteuid() != 0) return;  // lchown to another user needs root
+  const std::string real = scratch_dir() + "/real";
+  ::mkdir(real.c_str(), 0700);
+  const std::string theirs = scratch_dir() + "/theirs-link", roots = scratch_dir() + "/roots-link";
+  ::unlink(theirs.c_str());
+  ::unlink(roots.c_str());
+  REQUIRE(::symlink(real.c_str(), theirs.c_str()) == 0);
+  REQUIRE(::lchown(theirs.c_str(), 4242, 4242) == 0);
+  REQUIRE(::symlink(real.c_str(), roots.c_str()) == 0);
+  for (const auto& [flag, args] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"--disk", {"--disk", theirs + "/kv", "--disk-bytes", "1G"}},
+           {"--arena-path", {"--arena-path", theirs + "/arena"}},
+           {"--socket", {"--socket", theirs + "/kv.sock"}}}) {
+    auto r = parse(args);
+    INFO(flag << ": " << r.err);
+    REQUIRE(std::holds_alternative<int>(r.result));
+    REQUIRE(r.err.find("invalid " + flag) != std::string::npos);
+    REQUIRE(r.err.find("symbolic link owned by uid 4242") != std::string::npos);
+  }
+  // A link root made (the system's own, /var/run say) is followed.
+  auto fine = parse({"--socket", roots + "/kv.sock", "--arena-path", roots + "/arena"});
+  INFO(fine.err);
+  REQUIRE(std::holds_alternative<ServerOptions>(fine.result));
+}
+
+TEST_CASE("server options: limits on tenants, objects and event memory have flags, each checked", "[server]") {
+  auto o = parse({"--max-tenants", "8", "--min-object-bytes", "16K", "--max-index-bytes", "64M",
+                  "--events", "tcp://127.0.0.1:5599", "--events-buffer-bytes", "8M", "--events-queue-bytes", "32M"});
+  INFO(o.err);
+  REQUIRE(std::holds_alternative<ServerOptions>(o.result));
+  const auto& opts = std::get<ServerOptions>(o.result);
+  REQUIRE(opts.max_tenants == 8);
+  REQUIRE(opts.min_object_bytes == 16u << 10);
+  REQUIRE(opts.max_index_bytes == 64u << 20);
+  REQUIRE(opts.events->buffer_bytes == 8u << 20);
+  REQUIRE(opts.events->queue_bytes == 32u << 20);
+  const auto refused = [](std::vector<std::string> args, const std::string& flag) {
+    auto r = parse(std::move(args));
+    INFO(r.err);
+    REQUIRE(std::holds_alternative<int>(r.result));
+    REQUIRE(r.err.find("invalid " + flag) != std::string::npos);
+  };
+  refused({"--max-tenants", "0"}, "--max-tenants");
+  refused({"--max-tenants", "70000"}, "--max-tenants");
+  refused({"--max-tenants", "2", "--tenant-quota", "a=1M", "--tenant-quota", "b=1M"}, "--max-tenants");
+  refused({"--min-object-bytes", "0"}, "--min-object-bytes");
+  refused({"--max-index-bytes", "1K"}, "--max-index-bytes");
+  refused({"--events-buffer-bytes", "8M"}, "--events-buffer-bytes");  // needs --events
+  refused({"--events", "tcp://127.0.0.1:5599", "--events-queue-bytes", "1K"}, "--events-queue-bytes");
+}
+
+TEST_CASE("server options: events on a non-loopback address are refused without --events-allow-remote",
+          "[server][events]") {
+  // Every prompt's token ids go out on them: --events tcp://0.0.0.0:... was
+  // taken with no opt-in, where --http needs one.
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"--events", "tcp://0.0.0.0:5599"},
+           {"--events", "tcp://*:5599"},
+           {"--events", "tcp://127.0.0.1:5599", "--events-replay", "tcp://10.1.2.3:5600"}}) {
+    auto r = parse(args);
+    INFO(r.err);
+    REQUIRE(std::holds_alternative<int>(r.result));
+    REQUIRE(r.err.find("--events-allow-remote") != std::string::npos);
+  }
+  auto meant = parse({"--events", "tcp://0.0.0.0:5599", "--events-allow-remote"});
+  REQUIRE(std::holds_alternative<ServerOptions>(meant.result));
+  for (const std::string& e : {"tcp://127.0.0.1:5599", "tcp://localhost:5599", "tcp://[::1]:5599", "ipc:///tmp/ev"})
+    REQUIRE(std::holds_alternative<ServerOptions>(parse({"--events", e}).result));
+  REQUIRE(std::get<int>(parse({"--events-allow-remote"}).result) == 2);  // needs --events
+}
