@@ -36,4 +36,18 @@ bool notify_supervisor(const std::string& state) {
   return sent;
 }
 
+std::chrono::microseconds watchdog_interval() {
+  const char* usec = std::getenv("WATCHDOG_USEC");
+  if (usec == nullptr || usec[0] == '\0') return {};
+  if (const char* pid = std::getenv("WATCHDOG_PID"); pid != nullptr && pid[0] != '\0') {
+    char* end = nullptr;
+    const long long p = std::strtoll(pid, &end, 10);
+    if (*end != '\0' || p != static_cast<long long>(::getpid())) return {};  // another process's
+  }
+  char* end = nullptr;
+  const unsigned long long us = std::strtoull(usec, &end, 10);
+  if (*end != '\0' || us == 0) return {};
+  return std::chrono::microseconds(us / 2);
+}
+
 }  // namespace kvstrand::server

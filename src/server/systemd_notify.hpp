@@ -3,6 +3,7 @@
 // needs no libsystemd. Without $NOTIFY_SOCKET nothing is sent.
 #pragma once
 
+#include <chrono>
 #include <string>
 
 namespace kvstrand::server {
@@ -12,5 +13,10 @@ namespace kvstrand::server {
 // no such socket or it cannot be reached (said at debug: a supervisor that
 // asked for notification and cannot be told times the unit out itself).
 bool notify_supervisor(const std::string& state);
+
+// The interval a supervisor's watchdog asks to be told "WATCHDOG=1" at
+// ($WATCHDOG_USEC, for this process when $WATCHDOG_PID says which): half
+// its timeout. Zero when no watchdog is asked for.
+std::chrono::microseconds watchdog_interval();
 
 }  // namespace kvstrand::server

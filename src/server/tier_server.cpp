@@ -43,6 +43,8 @@
 #include "common/metrics.hpp"
 #include "server/arena_recovery.hpp"
 #include "server/event_publisher.hpp"
+#include "server/socket_path.hpp"
+#include "server/systemd_notify.hpp"
 #include "server/tier_events.hpp"
 #include "tier/arena.hpp"
 #include "tier/object_table.hpp"
@@ -68,14 +70,6 @@ using common::kAwait;
 
 int pidfd_open(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
 
-const char* file_kind(mode_t m) {
-  if (S_ISREG(m)) return "a regular file";
-  if (S_ISDIR(m)) return "a directory";
-  if (S_ISLNK(m)) return "a symbolic link";
-  if (S_ISFIFO(m)) return "a FIFO";
-  return "a device or other special file";
-}
-
 }  // namespace
 
 struct TierServer::Impl {
@@ -93,30 +87,8 @@ struct TierServer::Impl {
         shutdown();
       }
     });
-    const local::endpoint ep(opt.socket);
-    struct stat st{};
-    if (::lstat(opt.socket.c_str(), &st) == 0) {
-      // Only a stale socket (one nobody listens on: a server that died) is
-      // removed; anything else there is someone's and stays.
-      if (!S_ISSOCK(st.st_mode))
-        co_return "--socket " + opt.socket + ": the path exists and is not a socket (" + file_kind(st.st_mode) +
-                  "); remove it or choose another path";
-      local::socket probe(strand);
-      boost::system::error_code ec;
-      probe.connect(ep, ec);  // start-up only: a local connect answers at once
-      if (!ec) co_return "--socket " + opt.socket + ": another server is already listening there";
-      ::unlink(opt.socket.c_str());
-    }
     acceptor.emplace(strand);
-    boost::system::error_code ec;
-    acceptor->open(ep.protocol(), ec);
-    const mode_t old = ::umask(0177);  // created 0600: only this user connects
-    if (!ec) acceptor->bind(ep, ec);
-    ::umask(old);
-    if (!ec) acceptor->listen(asio::socket_base::max_listen_connections, ec);
-    if (ec) co_return "--socket " + opt.socket + ": " + ec.message();
-    ::chmod(opt.socket.c_str(), 0600);
-    if (::lstat(opt.socket.c_str(), &st) == 0) socket_file = {st.st_dev, st.st_ino};
+    if (std::string why = bind_socket_path(*acceptor, opt.socket, socket_file); !why.empty()) co_return why;
     // An acceptor ended by an exception would leave a server that accepts
     // no one: it stops instead (fail-stop), and wait()'s caller exits 1.
     auto acceptor_ended = [this](std::exception_ptr e) {
@@ -127,7 +99,23 @@ struct TierServer::Impl {
       shutdown();
     };
     gate.spawn(accept_loop(), std::move(acceptor_ended));
+    if (const auto every = watchdog_interval(); every.count() > 0) {
+      watchdog.emplace(strand);
+      gate.spawn(keep_watchdog_fed(every), common::LogEscaped{"kvstrand-server's watchdog"});
+    }
     co_return std::string{};
+  }
+
+  // A supervisor's watchdog (WatchdogSec=) is told the server lives from the
+  // strand itself, so a strand that stopped turning (a request that never
+  // ends) goes untold and the server is restarted; a named arena keeps the
+  // cache across it.
+  asio::awaitable<void> keep_watchdog_fed(std::chrono::microseconds every) {
+    while (!stopping) {
+      notify_supervisor("WATCHDOG=1");
+      watchdog->expires_after(every);
+      if (auto [ec] = co_await watchdog->async_wait(kAwait); ec) co_return;  // cancelled: stopping
+    }
   }
 
   // The arena (a memfd, or the named file, its objects recovered) and the
@@ -224,6 +212,7 @@ struct TierServer::Impl {
     if (acceptor) acceptor->close();
     accept_backoff.cancel();
     if (signals) signals->cancel();
+    if (watchdog) watchdog->cancel();
     wake_slab_waiters();
     auto all = sessions;
     for (auto& [id, s] : all) end_session(s, "server stopping");
@@ -451,11 +440,12 @@ struct TierServer::Impl {
   std::vector<LowerLevel*> levels;  // below the arena, nearest first: the disk, then L2
   std::optional<local::acceptor> acceptor;
   std::optional<asio::signal_set> signals;
+  std::optional<asio::steady_timer> watchdog;  // with $WATCHDOG_USEC: keep_watchdog_fed's tick
   std::map<std::uint64_t, std::shared_ptr<Session>> sessions;
   std::map<pid_t, std::shared_ptr<Process>> processes;
   std::uint64_t next_session = 1;
   tier::Owner next_owner = 1;
-  std::optional<std::pair<dev_t, ino_t>> socket_file;  // the socket this server bound, removed at its exit
+  SocketFile socket_file;  // the socket this server bound, removed at its exit
   std::optional<RequestService> service;  // with the arena
   std::uint64_t orphans_freed = 0;
   common::AcceptBackoff accept_backoff{strand};  // cancelled at shutdown
@@ -471,12 +461,7 @@ TierServer::TierServer(ServerOptions options) : impl_(std::make_shared<Impl>(std
 
 TierServer::~TierServer() {
   stop();
-  // Its own socket file only: a server started on the path since (after
-  // this one stopped accepting) keeps its own.
-  struct stat st{};
-  if (impl_->socket_file && ::lstat(impl_->opt.socket.c_str(), &st) == 0 &&
-      std::pair{st.st_dev, st.st_ino} == *impl_->socket_file)
-    ::unlink(impl_->opt.socket.c_str());
+  remove_socket_file(impl_->opt.socket, impl_->socket_file);
   if (impl_->http) impl_->http->stop();
   impl_->stop_filling = true;
   if (impl_->filler.joinable()) impl_->filler.join();
@@ -560,7 +545,8 @@ void TierServer::start() {
     impl_->disk = std::make_unique<DiskTier>(impl_->strand, *impl_->opt.disk, impl_->arena_map,
                                              impl_->arena->slab_bytes(), impl_->arena->slab_count(), *impl_->classes);
   }
-  ServiceRules rules{impl_->opt.chunk_tokens, impl_->opt.max_client_leased, impl_->opt.max_client_reserved};
+  ServiceRules rules{impl_->opt.chunk_tokens, impl_->opt.max_client_leased, impl_->opt.max_client_reserved,
+                     impl_->opt.min_object_bytes, impl_->opt.max_index_bytes};
   ServerFacts facts{impl_->arena->bytes(), impl_->arena->slab_bytes(), impl_->arena->huge_pages(),
                     [i = impl_.get()] { return i->ready_bytes(); }, [i = impl_.get()] { return i->sessions.size(); },
                     server_life_id()};
@@ -569,7 +555,7 @@ void TierServer::start() {
   if (impl_->l2) impl_->levels.push_back(impl_->l2.get());
   impl_->service.emplace(rules, std::move(facts), *impl_->classes, impl_->levels);
   impl_->tenants.emplace(impl_->opt.tenant_quotas,
-                         impl_->opt.tenant_default_quota.value_or(tier::TenantBook::kNoQuota));
+                         impl_->opt.tenant_default_quota.value_or(tier::TenantBook::kNoQuota), impl_->opt.max_tenants);
   impl_->classes->set_tenants(&*impl_->tenants);
   impl_->service->set_tenants(&*impl_->tenants);
   if (impl_->disk) impl_->disk->set_tenants(*impl_->tenants, impl_->arena->bytes());

@@ -288,15 +288,24 @@ TEST_CASE("server: --drop-namespace has the running server drop a namespace /deb
   REQUIRE(nobody.output.find("no server answers") != std::string::npos);
 }
 
+namespace {
+// A supervisor's end of the notify protocol: a datagram socket bound at
+// `path`, as systemd gives a Type=notify unit.
+int supervisor_socket(const std::string& path) {
+  const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  return fd;
+}
+}  // namespace
+
 TEST_CASE("server: a supervisor's NOTIFY_SOCKET hears READY=1 once it listens, and /readyz says 503 until the arena is "
           "whole, then 200", "[server][http]") {
   // The supervisor's end: a datagram socket, as systemd gives a Type=notify unit.
   const std::string notify = ServerProcess::fresh_socket_path() + ".notify";
-  const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", notify.c_str());
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  const int fd = supervisor_socket(notify);
   const std::string socket = ServerProcess::fresh_socket_path();
   // Slow to fill (KVSTRAND_TEST_FILL_DELAY_MS): /readyz is seen not ready first.
   ChildProcess srv({"/usr/bin/env", "NOTIFY_SOCKET=" + notify, "KVSTRAND_TEST_FILL_DELAY_MS=300",
@@ -326,4 +335,47 @@ TEST_CASE("server: a supervisor's NOTIFY_SOCKET hears READY=1 once it listens, a
   REQUIRE(g.body == "ready\n");
   srv.signal(SIGTERM);
   srv.wait();
+}
+
+TEST_CASE("server: a supervisor's watchdog ($WATCHDOG_USEC) hears WATCHDOG=1 at half its timeout, from the strand",
+          "[server]") {
+  // The unit had no watchdog: a wedged strand lasted until someone sent SIGKILL.
+  const std::string notify = ServerProcess::fresh_socket_path() + ".watchdog";
+  const int fd = supervisor_socket(notify);
+  const std::string socket = ServerProcess::fresh_socket_path();
+  ChildProcess srv({"/usr/bin/env", "NOTIFY_SOCKET=" + notify, "WATCHDOG_USEC=200000", sibling_binary("../kvstrand-server"),
+                    "--socket", socket, "--tier-bytes", "16M", "--chunk-tokens", "64"});
+  int watchdogs = 0, ready = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (watchdogs < 5 && std::chrono::steady_clock::now() - t0 < 20s) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 1000) != 1) continue;
+    char buf[256] = {};
+    const ssize_t n = ::recv(fd, buf, sizeof buf - 1, 0);
+    const std::string said(buf, n > 0 ? static_cast<std::size_t>(n) : 0);
+    watchdogs += said == "WATCHDOG=1";
+    ready += said.rfind("READY=1", 0) == 0;
+  }
+  REQUIRE(watchdogs == 5);
+  REQUIRE(ready == 1);
+  // A watchdog asked of another process (WATCHDOG_PID) is not this server's to feed.
+  srv.signal(SIGTERM);
+  srv.wait();
+  ChildProcess other({"/usr/bin/env", "NOTIFY_SOCKET=" + notify, "WATCHDOG_USEC=200000", "WATCHDOG_PID=1",
+                      sibling_binary("../kvstrand-server"), "--socket", socket, "--tier-bytes", "16M", "--chunk-tokens",
+                      "64"});
+  REQUIRE(other.wait_for_output("listening on", 30s));
+  std::this_thread::sleep_for(600ms);
+  int heard = 0;
+  for (;;) {
+    char buf[256] = {};
+    const ssize_t n = ::recv(fd, buf, sizeof buf - 1, MSG_DONTWAIT);
+    if (n <= 0) break;
+    heard += std::string(buf, static_cast<std::size_t>(n)) == "WATCHDOG=1";
+  }
+  REQUIRE(heard == 0);
+  other.signal(SIGTERM);
+  other.wait();
+  ::close(fd);
+  ::unlink(notify.c_str());
 }
