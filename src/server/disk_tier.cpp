@@ -21,6 +21,7 @@
 #include "common/parse_bytes.hpp"
 #include "tier/object_header.hpp"
 #include "server/disk_file.hpp"
+#include "server/disk_recovery.hpp"
 #include "server/disk_ring.hpp"
 #include "server/tier_events.hpp"
 
@@ -78,9 +79,7 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
   // ---- where things are ---------------------------------------------------------
 
   std::pair<int, std::uint64_t> place(std::uint64_t disk_offset) const {
-    const std::uint64_t e = disk_offset / extent_bytes;
-    const DiskFile& f = files[e % files.size()];
-    return {f.fd, (e / files.size()) * extent_bytes + disk_offset % extent_bytes};
+    return disk_place(files, extent_bytes, disk_offset);
   }
   std::byte* arena_object(const tier::Index& idx, std::uint32_t slot) const {
     return arena + classes.offset_of(idx, slot);
@@ -120,65 +119,11 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
   }
 
   void recover() {
-    const auto t0 = std::chrono::steady_clock::now();
-    constexpr std::size_t kBatch = 256;
-    Aligned buf = aligned(kBatch * kDiskBlock);
-    std::vector<DiskRing::SyncRead> batch;
-    // Reads blocks at `offsets` (disk offsets), kBatch at a time; calls
-    // each(i, block or null when the read failed).
-    auto read_blocks = [&](const std::vector<std::uint64_t>& offsets, auto&& each) {
-      for (std::size_t at = 0; at < offsets.size(); at += kBatch) {
-        const std::size_t n = std::min(kBatch, offsets.size() - at);
-        batch.clear();
-        for (std::size_t i = 0; i < n; ++i) {
-          auto [fd, off] = place(offsets[at + i]);
-          batch.push_back({fd, buf.get() + i * kDiskBlock, kDiskBlock, off});
-        }
-        ring->read_now(batch);
-        for (std::size_t i = 0; i < n; ++i)
-          each(at + i, batch[i].result == static_cast<int>(kDiskBlock) ? buf.get() + i * kDiskBlock : nullptr);
-      }
-    };
-    std::vector<std::uint64_t> heads;
-    for (std::uint32_t e = 0; e < total_extents; ++e) heads.push_back(std::uint64_t{e} * extent_bytes);
-    std::vector<std::uint64_t> object_of(total_extents, 0);  // 0: not a known extent
-    read_blocks(heads, [&](std::size_t e, const std::byte* h) {
-      if (h == nullptr || std::memcmp(h, kExtentMagic, sizeof kExtentMagic) != 0) return;
-      const auto x = read_extent_header(h);
-      if (!x || x->files != files.size() || x->extent_bytes != extent_bytes || x->extent != e || x->object_bytes == 0 ||
-          x->stride != disk.stride(x->object_bytes) || disk.index(x->object_bytes) == nullptr) {
-        ++st.recovery_dropped;
-        return;
-      }
-      object_of[e] = x->object_bytes;
-    });
-    for (std::uint32_t e = 0; e < total_extents; ++e) {
-      const std::uint64_t object_bytes = object_of[e];
-      if (object_bytes == 0) continue;
-      // Each slot's header block: the slot's start (the object follows it).
-      const tier::SlabGeometry g = disk.geometry(object_bytes);
-      std::vector<std::uint64_t> slots;
-      for (std::uint64_t k = 0; k < g.per_slab; ++k)
-        slots.push_back(std::uint64_t{e} * extent_bytes + g.first_object + k * g.stride);
-      std::vector<std::optional<tier::Index::Restored>> restored(g.per_slab);
-      read_blocks(slots, [&](std::size_t k, const std::byte* h) {
-        if (h == nullptr || std::memcmp(h, "KVSTRL2", 7) != 0) return;  // never written
-        auto header = tier::read_object_header({h, tier::kObjectHeaderBytes});
-        if (!header || header->has_mac || header->object_bytes != object_bytes) {
-          ++st.recovery_dropped;
-          return;
-        }
-        restored[k] = tier::Index::Restored{header->key, header->has_image};
-        if (std::string d = read_description(h); !d.empty()) recovered_descriptions[header->key] = std::move(d);
-      });
-      std::size_t duplicates = 0;
-      if (disk.adopt_slab(e, object_bytes, restored, &duplicates) == nullptr) continue;
-      for (const auto& r : restored) st.recovered_objects += r ? 1 : 0;
-      st.recovered_objects -= duplicates;
-      st.recovery_dropped += duplicates;
-    }
-    for (std::uint32_t e = 0; e < total_extents; ++e) disk.add_slab(e);
-    st.recovery_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    DiskRecovery r = recover_disk(*ring, files, extent_bytes, total_extents, disk);
+    st.recovered_objects = r.objects;
+    st.recovery_dropped = r.dropped;
+    st.recovery_seconds = r.seconds;
+    recovered_descriptions = std::move(r.descriptions);
   }
 
   void write_extent_header(std::uint32_t e, std::uint64_t object_bytes) {
@@ -260,7 +205,7 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
     std::uint32_t dslot = 0;
     // The disk's shares are its own (TenantBook::scaled), by name.
     const tier::TenantId tenant =
-        arena_tenants && disk_tenants ? disk_tenants->id_of(arena_tenants->name(q.index->tenant_at(q.slot))) : 0;
+        arena_tenants && disk_tenants ? disk_tenants->id_of(arena_tenants->name(q.index->tenant_at(q.slot))).value_or(0) : 0;
     const tier::Index::Reserve r = d->reserve(key, q.image, &dslot, tenant);
     if (r != tier::Index::Reserve::reserved) {
       if (r == tier::Index::Reserve::full) ++st.write_dropped;  // every disk slot of its size is being read

@@ -7,6 +7,8 @@
 
 #include <kvstrand/digest.hpp>
 
+#include "common/parse_bytes.hpp"
+
 namespace kvstrand::server {
 
 using namespace proto;
@@ -66,13 +68,15 @@ Reply RequestService::handle(Client& c, const Request& req) {
   if (const auto* m = std::get_if<Lookup>(&req)) return lookup(c, *m);
   if (const auto* m = std::get_if<Adopt>(&req)) return adopt(c, *m);
   if (const auto* m = std::get_if<Release>(&req)) {
+    // Only its owner's (the process that made it, or adopted it): another
+    // process's hold is answered exactly as one that never existed.
     tier::Index* idx = classes_.index_of_hold(m->hold);
-    if (!idx || !idx->release(m->hold))
+    if (!idx || idx->owner_of(m->hold) != c.owner || !idx->release(m->hold))
       return fail(Status::unknown_hold, "no lease or reservation " + std::to_string(m->hold));
     return Reply{};
   }
   if (const auto* m = std::get_if<Reserve>(&req)) return reserve(c, *m);
-  if (const auto* m = std::get_if<Commit>(&req)) return commit(*m);
+  if (const auto* m = std::get_if<Commit>(&req)) return commit(c, *m);
   if (const auto* m = std::get_if<Drop>(&req)) return drop(*m);
   if (const auto* m = std::get_if<DropTenant>(&req)) return drop_tenant(*m);
   if (std::holds_alternative<Stats>(req)) return stats();
@@ -91,13 +95,31 @@ Reply RequestService::register_layout(Client& c, const RegisterLayout& m) {
     return fail(Status::bad_request, "an object of this layout (" + std::to_string(object) +
                                          " B) is larger than the server's --slab-bytes (" +
                                          std::to_string(facts_.slab_bytes) + " B)");
+  if (object < rules_.min_object_bytes)
+    return fail(Status::bad_request, "an object of this layout (" + std::to_string(object) +
+                                         " B) is smaller than the server's --min-object-bytes (" +
+                                         std::to_string(rules_.min_object_bytes) + " B): store larger chunks");
+  // Were every slab given to this size: the index's memory at most.
+  const tier::SlabGeometry g = classes_.geometry(object);
+  const std::uint64_t slabs = facts_.arena_bytes / facts_.slab_bytes;
+  const std::uint64_t index_bytes = slabs * g.per_slab * tier::Index::bytes_per_slot();
+  if (index_bytes > rules_.max_index_bytes)
+    return fail(Status::bad_request, "objects of this layout (" + std::to_string(object) + " B) would need an index of " +
+                                         common::format_bytes(index_bytes) + " over this arena, more than the server's "
+                                         "--max-index-bytes (" + common::format_bytes(rules_.max_index_bytes) +
+                                         "): store larger chunks, or raise --max-index-bytes");
   tier::Index* idx = classes_.index(object);
   if (!idx)
     return fail(Status::bad_request, "this layout's objects (" + std::to_string(object) + " B) would be the " +
                                          std::to_string(tier::SizeClasses::kMaxClasses + 1) +
                                          "th object size this server serves");
+  // Last: a tenant made here is kept, so only for a registration that is served.
+  std::optional<tier::TenantId> tenant = tenants_ ? tenants_->id_of(l.tenant) : tier::TenantId{0};
+  if (!tenant)
+    return fail(Status::bad_request, "this server serves at most " + std::to_string(tenants_->max_tenants()) +
+                                         " tenants (--max-tenants), and tenant '" + l.tenant + "' is not one of them");
   const std::uint32_t id = next_reg_++;
-  c.regs[id] = Client::Reg{l, idx, tenants_ ? tenants_->id_of(l.tenant) : tier::TenantId{0}};
+  c.regs[id] = Client::Reg{l, idx, *tenant};
   return Reply{Status::ok, "", RegisterReply{id, object}};
 }
 
@@ -205,9 +227,12 @@ void RequestService::describe(const tier::Index& index, const Reserve& m, const 
   }
 }
 
-Reply RequestService::commit(const Commit& m) {
+Reply RequestService::commit(const Client& c, const Commit& m) {
   // Taken before the commit ends the hold: what the levels below write behind.
   tier::Index* idx = classes_.index_of_hold(m.hold);
+  // Only its owner commits it: another's commit would publish bytes its
+  // writer has not finished (or never began) copying.
+  if (idx != nullptr && idx->owner_of(m.hold) != c.owner) idx = nullptr;
   const std::vector<std::uint32_t> slots =
       !levels_.empty() && idx && m.ok ? idx->hold_slots(m.hold) : std::vector<std::uint32_t>{};
   if (!idx || !idx->commit(m.hold, m.ok)) return fail(Status::unknown_hold, "no reservation " + std::to_string(m.hold));
@@ -218,7 +243,13 @@ Reply RequestService::commit(const Commit& m) {
 
 Reply RequestService::drop(const Drop& m) {
   DropReply r;
-  dropped_.insert(m.ns);
+  if (dropped_.insert(m.ns).second) {
+    drop_order_.push_back(m.ns);
+    if (drop_order_.size() > kRememberedDrops) {
+      dropped_.erase(drop_order_.front());
+      drop_order_.pop_front();
+    }
+  }
   r.arena_objects = classes_.drop_namespace(m.ns);
   for (LowerLevel* level : levels_) r.lower_objects += level->drop(m.ns);
   spdlog::info("kvstrand-server: namespace {} dropped: {} objects in the arena, {} below", kv::to_hex(m.ns),

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <deque>
 #include <set>
 #include <span>
 
@@ -30,6 +31,12 @@ struct ServiceRules {
   std::uint32_t chunk_tokens = 256;
   std::uint64_t max_client_leased = ~0ull;    // bytes one process's leases may pin
   std::uint64_t max_client_reserved = ~0ull;  // bytes one process's reservations may hold
+  // A registration's objects must be at least this large (--min-object-bytes),
+  // and their size class's index, were the whole arena given to it, at most
+  // max_index_bytes (--max-index-bytes): a tiny object would make the index
+  // one entry per few bytes of arena.
+  std::uint64_t min_object_bytes = 512;
+  std::uint64_t max_index_bytes = 1ull << 30;
 };
 
 // What the service says about the server in a hello or a stats reply.
@@ -94,7 +101,7 @@ class RequestService {
   proto::Reply adopt(Client& c, const proto::Adopt& m);
   proto::Reply reserve(Client& c, const proto::Reserve& m);
   void describe(const tier::Index& index, const proto::Reserve& m, const tier::Index::Reservation& res);
-  proto::Reply commit(const proto::Commit& m);
+  proto::Reply commit(const Client& c, const proto::Commit& m);
   proto::Reply drop(const proto::Drop& m);
   proto::Reply drop_tenant(const proto::DropTenant& m);
   const char* miss_reason(const Client& c, const tier::Index& index, const kv::ChunkKey& key) const;
@@ -106,7 +113,11 @@ class RequestService {
   std::vector<LowerLevel*> levels_;
   std::uint32_t next_reg_ = 1;
   common::LabeledCounter lookup_misses_;
-  std::set<kv::Digest> dropped_;  // namespaces dropped on this server
+  // Namespaces dropped on this server (a miss's reason "dropped"): the last
+  // kRememberedDrops only, oldest first in drop_order_.
+  static constexpr std::size_t kRememberedDrops = 1 << 16;
+  std::set<kv::Digest> dropped_;
+  std::deque<kv::Digest> drop_order_;
   TierEvents* events_ = nullptr;
   tier::TenantBook* tenants_ = nullptr;
   bool warned_description_ = false;

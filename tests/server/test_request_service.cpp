@@ -4,6 +4,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <catch2/catch.hpp>
+#include <cstring>
 #include <exception>
 #include <optional>
 
@@ -161,7 +162,7 @@ TEST_CASE("request service: a registration is its client's own", "[server]") {
   REQUIRE(f.service.index_of(a, reg) != nullptr);
 }
 
-TEST_CASE("request service: reserve, commit, then another process leases what was committed until released",
+TEST_CASE("request service: reserve, commit, then another process leases what was committed until it releases it",
           "[server]") {
   Fixture f;
   Client writer = client(1, 1);
@@ -178,7 +179,11 @@ TEST_CASE("request service: reserve, commit, then another process leases what wa
   REQUIRE(lk.offsets.size() == 3);
   for (std::uint64_t off : lk.offsets) REQUIRE(off % kObject == 0);
   REQUIRE(f.classes.held_by(2).leases == 1);
-  REQUIRE(f.service.handle(writer, Release{lk.lease}).status == Status::ok);  // any session of the user
+  // Only its owner's process releases it: the writer's release is answered
+  // as for a lease that never existed, and changes nothing.
+  REQUIRE(f.service.handle(writer, Release{lk.lease}).status == Status::unknown_hold);
+  REQUIRE(f.classes.held_by(2).leases == 1);
+  REQUIRE(f.service.handle(reader, Release{lk.lease}).status == Status::ok);
   REQUIRE(f.classes.held_by(2).leases == 0);
   REQUIRE(f.service.handle(reader, Release{lk.lease}).status == Status::unknown_hold);
 }
@@ -235,13 +240,13 @@ TEST_CASE("request service: a tenant's drop drops every namespace of its objects
   const auto [a1, a1_keys] = store_as("team-a", "", 1);
   const auto [a2, a2_keys] = store_as("team-a", "step-2", 2);
   const auto [b1, b1_keys] = store_as("team-b", "", 1);
-  REQUIRE(book.used(book.id_of("team-a")) == 4 * kObject);
+  REQUIRE(book.used(*book.id_of("team-a")) == 4 * kObject);
 
   Reply r = f.service.handle(c, DropTenant{"team-a"});
   REQUIRE(r.status == Status::ok);
   REQUIRE(std::get<DropReply>(r.payload).arena_objects == 4);
   REQUIRE(f.near.dropped.size() == 2);  // each namespace of a's reached the levels below
-  REQUIRE(book.used(book.id_of("team-a")) == 0);
+  REQUIRE(book.used(*book.id_of("team-a")) == 0);
   REQUIRE(std::get<LookupReply>(f.service.handle(c, Lookup{a1, a1_keys}).payload).hit.tokens == 0);
   REQUIRE(std::get<LookupReply>(f.service.handle(c, Lookup{a2, a2_keys}).payload).hit.tokens == 0);
   REQUIRE(std::get<LookupReply>(f.service.handle(c, Lookup{b1, b1_keys}).payload).hit.tokens == 2 * 64);
@@ -451,4 +456,88 @@ TEST_CASE("request service: a lookup's misses are promoted from each level below
   f.promote(stranger, Lookup{reg, want});
   REQUIRE(f.near.asked.empty());
   REQUIRE(f.far.asked.empty());
+}
+
+TEST_CASE("request service: tenants past --max-tenants are refused naming it, configured ones keep their ids",
+          "[server][tenants]") {
+  Fixture f;
+  // Three tenants at most: the unnamed one, the configured "late", one more.
+  tier::TenantBook book({{"late", 2 * kObject}}, tier::TenantBook::kNoQuota, 3);
+  f.classes.set_tenants(&book);
+  f.service.set_tenants(&book);
+  Client c = client(1, 1);
+  REQUIRE(f.service.handle(c, Hello{}).status == Status::ok);
+  auto register_as = [&](const std::string& tenant) {
+    kv::Layout l = layout();
+    l.tenant = tenant;
+    return f.service.handle(c, RegisterLayout{l});
+  };
+  REQUIRE(register_as("first").status == Status::ok);
+  const std::size_t regs = c.regs.size();
+  const Reply refused = register_as("second");
+  REQUIRE(refused.status == Status::bad_request);
+  REQUIRE(refused.message.find("--max-tenants") != std::string::npos);
+  REQUIRE(c.regs.size() == regs);
+  REQUIRE(book.size() == 3);
+  // A tenant named at start has its id however many came first, and its quota.
+  const Reply late = register_as("late");
+  REQUIRE(late.status == Status::ok);
+  const std::uint32_t reg = std::get<RegisterReply>(late.payload).registration;
+  REQUIRE(c.regs.at(reg).tenant == *book.find("late"));
+  REQUIRE(book.quota(c.regs.at(reg).tenant) == 2 * kObject);
+  // Registered again: the same ids, nothing new.
+  REQUIRE(register_as("first").status == Status::ok);
+  REQUIRE(book.size() == 3);
+}
+
+TEST_CASE("request service: a layout of tiny objects is refused by --min-object-bytes and --max-index-bytes, "
+          "naming them",
+          "[server]") {
+  // A 1-byte object was taken: its first reserve gave it a slab and the
+  // index one ~100-byte entry per byte of it.
+  server::ServiceRules rules{64, 8 * kObject, 8 * kObject};
+  rules.min_object_bytes = 64;
+  rules.max_index_bytes = 4 * kSlab / 1024 * tier::Index::bytes_per_slot();  // objects of 1 KiB fit exactly
+  Fixture f(rules);
+  Client c = client(1, 1);
+  REQUIRE(f.service.handle(c, Hello{}).status == Status::ok);
+  auto with_plane = [](std::uint64_t bytes, std::uint32_t block_tokens) {
+    kv::Layout l = layout();
+    l.planes = {{"kv", bytes}};
+    l.block_tokens = block_tokens;
+    return RegisterLayout{l};
+  };
+  Reply r = f.service.handle(c, with_plane(1, 64));  // one block a chunk: 1 B objects
+  REQUIRE(r.status == Status::bad_request);
+  REQUIRE(r.message.find("--min-object-bytes") != std::string::npos);
+  r = f.service.handle(c, with_plane(128, 64));  // 128 B objects: past the index bound
+  REQUIRE(r.status == Status::bad_request);
+  REQUIRE(r.message.find("--max-index-bytes") != std::string::npos);
+  REQUIRE(c.regs.empty());
+  REQUIRE(f.classes.stats().capacity_bytes == 0);  // no class took a slab for them
+  r = f.service.handle(c, with_plane(1024, 64));  // 1 KiB: the index at its bound, served
+  REQUIRE(r.status == Status::ok);
+}
+
+TEST_CASE("request service: a drop's miss reason remembers the last 65,536 dropped namespaces, not every one",
+          "[server]") {
+  // Every drop was remembered for the server's life (78 B each, never freed).
+  Fixture f;
+  Client c = client(1, 1);
+  const std::uint32_t reg = f.start(c);
+  const kv::Digest first = keys(1, 1)[0].ns;
+  REQUIRE(f.service.handle(c, Drop{first}).status == Status::ok);
+  (void)f.service.handle(c, Lookup{reg, keys(1, 1)});
+  REQUIRE(f.service.lookup_misses().at(common::labels({{"reason", "dropped"}})) == 1);
+  for (std::uint32_t i = 0; i < 65536; ++i) {
+    kv::Digest other{};
+    std::memcpy(other.data(), &i, sizeof i);
+    other[31] = std::byte{0x77};
+    REQUIRE(f.service.handle(c, Drop{other}).status == Status::ok);
+  }
+  (void)f.service.handle(c, Lookup{reg, keys(1, 1)});
+  REQUIRE(f.service.lookup_misses().at(common::labels({{"reason", "dropped"}})) == 1);  // the first one forgotten
+  REQUIRE(f.service.handle(c, Drop{first}).status == Status::ok);   // dropped again: remembered again
+  (void)f.service.handle(c, Lookup{reg, keys(1, 1)});
+  REQUIRE(f.service.lookup_misses().at(common::labels({{"reason", "dropped"}})) == 2);
 }
