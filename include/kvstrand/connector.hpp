@@ -56,6 +56,11 @@ struct ConnectorOptions {
   std::string server_socket;
   // Node tier: bound on connect + hello + register and on each lookup.
   std::chrono::milliseconds server_request_timeout{10'000};
+  // Node tier: the server is spoken to only when its process (the socket's
+  // peer) runs as this process's user, as root, or as this uid (-1: no
+  // other). Another user who bound the socket's path first would otherwise
+  // receive every save and serve its own bytes as hits.
+  std::int64_t server_uid = -1;
   int device = 0;  // the device the reactor thread and the tier's copies use
   // Bounds on what is posted and not yet drained from finished().
   std::size_t max_live_transfers = 4096;

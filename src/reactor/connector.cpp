@@ -54,6 +54,8 @@ std::optional<kv::ConfigError> validate(const ConnectorOptions& o) {
     return kv::ConfigError{"tier_bytes", "must be > 0"};
   if (o.server_request_timeout.count() <= 0)
     return kv::ConfigError{"server_request_timeout", "must be > 0 ms"};
+  if (o.server_uid < -1 || o.server_uid > static_cast<std::int64_t>(UINT32_MAX))
+    return kv::ConfigError{"server_uid", "must be a uid, or -1 for none"};
   if (o.reactor.poller.max_backoff < o.reactor.poller.min_backoff || o.reactor.poller.min_backoff.count() <= 0)
     return kv::ConfigError{"poller.min_backoff", "must be > 0 and <= poller.max_backoff"};
   if (o.max_live_transfers == 0) return kv::ConfigError{"max_live_transfers", "must be > 0"};
@@ -84,7 +86,8 @@ Connector::Connector(ConnectorOptions options)
     index = options_.make_index(*reactor_);
   } else if (!options_.server_socket.empty()) {
     index = std::make_unique<RemoteIndex>(
-        *reactor_, NodeTierOptions{options_.server_socket, options_.server_request_timeout, options_.device});
+        *reactor_, NodeTierOptions{options_.server_socket, options_.server_request_timeout, options_.device,
+                                   options_.server_uid});
   } else {
     index = std::make_unique<LocalIndex>(options_.tier_bytes);
   }

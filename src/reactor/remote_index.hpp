@@ -52,7 +52,11 @@ struct NodeTierOptions {
   std::string socket;
   std::chrono::milliseconds request_timeout{10'000};
   int device = 0;  // the device the arena is pinned for
+  std::int64_t server_uid = -1;  // a server run by this uid is trusted too (ConnectorOptions::server_uid)
 };
+
+// What a refusal's status means to the transfer that asked.
+std::error_code status_error(proto::Status s);
 
 class RemoteIndex final : public IndexPlane {
  public:
