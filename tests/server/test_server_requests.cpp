@@ -452,3 +452,36 @@ TEST_CASE("server: a hold is its maker's: another process's release or commit is
   REQUIRE(must_call(a, Release{lease.lease}).status == Status::ok);
   REQUIRE(must_call(a, Commit{unwritten.reservation, false}).status == Status::ok);
 }
+
+TEST_CASE("server: tenants past --max-tenants are refused, and /metrics and /debug/tier still answer at once",
+          "[server][http][tenants]") {
+  if (!curl_present()) return;
+  // 65,535 self-named tenants wrapped the 16-bit counter that /metrics and
+  // /debug/tier counted tenants with: the scrape never finished, on the
+  // strand, and no client was served again.
+  const auto port = free_port();
+  ServerProcess srv({"--tier-bytes", "16M", "--slab-bytes", "4M", "--chunk-tokens", "64", "--max-tenants", "40",
+                     "--tenant-quota", "late=1M", "--http", "127.0.0.1:" + std::to_string(port)});
+  REQUIRE(srv.ready());
+  Client c(srv.socket_path());
+  REQUIRE(must_call(c, Hello{kMajor, kMinor, "tenants"}).status == Status::ok);
+  int served = 0, refused = 0;
+  for (int t = 0; t < 100; ++t) {
+    kv::Layout l = layout();
+    l.tenant = "t" + std::to_string(t);
+    const Reply r = must_call(c, RegisterLayout{l});
+    if (r.status == Status::ok) ++served;
+    if (r.status == Status::bad_request && r.message.find("--max-tenants") != std::string::npos) ++refused;
+  }
+  REQUIRE(served == 38);  // 40 less the unnamed one and "late"
+  REQUIRE(refused == 62);
+  kv::Layout late = layout();
+  late.tenant = "late";  // configured: its id kept for it
+  REQUIRE(must_call(c, RegisterLayout{late}).status == Status::ok);
+  const Got metrics = curl(port, "/metrics");
+  REQUIRE(metrics.code == 200);
+  REQUIRE(metrics.body.find("tenant=\"late\"") != std::string::npos);
+  const auto tier = boost::json::parse(curl(port, "/debug/tier").body);
+  REQUIRE(tier.at("tenants").as_array().size() == 40);
+  REQUIRE(must_call(c, Stats{}).status == Status::ok);  // and the strand still serves
+}
