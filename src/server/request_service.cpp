@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <memory>
+#include <new>
 #include <string>
 
 #include <kvstrand/digest.hpp>
@@ -197,9 +198,20 @@ Reply RequestService::reserve(Client& c, const Reserve& m) {
                                         std::to_string(rules_.max_client_reserved) + " B); commit some first");
   std::unique_ptr<bool[]> images(new bool[m.keys.size()]);
   for (std::size_t i = 0; i < m.keys.size(); ++i) images[i] = m.images[i] != 0;
-  classes_.make_room(index, m.keys.size() - index.present_run(m.keys));
-  tier::Index::Reservation res =
-      index.reserve(m.keys, std::span<const bool>(images.get(), m.keys.size()), c.owner, it->second.tenant);
+  tier::Index::Reservation res;
+  try {
+    classes_.make_room(index, m.keys.size() - index.present_run(m.keys));
+    res = index.reserve(m.keys, std::span<const bool>(images.get(), m.keys.size()), c.owner, it->second.tenant);
+  } catch (const std::bad_alloc&) {
+    // Out of memory: refused whole (every chunk full), the index as it was
+    // (make_room and reserve are all or nothing); the session goes on.
+    spdlog::warn("kvstrand-server: a reserve of {} chunks found no memory for the index: refused as full",
+                 m.keys.size());
+    ReserveReply full;
+    full.chunks.assign(m.keys.size(), ChunkState::full);
+    full.offsets.assign(m.keys.size(), 0);
+    return Reply{Status::ok, "", std::move(full)};
+  }
   if (events_ != nullptr && !m.events.empty()) describe(index, m, res);
   ReserveReply r;
   r.reservation = res.id;

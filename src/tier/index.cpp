@@ -219,6 +219,9 @@ Index::Reserve Index::reserve(const kv::ChunkKey& key, bool has_image, std::uint
     ++stats_.refused_full;
     return Reserve::full;
   }
+  // The one allocation (a namespace's first object) before the slot is
+  // taken: std::bad_alloc here leaves no slot half used.
+  std::size_t& in_namespace = per_namespace_[key.ns];
   const std::uint32_t s = free_.back();
   free_.pop_back();
   Object& o = objects_[s];
@@ -230,7 +233,7 @@ Index::Reserve Index::reserve(const kv::ChunkKey& key, bool has_image, std::uint
   if (tenants_) tenants_->charge(tenant, object_bytes_);
   table_insert(h, s);
   ++stored_;
-  ++per_namespace_[key.ns];
+  ++in_namespace;
   *slot = s;
   for (Listener* l : {listener_, observer_})
     if (l) l->reserved(s, key, has_image);
@@ -410,7 +413,14 @@ Index::Reservation Index::reserve(std::span<const kv::ChunkKey> keys, std::span<
   Reservation r;
   r.chunks.resize(keys.size(), Chunk::full);
   r.slots.resize(keys.size(), 0);
-  Hold h{owner, false, {}};
+  // All or nothing: the hold (its map node, its slot list, its id) is made
+  // before any slot is taken, and a throw while taking them (std::bad_alloc)
+  // gives back those taken: the index is as it was.
+  std::map<HoldId, Hold> made;
+  made.emplace(new_hold(), Hold{owner, false, {}});
+  auto node = made.extract(made.begin());
+  Hold& h = node.mapped();
+  h.slots.reserve(keys.size());
   for (const kv::ChunkKey& k : keys) prefetch(hash_of(k));
   // The objects the hand will evict for them: their table entries too.
   if (free_.size() < keys.size() && evictable_ > 0) {
@@ -425,23 +435,28 @@ Index::Reservation Index::reserve(std::span<const kv::ChunkKey> keys, std::span<
       --want;
     }
   }
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    switch (reserve(keys[i], i < images.size() && images[i], &r.slots[i], tenant)) {
-      case Reserve::reserved:
-        r.chunks[i] = Chunk::reserved;
-        ++r.reserved;
-        h.slots.push_back(r.slots[i]);
-        break;
-      case Reserve::exists:
-        r.chunks[i] = Chunk::existed;
-        ++r.existed;
-        break;
-      case Reserve::full: ++r.full; break;
+  try {
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      switch (reserve(keys[i], i < images.size() && images[i], &r.slots[i], tenant)) {
+        case Reserve::reserved:
+          r.chunks[i] = Chunk::reserved;
+          ++r.reserved;
+          h.slots.push_back(r.slots[i]);  // within the capacity reserved
+          break;
+        case Reserve::exists:
+          r.chunks[i] = Chunk::existed;
+          ++r.existed;
+          break;
+        case Reserve::full: ++r.full; break;
+      }
     }
+  } catch (...) {
+    for (std::uint32_t slot : h.slots) abort_slot(slot);
+    throw;
   }
   if (!h.slots.empty()) {
-    r.id = new_hold();
-    holds_.emplace(r.id, std::move(h));
+    r.id = node.key();
+    holds_.insert(std::move(node));  // a node made already: no allocation
   }
   return r;
 }
