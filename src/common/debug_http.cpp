@@ -65,6 +65,8 @@ struct DebugHttp::State : std::enable_shared_from_this<DebugHttp::State> {
       return {405, "text/plain", "read-only: GET and HEAD only\n"};
     std::string path(req.target());
     if (auto q = path.find('?'); q != std::string::npos) path.resize(q);
+    if (!opt.token.empty() && path != "/healthz" && path != "/readyz" && !authorized(req))
+      return {401, "text/plain", "this endpoint needs its token: Authorization: Bearer <the --http-token-file's>\n"};
     auto it = routes.find(path);
     if (it == routes.end()) {
       std::string known;
@@ -72,6 +74,19 @@ struct DebugHttp::State : std::enable_shared_from_this<DebugHttp::State> {
       return {404, "text/plain", "no such endpoint: " + path + "\nendpoints:\n" + known};
     }
     return it->second();
+  }
+
+  // The request's bearer token is the endpoint's, compared in time that
+  // does not depend on where they differ.
+  bool authorized(const http::request<http::empty_body>& req) const {
+    const auto h = req.find(http::field::authorization);
+    if (h == req.end()) return false;
+    const std::string_view given = h->value();
+    const std::string want = "Bearer " + opt.token;
+    if (given.size() != want.size()) return false;
+    unsigned char diff = 0;
+    for (std::size_t i = 0; i < want.size(); ++i) diff |= static_cast<unsigned char>(given[i] ^ want[i]);
+    return diff == 0;
   }
 
   asio::awaitable<void> accept_loop() {

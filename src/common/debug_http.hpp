@@ -36,6 +36,10 @@ struct HttpOptions {
   std::uint32_t header_limit = 8 * 1024;
   std::chrono::milliseconds idle_timeout{10'000};
   std::chrono::milliseconds request_timeout{2'000};
+  // When set, every route but /healthz and /readyz (the probes) needs
+  // "Authorization: Bearer TOKEN" (401 otherwise): the pages show client
+  // pids, holds and namespaces, and loopback is open to every local user.
+  std::string token;
 };
 
 // Refuses an address that is not an IP address, or one that is not loopback

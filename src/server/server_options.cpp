@@ -117,6 +117,11 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
   bool http_remote = false;
   app.add_option("--http", http, "Serve the read-only debug endpoint (/debug, /metrics) at ADDR:PORT, e.g. 127.0.0.1:9400");
   app.add_flag("--http-allow-remote", http_remote, "Allow --http on a non-loopback address (it shows every session)");
+  std::string http_token_file;
+  app.add_option("--http-token-file", http_token_file,
+                 "File whose first line (mode 0600 or stricter) every --http route but /healthz and /readyz needs as "
+                 "'Authorization: Bearer TOKEN' (Prometheus: bearer_token_file); the pages show client pids, holds "
+                 "and namespaces to any local user otherwise");
   std::string l2_url;
   long long l2_timeout_ms = 100, l2_inflight = 256, l2_ttl_s = 0;
   app.add_option("--l2", l2_url,
@@ -325,9 +330,16 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
     if (!h) return refuse("--http", "'" + http + "' is not ADDR:PORT, e.g. 127.0.0.1:9400");
     h->allow_non_loopback = http_remote;
     if (auto e = common::validate(*h)) return refuse("--http", e->message);
+    if (!http_token_file.empty()) {
+      auto token = read_secret_file(http_token_file);
+      if (!token) return refuse("--http-token-file", token.why());
+      h->token = std::move(*token);
+    }
     o.http = *h;
   } else if (http_remote) {
     return refuse("--http-allow-remote", "needs --http");
+  } else if (!http_token_file.empty()) {
+    return refuse("--http-token-file", "needs --http");
   }
   if (!l2_url.empty()) {
     auto seeds = l2::parse_redis_url(l2_url);

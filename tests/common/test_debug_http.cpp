@@ -389,3 +389,32 @@ TEST_CASE("debug http: connections that never finish a header cannot keep kvstra
   REQUIRE(closed);
   for (int fd : slow) ::close(fd);
 }
+
+TEST_CASE("debug http: with --http-token-file every page but the probes needs the token", "[http][server][tenants]") {
+  if (!curl_present()) return;
+  // The pages show client pids, holds and namespaces, and loopback is open
+  // to every local user.
+  const std::string file = ServerProcess::fresh_socket_path() + ".token";
+  {
+    std::ofstream(file) << "s3cret-token\n";
+  }
+  ::chmod(file.c_str(), 0600);
+  const auto port = free_port();
+  ServerProcess srv({"--tier-bytes", "16M", "--chunk-tokens", "64", "--http", "127.0.0.1:" + std::to_string(port),
+                     "--http-token-file", file});
+  REQUIRE(srv.ready());
+  eventually([&] { return curl(port, "/healthz").code == 200; });
+  REQUIRE(curl(port, "/readyz").code != 401);
+  for (const std::string path : {"/metrics", "/debug", "/debug/tier", "/debug/holds", "/debug/sessions"}) {
+    INFO(path);
+    REQUIRE(curl(port, path).code == 401);
+    REQUIRE(curl(port, path, "GET", "Authorization: Bearer wrong-token!").code == 401);
+    REQUIRE(curl(port, path, "GET", "Authorization: Bearer s3cret-token").code == 200);
+  }
+  // A token file others can read is refused at start, naming the flag.
+  ::chmod(file.c_str(), 0644);
+  auto r = run_process({sibling_binary("../kvstrand-server"), "--http", "127.0.0.1:0", "--http-token-file", file});
+  REQUIRE(r.exit_code == 2);
+  REQUIRE(r.output.find("--http-token-file") != std::string::npos);
+  ::unlink(file.c_str());
+}

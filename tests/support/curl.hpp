@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "common/free_port.hpp"
 #include "process.hpp"
@@ -19,9 +20,13 @@ struct Got {
 };
 
 // GET (or another method) with curl; code 0 when curl itself failed.
-inline Got curl(std::uint16_t port, const std::string& path, const std::string& method = "GET") {
-  auto r = run_process({"/usr/bin/curl", "-s", "-m", "10", "-X", method, "-w", "\n%{http_code}",
-                        "http://127.0.0.1:" + std::to_string(port) + path});
+// `header`: one more request header ("Authorization: Bearer ...").
+inline Got curl(std::uint16_t port, const std::string& path, const std::string& method = "GET",
+                const std::string& header = "") {
+  std::vector<std::string> args = {"/usr/bin/curl", "-s", "-m", "10", "-X", method, "-w", "\n%{http_code}"};
+  if (!header.empty()) args.insert(args.end(), {"-H", header});
+  args.push_back("http://127.0.0.1:" + std::to_string(port) + path);
+  auto r = run_process(args);
   Got g;
   const auto nl = r.output.rfind('\n');
   if (r.exit_code != 0 || nl == std::string::npos) return g;
