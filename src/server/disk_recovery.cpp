@@ -60,7 +60,7 @@ DiskRecovery recover_disk(DiskRing& ring, const std::vector<DiskFile>& files, st
         ++out.dropped;
         return;
       }
-      restored[k] = tier::Index::Restored{header->key, header->has_image};
+      restored[k] = tier::Index::Restored{header->key, header->has_image, header->tenant_tag};
       if (std::string d = read_description(h); !d.empty()) out.descriptions[header->key] = std::move(d);
     });
     std::size_t duplicates = 0;

@@ -231,7 +231,9 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
     std::byte* object = arena_object(*j.arena_index, j.arena_slot);
     if (!j.read) {
       std::memset(block_at(j.block), 0, kDiskBlock);
-      tier::write_object_header(j.key, j.image, {object, object_bytes}, block_at(j.block));
+      // Its tenant kept with it (by tag): a restarted server's quotas hold at once.
+      const std::uint64_t tag = disk_tenants ? disk_tenants->tag(j.disk_index->tenant_at(j.disk_slot)) : 0;
+      tier::write_object_header(j.key, j.image, {object, object_bytes}, block_at(j.block), tag);
       if (events) write_description(events->description(*j.disk_index, j.disk_slot), block_at(j.block));
     }
     const std::uint64_t at = disk.offset_of(*j.disk_index, j.disk_slot);

@@ -57,7 +57,15 @@ std::size_t Index::add_restored_slots(std::span<const std::optional<Restored>> r
     table_insert(h, base + i);
     ++stored_;
     ++per_namespace_[o.key.ns];
-    if (tenants_) tenants_->charge(0, object_bytes_);  // a restored object's tenant is not kept: none's
+    // Its tenant, by the tag the table or the disk kept: resolved now, or
+    // when the tenants are set (set_tenants).
+    if (tenants_) {
+      o.tenant = tenants_->id_of_tag(restored[i]->tenant_tag).value_or(0);
+      tenants_->charge(o.tenant, object_bytes_);
+    } else if (restored[i]->tenant_tag != 0) {
+      if (restored_tags_.size() < slots_) restored_tags_.resize(slots_, 0);
+      restored_tags_[base + i] = restored[i]->tenant_tag;
+    }
     ++evictable_;
     taken[i] = true;
   }
@@ -127,6 +135,10 @@ void Index::set_tenants(TenantBook* book) {
     for (const Object& o : objects_)
       if (o.used) tenants_->credit(o.tenant, object_bytes_);
   tenants_ = book;
+  if (tenants_)
+    for (std::uint32_t s = 0; s < restored_tags_.size(); ++s)
+      if (objects_[s].used && restored_tags_[s] != 0) objects_[s].tenant = tenants_->id_of_tag(restored_tags_[s]).value_or(0);
+  if (tenants_) std::vector<std::uint64_t>().swap(restored_tags_);
   if (tenants_)
     for (const Object& o : objects_)
       if (o.used) tenants_->charge(o.tenant, object_bytes_);

@@ -84,6 +84,7 @@ class Index {
   struct Restored {
     kv::ChunkKey key;
     bool has_image = false;
+    std::uint64_t tenant_tag = 0;  // TenantBook::tag_of its tenant's name (0: the unnamed one, or not kept)
   };
 
   explicit Index(std::uint64_t object_bytes) : object_bytes_(object_bytes) {}
@@ -302,6 +303,9 @@ class Index {
   std::deque<std::uint64_t> evicted_order_;
   std::unordered_map<std::uint64_t, std::uint32_t> evicted_;
   std::map<kv::Digest, std::size_t> per_namespace_;  // used slots, by namespace
+  // Restored objects' tenant tags, by slot, until a TenantBook is set
+  // (set_tenants resolves them, TenantBook::id_of_tag; then this is empty).
+  std::vector<std::uint64_t> restored_tags_;
 };
 
 }  // namespace kvstrand::tier

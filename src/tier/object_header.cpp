@@ -14,7 +14,8 @@ namespace {
 
 constexpr char kMagic[8] = {'K', 'V', 'S', 'T', 'R', 'L', '2', '\0'};
 constexpr std::size_t kVersionAt = 8, kFlagsAt = 12, kLengthAt = 16, kNsAt = 24, kRankAt = 56, kHashAt = 60,
-                      kObjectSumAt = 92, kHeaderSumAt = 120;  // 100..119: zero, reserved, without a MAC
+                      kObjectSumAt = 92, kTenantAt = 100, kHeaderSumAt = 120;  // without a MAC: 100..107 the
+                                                                               // tenant tag, 108..119 zero
 static_assert(kMacNonceAt == kObjectSumAt && kMacNonceAt + kMacNonceBytes == kMacTagAt &&
               kMacTagAt + kMacTagBytes == kHeaderSumAt && kHeaderSumAt + 8 == kObjectHeaderBytes);
 constexpr std::uint32_t kFlagImage = 1u, kFlagMac = 2u;
@@ -52,9 +53,11 @@ void put_object_sum(std::byte* h, std::uint64_t sum) { put<std::uint64_t>(h + kO
 
 void seal_object_header(std::byte* h) { put<std::uint64_t>(h + kHeaderSumAt, XXH3_64bits(h, kHeaderSumAt)); }
 
-void write_object_header(const kv::ChunkKey& key, bool has_image, std::span<const std::byte> object, std::byte* h) {
+void write_object_header(const kv::ChunkKey& key, bool has_image, std::span<const std::byte> object, std::byte* h,
+                         std::uint64_t tenant_tag) {
   start_object_header(h, key, has_image, object.size());
   put_object_sum(h, object_checksum(object.data(), object.size()));
+  put<std::uint64_t>(h + kTenantAt, tenant_tag);
   seal_object_header(h);
 }
 
@@ -75,6 +78,7 @@ common::Expected<ObjectHeader> read_object_header(std::span<const std::byte> hea
   out.has_mac = (flags & kFlagMac) != 0;
   out.object_bytes = get<std::uint64_t>(h + kLengthAt);
   out.object_sum = out.has_mac ? 0 : get<std::uint64_t>(h + kObjectSumAt);
+  out.tenant_tag = out.has_mac ? 0 : get<std::uint64_t>(h + kTenantAt);
   return out;
 }
 

@@ -4,7 +4,9 @@
 //
 // magic "KVSTRL2\0", format version, flags (bit 0: carries a state image;
 // bit 1: carries a MAC), object length, the full chunk key (namespace, rank,
-// hash), XXH3-64 of the object then 20 reserved zero bytes (without a MAC)
+// hash), XXH3-64 of the object then its tenant's tag (TenantBook::tag_of, 0:
+// none; headers written before it have 0 there) and 12 reserved zero bytes
+// (without a MAC)
 // or the MAC's 12-byte nonce and 16-byte tag (with one, L2's:
 // l2/chunk_value), XXH3-64 of all the header before it. Little-endian
 // integers: an L2 value is read by other machines.
@@ -31,6 +33,7 @@ struct ObjectHeader {
   bool has_mac = false;
   std::uint64_t object_bytes = 0;
   std::uint64_t object_sum = 0;  // without a MAC
+  std::uint64_t tenant_tag = 0;  // without a MAC (the disk's): whose object it is
 };
 
 // Into `h` (kObjectHeaderBytes, zeroed here): every field but the object's
@@ -43,7 +46,8 @@ void put_object_sum(std::byte* h, std::uint64_t sum);
 void seal_object_header(std::byte* h);
 
 // A whole header without a MAC, for an object kept apart from it (the disk).
-void write_object_header(const kv::ChunkKey& key, bool has_image, std::span<const std::byte> object, std::byte* h);
+void write_object_header(const kv::ChunkKey& key, bool has_image, std::span<const std::byte> object, std::byte* h,
+                         std::uint64_t tenant_tag = 0);
 
 // What a header says if it is whole (magic, its checksum, version); else why
 // not ("no kvstrand magic", "header checksum mismatch", "format version N").

@@ -18,7 +18,7 @@ enum : std::uint64_t { kFree = 0, kReserved = 1, kCommitted = 2 };
 
 // Entry fields (offsets in its 128 bytes). The checksum covers [16, 128).
 constexpr std::size_t kStateAt = 0, kCheckAt = 8, kNsAt = 16, kHashAt = 48, kRankAt = 80, kFlagsAt = 84,
-                      kBytesAt = 88, kCheckedFrom = 16;
+                      kBytesAt = 88, kTenantAt = 96, kCheckedFrom = 16;
 // Slab header fields; the checksum covers [0, 56).
 constexpr std::size_t kVersionAt = 8, kPerSlabAt = 12, kObjectAt = 16, kSlabAt = 24, kArenaAt = 32, kStrideAt = 40,
                       kHeaderCheckAt = 56;
@@ -62,7 +62,8 @@ void ObjectTable::slab_assigned(std::uint32_t slab, std::uint64_t object_bytes) 
   put_field<std::uint64_t>(h + kHeaderCheckAt, header_check(h));
 }
 
-void ObjectTable::reserved(std::uint32_t slab, std::uint32_t i, const kv::ChunkKey& key, bool has_image) {
+void ObjectTable::reserved(std::uint32_t slab, std::uint32_t i, const kv::ChunkKey& key, bool has_image,
+                           std::uint64_t tenant_tag) {
   std::byte* e = entry_at(slab, i);
   store_state(e, kReserved);  // first: the slot is no longer what it held
   std::memcpy(e + kNsAt, key.ns.data(), key.ns.size());
@@ -71,6 +72,7 @@ void ObjectTable::reserved(std::uint32_t slab, std::uint32_t i, const kv::ChunkK
   put_field<std::uint32_t>(e + kFlagsAt, has_image ? 1u : 0u);
   put_field<std::uint64_t>(e + kBytesAt, get_field<std::uint64_t>(slab_at(slab) + kObjectAt));
   std::memset(e + kBytesAt + 8, 0, kEntryBytes - kBytesAt - 8);
+  put_field<std::uint64_t>(e + kTenantAt, tenant_tag);
   put_field<std::uint64_t>(e + kCheckAt, entry_check(e));
 }
 
@@ -122,6 +124,7 @@ ObjectTable::Recovery ObjectTable::scan() {
         std::memcpy(o.key.hash.data(), e + kHashAt, o.key.hash.size());
         o.key.kv_rank = get_field<std::uint32_t>(e + kRankAt);
         o.has_image = (get_field<std::uint32_t>(e + kFlagsAt) & 1u) != 0;
+        o.tenant_tag = get_field<std::uint64_t>(e + kTenantAt);
         slab.slots[i] = o;
         ++r.objects;
         continue;

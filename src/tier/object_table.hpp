@@ -8,7 +8,9 @@
 //   class's object size and slot stride (0 in slabs written before slots
 //   could be aligned: the object size), with a checksum.
 // - An entry: its state word (free, reserved, committed), then the object's
-//   key, image flag and size, with a checksum over them.
+//   key, image flag, size and tenant tag (TenantBook::tag_of; in bytes an
+//   earlier server left zero, so its entries read as the unnamed tenant's),
+//   with a checksum over them.
 // - Crash order (a SIGKILL can stop the server between any two stores): a
 //   reserve writes the state word "reserved" before anything else and
 //   before the slot's offset is sent to a writer; a commit, sent only once
@@ -60,7 +62,8 @@ class ObjectTable {
 
   // A class of `object_bytes` took `slab`: its entries cleared, then its header.
   void slab_assigned(std::uint32_t slab, std::uint64_t object_bytes);
-  void reserved(std::uint32_t slab, std::uint32_t i, const kv::ChunkKey& key, bool has_image);
+  void reserved(std::uint32_t slab, std::uint32_t i, const kv::ChunkKey& key, bool has_image,
+                std::uint64_t tenant_tag = 0);
   void committed(std::uint32_t slab, std::uint32_t i);
   void freed(std::uint32_t slab, std::uint32_t i);
 

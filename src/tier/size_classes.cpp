@@ -99,7 +99,9 @@ void SizeClasses::give_slab(Class& c, std::uint32_t slab) {
 
 void SizeClasses::Journal::reserved(std::uint32_t slot, const kv::ChunkKey& key, bool has_image) {
   const Class& c = owner->classes_[cls];
-  owner->table_->reserved(c.slabs[slot / c.per_slab], slot % c.per_slab, key, has_image);
+  // The object's tenant kept with it (by tag), so a restart knows whose it is.
+  const std::uint64_t tag = owner->tenants_ ? owner->tenants_->tag(c.index->tenant_at(slot)) : 0;
+  owner->table_->reserved(c.slabs[slot / c.per_slab], slot % c.per_slab, key, has_image, tag);
 }
 
 void SizeClasses::Journal::committed(std::uint32_t slot) {

@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 namespace kvstrand::tier {
 
@@ -16,11 +20,41 @@ TenantBook::TenantBook(std::map<std::string, std::uint64_t> quotas, std::uint64_
 
 std::optional<TenantId> TenantBook::id_of(const std::string& name) {
   if (auto it = ids_.find(name); it != ids_.end()) return it->second;
+  const std::uint64_t tag = tag_of(name);
+  if (auto it = by_tag_.find(tag); it != by_tag_.end() && tenants_[it->second].name.starts_with('#')) {
+    // Found again at a restart before it registered: its objects are its own.
+    const TenantId id = it->second;
+    ids_.erase(tenants_[id].name);
+    tenants_[id].name = name;
+    auto q = quotas_.find(name);
+    tenants_[id].quota = q != quotas_.end() ? q->second : default_quota_;
+    ids_.emplace(name, id);
+    return id;
+  }
   if (tenants_.size() >= max_tenants_) return std::nullopt;
   const auto id = static_cast<TenantId>(tenants_.size());
   auto q = quotas_.find(name);
   tenants_.push_back(Tenant{name, q != quotas_.end() ? q->second : default_quota_, 0, 0});
   ids_.emplace(name, id);
+  by_tag_.emplace(tag, id);
+  return id;
+}
+
+std::uint64_t TenantBook::tag_of(const std::string& name) {
+  if (name.empty()) return 0;
+  const std::uint64_t t = XXH3_64bits(name.data(), name.size());
+  return t == 0 ? 1 : t;
+}
+
+std::optional<TenantId> TenantBook::id_of_tag(std::uint64_t tag) {
+  if (auto it = by_tag_.find(tag); it != by_tag_.end()) return it->second;
+  if (tenants_.size() >= max_tenants_) return std::nullopt;
+  char hex[20];
+  std::snprintf(hex, sizeof hex, "#%016llx", static_cast<unsigned long long>(tag));
+  const auto id = static_cast<TenantId>(tenants_.size());
+  tenants_.push_back(Tenant{hex, default_quota_, 0, 0});
+  ids_.emplace(hex, id);
+  by_tag_.emplace(tag, id);
   return id;
 }
 

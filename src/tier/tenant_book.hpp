@@ -49,6 +49,17 @@ class TenantBook {
   std::optional<TenantId> id_of(const std::string& name);
   // The tenant's id if it has one here, without making one.
   std::optional<TenantId> find(const std::string& name) const;
+  // What an object kept across a restart records of its tenant (the named
+  // arena's object table, the disk's header): a hash of its name, 0 for
+  // the unnamed one. The name is not kept: it may be a secret's neighbour.
+  static std::uint64_t tag_of(const std::string& name);
+  std::uint64_t tag(TenantId t) const { return tag_of(tenants_.at(t).name); }
+  // The tenant an object found again at a restart belongs to: the one whose
+  // name has this tag, or else one kept under the tag alone ("#" and its
+  // hex: no tenant name has a '#'), whose bytes, evictions and quota become
+  // the named tenant's the moment it registers (id_of). Nothing past
+  // max_tenants().
+  std::optional<TenantId> id_of_tag(std::uint64_t tag);
   std::size_t size() const noexcept { return tenants_.size(); }
   std::size_t max_tenants() const noexcept { return max_tenants_; }
   // Every tenant, by id (iterate this: a TenantId counter cannot count to
@@ -77,6 +88,7 @@ class TenantBook {
   std::size_t max_tenants_;
   std::vector<Tenant> tenants_;
   std::map<std::string, TenantId> ids_;
+  std::map<std::uint64_t, TenantId> by_tag_;  // every tenant by its tag (one found again by tag only: "#" + hex)
 };
 
 }  // namespace kvstrand::tier

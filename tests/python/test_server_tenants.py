@@ -122,6 +122,8 @@ def disk_run(quotas, disk_dir):
         b.close()
         server.kill()
     again = Server(tier="4M", slab="2M", socket=server.socket, extra=flags)
+    # Each disk object's tenant is in its header: b's bytes are b's at once.
+    restarted_b = again.metric('tenant_bytes{tenant="b",level="disk"}')
     b = TenantEngine(again, "b")
     try:
         hit = sum(b.hits(p) for p in range(40)) / 80
@@ -129,7 +131,7 @@ def disk_run(quotas, disk_dir):
         b.close()
         again.stop()
         server.stop()
-    return hit, disk_b, evicted_b, disk_a, quota_a
+    return hit, disk_b, evicted_b, disk_a, quota_a, restarted_b
 
 
 def written(server):
@@ -140,12 +142,13 @@ def written(server):
 
 
 def test_on_the_disk_too_a_flooding_tenant_evicts_its_own_objects(tmp_path):
-    hit, disk_b, evicted_b, disk_a, quota_a = disk_run(["a", "b"], tmp_path / "q")
-    free_hit, _, free_evicted_b, _, _ = disk_run([], tmp_path / "free")
+    hit, disk_b, evicted_b, disk_a, quota_a, restarted_b = disk_run(["a", "b"], tmp_path / "q")
+    free_hit, _, free_evicted_b, _, _, _ = disk_run([], tmp_path / "free")
     print(f"\ntenant b's hit rate from the disk after a restart, once tenant a stored 12.5 MiB over an 8 MiB disk: "
           f"{hit:.2f} with --tenant-quota a=2M b=2M, {free_hit:.2f} without; a's disk bytes "
           f"{disk_a / 2**20:.2f} MiB (its share {quota_a / 2**20:.2f})")
     assert hit == 1.0 and disk_b == 80 * 16384 and evicted_b == 0
+    assert restarted_b == disk_b
     assert quota_a is not None and disk_a <= 8 << 20
     assert free_evicted_b > 0 and free_hit < 1.0
 
@@ -172,3 +175,49 @@ def test_an_operator_drops_a_tenants_objects_from_a_shell():
         a.close()
         b.close()
         server.stop()
+
+
+def test_a_restart_on_the_named_arena_keeps_each_objects_tenant(tmp_path):
+    """Objects a restarted server found again belonged to no tenant until
+    stored anew: a flood right after a SIGKILL and restart evicted all of
+    tenant b's, its quota notwithstanding. Each object's tenant is kept with
+    it now (by tag), named or configured or not."""
+    import os
+    arena = f"/dev/shm/kvstrand-py-tenants-{os.getpid()}"
+    flags = ["--arena-path", arena, "--tenant-quota", "a=2M", "--tenant-quota", "b=2M"]
+    server = Server(tier="4M", slab="2M", extra=flags)
+    b, c = TenantEngine(server, "b"), TenantEngine(server, "c")
+    try:
+        for p in range(40):
+            assert b.save(p)
+        for p in range(5):
+            assert c.save(p)
+        b.close()
+        c.close()
+        server.kill()
+        server = Server(tier="4M", slab="2M", socket=server.socket, extra=flags)
+        tenants = {t["tenant"]: t for t in server.tier()["tenants"]}
+        assert tenants["b"]["bytes"] == 40 * 2 * 16384  # b's at once, before b has said a word
+        # c, named by no flag, is known by its tag until it registers.
+        kept = [t for name, t in tenants.items() if name.startswith("#")]
+        assert len(kept) == 1 and kept[0]["bytes"] == 5 * 2 * 16384
+        a = TenantEngine(server, "a")
+        for p in range(1000, 1200):  # 6.25 MiB into the 4 MiB arena, right after the restart
+            assert a.save(p)
+        b = TenantEngine(server, "b")
+        hit = sum(b.hits(p) for p in range(40)) / 80
+        tenants = {t["tenant"]: t for t in server.tier()["tenants"]}
+        print(f"\ntenant b's hit rate after a restart and tenant a's flood: {hit:.2f} "
+              f"(b's evictions {tenants['b']['evictions']})")
+        assert hit == 1.0 and tenants["b"]["evictions"] == 0
+        c = TenantEngine(server, "c")
+        tenants = {t["tenant"]: t for t in server.tier()["tenants"]}
+        assert "c" in tenants and not any(name.startswith("#") for name in tenants)  # its own name once it says it
+        a.close()
+    finally:
+        b.close()
+        c.close()
+        server.stop()
+        for path in (arena, arena + ".lock"):
+            if os.path.exists(path):
+                os.unlink(path)
