@@ -94,10 +94,7 @@ std::vector<CLI::ConfigItem> TomlConfig::from_config(std::istream&) const {
     const auto text_of = [&](const toml::node& v) -> std::string {
       if (const auto* s = v.as_string()) return s->get();
       if (const auto* b = v.as_boolean()) return b->get() ? "true" : "false";
-      if (const auto* i = v.as_integer()) {
-        if (kSizeKeys.contains(key)) refuse("a size needs a unit, e.g. \"" + std::to_string(i->get()) + "G\"");
-        return std::to_string(i->get());
-      }
+      if (const auto* i = v.as_integer()) return std::to_string(i->get());  // a size's is refused below: no unit
       std::ostringstream type;
       type << v.type();
       refuse("a value of type " + type.str() + " is not an option's (strings, integers, booleans and arrays are)");

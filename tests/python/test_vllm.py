@@ -78,6 +78,24 @@ def test_a_vllm_older_than_the_range_is_named_once(monkeypatch, caplog):
     assert kv_vllm.interface.version_outside_range("0.29.0.dev0+g00f4240") is None
 
 
+@pytest.mark.parametrize("version, says", [
+    ("0.33.0", "newer than the newest verified"),
+    ("1.0.0", "newer than the newest verified"),  # (major, minor): not "older than 0.18"
+    ("0.17.1", "older than the oldest verified"),
+    ("0.24.2", "inside the verified range"),
+])
+def test_the_installed_vllm_and_the_verified_range_are_said_in_one_line(monkeypatch, caplog, version, says):
+    # A vLLM newer than the newest verified started without a word.
+    monkeypatch.setattr(sys.modules["vllm"], "__version__", version)
+    monkeypatch.setattr(kv_vllm.connector, "_range_checked", False)
+    vllm_config, kv_cache_config = configs("/nonexistent.sock", 1, 16, 2, 64)
+    with caplog.at_level("INFO", logger="kvstrand.vllm"):
+        kv_vllm.KvstrandConnector(vllm_config, kv_vllm.KVConnectorRole.WORKER, kv_cache_config, tp_rank=0).shutdown()
+    said = [r for r in caplog.records if f"vLLM {version}" in r.getMessage()]
+    assert len(said) == 1 and says in said[0].getMessage() and kv_vllm.SUPPORTED in said[0].getMessage()
+    assert (said[0].levelname == "INFO") == (says == "inside the verified range")
+
+
 def test_a_vllm_that_asks_for_a_method_kvstrand_lacks_is_refused_naming_it(monkeypatch):
     monkeypatch.setattr(kv_vllm.KvstrandConnector, "__abstractmethods__", frozenset({"on_new_hook"}))
     vllm_config, kv_cache_config = configs("/nonexistent.sock", 1, 16, 2, 64)
@@ -93,7 +111,7 @@ def test_a_vllm_that_asks_for_a_method_kvstrand_lacks_is_refused_naming_it(monke
     (dict(chunk_size=64), "kv_connector_extra_config.chunk_size"),
     (dict(min_load_tokens="many"), "kv_connector_extra_config.min_load_tokens"),
     (dict(max_load_failures=-1), "kv_connector_extra_config.max_load_failures"),
-    (dict(policy="fail"), "kv_transfer_config.kv_load_failure_policy"),
+    (dict(policy="retry"), "kv_transfer_config.kv_load_failure_policy"),
     (dict(groups=[("full", 1, 0), ("mamba", 1, 0)], mamba_cache_mode="all"),
      "kv_cache_config.kv_cache_groups[1].kv_cache_spec"),
     pytest.param(dict(groups=[("sliding", 1, 32), ("mamba", 1, 0)]), "kv_cache_config.kv_cache_groups",

@@ -29,6 +29,25 @@ def test_a_lease_a_worker_cannot_adopt_is_reported_as_load_errors_and_recomputed
     vllm.shutdown()
 
 
+def test_under_vllms_default_policy_fail_a_failed_load_fails_its_request_and_the_engine_goes_on(server):
+    # "fail" is vLLM's default kv_load_failure_policy: it was refused at
+    # start-up, so `vllm serve` without that one key did not start.
+    vllm = MiniVllm(server.socket, caching=False, policy="fail")
+    vllm.add("a", PREFIX + [7])
+    vllm.run()
+    spoiled = []
+    vllm.meta_hook = spoil_leases(0, spoiled)
+    vllm.add("b", PREFIX + [8])
+    vllm.run()
+    assert spoiled == ["b"] and vllm.errored == ["b"]  # vLLM ended it in an error
+    vllm.meta_hook = None
+    vllm.add("c", PREFIX + [9])  # and goes on: the next request resumes from the tier
+    vllm.run()
+    assert vllm.done == ["a", "c"] and vllm.stats["resumed"] >= 1 and vllm.stats["mismatches"] == 0
+    assert vllm.all_blocks_free()
+    vllm.shutdown()
+
+
 def test_a_failed_load_is_counted_failed_and_loads_no_tokens(server):
     # vLLM's log and Prometheus read loaded_tokens: a load that failed
     # brought nothing (every attempt here fails on the one rank).

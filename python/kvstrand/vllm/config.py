@@ -229,13 +229,14 @@ class ConnectorConfig:
             raise config_error(OPTION_PREFIX + "server_socket",
                                 "kvstrand.vllm needs kvstrand-server's socket: vLLM's scheduler and workers are "
                                 "separate processes and share the node tier")
-        # A failed load must be recomputed: a cache loses entries (a server
-        # restart, a device error), and vLLM's "fail" ends the user's request.
-        policy = str(getattr(transfer, "kv_load_failure_policy", "recompute") or "recompute")
-        if policy != "recompute":
+        # Both of vLLM's policies are served: "recompute" (a failed load is
+        # computed instead) and "fail", vLLM's default (the request whose
+        # load failed ends in an error; the engine goes on). kvstrand reports
+        # a failed load the same way under either; vLLM decides.
+        policy = str(getattr(transfer, "kv_load_failure_policy", "fail") or "fail")
+        if policy not in ("recompute", "fail"):
             raise config_error("kv_transfer_config.kv_load_failure_policy",
-                                f"{policy!r}: kvstrand is a cache, a load can fail (an entry lost with a restarted "
-                                "server) and must then be recomputed; set it to \"recompute\"")
+                                f"{policy!r} is not one of vLLM's policies, \"recompute\" or \"fail\"")
         block_size = int(vllm_config.cache_config.block_size)
         chunk = get("chunk_tokens", 256, int)
         if chunk <= 0 or chunk % block_size:

@@ -34,16 +34,21 @@ _range_checked = False
 
 
 def check_vllm_range():
-    """Once per process: says (once) when the installed vLLM is outside the
-    verified range. Nothing is refused for it: what cannot work is refused
-    where it is found (the interface below, the configuration)."""
+    """Once per process, one line: the installed vLLM, the verified range,
+    and whether it is inside (a warning when not). Nothing is refused for
+    it: what cannot work is refused where it is found (the interface below,
+    the configuration)."""
     global _range_checked
     if _range_checked or not interface.VLLM_AVAILABLE:
         return
     _range_checked = True
-    why = interface.version_outside_range(interface.vllm_version())
+    version = interface.vllm_version()
+    why = interface.version_outside_range(version)
     if why:
-        log.warning("kvstrand.vllm: %s; kvstrand.vllm is verified with %s", why, interface.SUPPORTED)
+        log.warning("kvstrand.vllm: %s; kvstrand.vllm is verified with %s (not refused: what cannot work is "
+                    "refused where it is found)", why, interface.SUPPORTED)
+    else:
+        log.info("kvstrand.vllm: vLLM %s, inside the verified range (%s)", version, interface.SUPPORTED)
 
 
 def _tp_rank():

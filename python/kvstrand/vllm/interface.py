@@ -32,6 +32,9 @@ log = logging.getLogger("kvstrand.vllm")
 
 OLDEST_VERIFIED = (0, 18)
 NEWEST_VERIFIED = "main at 00f4240"
+# The release number vLLM's main carries at NEWEST_VERIFIED (0.29.0.dev0):
+# a release past it is newer than anything verified.
+NEWEST_VERIFIED_VERSION = (0, 29)
 SUPPORTED = f"vLLM {OLDEST_VERIFIED[0]}.{OLDEST_VERIFIED[1]} to vLLM {NEWEST_VERIFIED}"
 VLLM_INTERFACE_VERSION = SUPPORTED
 
@@ -66,14 +69,16 @@ def vllm_version():
 
 
 def version_outside_range(version):
-    """Why `version` is outside the verified range, or None. Versions newer
-    than the newest verified commit cannot be told apart by number (vLLM's
-    main carries the next release's); the interface check catches those."""
+    """Why `version` is outside the verified range, or None. Compared as
+    (major, minor): vLLM 1.x is newer than 0.29, not older than 0.18."""
     m = re.match(r"(\d+)\.(\d+)", version or "")
     if m is None:
         return f"vLLM {version!r} has no version number kvstrand can read"
-    if (int(m.group(1)), int(m.group(2))) < OLDEST_VERIFIED:
+    number = (int(m.group(1)), int(m.group(2)))
+    if number < OLDEST_VERIFIED:
         return f"vLLM {version} is older than the oldest verified"
+    if number > NEWEST_VERIFIED_VERSION:
+        return f"vLLM {version} is newer than the newest verified"
     return None
 
 
