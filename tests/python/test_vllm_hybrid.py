@@ -79,6 +79,22 @@ def test_the_seeds_shape_resumes_kv_and_mamba_state_byte_exact_from_the_tier(blo
 
 
 @newest_only
+def test_planes_per_layer_1_registers_vllms_hybrid_layout_and_resumes_exactly(block_server):
+    # A Mamba hybrid's attention caches are one region a block (K and V
+    # adjacent): exactly planes_per_layer 1, which was refused as "the KV
+    # cache tensor is not contiguous", naming neither the option nor a fix.
+    vllm = mamba_engine(block_server, planes_per_layer=1)
+    prompt = PREFIX[:150]
+    vllm.add("a", prompt)
+    vllm.run()
+    b = vllm.add("b", prompt)
+    vllm.run()
+    assert b.loaded == (0, 144) and vllm.stats["resumed"] == 1
+    assert vllm.stats["mismatches"] == 0 and not vllm.mismatched and vllm.all_blocks_free()
+    vllm.shutdown()
+
+
+@newest_only
 def test_a_tier_hit_is_capped_to_a_chunk_end_whose_state_is_stored(server):
     # 64-token chunks: steps end at 64, 128 and 144, so chunk ends 64 and
     # 128 have a state and the tier's KV hit of a prompt sharing 140 tokens

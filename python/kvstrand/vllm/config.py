@@ -272,7 +272,7 @@ class ConnectorConfig:
         # its (2, num_blocks, ...) tensor so a block's K and V are adjacent, to
         # share pages with the Mamba state): one region per block, whatever
         # planes_per_layer says of the unhybrid layout.
-        block_major = bool(state_groups) and planes == 2
+        block_major = bool(state_groups)  # planes_per_layer 1 or 2: was taken as contiguous for 1
         if block_major:
             planes = 1
         if state_groups and groups[0].kind != "full":
