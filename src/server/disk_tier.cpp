@@ -534,7 +534,7 @@ void DiskTier::tenant_namespaces(const std::string& name, std::set<kv::Digest>& 
 }
 void DiskTier::set_events(TierEvents* events) {
   impl_->events = events;
-  if (events) events->watch(impl_->disk, "DISK");
+  if (events) events->watch(impl_->disk, events->publisher().options().disk_medium);
 }
 std::unordered_map<kv::ChunkKey, std::string, tier::ChunkKeyHash> DiskTier::take_recovered_descriptions() {
   return std::exchange(impl_->recovered_descriptions, {});

@@ -125,7 +125,8 @@ class DiskTier final : public LowerLevel {
   boost::asio::awaitable<void> close(std::chrono::milliseconds bound) override;
 
   DiskStats stats() const;
-  // With --events: the disk's objects are announced on medium "DISK", and
+  // With --events: the disk's objects are announced on the disk's medium
+  // (EventOptions::disk_medium: "STORAGE", or "DISK" for SGLang's), and
   // each keeps its description in its header block.
   void set_events(TierEvents* events);
   // Tenants' shares of the disk: each tenant's quota of the arena

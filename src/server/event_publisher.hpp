@@ -49,6 +49,10 @@ struct EventOptions {
   std::size_t buffer = 10000;   // --events-buffer: batches kept for replay
   std::uint64_t buffer_bytes = 64ull << 20;  // --events-buffer-bytes: their bytes at most
   std::uint64_t queue_bytes = 256ull << 20;  // --events-queue-bytes: what one slow subscriber may have queued
+  // --events-medium-names: what the arena and the disk are called (vllm:
+  // CPU and STORAGE, as vLLM's offload tiers say; sglang: CPU_PINNED and DISK).
+  std::string arena_medium = "CPU";
+  std::string disk_medium = "STORAGE";
 };
 
 struct EventStats {

@@ -164,11 +164,12 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
                  "The quota of every tenant --tenant-quota does not name, the one with no name included (default: "
                  "none, and no reserve)");
   std::string events, events_replay, events_topic, events_format = "map", events_buffer_bytes = "64M",
-                                                                          events_queue_bytes = "256M";
+                                                                          events_queue_bytes = "256M",
+                                                                          events_media = "vllm";
   long long events_buffer = 10000;
   app.add_option("--events", events,
-                 "Publish the tier's KV events (vLLM's BlockStored, BlockRemoved, AllBlocksCleared; media CPU and "
-                 "DISK) on a ZeroMQ PUB socket bound here: tcp://HOST:PORT or ipc://PATH (needs libzmq5)");
+                 "Publish the tier's KV events (vLLM's BlockStored, BlockRemoved, AllBlocksCleared; media: "
+                 "--events-medium-names) on a ZeroMQ PUB socket bound here: tcp://HOST:PORT or ipc://PATH (needs libzmq5)");
   app.add_option("--events-replay", events_replay,
                  "A ZeroMQ ROUTER socket bound here answers replays of missed batches, as vLLM's publisher does");
   bool events_remote = false;
@@ -181,6 +182,10 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
                  "map) or array (vLLM before its PR 42892, v0.18 among them)")
       ->capture_default_str();
   app.add_option("--events-buffer", events_buffer, "Batches kept for --events-replay")->capture_default_str();
+  app.add_option("--events-medium-names", events_media,
+                 "What the events call the arena and the disk: vllm (CPU and STORAGE, as vLLM's offload tiers and "
+                 "Dynamo's router read them) or sglang (CPU_PINNED and DISK, as SGLang's events and sgl-router)")
+      ->capture_default_str();
   app.add_option("--events-buffer-bytes", events_buffer_bytes,
                  "Bytes the batches kept for --events-replay may take at most (the oldest go first)")
       ->capture_default_str();
@@ -458,11 +463,15 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
     const auto queue_bytes = common::parse_bytes(events_queue_bytes);
     if (!queue_bytes || *queue_bytes < EventPublisher::kMaxBatchBytes || *queue_bytes > (64ull << 30))
       return refuse("--events-queue-bytes", "'" + events_queue_bytes + "' is not a size from 256K to 64G");
+    if (events_media != "vllm" && events_media != "sglang")
+      return refuse("--events-medium-names", "'" + events_media + "' is not vllm or sglang");
     o.events = EventOptions{events,  events_replay, events_topic, *format, static_cast<std::size_t>(events_buffer),
-                            *buffer_bytes, *queue_bytes};
+                            *buffer_bytes, *queue_bytes, events_media == "vllm" ? "CPU" : "CPU_PINNED",
+                            events_media == "vllm" ? "STORAGE" : "DISK"};
   } else {
     for (const char* f : {"--events-replay", "--events-topic", "--events-format", "--events-buffer",
-                          "--events-buffer-bytes", "--events-queue-bytes", "--events-allow-remote"})
+                          "--events-buffer-bytes", "--events-queue-bytes", "--events-allow-remote",
+                          "--events-medium-names"})
       if (app.get_option(f)->count() > 0) return refuse(f, "needs --events");
   }
   if (print_config) {  // checked first: a file printed here is one the server takes

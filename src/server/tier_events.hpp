@@ -1,8 +1,8 @@
 // What the server's KV events say about its objects (--events): each
 // object's description, as the engine sent it with the reserve (protocol
 // 2.4), kept by slot for every index it watches (the arena's classes,
-// medium "CPU"; the disk's, "DISK"). A described object is announced
-// stored when its index commits it, and removed when it leaves (evicted,
+// medium "CPU" or "CPU_PINNED"; the disk's, "STORAGE" or "DISK": see
+// --events-medium-names). A described object is announced stored when its index commits it, and removed when it leaves (evicted,
 // dropped, refused by its checksum); an object with no description (an
 // older client, or one that sent none) is never announced.
 //

@@ -566,7 +566,7 @@ void TierServer::start() {
     if (!p) throw std::runtime_error(p.why());
     impl_->publisher = *p;
     impl_->events = std::make_unique<TierEvents>(impl_->publisher);
-    impl_->events->watch(*impl_->classes, "CPU");
+    impl_->events->watch(*impl_->classes, impl_->opt.events->arena_medium);
     if (impl_->disk) impl_->disk->set_events(impl_->events.get());
     impl_->service->set_events(impl_->events.get());
     // The first batch, before any client is served: what this start found.

@@ -3,7 +3,8 @@ vLLM's event schema (vllm/distributed/kv_events.py: KVEventBatch of
 BlockStored, BlockRemoved, AllBlocksCleared; ZmqEventPublisher's frames and
 replay), with Debian's pyzmq and msgpack: two engines store through one
 server; every chunk is announced stored with the engine's block hashes on
-the arena ("CPU") and, once written, the disk ("DISK"); evictions are
+the arena ("CPU") and, once written, the disk ("STORAGE", vLLM's name; "DISK"
+in SGLang's dialect); evictions are
 announced removed; batches are numbered from 0 without a gap; a replay
 returns them; a restarted server's first batch clears and announces what
 its disk still holds."""
@@ -119,14 +120,14 @@ def test_two_engines_stores_evictions_and_a_restart_as_vllm_events(fmt, tmp_path
 
         def complete(s):
             count = Counter((e["type"], e.get("medium")) for e in s.events())
-            return (count[("BlockStored", "CPU")] >= len(saved) and count[("BlockStored", "DISK")] >= on_disk and
+            return (count[("BlockStored", "CPU")] >= len(saved) and count[("BlockStored", "STORAGE")] >= on_disk and
                     count[("BlockRemoved", "CPU")] >= removed_total)
         sub.receive(complete)
         seqs = sorted(sub.batches)
         assert seqs == list(range(seqs[0], seqs[-1] + 1)), "a gap in the sequence numbers"
         events = sub.events()
         cpu = [key(e["block_hashes"]) for e in events if e["type"] == "BlockStored" and e["medium"] == "CPU"]
-        disk = [key(e["block_hashes"]) for e in events if e["type"] == "BlockStored" and e["medium"] == "DISK"]
+        disk = [key(e["block_hashes"]) for e in events if e["type"] == "BlockStored" and e["medium"] == "STORAGE"]
         assert Counter(cpu) == Counter(saved.keys()), "every chunk of both engines announced stored once on CPU"
         assert len(disk) == on_disk and set(disk) <= set(saved)
         for e in events:
@@ -157,7 +158,7 @@ def test_two_engines_stores_evictions_and_a_restart_as_vllm_events(fmt, tmp_path
         batch0 = recovered[0]
         assert batch0[0] == {"type": "AllBlocksCleared"}
         back = [key(e["block_hashes"]) for e in batch0[1:]]
-        assert all(e["type"] == "BlockStored" and e["medium"] == "DISK" for e in batch0[1:])
+        assert all(e["type"] == "BlockStored" and e["medium"] == "STORAGE" for e in batch0[1:])
         assert Counter(back) == Counter(disk), "every described object on the disk, with its hashes"
         assert server.metric("disk_recovered_objects_total") == all_written  # prompt 99's too, undescribed
     finally:
@@ -307,3 +308,28 @@ def test_the_replay_buffer_is_bounded_in_bytes(tmp_path):
         e.close()
         sub.close()
         server.stop()
+
+
+def test_sglangs_dialect_names_the_arena_cpu_pinned_and_the_disk_disk(tmp_path):
+    """One event stream, two dialects: vLLM's routers read the arena as CPU
+    and the disk as STORAGE (the default); SGLang's events and sgl-router
+    read CPU_PINNED and DISK (--events-medium-names sglang)."""
+    for dialect, arena_medium, disk_medium in (("vllm", "CPU", "STORAGE"), ("sglang", "CPU_PINNED", "DISK")):
+        port = free_port()
+        endpoint = f"tcp://127.0.0.1:{port}"
+        server = Server(tier="4M", slab="2M", extra=["--events", endpoint, "--events-medium-names", dialect,
+                                                     "--disk", str(tmp_path / dialect), "--disk-bytes", "16M"])
+        sub = Subscriber(endpoint, None, "", "map")
+        e = EventEngine(server, 0)
+        try:
+            time.sleep(0.3)  # the subscription reaches the server before the store
+            e.save(1)
+            written(server)
+            sub.receive(lambda s: {(ev["type"], ev.get("medium")) for ev in s.events()} >=
+                        {("BlockStored", arena_medium), ("BlockStored", disk_medium)})
+            media = {ev["medium"] for ev in sub.events() if ev["type"] == "BlockStored"}
+            assert media == {arena_medium, disk_medium}, (dialect, media)
+        finally:
+            e.close()
+            sub.close()
+            server.stop()

@@ -320,4 +320,13 @@ TEST_CASE("server options: events on a non-loopback address are refused without 
   for (const std::string& e : {"tcp://127.0.0.1:5599", "tcp://localhost:5599", "tcp://[::1]:5599", "ipc:///tmp/ev"})
     REQUIRE(std::holds_alternative<ServerOptions>(parse({"--events", e}).result));
   REQUIRE(std::get<int>(parse({"--events-allow-remote"}).result) == 2);  // needs --events
+  // The media's names: vLLM's by default, SGLang's on request, nothing else.
+  auto vllm = parse({"--events", "tcp://127.0.0.1:5599"});
+  REQUIRE(std::get<ServerOptions>(vllm.result).events->disk_medium == "STORAGE");
+  auto sglang = parse({"--events", "tcp://127.0.0.1:5599", "--events-medium-names", "sglang"});
+  REQUIRE(std::get<ServerOptions>(sglang.result).events->arena_medium == "CPU_PINNED");
+  REQUIRE(std::get<ServerOptions>(sglang.result).events->disk_medium == "DISK");
+  auto other = parse({"--events", "tcp://127.0.0.1:5599", "--events-medium-names", "dynamo"});
+  REQUIRE(std::get<int>(other.result) == 2);
+  REQUIRE(other.err.find("invalid --events-medium-names") != std::string::npos);
 }
