@@ -332,3 +332,30 @@ def test_tp_ranks_checkpoints_are_combined_as_the_points_every_rank_holds():
     r = SimpleNamespace(answers={(0, 0): answer(256, [64, 128, 192, 256]), (1, 0): answer(192, [64, 192])})
     (hit,) = SchedulerSide._group_hits(SimpleNamespace(ngroups=1), r)
     assert hit.tokens == 192 and list(hit.checkpoints) == [64, 192]
+
+
+def test_groups_vllm_marks_untransferable_are_skipped_and_an_unknown_attention_spec_is_refused(caplog):
+    # An attention spec kvstrand did not know was taken as full attention,
+    # and groups vLLM marks non-transferable (enable_kv_transfer, its sparse
+    # attention's indexer) were saved and loaded as ordinary KV.
+    from types import SimpleNamespace
+    from mini_vllm_model import FullAttentionSpec
+
+    class SparseIndexerSpec(FullAttentionSpec):
+        pass
+
+    vllm_config, kv_cache_config = configs("/nonexistent.sock", 1, 16, 2, 64)
+    first = kv_cache_config.kv_cache_groups[0]
+    indexer = SimpleNamespace(layer_names=["model.layers.9.indexer"], enable_kv_transfer=False,
+                              kv_cache_spec=SparseIndexerSpec(block_size=first.kv_cache_spec.block_size,
+                                                              page_size_bytes=64, sliding_window=None))
+    kv_cache_config.kv_cache_groups.append(indexer)
+    with caplog.at_level("INFO", logger="kvstrand.vllm"):
+        cfg = kv_vllm.config.ConnectorConfig.from_vllm(vllm_config, kv_cache_config)
+    assert [g.index for g in cfg.groups] == [0]  # the untransferable group is not served
+    assert any("group 1 (SparseIndexerSpec) is not transferable" in r.getMessage() for r in caplog.records)
+    indexer.enable_kv_transfer = True  # said transferable: a spec kvstrand has not read is refused, named
+    with pytest.raises(kvstrand.ConfigError) as e:
+        kv_vllm.config.ConnectorConfig.from_vllm(vllm_config, kv_cache_config)
+    assert e.value.option == "kv_cache_config.kv_cache_groups[1].kv_cache_spec"
+    assert "group 1's SparseIndexerSpec" in str(e.value)

@@ -80,9 +80,12 @@ def spec_kind(spec):
     for refused in ("ChunkedLocalAttentionSpec", "CrossAttentionSpec", "EncoderOnlyAttentionSpec"):
         if refused in names:
             return refused
-    if "SlidingWindowSpec" in names:
+    # Only the classes whose blocks are known to be a function of their
+    # prefix: a subclass kvstrand has not read (a sparse or sink attention
+    # of a newer vLLM) is not taken for its base.
+    if names[0] in ("SlidingWindowSpec", "SlidingWindowMLASpec"):
         return "sliding"
-    if "FullAttentionSpec" in names or "AttentionSpec" in names:
+    if names[0] in ("FullAttentionSpec", "MLAAttentionSpec"):
         return "full"
     return names[0]
 
@@ -249,12 +252,18 @@ class ConnectorConfig:
         for i, group in enumerate(list(getattr(kv_cache_config, "kv_cache_groups", []) or [])):
             option = f"{GROUPS_OPTION}[{i}].kv_cache_spec"
             spec = group.kv_cache_spec
+            if not getattr(group, "enable_kv_transfer", True):
+                # vLLM marks it outside the transferable KV state (sparse
+                # attention's indexer, say): neither saved nor loaded.
+                log.info("kvstrand.vllm: KV-cache group %d (%s) is not transferable (enable_kv_transfer=False): "
+                         "neither saved nor loaded", i, type(spec).__name__)
+                continue
             kind = spec_kind(spec)
             if kind == "mamba":
                 state_groups.append(_mamba_group(vllm_config, spec, group, i, option, block_size))
                 continue
             if kind not in ("full", "sliding"):
-                raise config_error(option, f"kvstrand.vllm cannot serve a {kind} group: "
+                raise config_error(option, f"kvstrand.vllm cannot serve group {i}'s {kind}: "
                                            f"{_REFUSAL.get(kind, 'not an attention KV cache it knows')}")
             if int(spec.block_size) != block_size:
                 raise config_error(option + ".block_size",
