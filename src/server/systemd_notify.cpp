@@ -6,6 +6,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/await_codes.hpp"
+
 #include <cerrno>
 #include <cstddef>
 #include <cstdlib>
@@ -48,6 +50,14 @@ std::chrono::microseconds watchdog_interval() {
   const unsigned long long us = std::strtoull(usec, &end, 10);
   if (*end != '\0' || us == 0) return {};
   return std::chrono::microseconds(us / 2);
+}
+
+boost::asio::awaitable<void> feed_watchdog(boost::asio::steady_timer& timer, std::chrono::microseconds every) {
+  for (;;) {
+    notify_supervisor("WATCHDOG=1");
+    timer.expires_after(every);
+    if (auto [ec] = co_await timer.async_wait(common::kAwait); ec) co_return;  // cancelled: stopping
+  }
 }
 
 }  // namespace kvstrand::server

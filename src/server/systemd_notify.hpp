@@ -3,6 +3,8 @@
 // needs no libsystemd. Without $NOTIFY_SOCKET nothing is sent.
 #pragma once
 
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <string>
 
@@ -18,5 +20,10 @@ bool notify_supervisor(const std::string& state);
 // ($WATCHDOG_USEC, for this process when $WATCHDOG_PID says which): half
 // its timeout. Zero when no watchdog is asked for.
 std::chrono::microseconds watchdog_interval();
+
+// Says "WATCHDOG=1" now and every `every` after, on `timer`'s executor (the
+// server's strand, so that a strand that stopped turning goes untold),
+// until `timer` is cancelled.
+boost::asio::awaitable<void> feed_watchdog(boost::asio::steady_timer& timer, std::chrono::microseconds every);
 
 }  // namespace kvstrand::server

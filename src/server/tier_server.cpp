@@ -51,10 +51,6 @@
 #include "tier/index.hpp"
 #include "tier/size_classes.hpp"
 
-#if defined(__SANITIZE_THREAD__)
-extern "C" void __tsan_ignore_thread_begin();
-extern "C" void __tsan_ignore_thread_end();
-#endif
 
 namespace kvstrand::server {
 
@@ -101,21 +97,11 @@ struct TierServer::Impl {
     gate.spawn(accept_loop(), std::move(acceptor_ended));
     if (const auto every = watchdog_interval(); every.count() > 0) {
       watchdog.emplace(strand);
-      gate.spawn(keep_watchdog_fed(every), common::LogEscaped{"kvstrand-server's watchdog"});
+      // From the strand itself: a strand that stops turning goes untold, and
+      // is restarted (a named arena keeps the cache).
+      gate.spawn(feed_watchdog(*watchdog, every), common::LogEscaped{"kvstrand-server's watchdog"});
     }
     co_return std::string{};
-  }
-
-  // A supervisor's watchdog (WatchdogSec=) is told the server lives from the
-  // strand itself, so a strand that stopped turning (a request that never
-  // ends) goes untold and the server is restarted; a named arena keeps the
-  // cache across it.
-  asio::awaitable<void> keep_watchdog_fed(std::chrono::microseconds every) {
-    while (!stopping) {
-      notify_supervisor("WATCHDOG=1");
-      watchdog->expires_after(every);
-      if (auto [ec] = co_await watchdog->async_wait(kAwait); ec) co_return;  // cancelled: stopping
-    }
   }
 
   // The arena (a memfd, or the named file, its objects recovered) and the
@@ -144,27 +130,10 @@ struct TierServer::Impl {
         if (!err.empty()) return;
       }
       for (std::uint32_t i = 0; mine != nullptr && i < arena->slab_count() && !stopping(); ++i) {
-        map_in(mine + std::uint64_t{i} * arena->slab_bytes(), arena->slab_bytes());
+        tier::Arena::map_in(mine + std::uint64_t{i} * arena->slab_bytes(), arena->slab_bytes());
         asio::post(strand, [this] { ++mapped_slabs; });
       }
     });
-  }
-
-  // Maps [p, p + n) of the server's mapping (pages the arena holds already):
-  // the kernel's page tables in one call, then a read a page from here,
-  // which is what also fills a shadow-paging hypervisor's (madvise alone
-  // left the first touch at 5 us a page in such a VM).
-  // The reads race, by design, with the strand's writes of objects in the
-  // same pages (their values are not used): TSan is told to look away.
-  static void map_in(std::byte* p, std::uint64_t n) {
-    (void)::madvise(p, n, MADV_POPULATE_READ);  // Linux 5.14 or later; the reads below do it anyway
-#if defined(__SANITIZE_THREAD__)
-    __tsan_ignore_thread_begin();
-#endif
-    for (std::uint64_t at = 0; at < n; at += 4096) (void)*static_cast<volatile std::byte*>(p + at);
-#if defined(__SANITIZE_THREAD__)
-    __tsan_ignore_thread_end();
-#endif
   }
 
   void slab_ready(std::uint32_t slab, const std::string& err) {

@@ -77,6 +77,22 @@ int open_named(const std::string& path, std::uint64_t bytes, bool* reopened, boo
 
 }  // namespace
 
+#if defined(__SANITIZE_THREAD__)
+extern "C" void __tsan_ignore_thread_begin();
+extern "C" void __tsan_ignore_thread_end();
+#endif
+
+void Arena::map_in(std::byte* p, std::uint64_t n) {
+  (void)::madvise(p, n, MADV_POPULATE_READ);  // Linux 5.14 or later; the reads below do it anyway
+#if defined(__SANITIZE_THREAD__)
+  __tsan_ignore_thread_begin();
+#endif
+  for (std::uint64_t at = 0; at < n; at += 4096) (void)*static_cast<volatile std::byte*>(p + at);
+#if defined(__SANITIZE_THREAD__)
+  __tsan_ignore_thread_end();
+#endif
+}
+
 Arena::Arena(ArenaOptions o) {
   if (o.slab_bytes == 0 || o.slab_bytes % kHugePage != 0)
     throw std::runtime_error("slab size " + std::to_string(o.slab_bytes) + " is not a multiple of 2 MiB");

@@ -36,6 +36,14 @@ struct ArenaOptions {
 
 class Arena {
  public:
+  // Maps [p, p + n) of a mapping of the arena (pages it holds already): the
+  // kernel's page tables in one call, then a read a page, which is what also
+  // fills a shadow-paging hypervisor's (madvise alone left the first touch
+  // at 5 us a page in such a VM). The reads race, by design, with writes of
+  // objects in the same pages (their values are not used): TSan is told to
+  // look away.
+  static void map_in(std::byte* p, std::uint64_t n);
+
   // Creates and seals the memfd, or opens (creating it when absent) the
   // named file. Throws std::runtime_error saying why.
   explicit Arena(ArenaOptions options);

@@ -214,3 +214,37 @@ TEST_CASE("node tier: an engine idle since before its server started attaches an
   INFO(f.saves[0].reason);
   REQUIRE(f.saves[0].ok);
 }
+
+TEST_CASE("node tier: a server run by another user is not spoken to unless server_uid names it",
+          "[server][reactor][tenants]") {
+  if (!device_present() || ::geteuid() != 0 || ::access("/usr/bin/setpriv", X_OK) != 0) return;
+  // A user who binds a shared socket path first received every engine's KV
+  // and served its own bytes as hits: nothing checked who the server was.
+  const std::string path = ServerProcess::fresh_socket_path();
+  ChildProcess theirs({"/usr/bin/setpriv", "--reuid=4242", "--regid=4242", "--clear-groups",
+                       sibling_binary("../kvstrand-server"), "--socket", path, "--tier-bytes", "32M", "--slab-bytes",
+                       "8M", "--chunk-tokens", "64", "--log-level", "info"});
+  REQUIRE(theirs.wait_for_output("listening on", 30s));
+  auto save_reason = [&](std::int64_t server_uid) {
+    reactor::ConnectorOptions o;
+    o.server_socket = path;
+    o.server_request_timeout = 2s;
+    o.server_uid = server_uid;
+    Rig rig(o);
+    rig.conn->save(rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8)));
+    const auto f = rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); });
+    REQUIRE_FALSE(f.saves[0].ok);
+    REQUIRE(f.saves[0].error == TransferErrc::tier_unavailable);  // the tier is a cache: a miss, never the engine
+    return f.saves[0].reason;
+  };
+  const std::string refused = save_reason(-1);
+  INFO(refused);
+  REQUIRE(refused.find("run by uid 4242") != std::string::npos);
+  REQUIRE(refused.find("server_uid") != std::string::npos);
+  // Named: spoken to (this one then refuses a root client itself: another reason).
+  const std::string named = save_reason(4242);
+  INFO(named);
+  REQUIRE(named.find("run by uid 4242") == std::string::npos);
+  theirs.signal(SIGTERM);
+  theirs.wait();
+}
