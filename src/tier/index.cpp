@@ -135,13 +135,13 @@ void Index::set_tenants(TenantBook* book) {
     for (const Object& o : objects_)
       if (o.used) tenants_->credit(o.tenant, object_bytes_);
   tenants_ = book;
-  if (tenants_)
-    for (std::uint32_t s = 0; s < restored_tags_.size(); ++s)
-      if (objects_[s].used && restored_tags_[s] != 0) objects_[s].tenant = tenants_->id_of_tag(restored_tags_[s]).value_or(0);
-  if (tenants_) std::vector<std::uint64_t>().swap(restored_tags_);
-  if (tenants_)
-    for (const Object& o : objects_)
-      if (o.used) tenants_->charge(o.tenant, object_bytes_);
+  if (!tenants_) return;
+  // Objects found again at a restart: their tenants, by the tags kept.
+  for (std::uint32_t s = 0; s < restored_tags_.size(); ++s)
+    if (objects_[s].used && restored_tags_[s] != 0) objects_[s].tenant = tenants_->id_of_tag(restored_tags_[s]).value_or(0);
+  std::vector<std::uint64_t>().swap(restored_tags_);
+  for (const Object& o : objects_)
+    if (o.used) tenants_->charge(o.tenant, object_bytes_);
 }
 
 void Index::namespaces_of(TenantId tenant, std::set<kv::Digest>& out) const {
