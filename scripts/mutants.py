@@ -1117,7 +1117,7 @@ MUTANTS = [
      [("pytest:test_server_tenants.py", "on_the_disk_too")], "the disk's objects belong to no tenant after a restart"),
     ("tenant-placeholder-kept", "src/tier/tenant_book.cpp",
      "  if (auto it = by_tag_.find(tag); it != by_tag_.end() && tenants_[it->second].name.starts_with('#')) {",
-     "  if (false) {",
+     "  if (auto it = by_tag_.find(tag); false && it != by_tag_.end()) {",
      [("pytest:test_server_tenants.py", "named_arena")], "a tenant found again by tag stays nameless when it registers"),
     ("vllm-hybrid-planes-1-contiguous", "python/kvstrand/vllm/config.py",
      "        block_major = bool(state_groups)  # planes_per_layer 1 or 2: was taken as contiguous for 1",
