@@ -26,7 +26,7 @@ const std::set<std::string, std::less<>> kSizeKeys{
     "tier-bytes",          "slab-bytes",    "max-frame",     "max-client-leased",   "max-client-reserved",
     "max-reply-queue",     "min-object-bytes", "max-index-bytes", "disk-bytes",     "tenant-quota-default",
     "events-buffer-bytes", "events-queue-bytes"};
-const std::set<std::string, std::less<>> kPathKeys{"socket", "arena-path", "disk", "l2-password-file",
+const std::set<std::string, std::less<>> kPathKeys{"socket", "arena-path", "disk", "l2-password-file", "http-token-file",
                                                    "l2-mac-key-file"};
 
 bool has_unit(std::string_view size) {

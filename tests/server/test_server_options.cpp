@@ -228,6 +228,8 @@ TEST_CASE("server options: a careless config file is refused, naming what to do"
   // Paths do not depend on where the server was started.
   refused(write_file("relative.toml", "disk = [\"5\"]\ndisk-bytes = \"1G\"\n"), "not an absolute path");
   refused(write_file("relative-socket.toml", "socket = \"kv.sock\"\n"), "not an absolute path");
+  refused(write_file("relative-token.toml", "http = \"127.0.0.1:0\"\nhttp-token-file = \"token\"\n"),
+          "not an absolute path");
   refused(write_file("table.toml", "[tenants]\nx = 1\n"), "is a table");
   // Only its owner (or root) may change what chooses where the KV goes.
   refused(write_file("open.toml", "tier-bytes = \"8G\"\n", 0666), "chmod go-w");
