@@ -224,8 +224,11 @@ std::vector<std::byte> encode_request(const Request& req, std::uint64_t request_
                         },
                         [&](const RegisterLayout& m) {
                           put(w, m.layout);
-                          // 2.4: the tenant after the layout, only when there is one.
-                          if (!m.layout.tenant.empty()) w.str(m.layout.tenant);
+                          // 2.4: the tenant after the layout, only when there is one;
+                          // 2.5: then the weight version, only when there is one
+                          // (the tenant then sent even when empty).
+                          if (!m.layout.tenant.empty() || !m.layout.weight_version.empty()) w.str(m.layout.tenant);
+                          if (!m.layout.weight_version.empty()) w.str(m.layout.weight_version);
                         },
                         [&](const Unregister& m) { w.u32(m.registration); },
                         [&](const Lookup& m) {
@@ -273,7 +276,12 @@ common::Expected<Request> decode_request(std::uint16_t type, std::span<const std
       RegisterLayout m{get_layout(r)};
       if (r.remaining() > 0) {
         m.layout.tenant = r.str(kv::kMaxTenantName);
-        if (r.ok() && m.layout.tenant.empty()) r.fail();  // sent only when there is one
+        if (r.remaining() > 0) {
+          m.layout.weight_version = r.str(kMaxName);
+          if (r.ok() && m.layout.weight_version.empty()) r.fail();  // sent only when there is one
+        } else if (r.ok() && m.layout.tenant.empty()) {
+          r.fail();  // an empty tenant is sent only before a weight version: one encoding each
+        }
       }
       out = std::move(m);
       break;

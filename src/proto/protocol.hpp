@@ -33,8 +33,9 @@ using kv::Plane;
 inline constexpr std::uint32_t kMagic = 0x5453564b;  // "KVST" on the wire
 inline constexpr std::uint8_t kMajor = 2;
 // 2.1: adopt; 2.2: the hello reply's server_id; 2.3: drop; 2.4: a reserve's
-// chunk events, a registration's tenant
-inline constexpr std::uint8_t kMinor = 4;
+// chunk events, a registration's tenant; 2.5: a registration's weight
+// version (the server checks each key's namespace against it)
+inline constexpr std::uint8_t kMinor = 5;
 // A chunk's event description (Reserve::events) is at most this long.
 inline constexpr std::size_t kMaxChunkEvent = 64u << 10;
 inline constexpr std::size_t kHeaderBytes = 20;
@@ -82,7 +83,8 @@ struct Hello {
 };
 // The geometry only: the server never sees a client's device memory. 2.4:
 // the layout's tenant, after it, when it has one (its objects are the
-// tenant's, for --tenant-quota).
+// tenant's, for --tenant-quota); 2.5: then its weight_version, when it has
+// one, so that the server knows the registration's whole namespace.
 struct RegisterLayout {
   Layout layout;
 };

@@ -254,6 +254,8 @@ asio::awaitable<Failure> RemoteIndex::register_one(std::size_t i, Clock::time_po
     warned_tenant_ = true;
     sent.tenant.clear();
   }
+  // A 2.4 server refuses bytes after the tenant, and checks no namespace.
+  if (server_minor_ < 5) sent.weight_version.clear();
   Request reg_req = RegisterLayout{std::move(sent)};
   std::pair<std::error_code, Reply> reg = co_await calls_.call(std::move(reg_req), until);
   if (reg.first) co_return unreachable("no answer to registration " + std::to_string(i) + ": " + reg.first.message());

@@ -85,8 +85,50 @@ std::vector<CLI::ConfigItem> TomlConfig::from_config(std::istream&) const {
     throw CLI::ConfigError(s.str());
   }
   std::vector<CLI::ConfigItem> items;
+  // [tenants.NAME] uids = [...], gids = [...], quota = "40G": the flags
+  // --tenant-uid NAME=UID, --tenant-gid NAME=GID, --tenant-quota NAME=BYTES.
+  if (const toml::node* tenants = table.get("tenants")) {
+    const auto refuse = [&](const std::string& why) { throw CLI::ConfigError(path_ + ": [tenants]: " + why); };
+    for (const char* flat : {"tenant-uid", "tenant-gid", "tenant-quota"})
+      if (table.contains(flat))
+        refuse(std::string("give tenants as [tenants.NAME] tables or as '") + flat + "' keys, not both");
+    if (!tenants->is_table()) refuse("is not a table of [tenants.NAME] tables");
+    CLI::ConfigItem uid, gid, quota;
+    uid.name = "tenant-uid";
+    gid.name = "tenant-gid";
+    quota.name = "tenant-quota";
+    for (const auto& [n, t] : *tenants->as_table()) {
+      const std::string name(n.str());
+      if (!t.is_table()) refuse("'" + name + "' is not a [tenants." + name + "] table");
+      for (const auto& [f, v] : *t.as_table()) {
+        const std::string field(f.str());
+        const auto ids = [&](CLI::ConfigItem& into) {
+          if (!v.is_array()) refuse("tenants." + name + "." + field + " is not an array, e.g. [1001, \"alice\"]");
+          for (const toml::node& e : *v.as_array()) {
+            if (const auto* i = e.as_integer()) into.inputs.push_back(name + "=" + std::to_string(i->get()));
+            else if (const auto* str = e.as_string()) into.inputs.push_back(name + "=" + str->get());
+            else refuse("tenants." + name + "." + field + " holds a value that is neither a number nor a name");
+          }
+        };
+        if (field == "uids") {
+          ids(uid);
+        } else if (field == "gids") {
+          ids(gid);
+        } else if (field == "quota") {
+          const auto* q = v.as_string();
+          if (!q || !has_unit(q->get())) refuse("tenants." + name + ".quota needs a size with a unit, e.g. \"40G\"");
+          quota.inputs.push_back(name + "=" + q->get());
+        } else {
+          refuse("tenants." + name + " has no key '" + field + "' (uids, gids and quota are its keys)");
+        }
+      }
+    }
+    for (CLI::ConfigItem* i : {&uid, &gid, &quota})
+      if (!i->inputs.empty()) items.push_back(std::move(*i));
+  }
   for (const auto& [k, node] : table) {
     const std::string key(k.str());
+    if (key == "tenants") continue;  // read above
     CLI::ConfigItem item;
     item.name = key;
     const auto refuse = [&](const std::string& why) { throw CLI::ConfigError(path_ + ": key '" + key + "': " + why); };

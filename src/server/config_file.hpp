@@ -9,6 +9,8 @@
 //   them as the command line's (which wins) and refuses unknown ones.
 // - A size needs a unit ("64G", not 64 or "64"): a bare number was bytes,
 //   and `tier-bytes = 64` started a 2 MiB tier. A path is absolute.
+// - One table only: [tenants.NAME] with uids, gids and quota, the flags
+//   --tenant-uid, --tenant-gid and --tenant-quota of tenant NAME.
 #pragma once
 
 #include <CLI/CLI.hpp>

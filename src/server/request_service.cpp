@@ -7,12 +7,23 @@
 #include <string>
 
 #include <kvstrand/digest.hpp>
+#include <kvstrand/namespace_id.hpp>
 
 #include "common/parse_bytes.hpp"
 
 namespace kvstrand::server {
 
 using namespace proto;
+
+namespace {
+// How many of `keys`, from the first, are of the registration's namespace.
+std::size_t own_run(const Client::Reg& r, std::span<const kv::ChunkKey> keys) {
+  if (!r.ns) return keys.size();
+  std::size_t n = 0;
+  while (n < keys.size() && keys[n].ns == *r.ns) ++n;
+  return n;
+}
+}  // namespace
 
 RequestService::RequestService(ServiceRules rules, ServerFacts facts, tier::SizeClasses& classes,
                                std::vector<LowerLevel*> levels)
@@ -22,12 +33,14 @@ boost::asio::awaitable<void> RequestService::promote(Client& c, const Lookup& m,
   c.promote_miss = LevelMiss::none;
   tier::Index* into = index_of(c, m.registration);
   if (into == nullptr || levels_.empty()) co_return;
-  std::size_t have = into->present_run(m.keys);
+  // Another namespace's chunks are not this registration's to bring up.
+  const std::span<const kv::ChunkKey> own(m.keys.data(), own_run(c.regs.at(m.registration), m.keys));
+  std::size_t have = into->present_run(own);
   // Taken now: the registration may be gone when a level's answer comes.
   const tier::TenantId tenant = c.regs.at(m.registration).tenant;
   for (LowerLevel* level : levels_) {
-    if (have == m.keys.size() || gone) break;
-    std::vector<kv::ChunkKey> rest(m.keys.begin() + static_cast<std::ptrdiff_t>(have), m.keys.end());
+    if (have == own.size() || gone) break;
+    std::vector<kv::ChunkKey> rest(own.begin() + static_cast<std::ptrdiff_t>(have), own.end());
     const Promoted p = co_await level->promote(*into, std::move(rest), tenant);
     have += p.have;
     // The nearest level's reason: what the chunk it stopped at had there.
@@ -53,6 +66,7 @@ Reply RequestService::handle(Client& c, const Request& req) {
   if (std::holds_alternative<Hello>(req)) {
     if (c.hello) return fail(Status::bad_request, "hello was already said on this connection");
     c.hello = true;
+    c.minor = std::get<Hello>(req).minor;
     // A 2.1 client reads no server_id: it refuses bytes it does not know.
     const bool says_id = std::get<Hello>(req).minor >= 2;
     return Reply{Status::ok, "",
@@ -78,8 +92,8 @@ Reply RequestService::handle(Client& c, const Request& req) {
   }
   if (const auto* m = std::get_if<Reserve>(&req)) return reserve(c, *m);
   if (const auto* m = std::get_if<Commit>(&req)) return commit(c, *m);
-  if (const auto* m = std::get_if<Drop>(&req)) return drop(*m);
-  if (const auto* m = std::get_if<DropTenant>(&req)) return drop_tenant(*m);
+  if (const auto* m = std::get_if<Drop>(&req)) return drop(c, *m);
+  if (const auto* m = std::get_if<DropTenant>(&req)) return drop_tenant(c, *m);
   if (std::holds_alternative<Stats>(req)) return stats();
   return Reply{};  // end_session, ping
 }
@@ -114,13 +128,23 @@ Reply RequestService::register_layout(Client& c, const RegisterLayout& m) {
     return fail(Status::bad_request, "this layout's objects (" + std::to_string(object) + " B) would be the " +
                                          std::to_string(tier::SizeClasses::kMaxClasses + 1) +
                                          "th object size this server serves");
+  // A process the kernel says is a tenant's registers as that tenant only.
+  if (!c.peer.tenant.empty() && l.tenant != c.peer.tenant)
+    return fail(Status::not_authorized, "this process (uid " + std::to_string(c.peer.uid) + ") is tenant '" +
+                                            c.peer.tenant + "' (--tenant-uid, --tenant-gid): its layouts' tenant must "
+                                            "be '" + c.peer.tenant + "', not '" + l.tenant + "'");
+  // Its namespace is checked on every key: a tenant's client must say all of it.
+  if (!c.peer.tenant.empty() && c.minor < 5)
+    return fail(Status::not_authorized, "this server binds tenants to users (--tenant-uid, --tenant-gid) and checks "
+                                        "each key's namespace, which protocol 2." + std::to_string(c.minor) +
+                                        " cannot tell it: upgrade the client library to 2.5");
   // Last: a tenant made here is kept, so only for a registration that is served.
   std::optional<tier::TenantId> tenant = tenants_ ? tenants_->id_of(l.tenant) : tier::TenantId{0};
   if (!tenant)
     return fail(Status::bad_request, "this server serves at most " + std::to_string(tenants_->max_tenants()) +
                                          " tenants (--max-tenants), and tenant '" + l.tenant + "' is not one of them");
   const std::uint32_t id = next_reg_++;
-  c.regs[id] = Client::Reg{l, idx, *tenant};
+  c.regs[id] = Client::Reg{l, idx, *tenant, c.minor >= 5 ? std::optional(kv::namespace_of(l)) : std::nullopt};
   return Reply{Status::ok, "", RegisterReply{id, object}};
 }
 
@@ -129,19 +153,24 @@ Reply RequestService::lookup(Client& c, const Lookup& m) {
   if (it == c.regs.end()) return fail(Status::unknown_registration, "no such registration");
   const kv::Layout& l = it->second.layout;
   tier::Index& index = *it->second.index;
+  // Hits within the registration's namespace only: another's chunk is a
+  // miss, as one never stored.
+  const std::span<const kv::ChunkKey> keys(m.keys.data(), own_run(it->second, m.keys));
   // The quota is checked against the longest hit the keys could give, so
   // that nothing is leased and then refused.
   const auto held = classes_.held_by(c.owner);
-  const std::uint64_t most = m.keys.size() * index.object_bytes();
+  const std::uint64_t most = keys.size() * index.object_bytes();
   if (held.leased_bytes + most > rules_.max_client_leased) {
-    const kv::HitSource peek = index.lookup(m.keys, l.chunk_tokens);
+    const kv::HitSource peek = index.lookup(keys, l.chunk_tokens);
     if (held.leased_bytes + peek.tokens / l.chunk_tokens * index.object_bytes() > rules_.max_client_leased)
       return fail(Status::over_quota, "this process's leases would pin more than --max-client-leased (" +
                                           std::to_string(rules_.max_client_leased) + " B); release some first");
   }
-  tier::Index::Lease lease = index.lease(m.keys, l.chunk_tokens, c.owner);
+  tier::Index::Lease lease = index.lease(keys, l.chunk_tokens, c.owner);
   if (lease.slots.size() < m.keys.size())
-    ++lookup_misses_[common::labels({{"reason", miss_reason(c, index, m.keys[lease.slots.size()])}})];
+    ++lookup_misses_[common::labels(
+        {{"reason", lease.slots.size() == keys.size() ? "other_namespace"
+                                                      : miss_reason(c, index, m.keys[lease.slots.size()])}})];
   c.promote_miss = LevelMiss::none;
   LookupReply r;
   r.lease = lease.id;
@@ -158,7 +187,8 @@ Reply RequestService::adopt(Client& c, const Adopt& m) {
   if (it == c.regs.end()) return fail(Status::unknown_registration, "no such registration");
   tier::Index* idx = classes_.index_of_hold(m.lease);
   const std::vector<std::uint32_t> slots = idx ? idx->hold_slots(m.lease) : std::vector<std::uint32_t>{};
-  if (idx != it->second.index || slots.size() != m.keys.size() || !idx->adoptable(m.lease))
+  if (idx != it->second.index || slots.size() != m.keys.size() || !idx->adoptable(m.lease) ||
+      own_run(it->second, m.keys) != m.keys.size())
     return fail(Status::unknown_hold, "no lease " + std::to_string(m.lease) + " of these " +
                                           std::to_string(m.keys.size()) + " chunks of this registration's objects");
   for (std::size_t i = 0; i < slots.size(); ++i)
@@ -190,6 +220,10 @@ Reply RequestService::reserve(Client& c, const Reserve& m) {
   if (m.images.size() != m.keys.size())
     return fail(Status::bad_request, std::to_string(m.images.size()) + " image flags for " +
                                          std::to_string(m.keys.size()) + " keys");
+  // Another namespace's chunks are not this registration's to write.
+  if (const std::size_t own = own_run(it->second, m.keys); own != m.keys.size())
+    return fail(Status::bad_request, "key " + std::to_string(own) + " of " + std::to_string(m.keys.size()) +
+                                         " is not of this registration's namespace");
   // Counted by what it would hold: keys stored already (or being written by
   // anyone) take nothing.
   const auto held = classes_.held_by(c.owner);
@@ -253,7 +287,28 @@ Reply RequestService::commit(const Client& c, const Commit& m) {
   return Reply{};
 }
 
-Reply RequestService::drop(const Drop& m) {
+bool RequestService::owns_namespace(const Client& c, const kv::Digest& ns) const {
+  for (const auto& [id, reg] : c.regs)
+    if (reg.ns == ns) return true;
+  std::set<kv::Digest> spaces;
+  if (tenants_)
+    if (auto t = tenants_->find(c.peer.tenant)) spaces = classes_.namespaces_of(*t);
+  for (LowerLevel* level : levels_) level->tenant_namespaces(c.peer.tenant, spaces);
+  return spaces.contains(ns);
+}
+
+// Whose: an admin's (the server's user, root, --admin-group) any; a
+// tenant's client's only its tenant's. The same refusal for a namespace of
+// another tenant as for one that does not exist: no oracle.
+Reply RequestService::drop(const Client& c, const Drop& m) {
+  if (!c.peer.admin && (c.peer.tenant.empty() || !owns_namespace(c, m.ns)))
+    return fail(Status::not_authorized, "namespace " + kv::to_hex(m.ns) + " is not tenant '" + c.peer.tenant +
+                                            "''s: only the server's user, root or --admin-group drop another's");
+  return drop_one(m.ns);
+}
+
+Reply RequestService::drop_one(const kv::Digest& ns) {
+  const Drop m{ns};
   DropReply r;
   if (dropped_.insert(m.ns).second) {
     drop_order_.push_back(m.ns);
@@ -269,16 +324,19 @@ Reply RequestService::drop(const Drop& m) {
   return Reply{Status::ok, "", r};
 }
 
-Reply RequestService::drop_tenant(const DropTenant& m) {
+Reply RequestService::drop_tenant(const Client& c, const DropTenant& m) {
   if (m.tenant.empty()) return fail(Status::bad_request, "a tenant to drop needs a name");
   if (auto why = kv::tenant_problem(m.tenant)) return fail(Status::bad_request, *why);
+  if (!c.peer.admin && m.tenant != c.peer.tenant)
+    return fail(Status::not_authorized, "this process is tenant '" + c.peer.tenant + "', not '" + m.tenant +
+                                            "': only the server's user, root or --admin-group drop another tenant");
   std::set<kv::Digest> spaces;
   if (tenants_)
     if (auto t = tenants_->find(m.tenant)) spaces = classes_.namespaces_of(*t);
   for (LowerLevel* level : levels_) level->tenant_namespaces(m.tenant, spaces);
   DropReply r;
   for (const kv::Digest& ns : spaces) {
-    const Reply one = drop(Drop{ns});
+    const Reply one = drop_one(ns);
     r.arena_objects += std::get<DropReply>(one.payload).arena_objects;
     r.lower_objects += std::get<DropReply>(one.payload).lower_objects;
   }

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <deque>
 #include <set>
 #include <span>
@@ -20,6 +21,7 @@
 #include "common/metrics.hpp"
 #include "proto/protocol.hpp"
 #include "server/lower_level.hpp"
+#include "server/peer_identity.hpp"
 #include "server/tier_events.hpp"
 #include "tier/index.hpp"
 #include "tier/size_classes.hpp"
@@ -55,10 +57,18 @@ struct Client {
     kv::Layout layout;
     tier::Index* index = nullptr;  // the size class of its objects
     tier::TenantId tenant = 0;     // whose objects it stores (Layout::tenant)
+    // Its namespace (kv::namespace_of its layout): every key it names must
+    // be of it. None from a client older than 2.5, which does not say its
+    // weight version: its keys are taken as they come.
+    std::optional<kv::Digest> ns;
   };
   std::uint64_t session = 0;
   tier::Owner owner = 0;  // the client's process: what it holds is the process's
+  // Who the kernel says it is (an admin of no tenant unless told: the
+  // server's own user, as every client is with no --tenant-uid map).
+  Peer peer{0, true, {}};
   bool hello = false;
+  std::uint8_t minor = 0;  // of the protocol, from its hello
   std::map<std::uint32_t, Reg> regs;
   // Why the levels below stopped short in the promotion before this
   // session's lookup (its miss's reason, if it misses there).
@@ -88,7 +98,8 @@ class RequestService {
   // time), "dropped" (its namespace was dropped here), "evicted" (among the
   // arena's last 65,536 evictions),
   // "other_namespace" (the arena holds nothing of its namespace: another
-  // model, weight version or tenant), else "never_stored".
+  // model, weight version or tenant; or the key is not of the asking
+  // registration's namespace), else "never_stored".
   const common::LabeledCounter& lookup_misses() const noexcept { return lookup_misses_; }
   // With --events: the chunk descriptions reserves carry are kept for them.
   void set_events(TierEvents* events) noexcept { events_ = events; }
@@ -102,8 +113,12 @@ class RequestService {
   proto::Reply reserve(Client& c, const proto::Reserve& m);
   void describe(const tier::Index& index, const proto::Reserve& m, const tier::Index::Reservation& res);
   proto::Reply commit(const Client& c, const proto::Commit& m);
-  proto::Reply drop(const proto::Drop& m);
-  proto::Reply drop_tenant(const proto::DropTenant& m);
+  proto::Reply drop(const Client& c, const proto::Drop& m);
+  proto::Reply drop_tenant(const Client& c, const proto::DropTenant& m);
+  proto::Reply drop_one(const kv::Digest& ns);
+  // Whether `ns` is c's tenant's to drop: a namespace of one of its
+  // registrations, or one its tenant holds objects of here or below.
+  bool owns_namespace(const Client& c, const kv::Digest& ns) const;
   const char* miss_reason(const Client& c, const tier::Index& index, const kv::ChunkKey& key) const;
   proto::Reply stats() const;
 

@@ -4,6 +4,8 @@
 #include "server/drop_command.hpp"
 
 #include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,6 +16,8 @@
 #include <cstring>
 #include <iostream>
 #include <sstream>
+#include <tuple>
+#include <vector>
 
 #include <kvstrand/version.hpp>
 
@@ -25,6 +29,24 @@
 namespace kvstrand::server {
 
 namespace {
+// A user or group as a number, or a name the system knows.
+std::optional<std::uint32_t> id_named(const std::string& text, bool is_group) {
+  if (text.empty()) return std::nullopt;
+  if (std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    if (text.size() > 9) return std::nullopt;
+    return static_cast<std::uint32_t>(std::stoul(text));
+  }
+  std::vector<char> buf(1 << 16);
+  if (is_group) {
+    ::group g{}, *found = nullptr;
+    if (::getgrnam_r(text.c_str(), &g, buf.data(), buf.size(), &found) != 0 || !found) return std::nullopt;
+    return found->gr_gid;
+  }
+  ::passwd pw{}, *found = nullptr;
+  if (::getpwnam_r(text.c_str(), &pw, buf.data(), buf.size(), &found) != 0 || !found) return std::nullopt;
+  return found->pw_uid;
+}
+
 // A secret (the L2 password, the L2 MAC key): the first line of `path`, a
 // regular file no one but its owner can read (a secret must not leak where
 // the command line would not), or why not. The text is never logged.
@@ -113,6 +135,21 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
                  "Tenants the server tells apart at most (the unnamed one and every --tenant-quota among them); a "
                  "registration of one more is refused")
       ->capture_default_str();
+  std::vector<std::string> tenant_uids, tenant_gids;
+  std::string admin_group, socket_group;
+  app.add_option("--tenant-uid", tenant_uids,
+                 "NAME=USER: a client process of this user (a name or a uid) is tenant NAME, and registers as no other; "
+                 "give it once per user. With any --tenant-uid or --tenant-gid, tenants are the kernel's word, not the "
+                 "client's (a config file's [tenants.NAME] uids = [...])");
+  app.add_option("--tenant-gid", tenant_gids,
+                 "NAME=GROUP: a client process in this group (a name or a gid) is tenant NAME, unless its user is "
+                 "mapped itself (a config file's [tenants.NAME] gids = [...])");
+  app.add_option("--admin-group", admin_group,
+                 "Clients in this group may drop any namespace or tenant, as the server's user and root may; a "
+                 "tenant's own clients drop only their own");
+  app.add_option("--socket-group", socket_group,
+                 "The socket is made 0660 and this group's, so that other users' clients (--tenant-uid, "
+                 "--tenant-gid) can connect; without it, 0600");
   std::string http;
   bool http_remote = false;
   app.add_option("--http", http, "Serve the read-only debug endpoint (/debug, /metrics) at ADDR:PORT, e.g. 127.0.0.1:9400");
@@ -321,6 +358,39 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
   if (o.max_tenants < 1 || o.max_tenants > tier::TenantBook::kMaxTenants)
     return refuse("--max-tenants", "must be 1 to " + std::to_string(tier::TenantBook::kMaxTenants));
   if (o.socket.empty() || o.socket.size() >= 108) return refuse("--socket", "must be a path of 1 to 107 bytes");
+  for (const auto& [flag, given, group] : {std::tuple<const char*, const std::vector<std::string>&, bool>{
+                                               "--tenant-uid", tenant_uids, false},
+                                           {"--tenant-gid", tenant_gids, true}})
+    for (const std::string& t : given) {
+      const auto eq = t.find('=');
+      const std::string name = eq == std::string::npos ? "" : t.substr(0, eq);
+      const auto id = eq == std::string::npos ? std::nullopt : id_named(t.substr(eq + 1), group);
+      if (name.empty() || !id)
+        return refuse(flag, "'" + t + "' is not NAME=" + (group ? "GROUP" : "USER") + " of a " +
+                                (group ? "group" : "user") + " this system knows, e.g. team-a=" +
+                                (group ? "team-a" : "1001"));
+      if (auto why = kv::tenant_problem(name)) return refuse(flag, *why);
+      auto& to = group ? o.binding.gids : o.binding.uids;
+      if (auto [it, fresh] = to.emplace(*id, name); !fresh && it->second != name)
+        return refuse(flag, std::string(group ? "gid " : "uid ") + std::to_string(*id) + " is tenant '" + it->second +
+                                "' and '" + name + "': one tenant each");
+    }
+  if (o.binding.uids.contains(::geteuid()))
+    return refuse("--tenant-uid", "uid " + std::to_string(::geteuid()) +
+                                      " is the server's own: its clients are admins, and any tenant a tenant's "
+                                      "process could act as; map the engines' users instead");
+  if (!admin_group.empty()) {
+    o.binding.admin_gid = id_named(admin_group, true);
+    if (!o.binding.admin_gid) return refuse("--admin-group", "'" + admin_group + "' is not a group this system knows");
+  }
+  if (!socket_group.empty()) {
+    o.socket_gid = id_named(socket_group, true);
+    if (!o.socket_gid) return refuse("--socket-group", "'" + socket_group + "' is not a group this system knows");
+  } else if (o.binding.maps_tenants() || o.binding.admin_gid) {
+    return refuse(o.binding.maps_tenants() ? (o.binding.uids.empty() ? "--tenant-gid" : "--tenant-uid") : "--admin-group",
+                  "lets other users' clients in, but the socket would be 0600 (the server's user alone): give "
+                  "--socket-group, a group those users are in");
+  }
   if (auto why = untrusted_link_in(o.socket)) return refuse("--socket", *why);
   if (!o.arena_path.empty())
     if (auto why = untrusted_link_in(o.arena_path)) return refuse("--arena-path", *why);

@@ -15,6 +15,7 @@
 #include "server/disk_tier.hpp"
 #include "server/event_publisher.hpp"
 #include "server/l2_tier.hpp"
+#include "server/peer_identity.hpp"
 
 namespace kvstrand::server {
 
@@ -52,6 +53,11 @@ struct ServerOptions {
   // --tenant-quota NAME=BYTES (each a reserve too), --tenant-quota-default.
   std::map<std::string, std::uint64_t> tenant_quotas;
   std::optional<std::uint64_t> tenant_default_quota;
+  // --tenant-uid, --tenant-gid, --admin-group: who each client is.
+  TenantBinding binding;
+  // --socket-group: the socket is 0660 and this group's (other users'
+  // clients connect); none: 0600, the server's user alone.
+  std::optional<gid_t> socket_gid;
   // --events ENDPOINT: the tier's KV events on ZeroMQ (off when unset).
   std::optional<EventOptions> events;
   // --check SOCKET: only check whether a server answers there (exit 0/1),

@@ -3,6 +3,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
+
 namespace kvstrand::server {
 namespace {
 
@@ -33,17 +36,22 @@ std::string clear(const std::string& path, const asio::any_io_executor& ex) {
 
 }  // namespace
 
-std::string bind_socket_path(local::acceptor& acceptor, const std::string& path, SocketFile& bound) {
+std::string bind_socket_path(local::acceptor& acceptor, const std::string& path, SocketFile& bound,
+                             std::optional<gid_t> group) {
   if (std::string why = clear(path, acceptor.get_executor()); !why.empty()) return why;
   const local::endpoint ep(path);
   boost::system::error_code ec;
   acceptor.open(ep.protocol(), ec);
-  const mode_t old = ::umask(0177);  // created 0600
+  // Created with its final mode: no moment when more may connect. Whoever
+  // connects is still only served as its credentials allow (peer_identity).
+  const mode_t old = ::umask(group ? 0117 : 0177);
   if (!ec) acceptor.bind(ep, ec);
   ::umask(old);
   if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return "--socket " + path + ": " + ec.message();
-  ::chmod(path.c_str(), 0600);
+  // lchown: the path is the socket just bound, never a link's target.
+  if (group && ::lchown(path.c_str(), static_cast<uid_t>(-1), *group) != 0)
+    return "--socket-group: " + path + " cannot be given gid " + std::to_string(*group) + ": " + std::strerror(errno);
   if (struct stat st{}; ::lstat(path.c_str(), &st) == 0) bound = std::pair{st.st_dev, st.st_ino};
   return {};
 }

@@ -43,6 +43,7 @@
 #include "common/metrics.hpp"
 #include "server/arena_recovery.hpp"
 #include "server/event_publisher.hpp"
+#include "server/peer_identity.hpp"
 #include "server/socket_path.hpp"
 #include "server/systemd_notify.hpp"
 #include "server/tier_events.hpp"
@@ -84,7 +85,7 @@ struct TierServer::Impl {
       }
     });
     acceptor.emplace(strand);
-    if (std::string why = bind_socket_path(*acceptor, opt.socket, socket_file); !why.empty()) co_return why;
+    if (std::string why = bind_socket_path(*acceptor, opt.socket, socket_file, opt.socket_gid); !why.empty()) co_return why;
     // An acceptor ended by an exception would leave a server that accepts
     // no one: it stops instead (fail-stop), and wait()'s caller exits 1.
     auto acceptor_ended = [this](std::exception_ptr e) {
@@ -230,15 +231,15 @@ struct TierServer::Impl {
         continue;
       }
       accept_backoff.succeeded();
-      ucred cred{};
-      socklen_t len = sizeof cred;
-      if (::getsockopt(sock.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || cred.uid != ::geteuid()) {
-        spdlog::warn("kvstrand-server: refused a peer of uid {} (the server runs as uid {})", cred.uid, ::geteuid());
-        auto frame = encode_reply(Type::hello, 0, fail(Status::not_authorized, "peer uid is not the server's"));
+      const auto cred = peer_credentials(sock.native_handle());
+      const auto peer = cred ? identify(*cred, opt.binding, ::geteuid()) : common::Expected<Peer>(common::unexpected(cred.why()));
+      if (!peer) {
+        spdlog::warn("kvstrand-server: refused a connection: {}", peer.why());
+        auto frame = encode_reply(Type::hello, 0, fail(Status::not_authorized, peer.why()));
         co_await asio::async_write(sock, asio::buffer(frame), kAwait);
         continue;
       }
-      auto process = watch_process(cred.pid);
+      auto process = watch_process(cred->pid);
       if (!process) continue;  // gone already: nothing it asks for could be kept for it
       auto s = std::make_shared<Session>(next_session++);
       std::weak_ptr<Session> weak = s;
@@ -248,9 +249,11 @@ struct TierServer::Impl {
       s->process = process;
       s->client.session = s->id;
       s->client.owner = process->owner;
+      s->client.peer = *peer;
       ++process->sessions;
       sessions[s->id] = s;
-      spdlog::debug("kvstrand-server: session {} from pid {}", s->id, cred.pid);
+      spdlog::debug("kvstrand-server: session {} from pid {} (uid {}{}{})", s->id, cred->pid, peer->uid,
+                    peer->tenant.empty() ? "" : ", tenant ", peer->tenant);
       if (!gate.spawn(serve(s), ends_session(s, "a kvstrand-server session"))) end_session(s, "server stopping");
     }
   }

@@ -132,9 +132,9 @@ void hold_of_restarted_server_is_never_released(std::vector<std::string> flags) 
   Client other(srv.socket_path());
   REQUIRE(must_call(other, Hello{kMajor, kMinor, "test"}).status == Status::ok);
   const std::uint32_t reg = std::get<RegisterReply>(must_call(other, RegisterLayout{rig.layout}).payload).registration;
-  const auto stored = std::get<ReserveReply>(must_call(other, Reserve{reg, keys(7, 2), {0, 0}}).payload);
+  const auto stored = std::get<ReserveReply>(must_call(other, Reserve{reg, rig.keys(7, 0, 2), {0, 0}}).payload);
   REQUIRE(must_call(other, Commit{stored.reservation, true}).status == Status::ok);
-  const auto theirs = std::get<LookupReply>(must_call(other, Lookup{reg, keys(7, 2)}).payload);
+  const auto theirs = std::get<LookupReply>(must_call(other, Lookup{reg, rig.keys(7, 0, 2)}).payload);
   REQUIRE(theirs.lease != 0);
 
   rig.conn->release_lookup(hit.lease);      // not sendable now: queued for the next connection

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <exception>
 #include <optional>
+#include <tuple>
 
 #include <kvstrand/chunk_keys.hpp>
 #include <kvstrand/namespace_id.hpp>
@@ -540,4 +541,103 @@ TEST_CASE("request service: a drop's miss reason remembers the last 65,536 dropp
   REQUIRE(f.service.handle(c, Drop{first}).status == Status::ok);   // dropped again: remembered again
   (void)f.service.handle(c, Lookup{reg, keys(1, 1)});
   REQUIRE(f.service.lookup_misses().at(common::labels({{"reason", "dropped"}})) == 2);
+}
+
+namespace {
+// A registration of `tenant` and keys of its namespace.
+std::pair<std::uint32_t, std::vector<kv::ChunkKey>> tenant_reg(RequestService& s, Client& c, const std::string& tenant,
+                                                               std::uint32_t token, std::size_t n = 2) {
+  kv::Layout l = layout();
+  l.tenant = tenant;
+  const Reply r = s.handle(c, RegisterLayout{l});
+  REQUIRE(r.status == Status::ok);
+  return {std::get<RegisterReply>(r.payload).registration,
+          kv::chunk_keys(l, kv::namespace_of(l), std::vector<std::uint32_t>(n * 64, token))};
+}
+}  // namespace
+
+TEST_CASE("request service: another namespace's chunks are a miss, not a registration's to write or adopt",
+          "[server][tenants][trust]") {
+  Fixture f;
+  Client a = client(1, 1), b = client(2, 2);
+  REQUIRE(f.service.handle(a, Hello{}).status == Status::ok);
+  REQUIRE(f.service.handle(b, Hello{}).status == Status::ok);
+  const auto [ra, ka] = tenant_reg(f.service, a, "team-a", 7);
+  const auto [rb, kb] = tenant_reg(f.service, b, "team-b", 7);
+  const Reply res = f.service.handle(a, Reserve{ra, ka, {0, 0}});
+  REQUIRE(f.service.handle(a, Commit{std::get<ReserveReply>(res.payload).reservation, true}).status == Status::ok);
+
+  // b asks for a's chunks: a miss, counted as another namespace's, and the
+  // levels below are not asked for them either.
+  f.promote(b, Lookup{rb, ka});
+  REQUIRE(f.near.asked.empty());
+  const LookupReply miss = std::get<LookupReply>(f.service.handle(b, Lookup{rb, ka}).payload);
+  REQUIRE(miss.hit.tokens == 0);
+  REQUIRE(miss.lease == 0);
+  REQUIRE(f.service.lookup_misses().at(common::labels({{"reason", "other_namespace"}})) == 1);
+  // Its own keys then a's: the hit stops where a's begin.
+  std::vector<kv::ChunkKey> mixed = kb;
+  const Reply own = f.service.handle(b, Reserve{rb, kb, {0, 0}});
+  REQUIRE(f.service.handle(b, Commit{std::get<ReserveReply>(own.payload).reservation, true}).status == Status::ok);
+  mixed.insert(mixed.end(), ka.begin(), ka.end());
+  const LookupReply part = std::get<LookupReply>(f.service.handle(b, Lookup{rb, mixed}).payload);
+  REQUIRE(part.hit.tokens == 2 * 64);
+  REQUIRE(f.service.handle(b, Release{part.lease}).status == Status::ok);
+  // Nor may b write into a's namespace, or adopt a's lease of a's chunks.
+  const Reply write = f.service.handle(b, Reserve{rb, ka, {0, 0}});
+  REQUIRE(write.status == Status::bad_request);
+  REQUIRE(write.message.find("namespace") != std::string::npos);
+  const LookupReply held = std::get<LookupReply>(f.service.handle(a, Lookup{ra, ka}).payload);
+  REQUIRE(held.hit.tokens == 2 * 64);
+  REQUIRE(f.service.handle(b, Adopt{rb, held.lease, ka}).status == Status::unknown_hold);
+  // a itself still hits in full: its chunks were neither overwritten nor dropped.
+  REQUIRE(f.service.handle(a, Release{held.lease}).status == Status::ok);
+  REQUIRE(std::get<LookupReply>(f.service.handle(a, Lookup{ra, ka}).payload).hit.tokens == 2 * 64);
+}
+
+TEST_CASE("request service: a process bound to a tenant registers as it only, and drops only its own",
+          "[server][tenants][trust]") {
+  Fixture f;
+  tier::TenantBook book;
+  f.classes.set_tenants(&book);
+  f.service.set_tenants(&book);
+  Client a = client(1, 1), b = client(2, 2), admin = client(3, 3);
+  a.peer = server::Peer{61001, false, "team-a"};
+  b.peer = server::Peer{61002, false, "team-b"};
+  for (Client* c : {&a, &b, &admin}) REQUIRE(f.service.handle(*c, Hello{}).status == Status::ok);
+  kv::Layout other = layout();
+  other.tenant = "team-b";
+  const Reply claimed = f.service.handle(a, RegisterLayout{other});
+  REQUIRE(claimed.status == Status::not_authorized);
+  REQUIRE(claimed.message.find("tenant 'team-a'") != std::string::npos);
+  other.tenant.clear();  // no tenant at all is another tenant too
+  REQUIRE(f.service.handle(a, RegisterLayout{other}).status == Status::not_authorized);
+  const auto [ra, ka] = tenant_reg(f.service, a, "team-a", 1);
+  const auto [rb, kb] = tenant_reg(f.service, b, "team-b", 1);
+  for (auto [c, r, k] : {std::tuple{&a, ra, ka}, std::tuple{&b, rb, kb}}) {
+    const Reply res = f.service.handle(*c, Reserve{r, k, {0, 0}});
+    REQUIRE(f.service.handle(*c, Commit{std::get<ReserveReply>(res.payload).reservation, true}).status == Status::ok);
+  }
+  // b cannot drop a's namespace or tenant; a namespace that exists nowhere is
+  // refused the same way (whether a's exists is not b's to learn).
+  const Reply theirs = f.service.handle(b, Drop{ka[0].ns});
+  const Reply nowhere = f.service.handle(b, Drop{kv::Digest{}});
+  REQUIRE(theirs.status == Status::not_authorized);
+  REQUIRE(nowhere.status == Status::not_authorized);
+  REQUIRE(f.service.handle(b, DropTenant{"team-a"}).status == Status::not_authorized);
+  REQUIRE(std::get<LookupReply>(f.service.handle(a, Lookup{ra, ka}).payload).hit.tokens == 2 * 64);
+  REQUIRE(f.service.handle(a, Release{std::get<LookupReply>(f.service.handle(a, Lookup{ra, ka}).payload).lease}).status ==
+          Status::ok);
+  // Its own: yes.
+  REQUIRE(f.service.handle(b, Drop{kb[0].ns}).status == Status::ok);
+  REQUIRE(f.service.handle(b, DropTenant{"team-b"}).status == Status::ok);
+  // The server's user drops anyone's.
+  REQUIRE(std::get<DropReply>(f.service.handle(admin, DropTenant{"team-a"}).payload).arena_objects == 2);
+  // A client too old to say its weight version cannot be checked: refused.
+  Client old = client(4, 4);
+  old.peer = a.peer;
+  REQUIRE(f.service.handle(old, Hello{2, 4, "old"}).status == Status::ok);
+  kv::Layout mine = layout();
+  mine.tenant = "team-a";
+  REQUIRE(f.service.handle(old, RegisterLayout{mine}).status == Status::not_authorized);
 }

@@ -51,6 +51,10 @@ std::string describe(const ServerOptions& o) {
   }
   for (const auto& [name, q] : o.tenant_quotas) s << " tenant." << name << "=" << q;
   if (o.tenant_default_quota) s << " tenant.default=" << *o.tenant_default_quota;
+  for (const auto& [uid, name] : o.binding.uids) s << " uid." << uid << "=" << name;
+  for (const auto& [gid, name] : o.binding.gids) s << " gid." << gid << "=" << name;
+  if (o.binding.admin_gid) s << " admin=" << *o.binding.admin_gid;
+  if (o.socket_gid) s << " socket-group=" << *o.socket_gid;
   if (o.events)
     s << " events=" << o.events->endpoint << " replay=" << o.events->replay_endpoint << " topic=" << o.events->topic
       << " format=" << server::to_string(o.events->format) << " buffer=" << o.events->buffer;
@@ -73,6 +77,15 @@ Parsed parse(std::vector<std::string> args) {
   std::cout.rdbuf(old_out);
   std::cerr.rdbuf(old_err);
   return {std::move(r), out.str(), err.str()};
+}
+
+// The command line is refused, naming `flag` and saying `why`.
+void refused(std::vector<std::string> args, const std::string& flag, const std::string& why) {
+  auto r = parse(std::move(args));
+  INFO(r.err);
+  REQUIRE(std::holds_alternative<int>(r.result));
+  REQUIRE(r.err.find("invalid " + flag) != std::string::npos);
+  REQUIRE(r.err.find(why) != std::string::npos);
 }
 
 std::string write_file(const std::string& name, const std::string& text, mode_t mode = 0600) {
@@ -98,7 +111,8 @@ TEST_CASE("server options: every flag round-trips through --print-config and --c
       "--disk-timeout", "750", "--disk-queue", "99", "--events", "tcp://127.0.0.1:5557",
       "--events-replay", "ipc://" + scratch_dir() + "/replay", "--events-topic", "kv-events",
       "--events-format", "array", "--events-buffer", "500", "--tenant-quota", "team-a=16M",
-      "--tenant-quota", "team-b=8M", "--tenant-quota-default", "4M"};
+      "--tenant-quota", "team-b=8M", "--tenant-quota-default", "4M", "--tenant-uid", "team-a=61001",
+      "--tenant-gid", "team-b=61002", "--admin-group", "61003", "--socket-group", "61004"};
   auto direct = parse(every);
   INFO(direct.err);
   REQUIRE(std::holds_alternative<ServerOptions>(direct.result));
@@ -163,13 +177,6 @@ TEST_CASE("server options: the --events flags are checked at start-up, each nami
 
 TEST_CASE("server options: tenant quotas are NAME=BYTES, named once, and add up to no more than the tier",
           "[server][tenants]") {
-  const auto refused = [](std::vector<std::string> args, const std::string& flag, const std::string& why) {
-    auto r = parse(std::move(args));
-    INFO(r.err);
-    REQUIRE(std::holds_alternative<int>(r.result));
-    REQUIRE(r.err.find("invalid " + flag) != std::string::npos);
-    REQUIRE(r.err.find(why) != std::string::npos);
-  };
   refused({"--tier-bytes", "64M", "--tenant-quota", "team-a"}, "--tenant-quota", "NAME=BYTES");
   refused({"--tier-bytes", "64M", "--tenant-quota", "team a=1M"}, "--tenant-quota", "letters");
   refused({"--tier-bytes", "64M", "--tenant-quota", "a=1M", "--tenant-quota", "a=2M"}, "--tenant-quota", "twice");
@@ -179,6 +186,49 @@ TEST_CASE("server options: tenant quotas are NAME=BYTES, named once, and add up 
   auto ok = parse({"--tier-bytes", "64M", "--tenant-quota", "a=40M", "--tenant-quota", "b=24M"});
   REQUIRE(std::holds_alternative<ServerOptions>(ok.result));
   REQUIRE(std::get<ServerOptions>(ok.result).tenant_quotas.at("b") == 24u << 20);
+}
+
+TEST_CASE("server options: tenants bound to users and groups, as flags or [tenants.NAME] tables, other users' "
+          "clients need --socket-group",
+          "[server][tenants][trust]") {
+  refused({"--tenant-uid", "team-a=61001"}, "--tenant-uid", "--socket-group");
+  refused({"--admin-group", "61001"}, "--admin-group", "--socket-group");
+  refused({"--tenant-uid", "team-a", "--socket-group", "0"}, "--tenant-uid", "NAME=USER");
+  refused({"--tenant-uid", "team-a=no-such-user-of-kvstrand", "--socket-group", "0"}, "--tenant-uid", "NAME=USER");
+  refused({"--tenant-gid", "team a=61001", "--socket-group", "0"}, "--tenant-gid", "letters");
+  refused({"--tenant-uid", "team-a=61001", "--tenant-uid", "team-b=61001", "--socket-group", "0"}, "--tenant-uid",
+          "one tenant each");
+  refused({"--tenant-uid", "team-a=" + std::to_string(::geteuid()), "--socket-group", "0"}, "--tenant-uid",
+          "the server's own");
+  refused({"--socket-group", "no-such-group-of-kvstrand"}, "--socket-group", "not a group");
+  auto flags = parse({"--tenant-uid", "team-a=61001", "--tenant-uid", "team-a=nobody", "--tenant-gid", "team-b=nogroup",
+                      "--socket-group", "61000"});
+  INFO(flags.err);
+  const auto& o = std::get<ServerOptions>(flags.result);
+  REQUIRE(o.binding.uids.at(61001) == "team-a");
+  REQUIRE(o.binding.uids.at(65534) == "team-a");  // Debian's nobody
+  REQUIRE(o.binding.gids.at(65534) == "team-b");  // and nogroup
+  REQUIRE(o.socket_gid == 61000u);
+
+  auto tables = parse({"--config", write_file("tenants.toml", "tier-bytes = \"64M\"\nsocket-group = 61000\n"
+                                                               "[tenants.team-a]\nuids = [61001, \"nobody\"]\n"
+                                                               "gids = [61010]\nquota = \"8M\"\n"
+                                                               "[tenants.team-b]\nuids = [61002]\n")});
+  INFO(tables.err);
+  const auto& t = std::get<ServerOptions>(tables.result);
+  REQUIRE(t.binding.uids == std::map<uid_t, std::string>{{61001, "team-a"}, {61002, "team-b"}, {65534, "team-a"}});
+  REQUIRE(t.binding.gids == std::map<gid_t, std::string>{{61010, "team-a"}});
+  REQUIRE(t.tenant_quotas == std::map<std::string, std::uint64_t>{{"team-a", 8u << 20}});
+  const auto bad_table = [](const std::string& name, const std::string& text, const std::string& says) {
+    auto r = parse({"--config", write_file(name, text)});
+    INFO(r.err);
+    REQUIRE(std::holds_alternative<int>(r.result));
+    REQUIRE(r.err.find(says) != std::string::npos);
+  };
+  bad_table("quota.toml", "[tenants.team-a]\nquota = 8\n", "needs a size with a unit");
+  bad_table("users.toml", "[tenants.team-a]\nusers = [1]\n", "no key 'users'");
+  bad_table("both.toml", "tenant-quota = [\"team-a=8M\"]\n[tenants.team-a]\nuids = [1]\n", "not both");
+  bad_table("flat.toml", "[tenants]\nteam-a = 1\n", "is not a [tenants.team-a] table");
 }
 
 TEST_CASE("server options: --drop-namespace reads no server option, and takes 64 hex digits only", "[server]") {
@@ -230,7 +280,7 @@ TEST_CASE("server options: a careless config file is refused, naming what to do"
   refused(write_file("relative-socket.toml", "socket = \"kv.sock\"\n"), "not an absolute path");
   refused(write_file("relative-token.toml", "http = \"127.0.0.1:0\"\nhttp-token-file = \"token\"\n"),
           "not an absolute path");
-  refused(write_file("table.toml", "[tenants]\nx = 1\n"), "is a table");
+  refused(write_file("table.toml", "[http]\nx = 1\n"), "is a table");
   // Only its owner (or root) may change what chooses where the KV goes.
   refused(write_file("open.toml", "tier-bytes = \"8G\"\n", 0666), "chmod go-w");
   const std::string theirs = write_file("theirs.toml", "tier-bytes = \"8G\"\n");

@@ -17,6 +17,8 @@
 #include <thread>
 #include <vector>
 
+#include <stdexcept>
+
 #include "proto/protocol.hpp"
 #include "common/fd_passing.hpp"
 #include "process.hpp"
@@ -128,6 +130,7 @@ class Client {
     fd_ = -1;
   }
   bool connected() const { return fd_ >= 0; }
+  int fd() const { return fd_; }
 
   bool send_raw(const std::vector<std::byte>& bytes) {
     std::size_t off = 0;
@@ -186,6 +189,12 @@ class Client {
     const std::uint64_t id = next_id_++;
     if (!send_raw(proto::encode_request(req, id))) return std::nullopt;
     return read_reply(id);
+  }
+  // For a forked child, where a failed REQUIRE cannot report: no answer throws.
+  proto::Reply call_or_throw(const proto::Request& req) {
+    auto r = call(req);
+    if (!r) throw std::runtime_error("no answer");
+    return std::move(*r);
   }
   // Waits until the server's whole arena is populated (its filler thread
   // runs beside the clients; on a loaded host a chunk saved early can be
