@@ -26,6 +26,7 @@ void bind_layout(py::module_& m);     // Layout and its parts, validation, names
 void bind_planner(py::module_& m);    // token ranges, plan_hit/plan_groups, SaveTracker, LoadOutcome
 void bind_device(py::module_& m);     // DeviceMemory, DeviceStream, and the `sim` submodule
 void bind_connector(py::module_& m);  // options, registrations, specs, outcomes, the Connector
+void bind_page_store(py::module_& m); // the PageStore: pages in host memory (kvstrand.sglang)
 
 // Raises ConfigError (option, message) for a configuration kvstrand refuses.
 [[noreturn]] void raise_config_error(const std::string& option, const std::string& message);

@@ -16,4 +16,5 @@ PYBIND11_MODULE(_kvstrand, m) {
   bind_planner(m);
   bind_device(m);
   bind_connector(m);
+  bind_page_store(m);
 }

@@ -53,6 +53,10 @@ class IndexPlane {
     Failure failure;  // the request itself failed: nothing is held
     std::vector<std::byte*> objects;
     std::uint32_t refused = 0;
+    // Which chunks did not fit (the node tier's, one per key; empty where
+    // the index does not say): a null object that is not refused is
+    // stored already, or being written by another save.
+    std::vector<bool> full;
     std::uint64_t hold = 0;          // the index's name for what it holds (0: none)
     std::shared_ptr<void> memory;    // what keeps the objects' memory mapped
   };

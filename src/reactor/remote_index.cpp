@@ -173,11 +173,15 @@ asio::awaitable<IndexPlane::Places> RemoteIndex::reserve(std::uint32_t registrat
   }
   std::shared_ptr<ArenaMapping> arena = arena_;
   p.objects.assign(keys.size(), nullptr);
+  p.full.assign(keys.size(), false);
   std::uint64_t end = 0;
   for (std::size_t i = 0; i < keys.size(); ++i) {
     switch (rr.chunks[i]) {
       case ChunkState::existed: break;  // never rewritten
-      case ChunkState::full: ++p.refused; break;
+      case ChunkState::full:
+        ++p.refused;
+        p.full[i] = true;
+        break;
       case ChunkState::reserved:
         // The server's offsets are checked like any other input: a bad one
         // must not make this process write outside the arena.
