@@ -57,12 +57,13 @@ env -u LD_LIBRARY_PATH "$work/consumer-pc"
 # dist-packages, finding the installed libkvstrand.so by itself.
 if [[ -d "$build/python/kvstrand" ]]; then
   site="$prefix/lib/python3/dist-packages"
-  for f in kvstrand/__init__.py kvstrand/_kvstrand.pyi kvstrand/py.typed kvstrand/vllm/connector.py; do
+  for f in kvstrand/__init__.py kvstrand/_kvstrand.pyi kvstrand/py.typed kvstrand/vllm/connector.py \
+           kvstrand/sglang/storage.py; do
     [[ -e "$site/$f" ]] || { echo "check-install: python/$f was not installed"; exit 1; }
   done
   (cd "$work" && env -u LD_LIBRARY_PATH PYTHONPATH="$site" /usr/bin/python3 - "$prefix" <<'PY'
 import sys
-import kvstrand, kvstrand.vllm
+import kvstrand, kvstrand.vllm, kvstrand.sglang
 assert kvstrand.__file__.startswith(sys.argv[1]), kvstrand.__file__
 with kvstrand.Connector(tier_bytes=4 << 20) as c:
     layout = kvstrand.Layout(model_id="m", layout_name="l", planes=[kvstrand.Plane("kv", 4096)], dtype="bf16")

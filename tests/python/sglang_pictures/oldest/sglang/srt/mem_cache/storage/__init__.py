@@ -1,0 +1,1 @@
+from .backend_factory import StorageBackendFactory  # noqa: F401
