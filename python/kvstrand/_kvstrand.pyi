@@ -243,6 +243,7 @@ class ConnectorOptions:
     server_socket: str
     server_request_timeout: float
     device: int
+    server_uid: int
     max_live_transfers: int
     max_live_lookups: int
     debug_port: int

@@ -136,6 +136,8 @@ void bind_connector(py::module_& m) {
           [](ConnectorOptions& o, const py::object& v) { o.server_request_timeout = millis(v, "server_request_timeout"); },
           "Node tier: bound, in seconds, on connect + hello + register and on each lookup.")
       .def_readwrite("device", &ConnectorOptions::device)
+      .def_readwrite("server_uid", &ConnectorOptions::server_uid,
+                     "A kvstrand-server run by this uid is trusted too (-1: only this process's user and root).")
       .def_readwrite("max_live_transfers", &ConnectorOptions::max_live_transfers)
       .def_readwrite("max_live_lookups", &ConnectorOptions::max_live_lookups)
       .def_readwrite("debug_port", &ConnectorOptions::debug_port,

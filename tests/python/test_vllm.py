@@ -359,3 +359,13 @@ def test_groups_vllm_marks_untransferable_are_skipped_and_an_unknown_attention_s
         kv_vllm.config.ConnectorConfig.from_vllm(vllm_config, kv_cache_config)
     assert e.value.option == "kv_cache_config.kv_cache_groups[1].kv_cache_spec"
     assert "group 1's SparseIndexerSpec" in str(e.value)
+
+
+def test_server_uid_names_another_user_whose_server_is_trusted():
+    # The Connector speaks only to a server of its own user or root unless
+    # server_uid names another; vLLM's extra config reaches it.
+    assert ConnectorConfig.from_vllm(*configs("/tmp/x.sock", 1, 16, 2, 64)).connector_options().server_uid == -1
+    cfg = ConnectorConfig.from_vllm(*configs("/tmp/x.sock", 1, 16, 2, 64, server_uid=4242))
+    assert cfg.connector_options().server_uid == 4242
+    with pytest.raises(kvstrand.ConfigError):
+        ConnectorConfig.from_vllm(*configs("/tmp/x.sock", 1, 16, 2, 64, server_uid="root"))

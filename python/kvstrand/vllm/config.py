@@ -16,6 +16,9 @@ Extra config keys (a demanding default for each but the socket):
                        no more tier hits (default 2)
   transfer_deadline_s  every transfer's deadline; passing it is fail-stop (60)
   request_timeout_s    bound on each request to the server (10)
+  server_uid           a kvstrand-server run by this uid is trusted too (default:
+                       only this process's user and root: a server of another
+                       user on the socket's path is refused, a miss)
   tenant_salt          isolates tenants' keys (default "")
   tenant               the tenant's name (not a secret; default ""): its own
                        keys, and what kvstrand-server's --tenant-quota and
@@ -194,6 +197,7 @@ class ConnectorConfig:
     max_load_failures: int
     transfer_deadline_s: float
     request_timeout_s: float
+    server_uid: int
     model_id: str
     dtype: str
     tenant_salt: str
@@ -323,6 +327,7 @@ class ConnectorConfig:
             max_load_failures=get("max_load_failures", 2, int),
             transfer_deadline_s=get("transfer_deadline_s", 60.0, float),
             request_timeout_s=get("request_timeout_s", 10.0, float),
+            server_uid=get("server_uid", -1, int),
             model_id=model_identity(vllm_config),
             dtype=str(model.dtype) if cache_dtype == "auto" else cache_dtype,
             tenant_salt=get("tenant_salt", "", str),
@@ -381,8 +386,10 @@ class ConnectorConfig:
         return kvstrand.CheckpointSpec("vllm-mamba-align", image, self.chunk_tokens)
 
     def connector_options(self):
-        return kvstrand.ConnectorOptions(server_socket=self.server_socket, transfer_deadline=self.transfer_deadline_s,
-                                         server_request_timeout=self.request_timeout_s)
+        o = kvstrand.ConnectorOptions(server_socket=self.server_socket, transfer_deadline=self.transfer_deadline_s,
+                                      server_request_timeout=self.request_timeout_s)
+        o.server_uid = self.server_uid
+        return o
 
 
 def _mamba_group(vllm_config, spec, group, index, option, block_size):
