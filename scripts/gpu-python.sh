@@ -4,9 +4,10 @@
 # pack's libkvstrand.so, then runs the device-neutral Python tests
 # (test_module, test_stubs, test_vllm* against the newest and the oldest
 # picture of vLLM: the sim-hook cases skip; test_vllm_torch
-# on torch CUDA tensors, where that machine's torch has a GPU), the
+# on torch CUDA tensors, where that machine's torch has a GPU; test_sglang
+# against both pictures of SGLang, test_sglang_torch), the
 # example engine loop (embedded tier, then twice on a kvstrand-server of its
-# own) and bench_python. The repository is the pack's parent directory.
+# own), bench_python and bench_sglang. The repository is the pack's parent directory.
 # --bench-only: builds the module and runs bench_python alone, three times
 # (the figures for a run with the other benchmarks, where the tests ran
 # before: gpu-goal.sh).
@@ -44,8 +45,11 @@ if [[ ${3:-} == --bench-only ]]; then
   for run in 1 2 3; do $py "$src/bench/bench_python.py" | tee -a "$out/bench_python.txt" || status=1; done
   exit $status
 fi
-(cd "$src/tests/python" && $py -m pytest -q -p no:cacheprovider test_module.py test_stubs.py test_vllm.py test_vllm_serving.py test_vllm_faults.py test_vllm_hybrid.py test_vllm_events.py test_vllm_torch.py) \
+(cd "$src/tests/python" && $py -m pytest -q -p no:cacheprovider test_module.py test_stubs.py test_vllm.py test_vllm_serving.py test_vllm_faults.py test_vllm_hybrid.py test_vllm_events.py test_vllm_torch.py test_sglang.py test_sglang_torch.py) \
   2>&1 | tee "$out/pytest.txt" || status=1
+# kvstrand.sglang against the oldest SGLang served too (the run above: the newest)
+(cd "$src/tests/python" && KVSTRAND_SGLANG_PICTURE=oldest $py -m pytest -q -p no:cacheprovider test_sglang.py) \
+  2>&1 | tee -a "$out/pytest.txt" || status=1
 # test_vllm*.py against the oldest vLLM verified too (the run above: the newest, conftest's default)
 (cd "$src/tests/python" && KVSTRAND_VLLM_PICTURE=oldest $py -m pytest -q -p no:cacheprovider test_vllm.py test_vllm_serving.py test_vllm_faults.py test_vllm_hybrid.py test_vllm_events.py) \
   2>&1 | tee -a "$out/pytest.txt" || status=1
@@ -59,5 +63,6 @@ for run in 1 2; do  # the second resumes from what the first stored
 done
 kill "$server"
 $py "$src/bench/bench_python.py" | tee "$out/bench_python.txt" || status=1
+$py "$src/bench/bench_sglang.py" --server "$pack/kvstrand-server" | tee "$out/bench_sglang.txt" || status=1
 echo "gpu-python: $([[ $status == 0 ]] && echo passed || echo FAILED)"
 exit $status
