@@ -12,7 +12,7 @@ import kvstrand
 from conftest import Server
 from kvstrand.vllm.events import BlockRemoved, BlockStored, EventLog, SaveEnded
 from mini_vllm import MiniVllm, Request, block_hashes
-from vllm_cases import PREFIX, newest_only
+from vllm_cases import HYBRID, PREFIX, newest_only
 
 
 def stored_blocks(published):
@@ -32,6 +32,8 @@ def test_kv_events_announce_the_tiers_blocks_under_vllms_hashes_and_their_loss(s
     assert [t for e in stored for t in e.token_ids] == PREFIX
     assert stored[0].parent_block_hash is None
     assert all(e.parent_block_hash == hashes[hashes.index(e.block_hashes[0]) - 1] for e in stored[1:])
+    if "kv_cache_spec_kind" in BlockStored.__dataclass_fields__:  # vLLM fills them where it has them
+        assert all(e.kv_cache_spec_kind == "full_attention" and e.kv_cache_spec_sliding_window is None for e in stored)
     # The tier loses everything (its server restarted): the next lookup of
     # that prefix finds nothing, and the router hears that the blocks are gone.
     server.kill()
@@ -150,6 +152,8 @@ def test_with_tier_events_from_the_server_vllms_block_hashes_reach_its_subscribe
             time.sleep(0.05)
         assert [h for e in stored for h in e["block_hashes"]] == hashes
         assert all(e["medium"] == "CPU" and e["block_size"] == 16 and e["group_idx"] == 0 for e in stored)
+        assert all(e["kv_cache_spec_kind"] == "full_attention" and e.get("kv_cache_spec_sliding_window") is None
+                   for e in stored)
         assert [t for e in stored for t in e["token_ids"]] == PREFIX
         assert stored[0]["parent_block_hash"] is None
         assert vllm.published == []  # the engine announces none of the tier's blocks itself
@@ -163,3 +167,17 @@ def test_with_tier_events_from_the_server_vllms_block_hashes_reach_its_subscribe
 def test_tier_events_takes_engine_or_server_only():
     with pytest.raises(Exception, match="tier_events"):
         MiniVllm("/tmp/none.sock", tier_events="router")
+
+
+@newest_only
+def test_kv_events_say_each_groups_spec_kind_and_sliding_window_as_vllm_does(server):
+    vllm = MiniVllm(server.socket, caching=False, kv_events=True, groups=HYBRID)
+    try:
+        vllm.add("a", PREFIX + list(range(40)))
+        vllm.run()
+        stored = [e for e in vllm.published if isinstance(e, BlockStored)]
+        kinds = {(e.group_idx, e.kv_cache_spec_kind, e.kv_cache_spec_sliding_window) for e in stored}
+        assert kinds == {(0, "full_attention", None), (1, "sliding_window", 32)}
+        assert vllm.stats["mismatches"] == 0
+    finally:
+        vllm.shutdown()

@@ -93,6 +93,19 @@ def spec_kind(spec):
     return names[0]
 
 
+def vllm_spec_kind(spec):
+    """vLLM's own name for a spec's kind (KVCacheSpecKind, what its
+    BlockStored events carry as kv_cache_spec_kind), for the specs
+    kvstrand serves: the most specific class first, as vLLM checks them."""
+    names = [c.__name__ for c in type(spec).__mro__]
+    for cls, kind in (("SlidingWindowMLASpec", "sliding_window_mla"), ("MLAAttentionSpec", "mla_attention"),
+                      ("FullAttentionSpec", "full_attention"), ("SlidingWindowSpec", "sliding_window"),
+                      ("MambaSpec", "mamba")):
+        if cls in names:
+            return kind
+    return "unknown"
+
+
 _REFUSAL = {
     "ChunkedLocalAttentionSpec": "chunked local attention hands out the null block inside the prompt; a chunk's KV "
                                  "is not a function of its prefix kvstrand could key",
@@ -185,6 +198,7 @@ class GroupSpec:
     sliding_window: int    # tokens; 0 for full attention
     layers: list
     index: int = 0         # vLLM's index of the group (its block ids' position)
+    vllm_kind: str = ""    # vLLM's KVCacheSpecKind value (its events' kv_cache_spec_kind)
 
 
 @dataclass
@@ -277,7 +291,8 @@ class ConnectorConfig:
                 raise config_error(OPTION_PREFIX + "planes_per_layer",
                                     f"a block of {page} bytes does not split in {planes}")
             window = int(getattr(spec, "sliding_window", 0) or 0) if kind == "sliding" else 0
-            groups.append(GroupSpec(kind, window, [LayerSpec(n, page) for n in group.layer_names], i))
+            groups.append(GroupSpec(kind, window, [LayerSpec(n, page) for n in group.layer_names], i,
+                                    vllm_spec_kind(spec)))
         if not groups:
             raise config_error(GROUPS_OPTION, "no KV-cache group to serve")
         # With Mamba groups vLLM lays each attention layer's cache out block by

@@ -122,7 +122,14 @@ def encode(value):
     return _msgpack(value) if _msgpack is not None else bytes(_pack(value, bytearray()))
 
 
-def describe_chunks(request, begin, end, block_size, chunk_tokens, group_idx):
+def spec_fields(group):
+    """kv_cache_spec_kind and kv_cache_spec_sliding_window as vLLM fills
+    them for a group's blocks (kvstrand.vllm.config.GroupSpec)."""
+    return {"kv_cache_spec_kind": group.vllm_kind or None,
+            "kv_cache_spec_sliding_window": group.sliding_window or None}
+
+
+def describe_chunks(request, begin, end, block_size, chunk_tokens, group_idx, spec=None):
     """Per chunk of [begin, end) (chunk-aligned) of `request` (vLLM's), what
     kvstrand-server announces of it in its KV events (docs/events.md): a
     msgpack map of BlockStored's fields as vLLM fills them for this
@@ -143,7 +150,7 @@ def describe_chunks(request, begin, end, block_size, chunk_tokens, group_idx):
             "block_hashes": [maybe_convert_block_hash(h) for h in hashes[first:last]],
             "parent_block_hash": maybe_convert_block_hash(hashes[first - 1]) if first else None,
             "token_ids": list(tokens[c:min(c + chunk_tokens, end)]), "block_size": bs,
-            "lora_id": lora_id, "lora_name": lora_name, "group_idx": group_idx}))
+            "lora_id": lora_id, "lora_name": lora_name, "group_idx": group_idx, **(spec or {})}))
     return out
 
 
@@ -208,13 +215,15 @@ class EventLog:
     """The scheduler side's record: saves awaited, chunks announced, events
     not yet taken by vLLM."""
 
-    def __init__(self, writers, block_size, group_index=None):
+    def __init__(self, writers, block_size, group_index=None, group_specs=None):
         self.writers = list(writers)  # TP ranks whose saves reach the tier
         self.block_size = block_size
         # kvstrand's group -> vLLM's index of it (KV-cache groups vLLM
         # numbers include Mamba groups, which kvstrand does not register):
         # events name vLLM's, the number a router knows the blocks by.
         self.group_index = list(group_index) if group_index is not None else None
+        # kvstrand's group -> its kv_cache_spec_kind and sliding window fields.
+        self.group_specs = [spec_fields(g) for g in group_specs] if group_specs is not None else None
         self.pending = OrderedDict()   # (save_id, group) -> _Pending
         self.announced = OrderedDict()  # (group, chunk hash) -> converted block hashes
         self.out = []
@@ -236,7 +245,8 @@ class EventLog:
             parent_block_hash=maybe_convert_block_hash(hashes[begin // bs - 1]) if begin else None,
             token_ids=list(request.prompt_token_ids[begin:end]), block_size=bs,
             lora_id=getattr(lora, "lora_int_id", None) if lora is not None else None, medium=MEDIUM,
-            lora_name=getattr(lora, "lora_name", None) if lora is not None else None, group_idx=self._vllm(group))
+            lora_name=getattr(lora, "lora_name", None) if lora is not None else None, group_idx=self._vllm(group),
+            **(self.group_specs[group] if self.group_specs is not None else {}))
         p = _Pending(stored, self.writers)
         p.chunks = [(group, h) for h in chunk_hashes]
         self.pending[(save_id, group)] = p

@@ -27,7 +27,7 @@ import logging
 import kvstrand
 
 from . import keys
-from .events import EventLog, KvstrandKVEvents, describe_chunks
+from .events import EventLog, KvstrandKVEvents, describe_chunks, spec_fields
 from .metadata import GroupPart, KvstrandConnectorMetadata, LoadJob, SaveJob
 
 log = logging.getLogger("kvstrand.vllm")
@@ -94,7 +94,7 @@ class SchedulerSide:
         writers = [rank for rank in range(cfg.tp_size) if kvstrand.writes_to_tier(self.layouts[rank][0])]
         # With tier_events "server", kvstrand-server announces the tier's
         # blocks (each save carries their descriptions) and this engine none.
-        self.events = (EventLog(writers, cfg.block_size, [g.index for g in cfg.groups])
+        self.events = (EventLog(writers, cfg.block_size, [g.index for g in cfg.groups], cfg.groups)
                        if cfg.kv_events and cfg.tier_events == "engine" else None)
 
     # ---- helpers ----
@@ -376,8 +376,9 @@ class SchedulerSide:
             if parts:
                 if self.cfg.tier_events == "server":
                     for part in parts:
+                        group = self.cfg.groups[part.group]
                         part.chunk_events = describe_chunks(r.source, part.begin, part.end, self.cfg.block_size,
-                                                            self.cfg.chunk_tokens, self.cfg.groups[part.group].index)
+                                                            self.cfg.chunk_tokens, group.index, spec_fields(group))
                 job = SaveJob(req_id, save.begin, save.end, parts, self.next_save_id)
                 self.next_save_id += 1
                 meta.saves.append(job)
