@@ -7,7 +7,9 @@ Each step it drains finished(), plans newly answered lookups (plan_hit),
 computes one prefill chunk per running request, and posts the step's loads
 and saves in one submit(); a request's blocks go back to the pool only once
 its transfers are terminal. Requests share a few long prefixes, so later
-ones resume from what earlier ones saved.
+ones resume from what earlier ones saved. A save that fails (the server
+down or restarting: tier_unavailable) gives the request's saves up: the
+request goes on without the tier, and admission never waits for a server.
 
     PYTHONPATH=build/python /usr/bin/python3 examples/python/engine_loop.py
     ... --server /tmp/kvstrand.sock      the node tier (kvstrand-server) instead of an embedded one;
@@ -86,7 +88,8 @@ class Engine:
             self.layout, [kvstrand.PlaneMemory(m.address, POOL_BLOCKS) for m in self.dev.mem]))
         self.free = list(range(POOL_BLOCKS))
         self.by_lookup, self.active = {}, {}
-        self.stats = dict(requests=0, resumed=0, loaded_tokens=0, computed_tokens=0, mismatches=0, failed_loads=0)
+        self.stats = dict(requests=0, resumed=0, loaded_tokens=0, computed_tokens=0, mismatches=0, failed_loads=0,
+                          failed_saves=0)
 
     def admit(self, req):
         blocks_needed = -(-len(req.tokens) // BLOCK_TOKENS)
@@ -135,6 +138,14 @@ class Engine:
             req = self.active[out.request]
             req.live -= 1
             req.saves.save_settled(out.ok)
+            if not out.ok:
+                # The tier refused or could not be reached (tier_unavailable:
+                # no server answers; the library keeps trying to attach in
+                # the background). A cache is best effort: this request goes
+                # on without it, its blocks free once its transfers end, so
+                # a server's restart never stalls admission.
+                self.stats["failed_saves"] += 1
+                req.saves.abandon(len(req.tokens))
 
     def verify(self, req, tokens):
         for end in range(tokens.begin + BLOCK_TOKENS, tokens.end + 1, BLOCK_TOKENS):
@@ -207,7 +218,7 @@ def main():
     print(f"kvstrand {kvstrand.__version__} ({kvstrand.backend()}, {'node tier' if args.server else 'embedded tier'}): "
           f"{s['requests']} requests in {steps} steps, {time.monotonic() - t0:.2f} s; {s['resumed']} resumed "
           f"({s['loaded_tokens']} tokens loaded, {s['computed_tokens']} computed), {s['failed_loads']} failed loads, "
-          f"{s['mismatches']} mismatches")
+          f"{s['failed_saves']} failed saves, {s['mismatches']} mismatches")
     return 3 if s["mismatches"] else 0
 
 

@@ -6,6 +6,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import time
 
 from conftest import Server
 
@@ -36,6 +37,34 @@ def test_the_example_resumes_from_a_server_another_run_filled():
         assert " 0 mismatches" in first and " 0 mismatches" in again
         assert resumed(again) == 24
     finally:
+        s.stop()
+
+
+def test_the_example_completes_every_request_with_no_server_at_all(tmp_path):
+    # Before: each request re-posted its failing save every step and never
+    # freed its blocks; with no server the run never ended.
+    line = run("--requests", "24", "--server", str(tmp_path / "nobody.sock"))
+    assert "24 requests" in line and " 0 mismatches" in line and resumed(line) == 0
+    assert " 0 failed saves" not in line
+
+
+def test_the_example_keeps_admitting_while_its_server_is_killed_and_restarted():
+    s = Server(tier="64M", slab="8M")
+    proc = subprocess.Popen([sys.executable, EXAMPLE, "--requests", "400", "--server", s.socket],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        time.sleep(0.5)
+        s.kill()  # mid-run: the socket left behind, as a crash leaves it
+        time.sleep(1.0)
+        again = Server(tier="64M", slab="8M", socket=s.socket)
+        out, _ = proc.communicate(timeout=120)
+        again.stop()
+        assert proc.returncode == 0, out
+        last = out.strip().splitlines()[-1]
+        assert "400 requests" in last and " 0 mismatches" in last
+    finally:
+        if proc.poll() is None:
+            proc.kill()
         s.stop()
 
 
