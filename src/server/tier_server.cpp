@@ -29,6 +29,7 @@
 #include <functional>
 #include <future>
 #include <map>
+#include <set>
 #include <random>
 #include <stdexcept>
 #include <thread>
@@ -234,7 +235,13 @@ struct TierServer::Impl {
       const auto cred = peer_credentials(sock.native_handle());
       const auto peer = cred ? identify(*cred, opt.binding, ::geteuid()) : common::Expected<Peer>(common::unexpected(cred.why()));
       if (!peer) {
-        spdlog::warn("kvstrand-server: refused a connection: {}", peer.why());
+        // Said once per user: a refused engine retries (every 2 s at most)
+        // for as long as it runs, and each try would be a line.
+        const uid_t who = cred ? cred->uid : static_cast<uid_t>(-1);
+        if (refused_uids.size() < kRefusedUidsSaid && refused_uids.insert(who).second)
+          spdlog::warn("kvstrand-server: refused a connection: {} (said once per user)", peer.why());
+        else
+          spdlog::debug("kvstrand-server: refused a connection: {}", peer.why());
         auto frame = encode_reply(Type::hello, 0, fail(Status::not_authorized, peer.why()));
         co_await asio::async_write(sock, asio::buffer(frame), kAwait);
         continue;
@@ -420,6 +427,9 @@ struct TierServer::Impl {
   SocketFile socket_file;  // the socket this server bound, removed at its exit
   std::optional<RequestService> service;  // with the arena
   std::uint64_t orphans_freed = 0;
+  // Users whose refusal was logged (at most kRefusedUidsSaid: past them, debug only).
+  static constexpr std::size_t kRefusedUidsSaid = 1024;
+  std::set<uid_t> refused_uids;
   common::AcceptBackoff accept_backoff{strand};  // cancelled at shutdown
   bool stopping = false;
   bool failed = false;  // stopped because it could not go on (set before `stopped`)

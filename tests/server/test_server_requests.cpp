@@ -595,3 +595,32 @@ TEST_CASE("server: a tenant is what the kernel says a client's user is: it regis
   REQUIRE(must_call(admin, Release{there.lease}).status == Status::ok);
   REQUIRE(std::get<DropReply>(must_call(admin, DropTenant{"team-a"}).payload).arena_objects == 2);
 }
+
+TEST_CASE("server: a refused user is logged once, not at every retry", "[server][trust]") {
+  if (::geteuid() != 0) {
+    WARN("skipped: clients of other users need this test to run as root");
+    return;
+  }
+  const std::string path = ServerProcess::fresh_socket_path();
+  ChildProcess srv({sibling_binary("../kvstrand-server"), "--socket", path, "--tier-bytes", "16M", "--slab-bytes", "4M",
+                    "--chunk-tokens", "64", "--tenant-uid", "team-a=61001", "--socket-group",
+                    std::to_string(kEnginesGroup), "--log-level", "info"});
+  REQUIRE(srv.wait_for_output("listening on", 30s));
+  for (int attempt = 0; attempt < 5; ++attempt)
+    REQUIRE(as_user(61003, [&] {
+              // The refusal's frame, then the server hangs up (EOF).
+              Client c(path);
+              for (int bytes = 0; bytes < 1024; ++bytes)
+                if (c.closed_by_server(2000)) return 0;
+              return 2;
+            }) == 0);
+  srv.signal(SIGTERM);
+  const auto out = srv.wait().output;
+  std::size_t said = 0;
+  for (std::size_t at = out.find("refused a connection"); at != std::string::npos;
+       at = out.find("refused a connection", at + 1))
+    ++said;
+  INFO(out);
+  REQUIRE(said == 1);
+  ::unlink(path.c_str());
+}
