@@ -404,7 +404,12 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
     auto h = common::parse_http_address(http);
     if (!h) return refuse("--http", "'" + http + "' is not ADDR:PORT, e.g. 127.0.0.1:9400");
     h->allow_non_loopback = http_remote;
-    if (auto e = common::validate(*h)) return refuse("--http", e->message);
+    if (auto e = common::validate(*h))
+      return refuse("--http", e->option == "http.allow_non_loopback"
+                                  ? "'" + http + "' is not a loopback address, and the debug endpoint shows every "
+                                                 "session, hold and namespace: bind 127.0.0.1, or give "
+                                                 "--http-allow-remote to mean it"
+                                  : e->message);
     if (!http_token_file.empty()) {
       auto token = read_secret_file(http_token_file);
       if (!token) return refuse("--http-token-file", token.why());

@@ -48,6 +48,9 @@ std::string bind_socket_path(local::acceptor& acceptor, const std::string& path,
   if (!ec) acceptor.bind(ep, ec);
   ::umask(old);
   if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec == boost::system::errc::no_such_file_or_directory)
+    return "--socket " + path + ": its directory does not exist: create it (the unit's RuntimeDirectory makes "
+                                "/run/kvstrand), or give another --socket";
   if (ec) return "--socket " + path + ": " + ec.message();
   // lchown: the path is the socket just bound, never a link's target.
   if (group && ::lchown(path.c_str(), static_cast<uid_t>(-1), *group) != 0)

@@ -45,6 +45,15 @@ TEST_CASE("server: bad flags are refused naming the flag", "[server]") {
   r = run_process({bin, "--tier-bytes", "16M", "--chunk-tokens", "2147483648", "--max-client-leased", "4K"});
   REQUIRE(r.exit_code == 2);
   REQUIRE(r.output.find("--chunk-tokens: must be 1 to 1048576") != std::string::npos);
+  // Said in the flags an operator has, not the library's internal names.
+  r = run_process({bin, "--tier-bytes", "16M", "--http", "10.1.2.3:9400"});
+  REQUIRE(r.exit_code == 2);
+  REQUIRE(r.output.find("give --http-allow-remote") != std::string::npos);
+  REQUIRE(r.output.find("http.allow_non_loopback") == std::string::npos);
+  // A socket in a directory that is not there says so, and what to do.
+  r = run_process({bin, "--tier-bytes", "16M", "--socket", "/tmp/kvstrand-no-such-dir/kv.sock"});
+  REQUIRE(r.exit_code != 0);
+  REQUIRE(r.output.find("its directory does not exist") != std::string::npos);
   r = run_process({bin, "--help"});
   REQUIRE(r.exit_code == 0);
   for (const char* flag : {"--socket", "--tier-bytes", "--slab-bytes", "--chunk-tokens", "--max-client-leased",
