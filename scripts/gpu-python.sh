@@ -12,7 +12,7 @@
 # (the figures for a run with the other benchmarks, where the tests ran
 # before: gpu-goal.sh).
 #
-#   cd .gpu-pack && ./gpu-python.sh . $OUT [--bench-only]
+#   cd .gpu-pack && ./gpu-python.sh . $OUT [--bench-only | --tests "FILE..." [PYTEST_ARGS]]
 set -uo pipefail
 pack=$(cd "${1:-.}" && pwd)
 out=$(mkdir -p "${2:-$pack/out}" && cd "${2:-$pack/out}" && pwd)
@@ -40,6 +40,10 @@ g++ -shared -o "$site/kvstrand/_kvstrand$ext" "${objs[@]}" "$lib" -Wl,-rpath,"$p
 export PYTHONPATH="$site" KVSTRAND_SERVER="$pack/kvstrand-server" KVSTRAND_SOURCE_DIR="$src" PYTHONDONTWRITEBYTECODE=1
 $py -c "import kvstrand, sys; print('kvstrand', kvstrand.__version__, kvstrand.backend(), 'on Python', sys.version.split()[0])"
 status=0
+if [[ ${3:-} == --tests ]]; then  # --tests "FILE..." [pytest args]: builds the module and runs those alone
+  (cd "$src/tests/python" && $py -m pytest -p no:cacheprovider ${4:?--tests needs files} ${5:-}) 2>&1 | tee "$out/pytest.txt"
+  exit "${PIPESTATUS[0]}"
+fi
 if [[ ${3:-} == --bench-only ]]; then
   : >"$out/bench_python.txt"
   for run in 1 2 3; do $py "$src/bench/bench_python.py" | tee -a "$out/bench_python.txt" || status=1; done
