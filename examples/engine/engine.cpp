@@ -646,7 +646,13 @@ struct Engine::Impl {
       if (--it->second.outcomes_left > 0) continue;  // the other group's is still to come
       ++stats.saves;
       if (!it->second.ok) ++stats.saves_failed;
-      if (auto r = live.find(it->second.request); r != live.end()) r->second->tracker.save_settled(it->second.ok);
+      if (auto r = live.find(it->second.request); r != live.end()) {
+        r->second->tracker.save_settled(it->second.ok);
+        // The tier refused or was unreachable (a server restarting): the
+        // request goes on without it. Retried, its range would be posted
+        // again at every step for as long as the outage lasts.
+        if (!it->second.ok) r->second->tracker.abandon(r->second->prompt());
+      }
       if (auto t = tails.find(it->second.request); t != tails.end()) {  // the finished request's last save
         post(it->second.request, std::move(t->second.specs), std::move(t->second.pinned));
         tails.erase(t);

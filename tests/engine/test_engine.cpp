@@ -381,3 +381,20 @@ TEST_CASE("engine: restarted against a warm node tier, loaded checkpoints join H
   REQUIRE(later > 0);
   REQUIRE(restarted.verify_checkpoints(st) == 0);
 }
+
+TEST_CASE("engine: with no server at all, a request's failed save is not posted again: each gives the tier up once",
+          "[engine][server][fault]") {
+  if (!device_present()) return;
+  auto c = small_config(true);
+  c.server_socket = ServerProcess::fresh_socket_path();  // nobody there, for the whole run
+  Engine e(c, small_workload(24));
+  const RunStats st = e.run(4, 60.0);
+  require_exact(st);
+  INFO("saves " << st.saves << " failed " << st.saves_failed << " requests " << st.done.size() << " steps "
+                 << st.steps);
+  // Before: the range of a failed save stayed open and was posted again at
+  // every step for as long as the outage lasted.
+  REQUIRE(st.saves_failed > 0);
+  // Once per request at most (those still running at the end included), not per step.
+  REQUIRE(st.saves_failed <= st.done.size() + c.concurrency);
+}
