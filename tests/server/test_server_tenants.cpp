@@ -1,0 +1,189 @@
+// kvstrand-server's tenants as real processes: --max-tenants with a scrape
+// beside it, and tenants bound to the users their processes run as (clients
+// forked as other uids: they need this test to run as root).
+#include <grp.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <boost/json.hpp>
+#include <catch2/catch.hpp>
+
+#include "curl.hpp"
+#include "protocol_session.hpp"
+#include "support.hpp"
+
+using namespace kvstrand;
+using namespace kvstrand::test;
+using namespace kvstrand::proto;
+using namespace std::chrono_literals;
+
+TEST_CASE("server: tenants past --max-tenants are refused, and /metrics and /debug/tier still answer at once",
+          "[server][http][tenants]") {
+  if (!curl_present()) return;
+  // 65,535 self-named tenants wrapped the 16-bit counter that /metrics and
+  // /debug/tier counted tenants with: the scrape never finished, on the
+  // strand, and no client was served again.
+  const auto port = free_port();
+  ServerProcess srv({"--tier-bytes", "16M", "--slab-bytes", "4M", "--chunk-tokens", "64", "--max-tenants", "40",
+                     "--tenant-quota", "late=1M", "--http", "127.0.0.1:" + std::to_string(port)});
+  REQUIRE(srv.ready());
+  Client c(srv.socket_path());
+  REQUIRE(must_call(c, Hello{kMajor, kMinor, "tenants"}).status == Status::ok);
+  int served = 0, refused = 0;
+  for (int t = 0; t < 100; ++t) {
+    kv::Layout l = layout();
+    l.tenant = "t" + std::to_string(t);
+    const Reply r = must_call(c, RegisterLayout{l});
+    if (r.status == Status::ok) ++served;
+    if (r.status == Status::bad_request && r.message.find("--max-tenants") != std::string::npos) ++refused;
+  }
+  REQUIRE(served == 38);  // 40 less the unnamed one and "late"
+  REQUIRE(refused == 62);
+  kv::Layout late = layout();
+  late.tenant = "late";  // configured: its id kept for it
+  REQUIRE(must_call(c, RegisterLayout{late}).status == Status::ok);
+  const Got metrics = curl(port, "/metrics");
+  REQUIRE(metrics.code == 200);
+  REQUIRE(metrics.body.find("tenant=\"late\"") != std::string::npos);
+  const auto tier = boost::json::parse(curl(port, "/debug/tier").body);
+  REQUIRE(tier.at("tenants").as_array().size() == 40);
+  REQUIRE(must_call(c, Stats{}).status == Status::ok);  // and the strand still serves
+}
+
+namespace {
+constexpr gid_t kEnginesGroup = 61000;  // --socket-group: the tenants' processes are in it
+
+// Runs `body` in a forked child as user `uid` (group kEnginesGroup), for
+// its exit code (99: it could not become that user).
+template <class Body>
+int as_user(uid_t uid, Body body) {
+  const pid_t child = ::fork();
+  if (child == 0) {
+    const gid_t g = kEnginesGroup;
+    if (::setgroups(1, &g) != 0 || ::setgid(g) != 0 || ::setuid(uid) != 0) ::_exit(99);
+    int code = 98;
+    try {
+      code = body();
+    } catch (...) {
+    }
+    ::_exit(code);
+  }
+  int status = 0;
+  if (::waitpid(child, &status, 0) != child || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
+
+kv::Layout tenant_layout(const std::string& tenant) {
+  kv::Layout l = layout();
+  l.tenant = tenant;
+  return l;
+}
+std::vector<kv::ChunkKey> tenant_keys(const std::string& tenant, std::uint32_t n) {
+  const kv::Layout l = tenant_layout(tenant);
+  return kv::chunk_keys(l, kv::namespace_of(l), std::vector<std::uint32_t>(n * 64, 5));
+}
+}  // namespace
+
+TEST_CASE("server: a tenant is what the kernel says a client's user is: it registers, reads and drops as that "
+          "tenant only, and an unmapped user is refused",
+          "[server][tenants][trust]") {
+  if (::geteuid() != 0) {
+    WARN("skipped: clients of other users need this test to run as root");
+    return;
+  }
+  ServerProcess srv({"--tier-bytes", "16M", "--slab-bytes", "4M", "--chunk-tokens", "64", "--tenant-uid",
+                     "team-a=61001", "--tenant-uid", "team-b=61002", "--socket-group", std::to_string(kEnginesGroup)});
+  REQUIRE(srv.ready());
+  struct stat st {};
+  REQUIRE(::stat(srv.socket_path().c_str(), &st) == 0);
+  REQUIRE((st.st_mode & 0777) == 0660);
+  REQUIRE(st.st_gid == kEnginesGroup);
+
+  // team-a's process stores two chunks, as team-a only.
+  REQUIRE(as_user(61001, [&] {
+            Client a(srv.socket_path());
+            if (a.call_or_throw(Hello{kMajor, kMinor, "a"}).status != Status::ok) return 10;
+            if (a.call_or_throw(RegisterLayout{tenant_layout("team-b")}).status != Status::not_authorized) return 11;
+            const Reply reg = a.call_or_throw(RegisterLayout{tenant_layout("team-a")});
+            if (reg.status != Status::ok) return 12;
+            const auto r = std::get<RegisterReply>(reg.payload).registration;
+            const Reply res = a.call_or_throw(Reserve{r, tenant_keys("team-a", 2), {0, 0}});
+            if (res.status != Status::ok) return 13;
+            if (a.call_or_throw(Commit{std::get<ReserveReply>(res.payload).reservation, true}).status != Status::ok) return 14;
+            return 0;
+          }) == 0);
+  // team-b's process: a's chunks are a miss to it, not its to write, drop
+  // or drop the tenant of; its own tenant it may drop.
+  REQUIRE(as_user(61002, [&] {
+            Client b(srv.socket_path());
+            if (b.call_or_throw(Hello{kMajor, kMinor, "b"}).status != Status::ok) return 20;
+            const Reply reg = b.call_or_throw(RegisterLayout{tenant_layout("team-b")});
+            if (reg.status != Status::ok) return 21;
+            const auto r = std::get<RegisterReply>(reg.payload).registration;
+            const auto theirs = tenant_keys("team-a", 2);
+            const Reply hit = b.call_or_throw(Lookup{r, theirs});
+            if (hit.status != Status::ok || std::get<LookupReply>(hit.payload).hit.tokens != 0) return 22;
+            if (b.call_or_throw(Reserve{r, theirs, {0, 0}}).status != Status::bad_request) return 23;
+            if (b.call_or_throw(Drop{theirs[0].ns}).status != Status::not_authorized) return 24;
+            if (b.call_or_throw(DropTenant{"team-a"}).status != Status::not_authorized) return 25;
+            if (b.call_or_throw(DropTenant{"team-b"}).status != Status::ok) return 26;
+            return 0;
+          }) == 0);
+  // A user the map does not name is refused at connect, told which options would let it in.
+  REQUIRE(as_user(61003, [&] {
+            // The refusal comes on accept, and the connection closes: read
+            // it without sending (bytes the server never read would reset
+            // the connection, and the refusal with it).
+            Client c(srv.socket_path());
+            std::array<std::byte, kHeaderBytes> head{};
+            int fd = -1;
+            if (common::recv_with_fd(c.fd(), head.data(), 1, &fd, 0) != 1) return 33;
+            if (!c.read_exact(head.data() + 1, head.size() - 1)) return 34;
+            Header h;
+            if (decode_header(head, kDefaultMaxBody, &h) != HeaderError::none) return 35;
+            std::vector<std::byte> body(h.body_bytes);
+            if (!c.read_exact(body.data(), body.size())) return 36;
+            const auto r = decode_reply(h.type, body);
+            if (!r || r->status != Status::not_authorized) return 30;
+            if (r->message.find("--tenant-uid") == std::string::npos) return 31;
+            return fd < 0 ? 0 : 32;  // and no arena
+          }) == 0);
+  // The server's user (root here) is an admin: a's chunks are all there, and it may drop them.
+  Client admin(srv.socket_path());
+  REQUIRE(must_call(admin, Hello{kMajor, kMinor, "admin"}).status == Status::ok);
+  const Reply reg = must_call(admin, RegisterLayout{tenant_layout("team-a")});
+  const auto r = std::get<RegisterReply>(reg.payload).registration;
+  const LookupReply there = lookup(admin, r, tenant_keys("team-a", 2));
+  REQUIRE(there.hit.tokens == 2 * 64);
+  REQUIRE(must_call(admin, Release{there.lease}).status == Status::ok);
+  REQUIRE(std::get<DropReply>(must_call(admin, DropTenant{"team-a"}).payload).arena_objects == 2);
+}
+
+TEST_CASE("server: a refused user is logged once, not at every retry", "[server][trust]") {
+  if (::geteuid() != 0) {
+    WARN("skipped: clients of other users need this test to run as root");
+    return;
+  }
+  const std::string path = ServerProcess::fresh_socket_path();
+  ChildProcess srv({sibling_binary("../kvstrand-server"), "--socket", path, "--tier-bytes", "16M", "--slab-bytes", "4M",
+                    "--chunk-tokens", "64", "--tenant-uid", "team-a=61001", "--socket-group",
+                    std::to_string(kEnginesGroup), "--log-level", "info"});
+  REQUIRE(srv.wait_for_output("listening on", 30s));
+  for (int attempt = 0; attempt < 5; ++attempt)
+    REQUIRE(as_user(61003, [&] {
+              // The refusal's frame, then the server hangs up (EOF).
+              Client c(path);
+              for (int bytes = 0; bytes < 1024; ++bytes)
+                if (c.closed_by_server(2000)) return 0;
+              return 2;
+            }) == 0);
+  srv.signal(SIGTERM);
+  const auto out = srv.wait().output;
+  std::size_t said = 0;
+  for (std::size_t at = out.find("refused a connection"); at != std::string::npos;
+       at = out.find("refused a connection", at + 1))
+    ++said;
+  INFO(out);
+  REQUIRE(said == 1);
+  ::unlink(path.c_str());
+}
