@@ -395,6 +395,8 @@ TEST_CASE("engine: with no server at all, a request's failed save is not posted 
   // Before: the range of a failed save stayed open and was posted again at
   // every step for as long as the outage lasted.
   REQUIRE(st.saves_failed > 0);
-  // Once per request at most (those still running at the end included), not per step.
-  REQUIRE(st.saves_failed <= st.done.size() + c.concurrency);
+  // At most twice a request (the save in flight when it finished, and its
+  // tail save posted after that one; those still running at the end
+  // included), not once per step: 4.6 a request before.
+  REQUIRE(st.saves_failed <= 2 * (st.done.size() + c.concurrency));
 }
