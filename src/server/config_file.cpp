@@ -85,18 +85,20 @@ std::vector<CLI::ConfigItem> TomlConfig::from_config(std::istream&) const {
     throw CLI::ConfigError(s.str());
   }
   std::vector<CLI::ConfigItem> items;
-  // [tenants.NAME] uids = [...], gids = [...], quota = "40G": the flags
-  // --tenant-uid NAME=UID, --tenant-gid NAME=GID, --tenant-quota NAME=BYTES.
+  // [tenants.NAME] uids = [...], gids = [...], quota = "40G", segment =
+  // "40G": the flags --tenant-uid NAME=UID, --tenant-gid NAME=GID,
+  // --tenant-quota NAME=BYTES, --tenant-segment NAME=BYTES.
   if (const toml::node* tenants = table.get("tenants")) {
     const auto refuse = [&](const std::string& why) { throw CLI::ConfigError(path_ + ": [tenants]: " + why); };
-    for (const char* flat : {"tenant-uid", "tenant-gid", "tenant-quota"})
+    for (const char* flat : {"tenant-uid", "tenant-gid", "tenant-quota", "tenant-segment"})
       if (table.contains(flat))
         refuse(std::string("give tenants as [tenants.NAME] tables or as '") + flat + "' keys, not both");
     if (!tenants->is_table()) refuse("is not a table of [tenants.NAME] tables");
-    CLI::ConfigItem uid, gid, quota;
+    CLI::ConfigItem uid, gid, quota, segment;
     uid.name = "tenant-uid";
     gid.name = "tenant-gid";
     quota.name = "tenant-quota";
+    segment.name = "tenant-segment";
     for (const auto& [n, t] : *tenants->as_table()) {
       const std::string name(n.str());
       if (!t.is_table()) refuse("'" + name + "' is not a [tenants." + name + "] table");
@@ -114,16 +116,17 @@ std::vector<CLI::ConfigItem> TomlConfig::from_config(std::istream&) const {
           ids(uid);
         } else if (field == "gids") {
           ids(gid);
-        } else if (field == "quota") {
+        } else if (field == "quota" || field == "segment") {
           const auto* q = v.as_string();
-          if (!q || !has_unit(q->get())) refuse("tenants." + name + ".quota needs a size with a unit, e.g. \"40G\"");
-          quota.inputs.push_back(name + "=" + q->get());
+          if (!q || !has_unit(q->get()))
+            refuse("tenants." + name + "." + field + " needs a size with a unit, e.g. \"40G\"");
+          (field == "quota" ? quota : segment).inputs.push_back(name + "=" + q->get());
         } else {
-          refuse("tenants." + name + " has no key '" + field + "' (uids, gids and quota are its keys)");
+          refuse("tenants." + name + " has no key '" + field + "' (uids, gids, quota and segment are its keys)");
         }
       }
     }
-    for (CLI::ConfigItem* i : {&uid, &gid, &quota})
+    for (CLI::ConfigItem* i : {&uid, &gid, &quota, &segment})
       if (!i->inputs.empty()) items.push_back(std::move(*i));
   }
   for (const auto& [k, node] : table) {
@@ -151,7 +154,8 @@ std::vector<CLI::ConfigItem> TomlConfig::from_config(std::istream&) const {
     }
     for (const std::string& v : item.inputs) {
       if (kSizeKeys.contains(key) && !has_unit(v)) refuse("'" + v + "' needs a unit, e.g. \"" + v + "G\"");
-      if (key == "tenant-quota" && v.find('=') != std::string::npos && !has_unit(v.substr(v.find('=') + 1)))
+      const bool per_tenant_size = key == "tenant-quota" || key == "tenant-segment";
+      if (per_tenant_size && v.find('=') != std::string::npos && !has_unit(v.substr(v.find('=') + 1)))
         refuse("'" + v + "' needs a unit after '=', e.g. team-a=40G");
       if (kPathKeys.contains(key) && !v.empty() && v.front() != '/')
         refuse("'" + v + "' is not an absolute path (a config file's paths do not depend on where it is started)");

@@ -42,7 +42,7 @@ common::HttpRoutes debug_routes(ServerState state) {
   // named arena's objects were recovered before the endpoint opened), no
   // failure growing it, not stopping. Until then 503, saying which.
   r["/readyz"] = [st = state] {
-    const std::uint64_t ready = st.ready_bytes(), all = st.arena.bytes();
+    const std::uint64_t ready = st.ready_bytes(), all = st.arena.bytes() + st.segment_bytes;
     std::string why;
     if (st.stopping) why = "stopping";
     else if (!st.fill_error.empty()) why = "the arena could not be populated: " + st.fill_error;
@@ -186,7 +186,11 @@ common::HttpRoutes debug_routes(ServerState state) {
     p.gauge("kvstrand_server_leases", "Leases held", static_cast<double>(t.leases));
     p.gauge("kvstrand_server_reservations", "Reservations held", static_cast<double>(t.reservations));
     p.gauge("kvstrand_server_tier_configured_bytes", "Arena size (--tier-bytes)", static_cast<double>(st.arena.bytes()));
-    p.gauge("kvstrand_server_tier_ready_bytes", "Arena bytes populated so far", static_cast<double>(st.ready_bytes()));
+    if (st.segment_bytes != 0)
+      p.gauge("kvstrand_server_tier_segment_bytes", "Tenants' segments beside the arena (--tenant-segment)",
+              static_cast<double>(st.segment_bytes));
+    p.gauge("kvstrand_server_tier_ready_bytes", "Arena and segment bytes populated so far",
+            static_cast<double>(st.ready_bytes()));
     if (st.l2 != nullptr || st.disk != nullptr)
       p.gauge("kvstrand_server_tier_mapped_bytes",
               "Arena bytes the server's own mapping has faulted in (after the slabs are ready; L2 and the disk "

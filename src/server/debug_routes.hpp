@@ -43,8 +43,9 @@ struct ServerState {
   const common::AcceptBackoff& accept;
   const std::string& fill_error;
   const Recovery& recovery;
-  std::function<std::uint64_t()> ready_bytes;
+  std::function<std::uint64_t()> ready_bytes;  // of the arena and the segments
   std::string socket;
+  std::uint64_t segment_bytes = 0;  // the tenants' segments together (--tenant-segment)
 };
 
 common::HttpRoutes debug_routes(ServerState state);

@@ -69,9 +69,12 @@ Reply RequestService::handle(Client& c, const Request& req) {
     c.minor = std::get<Hello>(req).minor;
     // A 2.1 client reads no server_id: it refuses bytes it does not know.
     const bool says_id = std::get<Hello>(req).minor >= 2;
+    // Of its pool: the slabs populated so far are numbered the arena's first.
+    const std::uint64_t bytes = c.pool == 0 ? facts_.arena_bytes : classes_.pool_bytes(c.pool);
+    const std::uint64_t base = classes_.pool_base(c.pool), ready = facts_.ready_bytes ? facts_.ready_bytes() : 0;
     return Reply{Status::ok, "",
-                 HelloReply{c.session, kMajor, kMinor, facts_.arena_bytes, facts_.slab_bytes,
-                            facts_.ready_bytes ? facts_.ready_bytes() : 0, facts_.huge_pages,
+                 HelloReply{c.session, kMajor, kMinor, bytes, facts_.slab_bytes,
+                            std::min(bytes, ready > base ? ready - base : 0), facts_.huge_pages,
                             says_id ? facts_.server_id : 0}};
   }
   if (!c.hello) return fail(Status::bad_request, "send hello first");
@@ -96,6 +99,12 @@ Reply RequestService::handle(Client& c, const Request& req) {
   if (const auto* m = std::get_if<DropTenant>(&req)) return drop_tenant(c, *m);
   if (std::holds_alternative<Stats>(req)) return stats();
   return Reply{};  // end_session, ping
+}
+
+// A slot's place as the client sees it: in the memory it was handed (its
+// pool), which starts at 0 in its mapping.
+std::uint64_t RequestService::offset_in_pool(const Client& c, const tier::Index& index, std::uint32_t slot) const {
+  return classes_.offset_of(index, slot) - classes_.pool_base(c.pool);
 }
 
 Reply RequestService::register_layout(Client& c, const RegisterLayout& m) {
@@ -123,7 +132,7 @@ Reply RequestService::register_layout(Client& c, const RegisterLayout& m) {
                                          common::format_bytes(index_bytes) + " over this arena, more than the server's "
                                          "--max-index-bytes (" + common::format_bytes(rules_.max_index_bytes) +
                                          "): store larger chunks, or raise --max-index-bytes");
-  tier::Index* idx = classes_.index(object);
+  tier::Index* idx = classes_.index(object, c.pool);
   if (!idx)
     return fail(Status::bad_request, "this layout's objects (" + std::to_string(object) + " B) would be the " +
                                          std::to_string(tier::SizeClasses::kMaxClasses + 1) +
@@ -175,7 +184,7 @@ Reply RequestService::lookup(Client& c, const Lookup& m) {
   LookupReply r;
   r.lease = lease.id;
   r.hit = std::move(lease.hit);
-  for (std::uint32_t slot : lease.slots) r.offsets.push_back(classes_.offset_of(index, slot));
+  for (std::uint32_t slot : lease.slots) r.offsets.push_back(offset_in_pool(c, index, slot));
   return Reply{Status::ok, "", std::move(r)};
 }
 
@@ -208,7 +217,7 @@ Reply RequestService::adopt(Client& c, const Adopt& m) {
   r.hit.tokens = static_cast<std::uint32_t>(slots.size()) * ct;
   for (std::size_t i = 0; i < slots.size(); ++i) {
     if (idx->image_at(slots[i])) r.hit.checkpoints.push_back(static_cast<std::uint32_t>(i + 1) * ct);
-    r.offsets.push_back(classes_.offset_of(*idx, slots[i]));
+    r.offsets.push_back(offset_in_pool(c, *idx, slots[i]));
   }
   return Reply{Status::ok, "", std::move(r)};
 }
@@ -251,7 +260,7 @@ Reply RequestService::reserve(Client& c, const Reserve& m) {
   r.reservation = res.id;
   for (std::size_t i = 0; i < m.keys.size(); ++i) {
     r.chunks.push_back(static_cast<ChunkState>(res.chunks[i]));
-    r.offsets.push_back(res.chunks[i] == tier::Index::Chunk::reserved ? classes_.offset_of(index, res.slots[i]) : 0);
+    r.offsets.push_back(res.chunks[i] == tier::Index::Chunk::reserved ? offset_in_pool(c, index, res.slots[i]) : 0);
   }
   return Reply{Status::ok, "", std::move(r)};
 }
@@ -348,7 +357,8 @@ Reply RequestService::drop_tenant(const Client& c, const DropTenant& m) {
 Reply RequestService::stats() const {
   const tier::Index::Stats st = classes_.stats();
   StatsReply r;
-  r.capacity_bytes = facts_.arena_bytes;
+  r.capacity_bytes = facts_.arena_bytes;  // and the tenants' segments beside it
+  for (std::size_t p = 1; p < classes_.pools(); ++p) r.capacity_bytes += classes_.pool_bytes(p);
   r.ready_bytes = facts_.ready_bytes ? facts_.ready_bytes() : 0;
   r.used_bytes = st.used_bytes;
   r.objects = st.objects;

@@ -67,6 +67,10 @@ struct Client {
   // Who the kernel says it is (an admin of no tenant unless told: the
   // server's own user, as every client is with no --tenant-uid map).
   Peer peer{0, true, {}};
+  // The memory it is handed (SizeClasses' pool): its tenant's segment, or
+  // the arena (0). Its registrations' objects are there; the offsets it is
+  // told are from the pool's start.
+  std::size_t pool = 0;
   bool hello = false;
   std::uint8_t minor = 0;  // of the protocol, from its hello
   std::map<std::uint32_t, Reg> regs;
@@ -121,6 +125,7 @@ class RequestService {
   bool owns_namespace(const Client& c, const kv::Digest& ns) const;
   const char* miss_reason(const Client& c, const tier::Index& index, const kv::ChunkKey& key) const;
   proto::Reply stats() const;
+  std::uint64_t offset_in_pool(const Client& c, const tier::Index& index, std::uint32_t slot) const;
 
   ServiceRules rules_;
   ServerFacts facts_;

@@ -24,6 +24,7 @@
 #include "common/parse_bytes.hpp"
 #include "proto/protocol.hpp"
 #include "tier/arena.hpp"
+#include "tier/size_classes.hpp"
 #include "tier/tenant_book.hpp"
 
 namespace kvstrand::server {
@@ -197,6 +198,11 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
   app.add_option("--tenant-quota", tenant_quotas,
                  "NAME=BYTES: tenant NAME (a layout's tenant) may hold this much of the arena (and the same share of "
                  "the disk), and no other tenant evicts it below that; give it once per tenant, e.g. team-a=40G");
+  std::vector<std::string> tenant_segments;
+  app.add_option("--tenant-segment", tenant_segments,
+                 "NAME=BYTES: tenant NAME's objects live in memory of their own, beside --tier-bytes, handed only to "
+                 "its own clients (so no other client can read or write them); NAME must be bound by --tenant-uid or "
+                 "--tenant-gid; give it once per tenant, e.g. team-a=40G");
   app.add_option("--tenant-quota-default", tenant_default,
                  "The quota of every tenant --tenant-quota does not name, the one with no name included (default: "
                  "none, and no reserve)");
@@ -503,6 +509,42 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
   if (reserved_total > o.tier_bytes)
     return refuse("--tenant-quota", "the quotas add up to " + common::format_bytes(reserved_total) +
                                         ", more than --tier-bytes (" + common::format_bytes(o.tier_bytes) + ")");
+  std::uint64_t segments_total = 0;
+  for (const std::string& t : tenant_segments) {
+    const auto eq = t.find('=');
+    const std::string name = eq == std::string::npos ? "" : t.substr(0, eq);
+    auto q = eq == std::string::npos ? std::nullopt : common::parse_bytes(t.substr(eq + 1));
+    if (name.empty() || !q || *q == 0)
+      return refuse("--tenant-segment", "'" + t + "' is not NAME=BYTES, e.g. team-a=40G");
+    if (auto why = kv::tenant_problem(name)) return refuse("--tenant-segment", *why);
+    // Only the kernel's word hands a client a segment: a self-declared
+    // tenant would let anyone name it.
+    const auto bound = [&](const auto& map) {
+      return std::any_of(map.begin(), map.end(), [&](const auto& kv) { return kv.second == name; });
+    };
+    if (!bound(o.binding.uids) && !bound(o.binding.gids))
+      return refuse("--tenant-segment", "tenant '" + name +
+                                            "' is bound to no user: give --tenant-uid " + name +
+                                            "=USER or --tenant-gid " + name + "=GROUP (a segment is handed to the "
+                                            "clients the kernel says are its tenant's)");
+    const std::uint64_t whole = (*q + o.slab_bytes - 1) / o.slab_bytes * o.slab_bytes;
+    if (!o.tenant_segments.emplace(name, whole).second)
+      return refuse("--tenant-segment", "tenant '" + name + "' is given twice");
+    segments_total += whole;
+  }
+  if (!o.tenant_segments.empty()) {
+    if (!o.arena_path.empty())
+      return refuse("--tenant-segment", "is not kept across restarts: a named arena (--arena-path) is one file; "
+                                        "use one or the other");
+    if (o.tenant_segments.size() + 1 > tier::SizeClasses::kMaxClasses)
+      return refuse("--tenant-segment", "more segments than the " + std::to_string(tier::SizeClasses::kMaxClasses) +
+                                            " size classes the server can keep");
+    if (const std::uint64_t avail = tier::available_memory_bytes();
+        avail != 0 && o.tier_bytes + segments_total > avail)
+      return refuse("--tenant-segment", "the segments (" + common::format_bytes(segments_total) +
+                                            ") and --tier-bytes are more than this machine can hold now (" +
+                                            std::to_string(avail >> 20) + " MiB available)");
+  }
   if (!tenant_default.empty()) {
     auto q = common::parse_bytes(tenant_default);
     if (!q || *q == 0 || *q > o.tier_bytes)

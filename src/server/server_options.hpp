@@ -53,6 +53,9 @@ struct ServerOptions {
   // --tenant-quota NAME=BYTES (each a reserve too), --tenant-quota-default.
   std::map<std::string, std::uint64_t> tenant_quotas;
   std::optional<std::uint64_t> tenant_default_quota;
+  // --tenant-segment NAME=BYTES: tenant NAME's objects in memory of its own
+  // (a memfd only its clients are handed), whole slabs, beside the arena.
+  std::map<std::string, std::uint64_t> tenant_segments;
   // --tenant-uid, --tenant-gid, --admin-group: who each client is.
   TenantBinding binding;
   // --socket-group: the socket is 0660 and this group's (other users'

@@ -10,16 +10,38 @@ namespace {
 constexpr int kClassShift = 48;
 }
 
-Index* SizeClasses::index(std::uint64_t object_bytes) {
+void SizeClasses::set_pools(std::vector<std::uint32_t> ends) {
+  pool_ends_ = std::move(ends);
+  free_slabs_.assign(std::max<std::size_t>(pool_ends_.size(), 1), {});
+}
+
+std::size_t SizeClasses::pool_of_slab(std::uint32_t slab) const noexcept {
+  return static_cast<std::size_t>(std::upper_bound(pool_ends_.begin(), pool_ends_.end(), slab) - pool_ends_.begin());
+}
+
+std::size_t SizeClasses::pool_of(const Index& idx) const {
+  const std::size_t i = class_of(idx);
+  return i == classes_.size() ? 0 : classes_[i].pool;
+}
+
+std::size_t SizeClasses::free_slabs() const noexcept {
+  std::size_t n = 0;
+  for (const auto& f : free_slabs_) n += f.size();
+  return n;
+}
+
+Index* SizeClasses::index(std::uint64_t object_bytes, std::size_t pool) {
   for (Class& c : classes_)
-    if (c.index->object_bytes() == object_bytes) return c.index.get();
-  if (object_bytes == 0 || object_bytes > slab_bytes_ || classes_.size() >= kMaxClasses) return nullptr;
+    if (c.index->object_bytes() == object_bytes && c.pool == pool) return c.index.get();
+  if (object_bytes == 0 || object_bytes > slab_bytes_ || classes_.size() >= kMaxClasses || pool >= pools())
+    return nullptr;
   const SlabGeometry g = geometry(object_bytes);
   if (g.per_slab == 0) return nullptr;  // an object (with its entry or prefix) does not fit a slab
   Class c;
   c.per_slab = g.per_slab;
   c.first_object = g.first_object;
   c.stride = g.stride;
+  c.pool = pool;
   c.index = std::make_unique<Index>(object_bytes);
   c.index->issue_random_holds(static_cast<HoldId>(classes_.size() + 1) << kClassShift);
   if (tenants_) c.index->set_tenants(tenants_);
@@ -68,7 +90,9 @@ SlabGeometry SizeClasses::geometry(std::uint64_t object_bytes) const noexcept {
 
 void SizeClasses::add_slab(std::uint32_t slab) {
   if (slab < adopted_.size() && adopted_[slab]) return;
-  free_slabs_.push_back(slab);
+  const std::size_t pool = pool_of_slab(slab);
+  // A slab past the last pool's end belongs to none: never handed out.
+  if (pool < free_slabs_.size()) free_slabs_[pool].push_back(slab);
 }
 
 Index* SizeClasses::adopt_slab(std::uint32_t slab, std::uint64_t object_bytes,
@@ -124,17 +148,18 @@ void SizeClasses::make_room(Index& idx, std::size_t want) {
   const std::size_t i = class_of(idx);
   if (i == classes_.size()) return;
   Class& c = classes_[i];
-  while (idx.free_slots() < want && !free_slabs_.empty()) {
-    const std::uint32_t slab = free_slabs_.front();
+  auto& free = free_slabs_[c.pool];
+  while (idx.free_slots() < want && !free.empty()) {
+    const std::uint32_t slab = free.front();
     give_slab(c, slab);  // may throw std::bad_alloc: the slab stays free, the index as it was
-    free_slabs_.pop_front();
+    free.pop_front();
   }
 }
 
 std::size_t SizeClasses::room(const Index& idx) const {
   const std::size_t i = class_of(idx);
-  const std::size_t per_slab = i == classes_.size() ? 0 : classes_[i].per_slab;
-  return idx.free_slots() + idx.evictable() + free_slabs_.size() * per_slab;
+  if (i == classes_.size()) return idx.free_slots() + idx.evictable();
+  return idx.free_slots() + idx.evictable() + free_slabs_[classes_[i].pool].size() * classes_[i].per_slab;
 }
 
 std::uint64_t SizeClasses::offset_of(const Index& idx, std::uint32_t slot) const {

@@ -18,6 +18,10 @@
 // - Slots may be shaped (SlotShape): aligned for O_DIRECT, with room before
 //   each object and at a slab's start for a header of the caller's (the
 //   disk tier's extents); told of each slab a class takes.
+// - Pools (kvstrand-server --tenant-segment): the slabs may be split into
+//   ranges, each its own memory (a tenant's segment; pool 0 the shared
+//   arena). A class is of one pool and takes slabs of its pool only, so an
+//   object of one pool never lands in another's memory.
 // No I/O and no memory of its own but the table's (the Arena turns offsets
 // into places).
 #pragma once
@@ -69,6 +73,22 @@ class SizeClasses {
   SizeClasses(const SizeClasses&) = delete;
   SizeClasses& operator=(const SizeClasses&) = delete;
 
+  // Splits the slabs into pools before any is added: pool p is slabs
+  // [ends[p-1], ends[p]) (pool 0 from slab 0). Unset: one pool of them all.
+  void set_pools(std::vector<std::uint32_t> ends);
+  std::size_t pools() const noexcept { return free_slabs_.size(); }
+  std::size_t pool_of_slab(std::uint32_t slab) const noexcept;
+  // Where pool p's first slab lies, in bytes (0 for pool 0).
+  std::uint64_t pool_base(std::size_t pool) const noexcept {
+    return pool == 0 || pool > pool_ends_.size() ? 0 : std::uint64_t{pool_ends_[pool - 1]} * slab_bytes_;
+  }
+  // Pool p's bytes (0 when the slabs were never split).
+  std::uint64_t pool_bytes(std::size_t pool) const noexcept {
+    return pool >= pool_ends_.size() ? 0 : std::uint64_t{pool_ends_[pool]} * slab_bytes_ - pool_base(pool);
+  }
+  // The pool of idx's class.
+  std::size_t pool_of(const Index& idx) const;
+
   // A populated slab that no class uses yet (one a class took already, by
   // adopt_slab, is left where it is).
   void add_slab(std::uint32_t slab);
@@ -78,12 +98,13 @@ class SizeClasses {
   Index* adopt_slab(std::uint32_t slab, std::uint64_t object_bytes,
                     std::span<const std::optional<Index::Restored>> restored, std::size_t* duplicates);
   bool described() const noexcept { return table_ != nullptr; }
-  std::size_t free_slabs() const noexcept { return free_slabs_.size(); }
+  std::size_t free_slabs() const noexcept;
   std::uint64_t slab_bytes() const noexcept { return slab_bytes_; }
 
-  // The index of objects of `object_bytes` (made on first use). Null when
-  // an object would not fit a slab, or kMaxClasses sizes exist already.
-  Index* index(std::uint64_t object_bytes);
+  // The index of objects of `object_bytes` in `pool` (made on first use).
+  // Null when an object would not fit a slab, kMaxClasses classes exist
+  // already, or there is no such pool.
+  Index* index(std::uint64_t object_bytes, std::size_t pool = 0);
   // Gives `idx` free slabs until it has `want` free slots, or none are left.
   void make_room(Index& idx, std::size_t want);
   // How many objects `idx` could take now: its free slots, what it can
@@ -136,6 +157,7 @@ class SizeClasses {
     std::uint64_t first_object = 0;  // offset of slot 0 of a slab in it
     std::uint64_t stride = 0;        // from one slot to the next
     std::unique_ptr<Journal> journal;  // with a table
+    std::size_t pool = 0;              // whose slabs it takes
   };
   void give_slab(Class& c, std::uint32_t slab);
   // The position of idx's class in classes_ (classes_.size(): none).
@@ -148,7 +170,9 @@ class SizeClasses {
   ClassMade on_made_;
   TenantBook* tenants_ = nullptr;
   std::vector<bool> adopted_;  // by slab: a class has it from the earlier life
-  std::deque<std::uint32_t> free_slabs_;  // lowest first: the filler populates in order
+  std::vector<std::uint32_t> pool_ends_;  // set_pools; empty: one pool
+  // By pool, lowest first: the filler populates in order.
+  std::vector<std::deque<std::uint32_t>> free_slabs_ = std::vector<std::deque<std::uint32_t>>(1);
   std::vector<Class> classes_;
 };
 

@@ -50,6 +50,7 @@ std::string describe(const ServerOptions& o) {
       << o.disk->max_queued;
   }
   for (const auto& [name, q] : o.tenant_quotas) s << " tenant." << name << "=" << q;
+  for (const auto& [name, q] : o.tenant_segments) s << " segment." << name << "=" << q;
   if (o.tenant_default_quota) s << " tenant.default=" << *o.tenant_default_quota;
   for (const auto& [uid, name] : o.binding.uids) s << " uid." << uid << "=" << name;
   for (const auto& [gid, name] : o.binding.gids) s << " gid." << gid << "=" << name;
@@ -229,6 +230,37 @@ TEST_CASE("server options: tenants bound to users and groups, as flags or [tenan
   bad_table("users.toml", "[tenants.team-a]\nusers = [1]\n", "no key 'users'");
   bad_table("both.toml", "tenant-quota = [\"team-a=8M\"]\n[tenants.team-a]\nuids = [1]\n", "not both");
   bad_table("flat.toml", "[tenants]\nteam-a = 1\n", "is not a [tenants.team-a] table");
+}
+
+TEST_CASE("server options: a tenant's segment is whole slabs, for a tenant bound to users, and not with a named "
+          "arena",
+          "[server][tenants][trust]") {
+  const std::vector<std::string> bound = {"--tier-bytes", "64M", "--slab-bytes", "4M", "--tenant-uid",
+                                          "team-a=61001", "--socket-group", "61000"};
+  const auto with = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), bound.begin(), bound.end());
+    return more;
+  };
+  refused(with({"--tenant-segment", "team-a"}), "--tenant-segment", "NAME=BYTES");
+  refused(with({"--tenant-segment", "team-b=8M"}), "--tenant-segment", "--tenant-uid team-b=USER");
+  refused(with({"--tenant-segment", "team-a=8M", "--tenant-segment", "team-a=4M"}), "--tenant-segment", "twice");
+  refused(with({"--tenant-segment", "team-a=8M", "--arena-path", scratch_dir() + "/seg-arena"}), "--tenant-segment",
+          "--arena-path");
+  refused(with({"--tenant-segment", "team-a=100000G"}), "--tenant-segment", "more than this machine");
+  auto ok = parse(with({"--tenant-segment", "team-a=5M"}));
+  INFO(ok.err);
+  REQUIRE(std::get<ServerOptions>(ok.result).tenant_segments.at("team-a") == 8u << 20);  // two 4M slabs
+  // From a config file's table, and round-tripped through --print-config.
+  auto tables = parse({"--config", write_file("segment.toml", "tier-bytes = \"64M\"\nslab-bytes = \"4M\"\n"
+                                                               "socket-group = 61000\n[tenants.team-a]\n"
+                                                               "uids = [61001]\nsegment = \"8M\"\n")});
+  INFO(tables.err);
+  const auto& t = std::get<ServerOptions>(tables.result);
+  REQUIRE(t.tenant_segments == std::map<std::string, std::uint64_t>{{"team-a", 8u << 20}});
+  auto printed = parse(with({"--tenant-segment", "team-a=8M", "--print-config"}));
+  auto again = parse({"--config", write_file("segment-printed.toml", printed.out)});
+  INFO(again.err);
+  REQUIRE(describe(std::get<ServerOptions>(again.result)) == describe(t));
 }
 
 TEST_CASE("server options: --drop-namespace reads no server option, and takes 64 hex digits only", "[server]") {

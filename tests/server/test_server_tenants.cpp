@@ -187,3 +187,88 @@ TEST_CASE("server: a refused user is logged once, not at every retry", "[server]
   REQUIRE(said == 1);
   ::unlink(path.c_str());
 }
+
+namespace {
+// What a tenant's process sees of the memory it is handed at hello: its
+// size, and the tier's bytes there through a mapping of its own.
+struct Handed {
+  Client c;
+  std::uint64_t bytes = 0;
+  std::byte* p = nullptr;
+  explicit Handed(const std::string& socket) : c(socket) {
+    int fd = -1;
+    auto h = c.hello(&fd);
+    if (!h || h->status != Status::ok || fd < 0) throw std::runtime_error("no hello");
+    bytes = std::get<HelloReply>(h->payload).arena_bytes;
+    void* m = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (m == MAP_FAILED) throw std::runtime_error("no mapping");
+    p = static_cast<std::byte*>(m);
+  }
+  ~Handed() { ::munmap(p, bytes); }
+  std::uint32_t reg(const std::string& tenant) {
+    const Reply r = c.call_or_throw(RegisterLayout{tenant_layout(tenant)});
+    if (r.status != Status::ok) throw std::runtime_error(r.message);
+    return std::get<RegisterReply>(r.payload).registration;
+  }
+};
+
+// team-a stores two chunks of 0x5A; team-b's process then writes 0xEE over
+// all the memory it was handed; whether team-a's chunks are still whole.
+bool survives_another_tenant(const std::vector<std::string>& segment) {
+  std::vector<std::string> flags{"--tier-bytes", "16M", "--slab-bytes", "4M", "--chunk-tokens", "64",
+                                 "--tenant-uid", "team-a=61001", "--tenant-uid", "team-b=61002",
+                                 "--socket-group", std::to_string(kEnginesGroup)};
+  flags.insert(flags.end(), segment.begin(), segment.end());
+  ServerProcess srv(flags);
+  REQUIRE(srv.ready());
+  REQUIRE(Client(srv.socket_path()).wait_full());
+  const auto ks = tenant_keys("team-a", 2);
+  const std::uint64_t object = tenant_layout("team-a").object_bytes(true);
+  REQUIRE(as_user(61001, [&] {
+            Handed a(srv.socket_path());
+            // Its segment's size, or the arena's.
+            if (a.bytes != (segment.empty() ? 16u << 20 : 8u << 20)) return 10;
+            const Reply res = a.c.call_or_throw(Reserve{a.reg("team-a"), ks, {1, 1}});
+            if (res.status != Status::ok) return 11;
+            const auto& rr = std::get<ReserveReply>(res.payload);
+            for (std::uint64_t off : rr.offsets) {
+              if (off + object > a.bytes) return 12;  // an offset within what it was handed
+              std::memset(a.p + off, 0x5A, object);
+            }
+            return a.c.call_or_throw(Commit{rr.reservation, true}).status == Status::ok ? 0 : 13;
+          }) == 0);
+  REQUIRE(as_user(61002, [&] {
+            Handed b(srv.socket_path());
+            std::memset(b.p, 0xEE, b.bytes);
+            return 0;
+          }) == 0);
+  const int intact = as_user(61001, [&] {
+    Handed a(srv.socket_path());
+    const Reply hit = a.c.call_or_throw(Lookup{a.reg("team-a"), ks});
+    if (hit.status != Status::ok) return 20;
+    const auto& lr = std::get<LookupReply>(hit.payload);
+    if (lr.offsets.size() != 2) return 21;
+    for (std::uint64_t off : lr.offsets)
+      for (std::uint64_t i = 0; i < object; ++i)
+        if (a.p[off + i] != std::byte{0x5A}) return 1;
+    return 0;
+  });
+  REQUIRE((intact == 0 || intact == 1));
+  return intact == 0;
+}
+}  // namespace
+
+TEST_CASE("server: a tenant's segment is memory no other tenant's process is handed: another writing all it can "
+          "reach leaves its objects whole",
+          "[server][tenants][trust]") {
+  if (::geteuid() != 0) {
+    WARN("skipped: clients of other users need this test to run as root");
+    return;
+  }
+  // One arena for all: team-b's process can overwrite team-a's objects
+  // (what docs/server.md says of tenants without segments).
+  CHECK_FALSE(survives_another_tenant({}));
+  // team-a's own segment: team-b was handed the arena, which holds none of them.
+  CHECK(survives_another_tenant({"--tenant-segment", "team-a=8M"}));
+}

@@ -148,3 +148,36 @@ TEST_CASE("size classes: shaped slots are aligned, leave room for a header befor
   REQUIRE(idx.stats().evictions == 1);
   REQUIRE(c.index(kBig - kBlock) == nullptr);  // an object with its header does not fit
 }
+
+TEST_CASE("size classes: pools keep each class to its own slabs (a tenant's segment)", "[tier][tenants]") {
+  SizeClasses c(kSlab);
+  c.set_pools({2, 5});  // pool 0: slabs 0-1 (the arena); pool 1: slabs 2-4 (a segment)
+  for (std::uint32_t s = 0; s < 5; ++s) c.add_slab(s);
+  REQUIRE(c.pools() == 2);
+  REQUIRE(c.pool_of_slab(1) == 0);
+  REQUIRE(c.pool_of_slab(2) == 1);
+  REQUIRE(c.pool_base(1) == 2 * kSlab);
+  REQUIRE(c.pool_bytes(0) == 2 * kSlab);
+  REQUIRE(c.pool_bytes(1) == 3 * kSlab);
+  Index* shared = c.index(500);  // 2 a slab
+  Index* own = c.index(500, 1);
+  REQUIRE(shared != own);
+  REQUIRE(c.index(500, 2) == nullptr);  // no such pool
+  REQUIRE(c.pool_of(*own) == 1);
+  // The arena's class fills its two slabs, then evicts its own: never a
+  // slab of the segment, whose class still has all three.
+  for (int i = 0; i < 4; ++i) REQUIRE(store(c, *shared, key(i)));
+  REQUIRE(shared->slots() == 4);
+  REQUIRE(c.room(*shared) == 4);  // its own, evictable: none of the segment's free slabs
+  REQUIRE(store(c, *shared, key(4)));
+  REQUIRE(shared->slots() == 4);
+  REQUIRE(c.free_slabs() == 3);
+  for (int i = 0; i < 6; ++i) {
+    const auto slot = store(c, *own, key(i, 1));
+    REQUIRE(slot);
+    const std::uint64_t off = c.offset_of(*own, *slot);
+    REQUIRE(off >= c.pool_base(1));
+    REQUIRE(off + 500 <= c.pool_base(1) + c.pool_bytes(1));
+  }
+  REQUIRE(c.free_slabs() == 0);
+}
