@@ -11,7 +11,7 @@
 namespace kvstrand::reactor {
 
 common::Expected<std::unique_ptr<ArenaMapping>> ArenaMapping::map(int fd, std::uint64_t bytes,
-                                                                  std::uint64_t slab_bytes) {
+                                                                  std::uint64_t slab_bytes, uid_t server_uid) {
   struct Closer {
     int fd;
     ~Closer() { ::close(fd); }  // the mapping keeps the file alive
@@ -22,10 +22,13 @@ common::Expected<std::unique_ptr<ArenaMapping>> ArenaMapping::map(int fd, std::u
   }
   const int seals = ::fcntl(fd, F_GET_SEALS);
   const bool sealed = seals >= 0 && (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) == (F_SEAL_SHRINK | F_SEAL_GROW);
-  const bool named = S_ISREG(st.st_mode) && st.st_uid == ::geteuid() && (st.st_mode & 077) == 0;
+  // The server's user may resize the file, but is trusted already (it
+  // could serve anything as hits); a third user could not open it.
+  const bool named = S_ISREG(st.st_mode) && (st.st_uid == ::geteuid() || st.st_uid == server_uid) &&
+                     (st.st_mode & 077) == 0;
   if (!sealed && !named) {
-    return common::unexpected("the arena is not sealed against resize, nor a file of this user that no one else may "
-                              "open");
+    return common::unexpected("the arena is not sealed against resize, nor a file of this user or the server's that "
+                              "no one else may open");
   }
   if (slab_bytes == 0 || bytes % slab_bytes != 0) {
     return common::unexpected("the arena is not a whole number of slabs");

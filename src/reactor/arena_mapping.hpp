@@ -6,6 +6,8 @@
 #pragma once
 
 #include "common/expected.hpp"
+#include <sys/types.h>
+
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -22,8 +24,10 @@ class ArenaMapping {
   // why, a file whose size is not `bytes`, and one that is not sealed
   // against resize (a peer could shrink it under this mapping) unless it is
   // a named arena (kvstrand-server --arena-path): a regular file of this
-  // user that no one else may open.
-  static common::Expected<std::unique_ptr<ArenaMapping>> map(int fd, std::uint64_t bytes, std::uint64_t slab_bytes);
+  // user or of the server's (`server_uid`, the user this process checked it
+  // runs as) that no one else may open.
+  static common::Expected<std::unique_ptr<ArenaMapping>> map(int fd, std::uint64_t bytes, std::uint64_t slab_bytes,
+                                                             uid_t server_uid);
   ~ArenaMapping();
   ArenaMapping(const ArenaMapping&) = delete;
   ArenaMapping& operator=(const ArenaMapping&) = delete;

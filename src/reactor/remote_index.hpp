@@ -176,6 +176,7 @@ class RemoteIndex final : public IndexPlane {
   std::uint8_t server_minor_ = 0;          // the current server's protocol minor version
   bool warned_tenant_ = false;             // a tenant not told to a 2.3 server: said once
   std::uint64_t server_id_ = 0;            // the current server life's id (0: a 2.1 server says none)
+  uid_t server_uid_ = 0;                   // the connected server's user (SO_PEERCRED), a trusted one
   std::uint64_t arena_mapped_ = 0;         // arenas mapped (and pinned): one per server life but where kept
   std::uint64_t arena_kept_ = 0;           // server restarts whose named arena was kept mapped and pinned
 

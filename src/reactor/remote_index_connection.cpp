@@ -176,7 +176,7 @@ asio::awaitable<Failure> RemoteIndex::hello(Clock::time_point until) {
     ::close(arena_fd);
     ++arena_kept_;
   } else {
-    auto mapping = ArenaMapping::map(arena_fd, hr.arena_bytes, hr.slab_bytes);
+    auto mapping = ArenaMapping::map(arena_fd, hr.arena_bytes, hr.slab_bytes, server_uid_);
     if (!mapping) {
       co_return unreachable("its arena cannot be mapped: " + mapping.why());
     }
@@ -219,6 +219,7 @@ asio::awaitable<Failure> RemoteIndex::handshake() {
                           std::to_string(::geteuid()) +
                           "), root, nor server_uid: not trusted with the KV (put the socket in a directory only "
                           "the service's user can write, e.g. /run/kvstrand, or set server_uid)");
+  server_uid_ = peer.uid;
   calls_.open(std::move(sock));
   const auto until = Clock::now() + opt_.request_timeout;
   if (Failure r = co_await hello(until); r) co_return r;
