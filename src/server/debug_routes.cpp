@@ -104,9 +104,11 @@ common::HttpRoutes debug_routes(ServerState state) {
     for (const auto& [ns, bytes] : st.classes.namespace_bytes()) by_size.push_back({bytes, ns});
     std::sort(by_size.begin(), by_size.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
     json::array namespaces;
-    for (std::size_t i = 0; i < by_size.size() && i < kListedNamespaces; ++i)
+    for (std::size_t i = 0; i < by_size.size() && i < kListedNamespaces && !st.hide_namespaces; ++i)
       namespaces.push_back(json::object{{"namespace", kv::to_hex(by_size[i].second)}, {"bytes", by_size[i].first}});
     o["namespaces"] = std::move(namespaces);
+    if (st.hide_namespaces)
+      o["namespaces_hidden"] = "tenants are bound to users and these pages need no token: give --http-token-file";
     json::array tenants;
     for (const tier::TenantBook::Tenant& t : st.tenants ? st.tenants->all() : std::vector<tier::TenantBook::Tenant>{}) {
       json::object one{{"tenant", t.name}, {"bytes", t.used}, {"evictions", t.evicted}};

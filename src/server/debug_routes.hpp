@@ -46,6 +46,10 @@ struct ServerState {
   std::function<std::uint64_t()> ready_bytes;  // of the arena and the segments
   std::string socket;
   std::uint64_t segment_bytes = 0;  // the tenants' segments together (--tenant-segment)
+  // A tenant map and no token: any local user reads the pages, so the
+  // namespaces' digests (with which one tests guessed prompts for
+  // membership) are not listed.
+  bool hide_namespaces = false;
 };
 
 common::HttpRoutes debug_routes(ServerState state);

@@ -1,5 +1,8 @@
 #include "server/event_publisher.hpp"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <spdlog/spdlog.h>
 
 #include <boost/asio/co_spawn.hpp>
@@ -8,6 +11,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <optional>
 
 #include "common/await_codes.hpp"
@@ -61,6 +65,24 @@ EventPublisher::EventPublisher(common::Strand strand, EventOptions options)
 
 EventPublisher::~EventPublisher() = default;
 
+namespace {
+// Binds `socket` to `endpoint`; an ipc:// path is created with its final
+// mode (as the server's own socket is: no moment when more may connect)
+// and given `group`. Empty on success, else why.
+std::string bind_endpoint(const ZmqLibrary& z, void* socket, const std::string& endpoint,
+                          std::optional<gid_t> group) {
+  const bool ipc = endpoint.rfind("ipc://", 0) == 0;
+  const mode_t old = ipc ? ::umask(group ? 0117 : 0177) : 0;
+  const int rc = z.bind(socket, endpoint.c_str());
+  if (ipc) ::umask(old);
+  if (rc != 0) return z.error();
+  // lchown: the path is the socket just bound, never a link's target.
+  if (ipc && group && ::lchown(endpoint.c_str() + 6, static_cast<uid_t>(-1), *group) != 0)
+    return "cannot be given gid " + std::to_string(*group) + " (--socket-group): " + std::strerror(errno);
+  return {};
+}
+}  // namespace
+
 common::Expected<std::shared_ptr<EventPublisher>> EventPublisher::open(common::Strand strand, EventOptions options) {
   auto lib = zmq_library();
   if (!lib) return common::unexpected("--events: " + lib.why());
@@ -73,9 +95,10 @@ common::Expected<std::shared_ptr<EventPublisher>> EventPublisher::open(common::S
   // Batches a slow subscriber may fall behind by: its queue inside libzmq
   // is at most --events-queue-bytes, batches being at most kMaxBatchBytes.
   const int hwm = static_cast<int>(std::clamp<std::uint64_t>(p->opt_.queue_bytes / kMaxBatchBytes, 1, 1'000'000));
-  if (s.pub == nullptr || s.z->setsockopt(s.pub, ZMQ_SNDHWM, &hwm, sizeof hwm) != 0 ||
-      s.z->bind(s.pub, p->opt_.endpoint.c_str()) != 0)
+  if (s.pub == nullptr || s.z->setsockopt(s.pub, ZMQ_SNDHWM, &hwm, sizeof hwm) != 0)
     return common::unexpected("--events " + p->opt_.endpoint + ": " + s.z->error());
+  if (std::string why = bind_endpoint(*s.z, s.pub, p->opt_.endpoint, p->opt_.ipc_group); !why.empty())
+    return common::unexpected("--events " + p->opt_.endpoint + ": " + why);
   if (!p->opt_.replay_endpoint.empty()) {
     s.router = s.z->socket(s.ctx, ZMQ_ROUTER);
     // A full pipe says EAGAIN and a gone peer EHOSTUNREACH, instead of the
@@ -84,9 +107,10 @@ common::Expected<std::shared_ptr<EventPublisher>> EventPublisher::open(common::S
     const int mandatory = 1;
     const std::int64_t max_message = 256;
     if (s.router == nullptr || s.z->setsockopt(s.router, ZMQ_ROUTER_MANDATORY, &mandatory, sizeof mandatory) != 0 ||
-        s.z->setsockopt(s.router, ZMQ_MAXMSGSIZE, &max_message, sizeof max_message) != 0 ||
-        s.z->bind(s.router, p->opt_.replay_endpoint.c_str()) != 0)
+        s.z->setsockopt(s.router, ZMQ_MAXMSGSIZE, &max_message, sizeof max_message) != 0)
       return common::unexpected("--events-replay " + p->opt_.replay_endpoint + ": " + s.z->error());
+    if (std::string why = bind_endpoint(*s.z, s.router, p->opt_.replay_endpoint, p->opt_.ipc_group); !why.empty())
+      return common::unexpected("--events-replay " + p->opt_.replay_endpoint + ": " + why);
     int fd = -1;
     std::size_t len = sizeof fd;
     if (s.z->getsockopt(s.router, ZMQ_FD, &fd, &len) != 0)

@@ -27,11 +27,14 @@
 // On the server's strand, like everything the server does.
 #pragma once
 
+#include <sys/types.h>
+
 #include <boost/asio/awaitable.hpp>
 #include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -53,6 +56,9 @@ struct EventOptions {
   // CPU and STORAGE, as vLLM's offload tiers say; sglang: CPU_PINNED and DISK).
   std::string arena_medium = "CPU";
   std::string disk_medium = "STORAGE";
+  // An ipc:// endpoint's socket file: 0660 and this group's (--socket-group,
+  // the engines' routers read it), or 0600 (the server's user alone).
+  std::optional<gid_t> ipc_group;
 };
 
 struct EventStats {

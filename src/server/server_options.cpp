@@ -584,7 +584,7 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
       return refuse("--events-medium-names", "'" + events_media + "' is not vllm or sglang");
     o.events = EventOptions{events,  events_replay, events_topic, *format, static_cast<std::size_t>(events_buffer),
                             *buffer_bytes, *queue_bytes, events_media == "vllm" ? "CPU" : "CPU_PINNED",
-                            events_media == "vllm" ? "STORAGE" : "DISK"};
+                            events_media == "vllm" ? "STORAGE" : "DISK", o.socket_gid};
   } else {
     for (const char* f : {"--events-replay", "--events-topic", "--events-format", "--events-buffer",
                           "--events-buffer-bytes", "--events-queue-bytes", "--events-allow-remote",

@@ -272,3 +272,43 @@ TEST_CASE("server: a tenant's segment is memory no other tenant's process is han
   // team-a's own segment: team-b was handed the arena, which holds none of them.
   CHECK(survives_another_tenant({"--tenant-segment", "team-a=8M"}));
 }
+
+TEST_CASE("server: with tenants bound to users, the events' ipc:// sockets are the engines' group's (the server "
+          "user's alone without one) and an open /debug/tier lists no namespace",
+          "[server][tenants][trust][events]") {
+  if (::geteuid() != 0 || !curl_present()) {
+    WARN("skipped: needs root (a group of its choosing) and curl");
+    return;
+  }
+  const auto mode_of = [](const std::string& path) {
+    struct stat st {};
+    REQUIRE(::lstat(path.c_str(), &st) == 0);
+    return std::pair{st.st_mode & 0777, st.st_gid};
+  };
+  const std::string base = ServerProcess::fresh_socket_path();
+  const auto port = free_port();
+  {
+    ServerProcess srv({"--tier-bytes", "16M", "--slab-bytes", "4M", "--chunk-tokens", "64", "--tenant-uid",
+                       "team-a=61001", "--socket-group", std::to_string(kEnginesGroup), "--events",
+                       "ipc://" + base + ".ev", "--events-replay", "ipc://" + base + ".rp", "--http",
+                       "127.0.0.1:" + std::to_string(port)});
+    REQUIRE(srv.ready());
+    REQUIRE(mode_of(base + ".ev") == std::pair{0660u, kEnginesGroup});
+    REQUIRE(mode_of(base + ".rp") == std::pair{0660u, kEnginesGroup});
+    // Root (an admin) stores a chunk of team-a's: its namespace is not listed.
+    Client admin(srv.socket_path());
+    REQUIRE(must_call(admin, Hello{kMajor, kMinor, "admin"}).status == Status::ok);
+    const auto r = std::get<RegisterReply>(must_call(admin, RegisterLayout{tenant_layout("team-a")}).payload);
+    const Reply res = must_call(admin, Reserve{r.registration, tenant_keys("team-a", 1), {0}});
+    REQUIRE(must_call(admin, Commit{std::get<ReserveReply>(res.payload).reservation, true}).status == Status::ok);
+    const auto tier = boost::json::parse(curl(port, "/debug/tier").body).as_object();
+    REQUIRE(tier.at("objects").as_int64() == 1);
+    REQUIRE(tier.at("namespaces").as_array().empty());
+    REQUIRE(tier.contains("namespaces_hidden"));
+  }
+  ServerProcess alone({"--tier-bytes", "16M", "--slab-bytes", "4M", "--chunk-tokens", "64", "--events",
+                       "ipc://" + base + ".ev2"});
+  REQUIRE(alone.ready());
+  REQUIRE(mode_of(base + ".ev2").first == 0600u);
+  for (const char* end : {".ev", ".rp", ".ev2"}) ::unlink((base + end).c_str());
+}
