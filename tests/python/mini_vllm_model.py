@@ -275,7 +275,7 @@ def token_for(req):
 def configs(socket, tp, num_blocks, layers, chunk_tokens, groups=None, policy="recompute", spec_tokens=0,
             cache_dtype="auto", kv_events=False, mamba_cache_mode="align", pipeline_parallel_size=1,
             decode_context_parallel_size=1, prefill_context_parallel_size=1, revision=None, quantization=None,
-            **extra):
+            hash_block_size=None, **extra):
     """vLLM's config objects as kvstrand.vllm reads them. `groups`: a list of
     (kind, layers, window) per KV-cache group; default one full-attention
     group of `layers` layers."""
@@ -286,7 +286,7 @@ def configs(socket, tp, num_blocks, layers, chunk_tokens, groups=None, policy="r
                                            kv_load_failure_policy=policy,
                                            kv_connector_extra_config={"server_socket": socket,
                                                                       "chunk_tokens": chunk_tokens, **extra}),
-        cache_config=SimpleNamespace(block_size=BLOCK, cache_dtype=cache_dtype),
+        cache_config=SimpleNamespace(block_size=BLOCK, cache_dtype=cache_dtype, hash_block_size=hash_block_size),
         model_config=SimpleNamespace(model="toy/llama-mini", dtype="torch.bfloat16", revision=revision,
                                      quantization=quantization),
         parallel_config=SimpleNamespace(tensor_parallel_size=tp, pipeline_parallel_size=pipeline_parallel_size,

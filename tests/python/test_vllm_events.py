@@ -182,3 +182,49 @@ def test_kv_events_say_each_groups_spec_kind_and_sliding_window_as_vllm_does(ser
         assert vllm.stats["mismatches"] == 0
     finally:
         vllm.shutdown()
+
+
+def test_where_vllm_hashes_finer_than_a_block_events_carry_its_hash_of_each_block():
+    """vLLM hashes a hybrid's blocks at hash_block_size (4 hashes a 16-token
+    block here); its own BlockStored carries one hash a block (its
+    BlockHashListWithBlockSize: the block's last sub-hash). Taking
+    Request.block_hashes a block at a time announced hashes vLLM never did."""
+    fine = [bytes([i]) * 8 for i in range(32)]  # 128 tokens at 4 a hash
+    req = SimpleNamespace(block_hashes=fine, prompt_token_ids=PREFIX + list(range(64)), lora_request=None)
+    log = EventLog(writers=[0], block_size=16, hash_block_size=4)
+    log.save_posted(1, 0, req, 64, 128, [b"c"])
+    log.save_ended(SaveEnded(1, 0, 0, True))
+    (stored,) = log.take()
+    assert stored.block_hashes == fine[3::4][4:8]
+    assert stored.parent_block_hash == fine[15]
+    # The server's descriptions of the same chunks, alike.
+    from kvstrand.vllm.events import describe_chunks
+    (desc,) = describe_chunks(req, 64, 128, 16, 64, 0, hash_block_size=4)
+    assert fine[19] in desc and fine[16] not in desc
+
+
+@newest_only
+def test_the_hash_grain_is_vllms_own():
+    from kvstrand.vllm.config import ConnectorConfig
+    from mini_vllm_model import configs
+    groups = [("full", 2, 0), ("sliding", 2, 32)]
+    assert ConnectorConfig.from_vllm(*configs("/tmp/x.sock", 1, 64, 4, 64, groups=groups)).hash_block_size == 16
+    fine = configs("/tmp/x.sock", 1, 64, 4, 64, groups=groups, hash_block_size=4)
+    assert ConnectorConfig.from_vllm(*fine).hash_block_size == 4
+
+
+def test_events_carry_each_blocks_extra_keys_as_vllm_fills_them():
+    """A LoRA request with an image and a cache salt: vLLM's BlockStored
+    lists, per block, what its hash covers besides tokens; kvstrand's said
+    nothing (None) where this vLLM has the function that makes them."""
+    req = Request("a", PREFIX + list(range(64)), 1, mm=[(20, 30, "img-1")], lora="adapter", salt="s")
+    req.block_hashes  # noqa: B018 - computed as vLLM does, from the request
+    log = EventLog(writers=[0], block_size=16)
+    log.save_posted(1, 0, req, 0, 64, [b"c"])
+    log.save_ended(SaveEnded(1, 0, 0, True))
+    (stored,) = log.take()
+    from kvstrand.vllm.events import vllm_helper
+    if vllm_helper("generate_block_hash_extra_keys") is None:
+        assert stored.extra_keys is None  # an older vLLM: its events have none either
+        return
+    assert stored.extra_keys == [("adapter", "s")] + [("img-1", "adapter")] * 3  # the image spans tokens 20-49

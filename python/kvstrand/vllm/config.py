@@ -228,6 +228,10 @@ class ConnectorConfig:
     speculative_method: str = ""
     kv_events: bool = False  # vLLM publishes KV events (kv_events_config.enable_kv_cache_events)
     block_major: bool = False  # attention tensors are (2, num_blocks, ...) re-strided block by block (Mamba hybrids)
+    # Tokens per hash of vLLM's Request.block_hashes: finer than block_size
+    # where vLLM hashes at a finer grain (its hash_block_size); events view
+    # them a block at a time, as vLLM's own do.
+    hash_block_size: int = 0
 
     @property
     def layers(self):
@@ -358,6 +362,7 @@ class ConnectorConfig:
             speculative_tokens=int(getattr(spec_cfg, "num_speculative_tokens", 0) or 0) if spec_cfg else 0,
             speculative_method=str(getattr(spec_cfg, "method", "") or "") if spec_cfg else "",
             kv_events=kv_events,
+            hash_block_size=_hash_block_size(vllm_config, kv_cache_config, block_size),
         )
         if (why := kvstrand.tenant_problem(cfg.tenant)) is not None:
             raise config_error(OPTION_PREFIX + "tenant", why)
@@ -405,6 +410,24 @@ class ConnectorConfig:
                                       server_request_timeout=self.request_timeout_s)
         o.server_uid = self.server_uid
         return o
+
+
+def _hash_block_size(vllm_config, kv_cache_config, block_size):
+    """The grain of vLLM's Request.block_hashes, as vLLM resolves it
+    (resolve_kv_cache_block_sizes: a hybrid's groups may be hashed finer
+    than a block); the block size where this vLLM has no such grain."""
+    from .events import vllm_helper
+    resolve = vllm_helper("resolve_kv_cache_block_sizes")
+    if resolve is None:
+        return block_size
+    try:
+        grain = int(resolve(kv_cache_config, vllm_config)[1])
+    except Exception as e:  # noqa: BLE001 - vLLM's own check of its config: vLLM refuses it itself
+        log.warning("kvstrand.vllm: vLLM's resolve_kv_cache_block_sizes failed (%s): events take one hash a block", e)
+        return block_size
+    if grain <= 0 or block_size % grain:
+        raise config_error("cache_config.hash_block_size", f"{grain} does not divide the block size {block_size}")
+    return grain
 
 
 def _mamba_group(vllm_config, spec, group, index, option, block_size):

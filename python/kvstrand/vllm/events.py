@@ -24,6 +24,7 @@ MAX_ANNOUNCED chunks remembered for removal (the oldest are forgotten).
 """
 
 import dataclasses
+import logging
 from collections import OrderedDict
 
 MEDIUM = "CPU"  # vLLM's name for host memory in its offloading connector's events
@@ -31,6 +32,8 @@ MAX_PENDING = 4096
 MAX_ANNOUNCED = 1 << 16
 
 from .interface import VLLM_AVAILABLE
+
+log = logging.getLogger("kvstrand.vllm")
 
 # Why this vLLM's event types cannot be used (None: they can, or vLLM is not
 # installed and the local copies below stand in). KV events are optional:
@@ -69,11 +72,75 @@ except ImportError as e:
             self.add_events(other.get_all_events())
             return self
 
-try:  # pragma: no cover
-    from vllm.v1.core.kv_cache_utils import maybe_convert_block_hash  # type: ignore
-except ImportError:
-    def maybe_convert_block_hash(block_hash):
-        return block_hash
+# vLLM's KV-cache helpers live in vllm.v1.core.kv_cache_utils; a release
+# may move KV-cache planning to kv_cache_planning. Looked up in both, so a
+# move is a warning naming what is missing, not an ImportError.
+_HELPER_MODULES = ("vllm.v1.core.kv_cache_utils", "vllm.v1.core.kv_cache_planning")
+
+
+def vllm_helper(name):
+    """vLLM's `name` from whichever of its KV-cache modules has it; None
+    where none does (an older vLLM, or none installed)."""
+    import importlib
+    for module in _HELPER_MODULES:
+        try:
+            found = getattr(importlib.import_module(module), name, None)
+        except ImportError:
+            continue
+        if found is not None:
+            return found
+    return None
+
+
+_convert = vllm_helper("maybe_convert_block_hash")
+if _convert is None and VLLM_AVAILABLE:
+    log.warning("kvstrand.vllm: this vLLM has no maybe_convert_block_hash in %s: KV events carry its block "
+                "hashes as they are (vLLM emits them as 64-bit ints by default)", " or ".join(_HELPER_MODULES))
+
+
+def maybe_convert_block_hash(block_hash):
+    """A block hash as vLLM's own events carry it (an int by default)."""
+    return block_hash if _convert is None else _convert(block_hash)
+
+
+def extra_keys_by_block(request, begin, end, block_size):
+    """vLLM's extra keys of each block of [begin, end) of `request` (its
+    multimodal items, LoRA, cache salt), as its own BlockStored carries
+    them: vLLM's generate_block_hash_extra_keys walked from the prompt's
+    start (it tracks the multimodal item it is at). None where this vLLM
+    has no such function, or it fails on this request."""
+    generate = vllm_helper("generate_block_hash_extra_keys")
+    if generate is None:
+        return None
+    out, item = [], 0
+    try:
+        for start in range(0, end, block_size):
+            keys, item = generate(request, start, start + block_size, item)
+            if start >= begin:
+                out.append(keys)
+    except Exception as e:  # noqa: BLE001 - a request vLLM's function cannot read: the events go without
+        log.debug("kvstrand.vllm: no extra keys for a request's events: %s", e)
+        return None
+    return out
+
+
+def hashes_by_block(hashes, hash_block_size, block_size):
+    """vLLM's hashes of a request's `block_size` blocks, from its
+    Request.block_hashes (one per `hash_block_size` tokens, several a block
+    where that is finer), as its own BlockStored carries them: through
+    vLLM's BlockHashListWithBlockSize, so that each release's rule holds
+    (the block's last sub-hash, or the sub-hashes joined in earlier ones);
+    the last sub-hash where that class is missing."""
+    hashes = list(hashes)
+    if not hash_block_size or hash_block_size == block_size:
+        return hashes
+    if block_size % hash_block_size:
+        return []  # vLLM refuses such sizes: nothing to announce
+    view = vllm_helper("BlockHashListWithBlockSize")
+    if view is not None:
+        return list(view(hashes, hash_block_size, block_size))
+    ratio = block_size // hash_block_size
+    return [hashes[(i + 1) * ratio - 1] for i in range(len(hashes) // ratio)]
 
 
 try:  # vLLM's own encoder (vLLM depends on msgspec); the one below otherwise
@@ -129,14 +196,14 @@ def spec_fields(group):
             "kv_cache_spec_sliding_window": group.sliding_window or None}
 
 
-def describe_chunks(request, begin, end, block_size, chunk_tokens, group_idx, spec=None):
+def describe_chunks(request, begin, end, block_size, chunk_tokens, group_idx, spec=None, hash_block_size=None):
     """Per chunk of [begin, end) (chunk-aligned) of `request` (vLLM's), what
     kvstrand-server announces of it in its KV events (docs/events.md): a
     msgpack map of BlockStored's fields as vLLM fills them for this
     request's blocks. None at all when vLLM did not hash its blocks
     (prefix caching off): then nothing is announced."""
-    hashes = list(getattr(request, "block_hashes", None) or [])
     bs = block_size
+    hashes = hashes_by_block(getattr(request, "block_hashes", None) or [], hash_block_size, bs)
     if len(hashes) < end // bs:
         return []
     lora = getattr(request, "lora_request", None)
@@ -150,6 +217,7 @@ def describe_chunks(request, begin, end, block_size, chunk_tokens, group_idx, sp
             "block_hashes": [maybe_convert_block_hash(h) for h in hashes[first:last]],
             "parent_block_hash": maybe_convert_block_hash(hashes[first - 1]) if first else None,
             "token_ids": list(tokens[c:min(c + chunk_tokens, end)]), "block_size": bs,
+            "extra_keys": extra_keys_by_block(request, c, min(c + chunk_tokens, end), bs),
             "lora_id": lora_id, "lora_name": lora_name, "group_idx": group_idx, **(spec or {})}))
     return out
 
@@ -215,9 +283,10 @@ class EventLog:
     """The scheduler side's record: saves awaited, chunks announced, events
     not yet taken by vLLM."""
 
-    def __init__(self, writers, block_size, group_index=None, group_specs=None):
+    def __init__(self, writers, block_size, group_index=None, group_specs=None, hash_block_size=None):
         self.writers = list(writers)  # TP ranks whose saves reach the tier
         self.block_size = block_size
+        self.hash_block_size = hash_block_size  # of vLLM's Request.block_hashes (None: the block size)
         # kvstrand's group -> vLLM's index of it (KV-cache groups vLLM
         # numbers include Mamba groups, which kvstrand does not register):
         # events name vLLM's, the number a router knows the blocks by.
@@ -236,7 +305,7 @@ class EventLog:
         `chunk_hashes`; nothing to announce when vLLM did not hash them
         (prefix caching off)."""
         bs = self.block_size
-        hashes = list(getattr(request, "block_hashes", None) or [])
+        hashes = hashes_by_block(getattr(request, "block_hashes", None) or [], self.hash_block_size, bs)
         if len(hashes) < end // bs:
             return
         lora = getattr(request, "lora_request", None)
@@ -244,6 +313,7 @@ class EventLog:
             BlockStored, block_hashes=[maybe_convert_block_hash(h) for h in hashes[begin // bs:end // bs]],
             parent_block_hash=maybe_convert_block_hash(hashes[begin // bs - 1]) if begin else None,
             token_ids=list(request.prompt_token_ids[begin:end]), block_size=bs,
+            extra_keys=extra_keys_by_block(request, begin, end, bs),
             lora_id=getattr(lora, "lora_int_id", None) if lora is not None else None, medium=MEDIUM,
             lora_name=getattr(lora, "lora_name", None) if lora is not None else None, group_idx=self._vllm(group),
             **(self.group_specs[group] if self.group_specs is not None else {}))

@@ -94,7 +94,8 @@ class SchedulerSide:
         writers = [rank for rank in range(cfg.tp_size) if kvstrand.writes_to_tier(self.layouts[rank][0])]
         # With tier_events "server", kvstrand-server announces the tier's
         # blocks (each save carries their descriptions) and this engine none.
-        self.events = (EventLog(writers, cfg.block_size, [g.index for g in cfg.groups], cfg.groups)
+        self.events = (EventLog(writers, cfg.block_size, [g.index for g in cfg.groups], cfg.groups,
+                                cfg.hash_block_size)
                        if cfg.kv_events and cfg.tier_events == "engine" else None)
 
     # ---- helpers ----
@@ -378,7 +379,8 @@ class SchedulerSide:
                     for part in parts:
                         group = self.cfg.groups[part.group]
                         part.chunk_events = describe_chunks(r.source, part.begin, part.end, self.cfg.block_size,
-                                                            self.cfg.chunk_tokens, group.index, spec_fields(group))
+                                                            self.cfg.chunk_tokens, group.index, spec_fields(group),
+                                                            self.cfg.hash_block_size)
                 job = SaveJob(req_id, save.begin, save.end, parts, self.next_save_id)
                 self.next_save_id += 1
                 meta.saves.append(job)
