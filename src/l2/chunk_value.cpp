@@ -61,6 +61,8 @@ std::string redis_key_of(const kv::ChunkKey& key) {
   return "kvstrand:v1:{" + kv::to_hex(key.hash) + "}:" + kv::to_hex(key.ns) + ":" + std::to_string(key.kv_rank);
 }
 
+std::string redis_description_key_of(const kv::ChunkKey& key) { return redis_key_of(key) + ":events"; }
+
 std::string encode_chunk_value(const kv::ChunkKey& key, bool has_image, std::span<const std::byte> object,
                                const MacKey* mac) {
   std::string v(kChunkHeaderBytes + object.size(), '\0');

@@ -44,6 +44,10 @@ struct MacKey {
 };
 
 std::string redis_key_of(const kv::ChunkKey& key);
+// Where a value's KV-event description is kept (the server's --events): its
+// key with ":events" after it, in the same hash slot. Apart from the value,
+// so that a node of an earlier version reads the value as it always did.
+std::string redis_description_key_of(const kv::ChunkKey& key);
 
 // The header and the object's bytes, in one string (the SET's value); with a
 // MAC under `mac` when given.

@@ -15,6 +15,8 @@
 
 #include "l2/chunk_value.hpp"
 #include "common/gate.hpp"
+#include "server/kv_event_codec.hpp"
+#include "server/tier_events.hpp"
 #include "common/log_escaped.hpp"
 #include "tier/arena.hpp"
 
@@ -123,7 +125,8 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
         }
       }
       std::vector<std::pair<std::string, std::string>> items;
-      while (!queue.empty() && items.size() < kWriteBatch) {
+      std::vector<bool> is_value;  // by item: an object's value (counted), or its description
+      while (!queue.empty() && is_value.size() < kWriteBatch) {
         const Queued q = queue.front();
         queue.pop_front();
         if (!marked.contains(q.key.ns)) {  // its marker could not be set: not written (a later save writes it)
@@ -135,14 +138,22 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
         items.emplace_back(l2::redis_key_of(q.key),
                            l2::encode_chunk_value(q.key, q.image, {object_at(*q.index, q.slot), object_bytes},
                                                   opt.mac ? &*opt.mac : nullptr));
+        is_value.push_back(true);
+        if (events != nullptr)
+          if (std::string_view d = events->description(*q.index, q.slot); !d.empty()) {
+            items.emplace_back(l2::redis_description_key_of(q.key), std::string(d));
+            is_value.push_back(false);
+          }
         q.index->unpin(std::span<const kv::ChunkKey>(&q.key, 1));  // its bytes are taken
       }
       if (items.empty()) continue;
-      in_flight = items.size();
+      in_flight = static_cast<std::size_t>(std::count(is_value.begin(), is_value.end(), true));
       std::vector<l2::RedisResult> r = co_await cluster->set(std::move(items), opt.ttl);
       in_flight = 0;
       settled.cancel();  // drain() looks again
-      for (const l2::RedisResult& x : r) {
+      for (std::size_t i = 0; i < r.size(); ++i) {
+        const l2::RedisResult& x = r[i];
+        if (i < is_value.size() && !is_value[i]) continue;  // a description: its value says how the write went
         if (x.answered() && x.value.kind == l2::RedisValue::Kind::status) {
           ++st.written;
         } else {
@@ -288,9 +299,19 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
     if (!ready || stopped || keys.empty() || dropped.contains(keys.front().ns)) co_return Promoted{};
     ++st.lookups;
     std::vector<std::string> names;
-    names.reserve(keys.size());
+    names.reserve(keys.size() * 2);
     for (const kv::ChunkKey& k : keys) names.push_back(l2::redis_key_of(k));
+    // With events, each value's description too (after every value).
+    TierEvents* const described = events;
+    if (described != nullptr)
+      for (const kv::ChunkKey& k : keys) names.push_back(l2::redis_description_key_of(k));
     std::vector<l2::RedisResult> got = co_await cluster->get(std::move(names));
+    std::vector<l2::RedisResult> descriptions;
+    if (described != nullptr && got.size() > keys.size()) {
+      descriptions.assign(std::make_move_iterator(got.begin() + static_cast<std::ptrdiff_t>(keys.size())),
+                          std::make_move_iterator(got.end()));
+      got.resize(keys.size());
+    }
     const std::uint64_t object_bytes = idx.object_bytes();
     std::vector<l2::ChunkValue> found;
     LevelMiss why = LevelMiss::none;
@@ -348,6 +369,7 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
       if (res.chunks[i] == tier::Index::Chunk::reserved) {
         std::memcpy(object_at(idx, res.slots[i]), found[i].object.data(), object_bytes);
         ++st.promoted;
+        if (i < descriptions.size()) describe(idx, res.slots[i], descriptions[i]);
       }
       ++stored;
     }
@@ -355,9 +377,22 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
     co_return Promoted{stored, why};
   }
 
+  // A promoted object's description, from Redis: announced at its commit
+  // like any other, unless it is not one vLLM's consumers could read.
+  void describe(const tier::Index& idx, std::uint32_t slot, const l2::RedisResult& r) {
+    if (events == nullptr || !r.answered() || r.value.kind != l2::RedisValue::Kind::string) return;
+    if (auto why = description_problem(r.value.str)) {
+      events->count_refused();
+      spdlog::debug("kvstrand-server: an L2 description refused: {}", *why);
+      return;
+    }
+    events->describe(idx, slot, r.value.str);
+  }
+
   common::Strand strand;
   L2Options opt;
   std::byte* arena;
+  TierEvents* events = nullptr;  // --events
   tier::SizeClasses& classes;
   std::optional<l2::RedisCluster> cluster;
   std::deque<Queued> queue;
@@ -424,6 +459,8 @@ void L2Tier::stop() {
 }
 
 void L2Tier::committed(tier::Index& index, std::span<const std::uint32_t> slots) { impl_->committed(index, slots); }
+
+void L2Tier::set_events(TierEvents* events) { impl_->events = events; }
 
 std::size_t L2Tier::drop(const kv::Digest& ns) { return impl_->drop(ns); }
 

@@ -11,7 +11,10 @@
 //   bounded by `timeout`: what has not come by then is a miss.
 // - A value is loaded only if its header names exactly this chunk (namespace,
 //   rank, hash), this object size and format, and both checksums match
-//   (l2/chunk_value.hpp); anything else is a miss, counted.
+//   (l2/chunk_value.hpp); anything else is a miss, counted. Its KV-event
+//   description (--events) travels beside it, under a key of its own: one
+//   that description_problem refuses is dropped and counted, the value
+//   still loads.
 // - Redis unreachable at start: the server serves without it and keeps
 //   trying every second. Redis refusing the credentials: the same, with an
 //   error naming the options that set them.
@@ -37,6 +40,8 @@
 #include "tier/size_classes.hpp"
 
 namespace kvstrand::server {
+
+class TierEvents;
 
 struct L2Options {
   std::vector<l2::RedisAddress> seeds;
@@ -88,6 +93,10 @@ class L2Tier final : public LowerLevel {
   // The same without waiting (the destructor's): the connections close now.
   void stop();
 
+  // With --events: each object written carries its description (under
+  // l2::redis_description_key_of), and an object promoted with one is
+  // announced in the arena as any other described object.
+  void set_events(TierEvents* events);
   // A reservation's objects (`slots`) were just committed: queue them.
   void committed(tier::Index& index, std::span<const std::uint32_t> slots) override;
   // Copies into the arena the run of `keys` (from keys[0]) that L2 holds and

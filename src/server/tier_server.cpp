@@ -629,6 +629,7 @@ void TierServer::start() {
     impl_->events = std::make_unique<TierEvents>(impl_->publisher);
     impl_->events->watch(*impl_->classes, impl_->opt.events->arena_medium);
     if (impl_->disk) impl_->disk->set_events(impl_->events.get());
+    if (impl_->l2) impl_->l2->set_events(impl_->events.get());
     impl_->service->set_events(impl_->events.get());
     // The first batch, before any client is served: what this start found.
     asio::post(impl_->strand, [i = impl_.get(), found = std::move(found)] {

@@ -337,3 +337,57 @@ def test_sglangs_dialect_names_the_arena_cpu_pinned_and_the_disk_disk(tmp_path):
             e.close()
             sub.close()
             server.stop()
+
+
+def test_a_value_another_node_wrote_to_l2_is_announced_once_promoted_into_this_nodes_arena(tmp_path):
+    """Node A stores a described prompt and writes it behind to Redis; node
+    B, whose arena never held it, promotes it for a lookup and announces it
+    as any arena object: vLLM's hashes from A's engine (kept in Redis beside
+    each value). Before, B stored it unannounced: a router never learnt that
+    B holds it."""
+    import subprocess
+    import shutil
+    redis_port = free_port()
+    redis = subprocess.Popen([shutil.which("redis-server") or "/usr/bin/redis-server", "--port", str(redis_port),
+                              "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(tmp_path)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    l2 = ["--l2", f"redis://127.0.0.1:{redis_port}"]
+    a_port, b_port = free_port(), free_port()
+    a = Server(tier="4M", slab="2M", extra=l2 + ["--events", f"tcp://127.0.0.1:{a_port}"])  # it keeps descriptions
+    b = Server(tier="4M", slab="2M", extra=l2 + ["--events", f"tcp://127.0.0.1:{b_port}"])
+    sub = Subscriber(f"tcp://127.0.0.1:{b_port}", None, "", "map")
+    writer = EventEngine(a, 0)
+    reader = None
+    try:
+        end = time.monotonic() + 20
+        while a.metric("l2_connected") != 1 or b.metric("l2_connected") != 1:
+            assert time.monotonic() < end, "Redis not reached in 20 s"
+            time.sleep(0.05)
+        writer.save(7)
+        while a.metric("l2_written_total") != 8:
+            assert time.monotonic() < end, "A's prompt not written to Redis in 20 s"
+            time.sleep(0.05)
+        time.sleep(0.3)  # the subscription reaches B before its promotion
+        reader = EventEngine(b, 0)
+        tokens = [7 * 1000 + t for t in range(PROMPT_TOKENS)]
+        reader.conn.lookup(kvstrand.chunk_keys(reader.layout, tokens), reader.group)
+        while not (f := reader.conn.finished()).lookups:
+            assert time.monotonic() < end, "no lookup answer in 20 s"
+            time.sleep(0.001)
+        answer = f.lookups[0]
+        assert answer.hit.tokens == PROMPT_TOKENS and b.metric("l2_promoted_total") == 8
+        reader.conn.release_lookup(answer.lease)
+        sub.receive(lambda s: sum(e["type"] == "BlockStored" for e in s.events()) >= 8)
+        stored = [e for e in sub.events() if e["type"] == "BlockStored"]
+        assert [key(e["block_hashes"]) for e in stored] == [key(hashes_of(0, 7, c)) for c in range(8)]
+        assert all(e["medium"] == "CPU" and e["token_ids"] == tokens[i * 64:(i + 1) * 64]
+                   for i, e in enumerate(stored))
+    finally:
+        writer.close()
+        if reader is not None:
+            reader.close()
+        sub.close()
+        a.stop()
+        b.stop()
+        redis.kill()
+        redis.wait()
