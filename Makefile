@@ -37,7 +37,7 @@ export TSAN_OPTIONS ?= halt_on_error=1:second_deadlock_stack=1
 
 FUZZ_SECONDS ?= 60
 
-.PHONY: all bootstrap build demo python-demo test test-asan test-tsan test-sanitize check-backends bench gpu-pack fuzz mutants clean
+.PHONY: all bootstrap build demo python-demo test test-asan test-tsan test-sanitize check-backends bench gpu-pack fuzz mutants mutants-diff clean
 
 all: build
 
@@ -134,6 +134,12 @@ fuzz:
 	cmake --build build-fuzz -j $(JOBS) --target fuzz_frame_decoder fuzz_seed_corpus
 	./build-fuzz/fuzz_seed_corpus build-fuzz/corpus
 	./build-fuzz/fuzz_frame_decoder -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1 build-fuzz/corpus
+
+# Mutants made by rule on the lines changed since BASE (scripts/diff_mutants.py):
+# make mutants-diff BASE=b4cfd90 [MUTANTS_DIFF_ARGS="--max 40 --budget 2400"]
+mutants-diff:
+	@test -n "$(BASE)" || { echo "mutants-diff: give BASE=<commit>, e.g. make mutants-diff BASE=HEAD~5"; exit 2; }
+	scripts/diff_mutants.py --base $(BASE) $(MUTANTS_DIFF_ARGS)
 
 clean:
 	rm -rf build build-asan build-tsan build-backends build-cuda build-fuzz
