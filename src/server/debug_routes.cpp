@@ -174,6 +174,10 @@ common::HttpRoutes debug_routes(ServerState state) {
            common::labels({{"version", KVSTRAND_VERSION_STRING}, {"protocol", protocol}}));
     p.counter("kvstrand_server_requests_total", "Requests answered, by type and status", st.requests);
     p.counter("kvstrand_server_evictions_total", "Objects evicted from the tier", t.evictions);
+    p.counter("kvstrand_server_lookup_hits_total",
+              "Chunks lookups hit, by the level each came from (arena, or disk or L2 that promoted it for the "
+              "lookup) and the registration's tenant",
+              st.lookup_hits);
     p.counter("kvstrand_server_lookup_misses_total",
               "Lookups that stopped short of their keys, by why the first missing chunk is missing", st.lookup_misses);
     p.counter("kvstrand_server_dropped_objects_total", "Objects of namespaces dropped (protocol drop) from the tier",

@@ -39,6 +39,7 @@ struct ServerState {
   const std::uint32_t& mapped_slabs;  // of the server's own mapping, faulted in
   const common::LabeledCounter& requests;
   const common::LabeledCounter& lookup_misses;  // RequestService::lookup_misses
+  const common::LabeledCounter& lookup_hits;    // RequestService::lookup_hits
   const std::uint64_t& orphans_freed;
   const common::AcceptBackoff& accept;
   const std::string& fill_error;

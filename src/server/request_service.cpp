@@ -31,11 +31,14 @@ RequestService::RequestService(ServiceRules rules, ServerFacts facts, tier::Size
 
 boost::asio::awaitable<void> RequestService::promote(Client& c, const Lookup& m, const bool& gone) {
   c.promote_miss = LevelMiss::none;
+  c.promoted.clear();
+  c.present_before = 0;
   tier::Index* into = index_of(c, m.registration);
   if (into == nullptr || levels_.empty()) co_return;
   // Another namespace's chunks are not this registration's to bring up.
   const std::span<const kv::ChunkKey> own(m.keys.data(), own_run(c.regs.at(m.registration), m.keys));
   std::size_t have = into->present_run(own);
+  c.present_before = have;
   // Taken now: the registration may be gone when a level's answer comes.
   const tier::TenantId tenant = c.regs.at(m.registration).tenant;
   for (LowerLevel* level : levels_) {
@@ -43,6 +46,7 @@ boost::asio::awaitable<void> RequestService::promote(Client& c, const Lookup& m,
     std::vector<kv::ChunkKey> rest(own.begin() + static_cast<std::ptrdiff_t>(have), own.end());
     const Promoted p = co_await level->promote(*into, std::move(rest), tenant);
     have += p.have;
+    if (p.have != 0) c.promoted.emplace_back(level->name(), p.have);
     // The nearest level's reason: what the chunk it stopped at had there.
     if (c.promote_miss == LevelMiss::none) c.promote_miss = p.why;
   }
@@ -181,11 +185,29 @@ Reply RequestService::lookup(Client& c, const Lookup& m) {
         {{"reason", lease.slots.size() == keys.size() ? "other_namespace"
                                                       : miss_reason(c, index, m.keys[lease.slots.size()])}})];
   c.promote_miss = LevelMiss::none;
+  count_hits(c, it->second, lease.slots.size());
   LookupReply r;
   r.lease = lease.id;
   r.hit = std::move(lease.hit);
   for (std::uint32_t slot : lease.slots) r.offsets.push_back(offset_in_pool(c, index, slot));
   return Reply{Status::ok, "", std::move(r)};
+}
+
+void RequestService::count_hits(Client& c, const Client::Reg& reg, std::size_t hits) {
+  const std::string tenant = tenants_ && reg.tenant < tenants_->size() ? tenants_->name(reg.tenant) : "";
+  // The arena's run first, then each level's in the order they promoted;
+  // what is left (stored meanwhile by another session) the arena's too.
+  std::size_t arena = levels_.empty() ? hits : std::min(hits, c.present_before);
+  std::size_t left = hits - arena;
+  for (const auto& [level, n] : c.promoted) {
+    const std::size_t mine = std::min(left, n);
+    if (mine != 0) lookup_hits_[common::labels({{"level", level}, {"tenant", tenant}})] += mine;
+    left -= mine;
+  }
+  arena += left;
+  if (arena != 0) lookup_hits_[common::labels({{"level", "arena"}, {"tenant", tenant}})] += arena;
+  c.promoted.clear();
+  c.present_before = 0;
 }
 
 // Another process's lease made this client's process's: the hand-off of a

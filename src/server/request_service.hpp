@@ -77,6 +77,10 @@ struct Client {
   // Why the levels below stopped short in the promotion before this
   // session's lookup (its miss's reason, if it misses there).
   LevelMiss promote_miss = LevelMiss::none;
+  // What the promotion before this session's lookup found: the run the
+  // arena held already, then what each level below brought up (by name).
+  std::size_t present_before = 0;
+  std::vector<std::pair<const char*, std::size_t>> promoted;
 };
 
 class RequestService {
@@ -105,6 +109,9 @@ class RequestService {
   // model, weight version or tenant; or the key is not of the asking
   // registration's namespace), else "never_stored".
   const common::LabeledCounter& lookup_misses() const noexcept { return lookup_misses_; }
+  // Chunks lookups hit, by the level each came from ("arena", or a level
+  // below that promoted it for that lookup) and the registration's tenant.
+  const common::LabeledCounter& lookup_hits() const noexcept { return lookup_hits_; }
   // With --events: the chunk descriptions reserves carry are kept for them.
   void set_events(TierEvents* events) noexcept { events_ = events; }
   // The arena's tenants: a registration's objects are its layout's tenant's.
@@ -133,6 +140,8 @@ class RequestService {
   std::vector<LowerLevel*> levels_;
   std::uint32_t next_reg_ = 1;
   common::LabeledCounter lookup_misses_;
+  common::LabeledCounter lookup_hits_;
+  void count_hits(Client& c, const Client::Reg& reg, std::size_t hits);
   // Namespaces dropped on this server (a miss's reason "dropped"): the last
   // kRememberedDrops only, oldest first in drop_order_.
   static constexpr std::size_t kRememberedDrops = 1 << 16;

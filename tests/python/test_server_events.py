@@ -377,6 +377,15 @@ def test_a_value_another_node_wrote_to_l2_is_announced_once_promoted_into_this_n
         answer = f.lookups[0]
         assert answer.hit.tokens == PROMPT_TOKENS and b.metric("l2_promoted_total") == 8
         reader.conn.release_lookup(answer.lease)
+        # Its hits counted by the level they came from; a second lookup's, the arena's.
+        assert b.metric('lookup_hits_total{level="L2",tenant=""}') == 8
+        assert b.metric('lookup_hits_total{level="arena",tenant=""}') is None
+        reader.conn.lookup(kvstrand.chunk_keys(reader.layout, tokens), reader.group)
+        while not (f := reader.conn.finished()).lookups:
+            assert time.monotonic() < end, "no lookup answer in 20 s"
+            time.sleep(0.001)
+        reader.conn.release_lookup(f.lookups[0].lease)
+        assert b.metric('lookup_hits_total{level="arena",tenant=""}') == 8
         sub.receive(lambda s: sum(e["type"] == "BlockStored" for e in s.events()) >= 8)
         stored = [e for e in sub.events() if e["type"] == "BlockStored"]
         assert [key(e["block_hashes"]) for e in stored] == [key(hashes_of(0, 7, c)) for c in range(8)]
