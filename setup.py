@@ -11,7 +11,9 @@ installed into a staging prefix laid out as the wheel is:
     kvstrand/.bin/kvstrand-server (run by the kvstrand-server console entry, kvstrand/_server.py)
 
 KVSTRAND_GPU selects the device backend (auto: cuda or hip where a device
-and its SDK are present, else sim), as for a CMake build.
+and its SDK are present, else sim), as for a CMake build; KVSTRAND_CUDA_ROOT
+names a CUDA toolkit elsewhere than /usr/local/cuda. `pip install -v .`
+shows CMake's progress (the backend it chose among its first lines).
 """
 
 import os
@@ -58,6 +60,8 @@ class BuildWithCMake(build_py):
             # Parses Asio's headers a quarter as often (as `make test` builds).
             "-DCMAKE_UNITY_BUILD=ON", "-DCMAKE_UNITY_BUILD_BATCH_SIZE=4",
         ]
+        if os.environ.get("KVSTRAND_CUDA_ROOT"):
+            configure.append("-DKVSTRAND_CUDA_ROOT=" + os.environ["KVSTRAND_CUDA_ROOT"])
         if shutil.which("ninja") and not os.path.exists(os.path.join(build, "CMakeCache.txt")):
             configure += ["-G", "Ninja"]
         if pybind11_dir():

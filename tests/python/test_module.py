@@ -180,3 +180,15 @@ def test_token_range():
     r = kvstrand.TokenRange(64, 192)
     assert len(r) == 128 and not r.empty and kvstrand.TokenRange(5, 5).empty
     assert pickle.loads(pickle.dumps(r)) == r and hash(r) == hash(kvstrand.TokenRange(64, 192))
+
+
+def test_a_sim_build_on_a_machine_with_a_gpu_says_what_to_do(tmp_path):
+    """A wheel built where auto found no toolkit is a sim build: on a GPU
+    host every transfer of GPU memory fails. The module says so at import,
+    naming the flag that builds the right one."""
+    gpu = tmp_path / "nvidia0"
+    gpu.write_text("")
+    said = kvstrand._backend_problem("sim", (str(gpu),))
+    assert said is not None and "KVSTRAND_GPU=cuda" in said and str(gpu) in said
+    assert kvstrand._backend_problem("cuda", (str(gpu),)) is None
+    assert kvstrand._backend_problem("sim", (str(tmp_path / "no-gpu"),)) is None
