@@ -29,12 +29,16 @@ fi
 "$prefix/bin/kvstrand-server" --version
 # The node service: the unit names the installed server and passes systemd's
 # check; the example config is one the installed server takes.
-for f in lib/systemd/system/kvstrand-server.service share/kvstrand/kvstrand-server.toml share/doc/kvstrand/operations.md; do
+for f in lib/systemd/system/kvstrand-server.service lib/sysusers.d/kvstrand.conf share/kvstrand/kvstrand-server.toml \
+         share/doc/kvstrand/operations.md; do
   [[ -e "$prefix/$f" ]] || { echo "check-install: $f was not installed"; exit 1; }
 done
 grep -q "^ExecStart=$prefix/bin/kvstrand-server --config " "$prefix/lib/systemd/system/kvstrand-server.service" ||
   { echo "check-install: the unit does not run the installed server"; exit 1; }
 systemd-analyze verify "$prefix/lib/systemd/system/kvstrand-server.service"
+# Hardened: systemd's exposure score at most 3.0 (its --threshold is in tenths).
+systemd-analyze security --offline=true --threshold=30 "$prefix/lib/systemd/system/kvstrand-server.service" \
+  > "$work/security.log" || { cat "$work/security.log"; echo "check-install: the unit's exposure is over 3.0"; exit 1; }
 # (its tier-bytes is a host's; this machine's is smaller: the command line wins)
 "$prefix/bin/kvstrand-server" --config "$prefix/share/kvstrand/kvstrand-server.toml" --tier-bytes 64M --print-config > /dev/null
 
