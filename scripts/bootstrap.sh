@@ -10,7 +10,8 @@
 #                                 (prometheus), headless chromium, pytest,
 #                                 prometheus_client (the pictures of vLLM),
 #                                 venv, setuptools and wheel (pip install .),
-#                                 systemd-analyze (the unit), pyzmq and
+#                                 systemd-analyze (the unit), PyYAML (the
+#                                 Prometheus test), pyzmq and
 #                                 msgpack (a KV event subscriber)
 set -euo pipefail
 
@@ -21,7 +22,7 @@ case "${1:-}" in
   --hip) pkgs+=(libamdhip64-dev) ;;
   --fuzz) pkgs+=(clang-14 libclang-rt-14-dev) ;;
   --test) pkgs+=(curl prometheus chromium pkg-config python3-pytest python3-prometheus-client
-                python3-venv python3-setuptools python3-wheel systemd python3-zmq python3-msgpack) ;;
+                python3-venv python3-setuptools python3-wheel systemd python3-zmq python3-msgpack python3-yaml) ;;
 esac
 
 missing=()
