@@ -14,6 +14,8 @@ request goes on without the tier, and admission never waits for a server.
     PYTHONPATH=build/python /usr/bin/python3 examples/python/engine_loop.py
     ... --server /tmp/kvstrand.sock      the node tier (kvstrand-server) instead of an embedded one;
                                          start it with --chunk-tokens 64, this loop's chunk size
+    ... --server ... --describe          each save carries its chunks' descriptions (docs/events.md):
+                                         a server started with --events announces them to routers
 
 Exit status 3 when a resumed block differs from its recompute.
 """
@@ -61,10 +63,33 @@ def model_kv(tokens, end, plane):
     return np.random.default_rng(int.from_bytes(seed, "little")).integers(0, 256, PLANE_BYTES, dtype=np.uint8)
 
 
+def block_hashes(tokens):
+    """The engine's own hash of each full block (chained over the prefix, as
+    vLLM's are), 64-bit ints as vLLM's events carry them by default."""
+    out, prev = [], b""
+    for end in range(BLOCK_TOKENS, len(tokens) + 1, BLOCK_TOKENS):
+        prev = hashlib.blake2b(prev + np.asarray(tokens[end - BLOCK_TOKENS:end], dtype=np.uint32).tobytes(),
+                               digest_size=8).digest()
+        out.append(int.from_bytes(prev, "big"))
+    return out
+
+
+def describe(req, chunk):
+    """What the server announces of chunk `chunk` of `req` (docs/events.md):
+    vLLM's BlockStored fields, msgpack-encoded."""
+    import msgpack  # noqa: PLC0415 - only with --describe (Debian's python3-msgpack)
+    per = CHUNK_TOKENS // BLOCK_TOKENS
+    hashes = req.hashes[chunk * per:(chunk + 1) * per]
+    return msgpack.packb({"block_hashes": hashes, "parent_block_hash": req.hashes[chunk * per - 1] if chunk else None,
+                          "token_ids": req.tokens[chunk * CHUNK_TOKENS:(chunk + 1) * CHUNK_TOKENS],
+                          "block_size": BLOCK_TOKENS, "lora_id": None, "group_idx": 0})
+
+
 class Request:
     def __init__(self, rid, tokens, layout):
         self.id, self.tokens = rid, tokens
         self.keys = kvstrand.chunk_keys(layout, tokens)
+        self.hashes = block_hashes(tokens)
         self.blocks = []
         self.frontier = 0          # first token not yet computed or loaded
         self.lookup = None         # lookup id while its answer is pending
@@ -84,6 +109,7 @@ class Engine:
         if args.server:
             options = dict(server_socket=args.server, transfer_deadline=30.0)
         self.conn = kvstrand.Connector(**options)
+        self.describe = args.server is not None and args.describe
         self.group = self.conn.register_layout(kvstrand.Registration(
             self.layout, [kvstrand.PlaneMemory(m.address, POOL_BLOCKS) for m in self.dev.mem]))
         self.free = list(range(POOL_BLOCKS))
@@ -101,12 +127,15 @@ class Engine:
         self.active[req.id] = req
         return True
 
-    def spec(self, req, tokens, lease=0):
+    def spec(self, req, tokens, lease=0, save=False):
         first, last = tokens.begin // CHUNK_TOKENS, -(-tokens.end // CHUNK_TOKENS)
-        return kvstrand.TransferSpec(request=req.id, registration=self.group, tokens=tokens,
+        spec = kvstrand.TransferSpec(request=req.id, registration=self.group, tokens=tokens,
                                      keys=req.keys[first:last],
                                      blocks=req.blocks[tokens.begin // BLOCK_TOKENS:tokens.end // BLOCK_TOKENS],
                                      tier_lease=lease)
+        if save and self.describe:
+            spec.chunk_events = [describe(req, c) for c in range(first, last)]
+        return spec
 
     def drain(self):
         f = self.conn.finished()
@@ -173,7 +202,7 @@ class Engine:
             if req.lookup is None and req.loading is None and req.saves.save_in_flight is None:
                 save = req.saves.next_save(req.frontier)
                 if save is not None:  # whole chunks, committed
-                    self.ops.append(kvstrand.Op(kvstrand.TransferKind.save, self.spec(req, save)))
+                    self.ops.append(kvstrand.Op(kvstrand.TransferKind.save, self.spec(req, save, save=True)))
                 elif req.done and req.live == 0:  # every transfer terminal: the blocks may be reused
                     self.free.extend(req.blocks)
                     del self.active[req.id]
@@ -199,6 +228,8 @@ def main():
     p.add_argument("--server", help="kvstrand-server's socket (default: an embedded tier)")
     p.add_argument("--budget", type=int, default=128, help="prefill tokens per request per step")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--describe", action="store_true",
+                   help="with --server: send each save's chunk descriptions, for the server's KV events")
     args = p.parse_args()
 
     e = Engine(args)

@@ -86,3 +86,28 @@ def test_the_examples_check_catches_a_wrong_byte():
     e.verify(req, ex.kvstrand.TokenRange(0, 256))
     assert e.stats["mismatches"] == 1
     e.conn.close()
+
+
+def test_the_example_describes_its_saves_and_the_server_announces_them():
+    """--describe: every chunk the example saves reaches a KV-event
+    subscriber as vLLM's BlockStored, with the example's block hashes and
+    tokens (before, the example sent none and the events were silent)."""
+    import pytest
+    pytest.importorskip("zmq")
+    from kv_event_subscriber import Subscriber, free_port
+    port = free_port()
+    s = Server(tier="64M", slab="8M", extra=["--events", f"tcp://127.0.0.1:{port}"])
+    sub = Subscriber(f"tcp://127.0.0.1:{port}", None, "", "map")
+    try:
+        time.sleep(0.3)  # subscribed before the saves
+        line = run("--requests", "8", "--server", s.socket, "--describe")
+        assert " 0 mismatches" in line
+        stored = s.metric('events_total{type="BlockStored"}')
+        assert stored and stored > 0
+        sub.receive(lambda x: sum(e["type"] == "BlockStored" for e in x.events()) >= stored)
+        events = [e for e in sub.events() if e["type"] == "BlockStored"]
+        assert all(e["block_size"] == 16 and len(e["block_hashes"]) == 4 and len(e["token_ids"]) == 64
+                   for e in events)
+    finally:
+        sub.close()
+        s.stop()
