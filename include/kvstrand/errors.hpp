@@ -13,7 +13,7 @@ namespace kvstrand {
 enum class TransferErrc {
   duplicate_transfer = 1,  // a save (or load) of this request is still live
   not_registered,          // register_layout() first
-  bad_spec,                // the spec does not fit the registered layout
+  bad_spec,                // the call's arguments do not fit (a spec, a registration, a lease hand-off)
   closed,                  // the connector was closed
   deadline_exceeded,       // fail-stop: the transfer passed its deadline
   fence_timeout,           // fail-stop: a fence timed out

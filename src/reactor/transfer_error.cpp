@@ -10,7 +10,9 @@ class TransferCategory final : public std::error_category {
     switch (static_cast<TransferErrc>(ev)) {
       case TransferErrc::duplicate_transfer: return "a transfer of this kind for this request is still live";
       case TransferErrc::not_registered: return "no layout registered: call register_layout() first";
-      case TransferErrc::bad_spec: return "the transfer does not fit the registered layout";
+      // Also a registration's or a lease hand-off's refusal: no transfer is
+      // implied, the detail before this text says what was wrong.
+      case TransferErrc::bad_spec: return "refused as asked (nothing was posted or registered): fix the call";
       case TransferErrc::closed: return "the connector is closed";
       case TransferErrc::deadline_exceeded: return "transfer deadline exceeded (fail-stop)";
       case TransferErrc::fence_timeout: return "fence timed out (fail-stop)";

@@ -95,8 +95,10 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
   void open() {
     const std::uint64_t extents = opt.bytes / extent_bytes;
     if (extents == 0)
-      throw std::runtime_error("--disk-bytes: " + common::format_bytes(opt.bytes) + " holds no extent of " +
-                               common::format_bytes(extent_bytes) + " (the arena's slab and two 4 KiB blocks)");
+      throw std::runtime_error("--disk-bytes: " + common::format_bytes(opt.bytes) + " is less than one extent (" +
+                               common::format_bytes(extent_bytes) +
+                               ": a --slab-bytes slab and two 4 KiB blocks): give at least that, or a smaller "
+                               "--slab-bytes");
     const std::size_t n = opt.paths.size();
     for (std::size_t i = 0; i < n; ++i) {
       const std::uint64_t mine = (extents - i + n - 1) / n;
