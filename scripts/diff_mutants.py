@@ -24,8 +24,11 @@ the code under it does).
 
 Tests chosen per file: for src/DIR/NAME.*, the Catch binaries of
 tests/DIR/test_NAME.cpp and of every test file that includes "DIR/NAME.hpp"
-(at most --max-tests, the direct one first); for python/kvstrand/PKG/*.py
-and src/python/*, the pytest files that import kvstrand.PKG (or kvstrand).
+(at most --max-tests, the direct one first); a file no test includes (a
+part of kvstrand-server's program) gets the Python suite's file named for a
+word of NAME, then its folder's tests sharing the most names with the
+mutated line; for python/kvstrand/PKG/*.py and src/python/*, the pytest
+files that import kvstrand.PKG (or kvstrand).
 Each is run whole, under --per-test seconds.
 
 Reproducible: the mutants are sampled with --seed (at most --max of them),
@@ -173,6 +176,13 @@ def tests_for(repo, path, max_tests, line=""):
                 if score:
                     ranked.append((-score, os.path.join("tests", folder, f)))
         found = [p for _, p in sorted(ranked)]
+        # And the Python suite's files named for a word of it (event_publisher:
+        # test_server_events.py), which drive the server as engines do.
+        words = {w.rstrip("s") for w in stem.split("_") if len(w) >= 4}
+        py = sorted(f for f in os.listdir(os.path.join(repo, "tests", "python"))
+                    if f.startswith("test_") and f.endswith(".py") and any(w in f for w in words))
+        return ([("pytest", f) for f in py[:1]] + [("catch", os.path.splitext(os.path.basename(p))[0])
+                                                   for p in found])[:max_tests]
     return [("catch", os.path.splitext(os.path.basename(p))[0]) for p in found[:max_tests]]
 
 

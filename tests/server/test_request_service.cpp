@@ -68,6 +68,16 @@ TEST_CASE("request service: reserve, commit, then another process leases what wa
   Client reader = client(2, 2);
   const std::uint32_t wreg = f.start(writer);
   const std::uint32_t rreg = f.start(reader);
+  // A reserve says where each reserved chunk goes: a place of its own each.
+  {
+    const Reply res = f.service.handle(writer, Reserve{wreg, keys(7, 2), {0, 0}});
+    REQUIRE(res.status == Status::ok);
+    const auto& rr = std::get<ReserveReply>(res.payload);
+    REQUIRE(rr.offsets.size() == 2);
+    REQUIRE(rr.offsets[0] != rr.offsets[1]);
+    for (std::uint64_t off : rr.offsets) REQUIRE(off % kObject == 0);
+    REQUIRE(f.service.handle(writer, Commit{rr.reservation, false}).status == Status::ok);
+  }
   f.store(writer, wreg, 1, 3);
   REQUIRE(f.committed_objects == 3);  // handed to each level below to write behind
   REQUIRE(f.far.committed_objects == 3);
@@ -233,12 +243,14 @@ TEST_CASE("request service: a lease is adopted once, by a process naming exactly
   const std::uint32_t sreg = f.start(sched);
   const std::uint32_t wreg = f.start(worker);
   f.store(sched, sreg, 1, 2);
-  const std::uint64_t lease =
-      std::get<LookupReply>(f.service.handle(sched, Lookup{sreg, keys(1, 2)}).payload).lease;
+  const LookupReply looked = std::get<LookupReply>(f.service.handle(sched, Lookup{sreg, keys(1, 2)}).payload);
+  const std::uint64_t lease = looked.lease;
   REQUIRE(f.service.handle(worker, Adopt{wreg, lease, keys(2, 2)}).status == Status::unknown_hold);  // other chunks
   Reply r = f.service.handle(worker, Adopt{wreg, lease, keys(1, 2)});
   REQUIRE(r.status == Status::ok);
   REQUIRE(std::get<LookupReply>(r.payload).hit.tokens == 128);
+  // The adopter is told where the objects are: the lookup's places.
+  REQUIRE(std::get<LookupReply>(r.payload).offsets == looked.offsets);
   REQUIRE(f.classes.held_by(2).leases == 1);
   REQUIRE(f.classes.held_by(1).leases == 0);
   REQUIRE(f.service.handle(worker, Adopt{wreg, lease, keys(1, 2)}).status == Status::unknown_hold);  // once

@@ -247,6 +247,18 @@ TEST_CASE("server options: a tenant's segment is whole slabs, for a tenant bound
   refused(with({"--tenant-segment", "team-a=8M", "--arena-path", scratch_dir() + "/seg-arena"}), "--tenant-segment",
           "--arena-path");
   refused(with({"--tenant-segment", "team-a=100000G"}), "--tenant-segment", "more than this machine");
+  // Each segment is a pool of its own beside the arena's: the classes' bound
+  // holds 63 segments, not 64.
+  for (const std::size_t segments : {63u, 64u}) {
+    std::vector<std::string> many = bound;
+    for (std::size_t i = 0; i < segments; ++i) {
+      const std::string name = "t" + std::to_string(i);
+      many.insert(many.end(), {"--tenant-uid", name + "=" + std::to_string(62000 + i), "--tenant-segment", name + "=4M"});
+    }
+    auto r = parse(many);
+    INFO(r.err);
+    REQUIRE(std::holds_alternative<ServerOptions>(r.result) == (segments == 63));
+  }
   auto ok = parse(with({"--tenant-segment", "team-a=5M"}));
   INFO(ok.err);
   REQUIRE(std::get<ServerOptions>(ok.result).tenant_segments.at("team-a") == 8u << 20);  // two 4M slabs
