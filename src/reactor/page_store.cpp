@@ -21,10 +21,6 @@ namespace kvstrand::reactor {
 namespace asio = boost::asio;
 
 namespace {
-// Registrations are added rarely (at start) and read by every call from any
-// thread: one lock for both, held only to find one.
-std::mutex regs_mutex;
-
 // A piece smaller than this is not worth a helper's wake-up.
 constexpr std::uint64_t kSplitBytes = 1u << 20;
 }  // namespace
@@ -80,13 +76,13 @@ std::uint32_t PageStore::register_layout(const Registration& registration) {
   const Registration* reg = nullptr;
   std::uint32_t id = 0;
   {
-    std::lock_guard lock(regs_mutex);
+    std::lock_guard lock(regs_mutex_);
     id = static_cast<std::uint32_t>(regs_.size());
     reg = &regs_.emplace_back(registration);
   }
   Failure refused = reactor_->call([this, reg]() -> asio::awaitable<Failure> { co_return co_await index_->attach(*reg); });
   if (refused) {
-    std::lock_guard lock(regs_mutex);
+    std::lock_guard lock(regs_mutex_);
     regs_.pop_back();  // the index keeps only what it attached
     throw TransferRefused(refused.ec, "register_layout: registration " + std::to_string(id) + ": " + refused.why);
   }
@@ -96,7 +92,7 @@ std::uint32_t PageStore::register_layout(const Registration& registration) {
 bool PageStore::fits(std::uint32_t registration, std::span<const kv::ChunkKey> keys,
                      std::span<const std::uint32_t> pages) const {
   if (closed_ || keys.size() != pages.size() || keys.empty()) return false;
-  std::lock_guard lock(regs_mutex);
+  std::lock_guard lock(regs_mutex_);
   if (registration >= regs_.size()) return false;
   for (const PlaneMemory& p : regs_[registration].planes)
     if (std::any_of(pages.begin(), pages.end(), [&](std::uint32_t b) { return b >= p.num_blocks; })) return false;
@@ -110,7 +106,7 @@ kv::TransferSpec PageStore::spec(std::uint32_t registration, std::span<const kv:
   s.registration = registration;
   std::uint32_t ct = 0;
   {
-    std::lock_guard lock(regs_mutex);
+    std::lock_guard lock(regs_mutex_);
     ct = regs_[registration].layout.chunk_tokens;
   }
   s.tokens = kv::TokenRange{0, static_cast<std::uint32_t>(keys.size()) * ct};
@@ -178,7 +174,7 @@ std::size_t PageStore::exists(std::uint32_t registration, std::span<const kv::Ch
     const IndexPlane::LookupResult r = co_await index_->lookup(registration, asked);
     std::uint32_t ct = 0;
     {
-      std::lock_guard lock(regs_mutex);
+      std::lock_guard lock(regs_mutex_);
       ct = regs_[registration].layout.chunk_tokens;
     }
     const std::size_t n = r.hit.tokens / ct;
@@ -223,7 +219,7 @@ std::size_t PageStore::get(std::uint32_t registration, std::span<const kv::Chunk
   std::fill(objects.begin() + static_cast<std::ptrdiff_t>(n), objects.end(), nullptr);
   const Registration* reg = nullptr;
   {
-    std::lock_guard lock(regs_mutex);
+    std::lock_guard lock(regs_mutex_);
     reg = &regs_[registration];
   }
   copy(*reg, s, objects, false);
@@ -257,7 +253,7 @@ std::vector<bool> PageStore::set(std::uint32_t registration, std::span<const kv:
   }
   const Registration* reg = nullptr;
   {
-    std::lock_guard lock(regs_mutex);
+    std::lock_guard lock(regs_mutex_);
     reg = &regs_[registration];
   }
   std::size_t reserved = 0;
@@ -288,7 +284,7 @@ std::vector<bool> PageStore::set(std::uint32_t registration, std::span<const kv:
 std::uint64_t PageStore::invalidate(std::uint32_t registration) {
   if (closed_) throw TransferRefused(TransferErrc::closed, "invalidate after close()");
   {
-    std::lock_guard lock(regs_mutex);
+    std::lock_guard lock(regs_mutex_);
     if (registration >= regs_.size())
       throw TransferRefused(TransferErrc::not_registered, "invalidate: no registration " + std::to_string(registration));
   }

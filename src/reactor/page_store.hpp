@@ -19,6 +19,7 @@
 #include <deque>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <vector>
 
@@ -68,6 +69,9 @@ class PageStore {
   std::unique_ptr<Reactor> reactor_;
   std::unique_ptr<IndexPlane> index_;
   // Registrations by id: each stays where it is (the index keeps a pointer).
+  // Added rarely (at start) and read by every call from any thread: one lock
+  // for both, this store's own, held only to find one.
+  mutable std::mutex regs_mutex_;
   std::deque<Registration> regs_;
   std::vector<Leased> leased_;  // on the strand
   std::unique_ptr<boost::asio::thread_pool> copiers_;
