@@ -11,7 +11,7 @@ import pytest
 
 import kvstrand
 from mini_vllm import MiniVllm, Request
-from vllm_cases import PREFIX, needs_sim_hooks, newest_only, spoil_leases
+from vllm_cases import HYBRID, PREFIX, needs_sim_hooks, newest_only, spoil_leases
 
 
 def test_a_lease_a_worker_cannot_adopt_is_reported_as_load_errors_and_recomputed(server):
@@ -290,6 +290,19 @@ def test_drop_on_reset_frees_the_node_tier_for_every_engine(server, drop):
     second.run()
     assert second.stats["resumed"] == (0 if drop else 1) and second.stats["mismatches"] == 0
     second.shutdown()
+
+
+@newest_only
+def test_drop_on_reset_drops_every_kv_cache_groups_objects(server):
+    # A hybrid's groups register a namespace each: a reset that dropped the
+    # first group's alone left the sliding-window group's objects stored.
+    vllm = MiniVllm(server.socket, caching=False, drop_on_reset=True, groups=HYBRID)
+    vllm.add("a", PREFIX + [1])
+    vllm.run()
+    assert server.tier()["objects"] > 0
+    assert vllm.scheduler.reset_cache() is True
+    assert server.tier()["objects"] == 0
+    vllm.shutdown()
 
 
 def test_a_server_sigkilled_mid_run_costs_only_misses(server):

@@ -346,6 +346,30 @@ TEST_CASE("server: a supervisor's NOTIFY_SOCKET hears READY=1 once it listens, a
   srv.wait();
 }
 
+TEST_CASE("server: a NOTIFY_SOCKET in the abstract namespace (@name, as systemd may give) hears READY=1", "[server]") {
+  // Taken as a path, '@name' named no socket: READY=1 never reached systemd,
+  // and a Type=notify unit timed out starting.
+  const std::string name = "kvstrand-test-notify-" + std::to_string(::getpid());
+  const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path + 1, name.data(), name.size());  // sun_path[0] == 0: abstract
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr),
+                 static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size())) == 0);
+  const std::string socket = ServerProcess::fresh_socket_path();
+  ChildProcess srv({"/usr/bin/env", "NOTIFY_SOCKET=@" + name, sibling_binary("../kvstrand-server"), "--socket", socket,
+                    "--tier-bytes", "4M", "--slab-bytes", "4M", "--chunk-tokens", "64"});
+  pollfd p{fd, POLLIN, 0};
+  REQUIRE(::poll(&p, 1, 30000) == 1);
+  char buf[256] = {};
+  const ssize_t n = ::recv(fd, buf, sizeof buf - 1, 0);
+  REQUIRE(n > 0);
+  REQUIRE(std::string(buf, static_cast<std::size_t>(n)).rfind("READY=1\n", 0) == 0);
+  ::close(fd);
+  srv.signal(SIGTERM);
+  srv.wait();
+}
+
 TEST_CASE("server: a supervisor's watchdog ($WATCHDOG_USEC) hears WATCHDOG=1 at half its timeout, from the strand",
           "[server]") {
   // The unit had no watchdog: a wedged strand lasted until someone sent SIGKILL.
