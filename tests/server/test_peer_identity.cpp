@@ -1,8 +1,12 @@
 // Who a client is: the kernel's credentials of the connecting process, and
 // what the operator's tenant map (--tenant-uid, --tenant-gid,
 // --admin-group) lets it do.
+#include <grp.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <algorithm>
 
 #include <catch2/catch.hpp>
 
@@ -23,6 +27,30 @@ TEST_CASE("peer identity: the kernel's credentials of the other end of a local s
   std::vector<gid_t> mine(static_cast<std::size_t>(::getgroups(0, nullptr)));
   mine.resize(static_cast<std::size_t>(::getgroups(static_cast<int>(mine.size()), mine.data())));
   REQUIRE(cred->groups.size() == mine.size());
+}
+
+TEST_CASE("peer identity: a peer's supplementary groups are read whole, each one", "[server][trust]") {
+  if (::geteuid() != 0) {
+    WARN("skipped: choosing this process's groups needs root");
+    return;
+  }
+  // In a child (the groups are the process's): two groups of its own, then
+  // the credentials of its end of a socket pair. A group list read into a
+  // buffer never sized for it lost every group.
+  const pid_t child = ::fork();
+  if (child == 0) {
+    const gid_t groups[] = {61010, 61011};
+    int fds[2];
+    if (::setgroups(2, groups) != 0 || ::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) ::_exit(2);
+    const auto cred = peer_credentials(fds[0]);
+    std::vector<gid_t> got = cred ? cred->groups : std::vector<gid_t>{};
+    std::sort(got.begin(), got.end());
+    ::_exit(got == std::vector<gid_t>{61010, 61011} ? 0 : 1);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
 }
 
 TEST_CASE("peer identity: with no map, the server's user and root are admins of no tenant, anyone else refused",

@@ -199,6 +199,9 @@ TEST_CASE("server options: tenants bound to users and groups, as flags or [tenan
   refused({"--tenant-gid", "team a=61001", "--socket-group", "0"}, "--tenant-gid", "letters");
   refused({"--tenant-uid", "team-a=61001", "--tenant-uid", "team-b=61001", "--socket-group", "0"}, "--tenant-uid",
           "one tenant each");
+  // The same user named twice for the same tenant (a flag and a table, say) is one mapping, not a conflict.
+  REQUIRE(std::holds_alternative<ServerOptions>(
+      parse({"--tenant-uid", "team-a=61001", "--tenant-uid", "team-a=61001", "--socket-group", "0"}).result));
   refused({"--tenant-uid", "team-a=" + std::to_string(::geteuid()), "--socket-group", "0"}, "--tenant-uid",
           "the server's own");
   refused({"--socket-group", "no-such-group-of-kvstrand"}, "--socket-group", "not a group");
