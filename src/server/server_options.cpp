@@ -523,10 +523,9 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
       return std::any_of(map.begin(), map.end(), [&](const auto& kv) { return kv.second == name; });
     };
     if (!bound(o.binding.uids) && !bound(o.binding.gids))
-      return refuse("--tenant-segment", "tenant '" + name +
-                                            "' is bound to no user: give --tenant-uid " + name +
-                                            "=USER or --tenant-gid " + name + "=GROUP (a segment is handed to the "
-                                            "clients the kernel says are its tenant's)");
+      return refuse("--tenant-segment", "tenant '" + name + "' is bound to no user: give --tenant-uid " + name +
+                                            "=USER or --tenant-gid " + name +
+                                            "=GROUP (a segment is handed to the clients the kernel says are its)");
     const std::uint64_t whole = (*q + o.slab_bytes - 1) / o.slab_bytes * o.slab_bytes;
     if (!o.tenant_segments.emplace(name, whole).second)
       return refuse("--tenant-segment", "tenant '" + name + "' is given twice");

@@ -48,6 +48,7 @@
 #include "server/socket_path.hpp"
 #include "server/systemd_notify.hpp"
 #include "server/tier_events.hpp"
+#include "server/arena_pools.hpp"
 #include "tier/arena.hpp"
 #include "tier/object_table.hpp"
 #include "tier/index.hpp"
@@ -109,12 +110,6 @@ struct TierServer::Impl {
   // The arena (a memfd, or the named file, its objects recovered) and the
   // server's own mapping of it where one is needed.
   void open_arena();
-  void map_arena(const char* flag);
-  void unmap_arena();
-  // Where pool p starts in the offsets' numbering: the pools before it.
-  std::uint64_t classes_base(std::size_t pool) const;
-  // With --tenant-segment: each tenant's memfd, and the classes' pools.
-  void open_segments();
 
   // Populates the arena's slabs in order, off the strand; each one's
   // objects join the index on the strand once it is ready.
@@ -131,33 +126,19 @@ struct TierServer::Impl {
     filler = std::thread([this, pause, mine] {
       auto stopping = [this] { return stop_filling.load(std::memory_order_relaxed); };
       // The arena's slabs, then each segment's: one numbering (the pools').
-      for (std::uint32_t i = 0; i < slab_total() && !stopping(); ++i) {
+      for (std::uint32_t i = 0; i < pools->slab_count() && !stopping(); ++i) {
         if (pause.count() > 0) std::this_thread::sleep_for(pause);
-        const std::size_t pool = classes->pool_of_slab(i);
-        const auto first = static_cast<std::uint32_t>(classes->pool_base(pool) / arena->slab_bytes());
-        std::string err = pool_arena(pool).populate(i - first);
+        std::string err = pools->populate(i);
         asio::post(strand, [this, i, err] { slab_ready(i, err); });
         if (!err.empty()) return;
       }
-      for (std::uint32_t i = 0; mine != nullptr && i < slab_total() && !stopping(); ++i) {
+      for (std::uint32_t i = 0; mine != nullptr && i < pools->slab_count() && !stopping(); ++i) {
         tier::Arena::map_in(mine + std::uint64_t{i} * arena->slab_bytes(), arena->slab_bytes());
         asio::post(strand, [this] { ++mapped_slabs; });
       }
     });
   }
 
-  // Pool p's memory: the arena (0), or a tenant's segment.
-  const tier::Arena& pool_arena(std::size_t p) const { return p == 0 ? *arena : *segments.at(p - 1); }
-  std::uint32_t slab_total() const {
-    std::uint32_t n = arena->slab_count();
-    for (const auto& seg : segments) n += seg->slab_count();
-    return n;
-  }
-  std::uint64_t segment_bytes() const {
-    std::uint64_t n = 0;
-    for (const auto& seg : segments) n += seg->bytes();
-    return n;
-  }
 
   void slab_ready(std::uint32_t slab, const std::string& err) {
     if (!err.empty()) {
@@ -171,14 +152,14 @@ struct TierServer::Impl {
     classes->add_slab(slab);
     if (disk) disk->slab_ready(slab);
     wake_slab_waiters();
-    if (ready_slabs == slab_total())
+    if (ready_slabs == pools->slab_count())
       spdlog::info("kvstrand-server: the arena's {} slabs are ready ({}) after {:.2f} s", ready_slabs,
-                   common::format_bytes(arena->bytes() + segment_bytes()),
+                   common::format_bytes(arena->bytes() + pools->segment_bytes()),
                    std::chrono::duration<double>(Clock::now() - started).count());
   }
 
   std::uint64_t ready_bytes() const { return static_cast<std::uint64_t>(ready_slabs) * arena->slab_bytes(); }
-  bool growing() const { return ready_slabs < slab_total() && fill_error.empty() && !stopping; }
+  bool growing() const { return ready_slabs < pools->slab_count() && fill_error.empty() && !stopping; }
 
   void wake_slab_waiters() {
     for (asio::steady_timer* t : std::exchange(slab_waiters, {})) t->cancel();
@@ -280,7 +261,7 @@ struct TierServer::Impl {
       s->client.owner = process->owner;
       s->client.peer = *peer;
       // Its tenant's segment, if it has one: the memory it is handed.
-      if (auto it = segment_pool.find(peer->tenant); it != segment_pool.end()) s->client.pool = it->second;
+      s->client.pool = pools->pool_of(peer->tenant);
       ++process->sessions;
       sessions[s->id] = s;
       spdlog::debug("kvstrand-server: session {} from pid {} (uid {}{}{})", s->id, cred->pid, peer->uid,
@@ -383,7 +364,7 @@ struct TierServer::Impl {
   // The hello's reply carries the fd of the client's pool: its tenant's
   // segment, or the arena.
   void send(const std::shared_ptr<Session>& s, std::vector<std::byte> frame, bool with_arena_fd = false) {
-    s->conn->send(std::move(frame), with_arena_fd ? pool_arena(s->client.pool).fd() : -1);
+    s->conn->send(std::move(frame), with_arena_fd ? pools->pool(s->client.pool).fd() : -1);
   }
 
   // A session's reader or writer ended by an exception: the connection
@@ -413,7 +394,7 @@ struct TierServer::Impl {
   common::HttpRoutes routes() {
     return debug_routes(ServerState{stopping, sessions, processes, *classes, *arena, l2.get(), disk.get(), events.get(), &*tenants, mapped_slabs, requests,
                                     service->lookup_misses(), service->lookup_hits(), orphans_freed, accept_backoff, fill_error, recovery,
-                                    [this] { return ready_bytes(); }, opt.socket, segment_bytes(),
+                                    [this] { return ready_bytes(); }, opt.socket, pools->segment_bytes(),
                                     opt.binding.maps_tenants() && opt.http && opt.http->token.empty()});
   }
 
@@ -427,10 +408,7 @@ struct TierServer::Impl {
   static constexpr std::chrono::seconds kGrowWait{1};  // room_for: a reserve waits this long at most
   std::thread loop;
   std::optional<tier::Arena> arena;
-  // --tenant-segment: pool p's memory is segments[p - 1] (slabs after the
-  // arena's, in the order of segment_pool's names).
-  std::vector<std::unique_ptr<tier::Arena>> segments;
-  std::map<std::string, std::size_t> segment_pool;  // a tenant's pool
+  std::optional<ArenaPools> pools;  // the arena and the tenants' segments (--tenant-segment)
   std::thread filler;
   std::atomic<bool> stop_filling{false};  // a stop signal to the filler thread, not shared state
   std::uint32_t ready_slabs = 0;
@@ -438,7 +416,6 @@ struct TierServer::Impl {
   std::string fill_error;
   std::vector<asio::steady_timer*> slab_waiters;  // reserves waiting for the next slab (room_for)
   std::byte* arena_map = nullptr;    // the server's own mapping, with --l2, --disk or --arena-path only
-  std::pair<void*, std::size_t> map_reserved{nullptr, 0};  // the address range it lies in
   std::optional<tier::ObjectTable> table;    // with --arena-path: the objects described in the arena
   std::optional<tier::SizeClasses> classes;  // with the arena: one index per object size
   Recovery recovery;                         // what a named arena held at start
@@ -485,41 +462,7 @@ TierServer::~TierServer() {
   impl_->events.reset();  // before the indexes it watches
   impl_->disk.reset();
   impl_->publisher.reset();
-  impl_->unmap_arena();
-}
-
-void TierServer::Impl::unmap_arena() {
-  if (map_reserved.first) ::munmap(map_reserved.first, map_reserved.second);
-  map_reserved = {nullptr, 0};
-  arena_map = nullptr;
-}
-
-void TierServer::Impl::map_arena(const char* flag) {
-  // The arena and each segment side by side in one range, so that an
-  // offset is a place whichever pool it is in (the classes' numbering);
-  // aligned for huge pages, which map only at 2 MiB boundaries.
-  constexpr std::size_t k2M = 2u << 20;
-  const std::size_t total = arena->bytes() + segment_bytes();
-  void* r = ::mmap(nullptr, total + k2M, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (r == MAP_FAILED) throw std::runtime_error(std::string(flag) + ": cannot map the arena: " + std::strerror(errno));
-  map_reserved = {r, total + k2M};
-  auto* base = reinterpret_cast<std::byte*>((reinterpret_cast<std::uintptr_t>(r) + k2M - 1) / k2M * k2M);
-  for (std::size_t p = 0; p <= segments.size(); ++p) {
-    const tier::Arena& a = pool_arena(p);
-    if (::mmap(base + classes_base(p), a.bytes(), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, a.fd(), 0) ==
-        MAP_FAILED) {
-      const int e = errno;
-      unmap_arena();
-      throw std::runtime_error(std::string(flag) + ": cannot map the arena: " + std::strerror(e));
-    }
-  }
-  arena_map = base;
-}
-
-std::uint64_t TierServer::Impl::classes_base(std::size_t pool) const {
-  std::uint64_t at = 0;
-  for (std::size_t p = 0; p < pool; ++p) at += pool_arena(p).bytes();
-  return at;
+  impl_->pools.reset();  // the server's mapping with it
 }
 
 void TierServer::Impl::open_arena() {
@@ -530,22 +473,17 @@ void TierServer::Impl::open_arena() {
     throw std::runtime_error(std::string(named ? "--arena-path" : "--tier-bytes") + ": cannot create the arena: " +
                              e.what());
   }
-  open_segments();
+  pools.emplace(*arena, opt.tenant_segments, opt.huge_pages);
   // L2 is one reason the server touches the arena's bytes (it copies
   // committed objects out to Redis and promoted ones in), a named arena's
   // object tables the other. Engine memory it never sees.
-  if (opt.l2 || opt.disk || named) map_arena(named ? "--arena-path" : opt.disk ? "--disk" : "--l2");
+  if (opt.l2 || opt.disk || named) arena_map = pools->map(named ? "--arena-path" : opt.disk ? "--disk" : "--l2");
   // With a disk tier the arena's slots are 4 KiB-aligned: the disk reads
   // and writes them in place (O_DIRECT).
   const std::uint64_t align = opt.disk ? kDiskBlock : 1;
   if (!named) {
     classes.emplace(arena->slab_bytes(), nullptr, tier::SlotShape{align, 0, 0});
-    if (!segments.empty()) {
-      std::vector<std::uint32_t> ends;
-      for (std::size_t p = 0; p <= segments.size(); ++p)
-        ends.push_back(static_cast<std::uint32_t>((classes_base(p) + pool_arena(p).bytes()) / arena->slab_bytes()));
-      classes->set_pools(std::move(ends));
-    }
+    if (pools->pools() > 1) classes->set_pools(pools->ends());
     return;
   }
   table.emplace(arena_map, arena->bytes(), arena->slab_bytes(), align);
@@ -561,9 +499,9 @@ void TierServer::Impl::open_arena() {
     // another geometry is never misread as this one.
     spdlog::warn("kvstrand-server: the arena at {} cannot be read ({}): starting empty", arena->path(),
                  recovery.started_empty);
-    unmap_arena();
+    pools->unmap();
     arena->start_empty();
-    map_arena("--arena-path");
+    arena_map = pools->map("--arena-path");
     table.emplace(arena_map, arena->bytes(), arena->slab_bytes(), align);
     classes.reset();
     classes.emplace(arena->slab_bytes(), &*table);
@@ -573,19 +511,6 @@ void TierServer::Impl::open_arena() {
                "corrupt dropped)",
                recovery.objects, arena->path(), recovery.seconds, recovery.dropped_uncommitted,
                recovery.dropped_corrupt);
-}
-
-void TierServer::Impl::open_segments() {
-  // Options refused a segment with a named arena: a segment is a memfd.
-  for (const auto& [name, bytes] : opt.tenant_segments) {
-    try {
-      segments.push_back(std::make_unique<tier::Arena>(tier::ArenaOptions{bytes, opt.slab_bytes, opt.huge_pages, {}}));
-    } catch (const std::runtime_error& e) {
-      throw std::runtime_error("--tenant-segment: cannot create tenant '" + name + "''s segment: " + e.what());
-    }
-    segment_pool[name] = segments.size();
-    spdlog::info("kvstrand-server: tenant '{}' has a segment of its own ({})", name, common::format_bytes(bytes));
-  }
 }
 
 namespace {
@@ -604,7 +529,7 @@ void TierServer::start() {
   if (impl_->opt.disk) {
     impl_->opt.disk->max_queued_bytes = impl_->arena->bytes() / 8;
     impl_->disk = std::make_unique<DiskTier>(impl_->strand, *impl_->opt.disk, impl_->arena_map,
-                                             impl_->arena->slab_bytes(), impl_->slab_total(), *impl_->classes);
+                                             impl_->arena->slab_bytes(), impl_->pools->slab_count(), *impl_->classes);
   }
   ServiceRules rules{impl_->opt.chunk_tokens, impl_->opt.max_client_leased, impl_->opt.max_client_reserved,
                      impl_->opt.min_object_bytes, impl_->opt.max_index_bytes};
