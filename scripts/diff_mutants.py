@@ -110,32 +110,29 @@ def mutations(line, python):
     sub("bound", r" < ", " <= ")
     sub("bound", r" > ", " >= ")
     sub("step", r" [+-] 1\b", "")
+    # The language's own spellings of the same rules.
     if python:
-        sub("logic", r" and ", " or ")
-        sub("logic", r" or ", " and ")
-        sub("logic", r"\bnot ", "")
-        sub("bool", r"\bTrue\b", "False")
-        sub("bool", r"\bFalse\b", "True")
-        stripped = line.strip()
-        if re.match(r"^[\w.\[\]]+\(.*\)$", stripped) and not stripped.startswith(("return", "yield", "raise")):
-            out.append(("stmt", line[:len(line) - len(line.lstrip())] + "pass"))
-        if stripped in ("continue", "break"):
-            out.append(("loop", line.replace(stripped, "pass")))
+        logic = [(r" and ", " or "), (r" or ", " and "), (r"\bnot ", "")]
+        bools = [(r"\bTrue\b", "False"), (r"\bFalse\b", "True")]
+        call, keep, dropped, exits = r"^[\w.\[\]]+\(.*\)$", r"^(return|yield|raise)\b", "pass", ("continue", "break")
     else:
-        sub("logic", r" && ", " || ")
-        sub("logic", r" \|\| ", " && ")
-        sub("logic", r"(?<![!=])!(?=[\w(])", "")
-        sub("bool", r"\btrue\b", "false")
-        sub("bool", r"\bfalse\b", "true")
-        stripped = line.strip()
-        if (re.match(r"^[\w:.>\-\[\]()]+\(.*\);$", stripped) and
-                not re.match(r"^(return|co_return|co_await|throw|delete|case|if|for|while)\b", stripped)):
-            out.append(("stmt", line[:len(line) - len(line.lstrip())] + ";"))
+        logic = [(r" && ", " || "), (r" \|\| ", " && "), (r"(?<![!=])!(?=[\w(])", "")]
+        bools = [(r"\btrue\b", "false"), (r"\bfalse\b", "true")]
+        call, keep = r"^[\w:.>\-\[\]()]+\(.*\);$", r"^(return|co_return|co_await|throw|delete|case|if|for|while)\b"
+        dropped, exits = ";", ("continue;", "break;")
+    for pattern, repl in logic:
+        sub("logic", pattern, repl)
+    for pattern, repl in bools:
+        sub("bool", pattern, repl)
+    stripped = line.strip()
+    if re.match(call, stripped) and not re.match(keep, stripped):
+        out.append(("stmt", line[:len(line) - len(line.lstrip())] + dropped))
+    if stripped in exits:
+        out.append(("loop", line.replace(stripped, dropped)))
+    if not python:
         m = re.match(r"^(\s*if \(.*\)) (co_)?return\b.*;$", line)
         if m:
             out.append(("return", m.group(1) + " {}"))
-        if stripped in ("continue;", "break;"):
-            out.append(("loop", line.replace(stripped, ";")))
     return out
 
 

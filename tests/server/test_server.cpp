@@ -308,6 +308,16 @@ int supervisor_socket(const std::string& path) {
   REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
   return fd;
 }
+
+// The first datagram the supervisor's socket `fd` hears, within 30 s, starts with READY=1.
+void hears_ready(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  REQUIRE(::poll(&p, 1, 30000) == 1);
+  char buf[256] = {};
+  const ssize_t n = ::recv(fd, buf, sizeof buf - 1, 0);
+  REQUIRE(n > 0);
+  REQUIRE(std::string(buf, static_cast<std::size_t>(n)).rfind("READY=1\n", 0) == 0);
+}
 }  // namespace
 
 TEST_CASE("server: a supervisor's NOTIFY_SOCKET hears READY=1 once it listens, and /readyz says 503 until the arena is "
@@ -320,12 +330,7 @@ TEST_CASE("server: a supervisor's NOTIFY_SOCKET hears READY=1 once it listens, a
   ChildProcess srv({"/usr/bin/env", "NOTIFY_SOCKET=" + notify, "KVSTRAND_TEST_FILL_DELAY_MS=300",
                     sibling_binary("../kvstrand-server"), "--socket", socket, "--tier-bytes", "16M", "--slab-bytes",
                     "4M", "--chunk-tokens", "64", "--log-level", "info", "--http", "127.0.0.1:0"});
-  pollfd p{fd, POLLIN, 0};
-  REQUIRE(::poll(&p, 1, 30000) == 1);
-  char buf[256] = {};
-  const ssize_t n = ::recv(fd, buf, sizeof buf - 1, 0);
-  REQUIRE(n > 0);
-  REQUIRE(std::string(buf, static_cast<std::size_t>(n)).rfind("READY=1\n", 0) == 0);
+  hears_ready(fd);
   REQUIRE(ServerProcess::connect_to(socket) >= 0);  // said once it listens, not before
   ::close(fd);
   ::unlink(notify.c_str());
@@ -359,12 +364,7 @@ TEST_CASE("server: a NOTIFY_SOCKET in the abstract namespace (@name, as systemd 
   const std::string socket = ServerProcess::fresh_socket_path();
   ChildProcess srv({"/usr/bin/env", "NOTIFY_SOCKET=@" + name, sibling_binary("../kvstrand-server"), "--socket", socket,
                     "--tier-bytes", "4M", "--slab-bytes", "4M", "--chunk-tokens", "64"});
-  pollfd p{fd, POLLIN, 0};
-  REQUIRE(::poll(&p, 1, 30000) == 1);
-  char buf[256] = {};
-  const ssize_t n = ::recv(fd, buf, sizeof buf - 1, 0);
-  REQUIRE(n > 0);
-  REQUIRE(std::string(buf, static_cast<std::size_t>(n)).rfind("READY=1\n", 0) == 0);
+  hears_ready(fd);
   ::close(fd);
   srv.signal(SIGTERM);
   srv.wait();
