@@ -41,6 +41,12 @@ struct PageStoreOptions {
   std::chrono::milliseconds lease_bound{30'000};
   // Threads beside the caller's that copy one call's pages (0: the caller alone).
   unsigned copy_threads = 3;
+  // A published tenant to read (kvstrand-server --public-tenant): this
+  // store's layouts must be that tenant's; it reads the tenant's objects
+  // through memory the server hands over read-only, and stores nothing
+  // (set() answers false, invalidate() is refused). Empty: a store of
+  // this process's own tenant.
+  std::string reads_tenant;
 };
 
 struct PageStoreStats {
@@ -75,7 +81,8 @@ class PageStore {
   std::size_t get(std::uint32_t registration, std::span<const kv::ChunkKey> keys,
                   std::span<const std::uint32_t> pages);
   // Stores pages[i] under keys[i]; out[i]: the tier has it now (copied, or
-  // stored already); false where it did not fit or no server answered.
+  // stored already); false where it did not fit or no server answered (and
+  // every page of a store that reads_tenant).
   std::vector<bool> set(std::uint32_t registration, std::span<const kv::ChunkKey> keys,
                         std::span<const std::uint32_t> pages);
   // Drops every object of the registration's namespace: how many.

@@ -221,6 +221,7 @@ std::vector<std::byte> encode_request(const Request& req, std::uint64_t request_
                           w.u8(m.major);
                           w.u8(m.minor);
                           w.str(m.client);
+                          if (!m.reads.empty()) w.str(m.reads);
                         },
                         [&](const RegisterLayout& m) {
                           put(w, m.layout);
@@ -269,6 +270,10 @@ common::Expected<Request> decode_request(std::uint16_t type, std::span<const std
       m.major = r.u8();
       m.minor = r.u8();
       m.client = r.str(256);
+      if (r.remaining() > 0) {
+        m.reads = r.str(kv::kMaxTenantName);
+        if (r.ok() && m.reads.empty()) r.fail();  // sent only when there is one
+      }
       out = std::move(m);
       break;
     }

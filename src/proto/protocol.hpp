@@ -34,8 +34,9 @@ inline constexpr std::uint32_t kMagic = 0x5453564b;  // "KVST" on the wire
 inline constexpr std::uint8_t kMajor = 2;
 // 2.1: adopt; 2.2: the hello reply's server_id; 2.3: drop; 2.4: a reserve's
 // chunk events, a registration's tenant; 2.5: a registration's weight
-// version (the server checks each key's namespace against it)
-inline constexpr std::uint8_t kMinor = 5;
+// version (the server checks each key's namespace against it); 2.6: a
+// hello's `reads` (a session reading a published tenant's objects)
+inline constexpr std::uint8_t kMinor = 6;
 // A chunk's event description (Reserve::events) is at most this long.
 inline constexpr std::size_t kMaxChunkEvent = 64u << 10;
 inline constexpr std::size_t kHeaderBytes = 20;
@@ -80,6 +81,10 @@ struct Hello {
   std::uint8_t major = kMajor;
   std::uint8_t minor = kMinor;
   std::string client;
+  // 2.6, sent only when set: this session reads tenant `reads`'s objects
+  // (--public-tenant) and stores nothing; the descriptor that comes with
+  // the reply is that tenant's segment, read-only.
+  std::string reads;
 };
 // The geometry only: the server never sees a client's device memory. 2.4:
 // the layout's tenant, after it, when it has one (its objects are the

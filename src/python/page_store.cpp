@@ -62,17 +62,18 @@ void bind_page_store(py::module_& m) {
                           "one chunk, copied by this process's threads. Calls may come from several threads at once; "
                           "none raises for the tier's sake (a server down is a miss or a page not stored).")
       .def(py::init([](const std::string& server_socket, const py::object& request_timeout, std::int64_t server_uid,
-                       const py::object& lease_bound, unsigned copy_threads) {
+                       const py::object& lease_bound, unsigned copy_threads, const std::string& reads_tenant) {
              PageStoreOptions o;
              o.server_socket = server_socket;
              o.request_timeout = millis_of(request_timeout, "request_timeout");
              o.server_uid = server_uid;
              o.lease_bound = millis_of(lease_bound, "lease_bound");
              o.copy_threads = copy_threads;
+             o.reads_tenant = reads_tenant;
              return std::make_unique<PyPageStore>(std::move(o));
            }),
            py::kw_only(), "server_socket"_a, "request_timeout"_a = 5.0, "server_uid"_a = -1, "lease_bound"_a = 30.0,
-           "copy_threads"_a = 3)
+           "copy_threads"_a = 3, "reads_tenant"_a = "")
       .def(
           "register_layout",
           [](PyPageStore& s, const Registration& r) {

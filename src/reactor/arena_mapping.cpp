@@ -11,7 +11,8 @@
 namespace kvstrand::reactor {
 
 common::Expected<std::unique_ptr<ArenaMapping>> ArenaMapping::map(int fd, std::uint64_t bytes,
-                                                                  std::uint64_t slab_bytes, uid_t server_uid) {
+                                                                  std::uint64_t slab_bytes, uid_t server_uid,
+                                                                  bool read_only) {
   struct Closer {
     int fd;
     ~Closer() { ::close(fd); }  // the mapping keeps the file alive
@@ -33,7 +34,7 @@ common::Expected<std::unique_ptr<ArenaMapping>> ArenaMapping::map(int fd, std::u
   if (slab_bytes == 0 || bytes % slab_bytes != 0) {
     return common::unexpected("the arena is not a whole number of slabs");
   }
-  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* p = ::mmap(nullptr, bytes, read_only ? PROT_READ : PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
     return common::unexpected(std::string("mmap: ") + std::strerror(errno));
   }
@@ -41,6 +42,7 @@ common::Expected<std::unique_ptr<ArenaMapping>> ArenaMapping::map(int fd, std::u
   m->base_ = static_cast<std::byte*>(p);
   m->bytes_ = bytes;
   m->slab_bytes_ = slab_bytes;
+  m->read_only_ = read_only;
   m->dev_ = static_cast<std::uint64_t>(st.st_dev);
   m->ino_ = static_cast<std::uint64_t>(st.st_ino);
   m->slabs_.resize(bytes / slab_bytes);

@@ -25,9 +25,12 @@ class ArenaMapping {
   // against resize (a peer could shrink it under this mapping) unless it is
   // a named arena (kvstrand-server --arena-path): a regular file of this
   // user or of the server's (`server_uid`, the user this process checked it
-  // runs as) that no one else may open.
+  // runs as) that no one else may open. `read_only`: a published tenant's
+  // segment, handed read-only, mapped so and never pinned (HIP has no
+  // read-only registration; only CPU copies read it: PageStore's), so its
+  // every byte counts as pinned.
   static common::Expected<std::unique_ptr<ArenaMapping>> map(int fd, std::uint64_t bytes, std::uint64_t slab_bytes,
-                                                             uid_t server_uid);
+                                                             uid_t server_uid, bool read_only = false);
   ~ArenaMapping();
   ArenaMapping(const ArenaMapping&) = delete;
   ArenaMapping& operator=(const ArenaMapping&) = delete;
@@ -46,7 +49,10 @@ class ArenaMapping {
   // Pinning, slab by slab; driven by ArenaPinning, several slabs at once.
   // pinned_bytes() is the pinned prefix: every slab below it is pinned.
   std::uint32_t slab_count() const noexcept { return static_cast<std::uint32_t>(bytes_ / slab_bytes_); }
-  std::uint64_t pinned_bytes() const noexcept { return static_cast<std::uint64_t>(prefix_) * slab_bytes_; }
+  std::uint64_t pinned_bytes() const noexcept {
+    return read_only_ ? bytes_ : static_cast<std::uint64_t>(prefix_) * slab_bytes_;
+  }
+  bool read_only() const noexcept { return read_only_; }
   void add_pinned(std::uint32_t slab, hip::HostRegistration r) {
     slabs_[slab].emplace(std::move(r));
     while (prefix_ < slabs_.size() && slabs_[prefix_]) ++prefix_;
@@ -60,6 +66,7 @@ class ArenaMapping {
   std::uint64_t dev_ = 0, ino_ = 0;  // the mapped file's identity
   std::vector<std::optional<hip::HostRegistration>> slabs_;  // one per slab, set once pinned
   std::uint32_t prefix_ = 0;
+  bool read_only_ = false;
 };
 
 }  // namespace kvstrand::reactor

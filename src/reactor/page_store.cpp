@@ -32,9 +32,12 @@ PageStore::PageStore(kvstrand::PageStoreOptions options) : options_(std::move(op
     throw std::invalid_argument("invalid option 'request_timeout': must be > 0 ms");
   if (options_.lease_bound.count() <= 0) throw std::invalid_argument("invalid option 'lease_bound': must be > 0 ms");
   if (options_.copy_threads > 64) throw std::invalid_argument("invalid option 'copy_threads': at most 64");
+  if (!options_.reads_tenant.empty())
+    if (auto why = kv::tenant_problem(options_.reads_tenant))
+      throw std::invalid_argument("invalid option 'reads_tenant': " + *why);
   reactor_ = std::make_unique<Reactor>(ReactorOptions{});
-  index_ = std::make_unique<RemoteIndex>(
-      *reactor_, NodeTierOptions{options_.server_socket, options_.request_timeout, 0, options_.server_uid});
+  index_ = std::make_unique<RemoteIndex>(*reactor_, NodeTierOptions{options_.server_socket, options_.request_timeout, 0,
+                                                                    options_.server_uid, options_.reads_tenant});
   if (options_.copy_threads > 0) copiers_ = std::make_unique<asio::thread_pool>(options_.copy_threads);
   expiry_ = std::make_unique<asio::steady_timer>(reactor_->strand());
   expiry_done_ = asio::co_spawn(reactor_->strand(), expire_loop(), asio::use_future);
@@ -73,6 +76,10 @@ std::uint32_t PageStore::register_layout(const Registration& registration) {
                                                       std::to_string(registration.layout.block_tokens) +
                                                       ", chunk_tokens " +
                                                       std::to_string(registration.layout.chunk_tokens) + ")");
+  if (!options_.reads_tenant.empty() && registration.layout.tenant != options_.reads_tenant)
+    throw TransferRefused(TransferErrc::bad_spec, "this store reads tenant '" + options_.reads_tenant +
+                                                      "' (reads_tenant): its layouts' tenant must be that one, not '" +
+                                                      registration.layout.tenant + "'");
   const Registration* reg = nullptr;
   std::uint32_t id = 0;
   {
@@ -235,7 +242,7 @@ std::size_t PageStore::get(std::uint32_t registration, std::span<const kv::Chunk
 std::vector<bool> PageStore::set(std::uint32_t registration, std::span<const kv::ChunkKey> keys,
                                  std::span<const std::uint32_t> pages) {
   std::vector<bool> out(keys.size(), false);
-  if (!fits(registration, keys, pages)) {
+  if (!options_.reads_tenant.empty() || !fits(registration, keys, pages)) {
     counters_.pages_not_stored += keys.size();
     return out;
   }
@@ -283,6 +290,9 @@ std::vector<bool> PageStore::set(std::uint32_t registration, std::span<const kv:
 
 std::uint64_t PageStore::invalidate(std::uint32_t registration) {
   if (closed_) throw TransferRefused(TransferErrc::closed, "invalidate after close()");
+  if (!options_.reads_tenant.empty())
+    throw TransferRefused(TransferErrc::bad_spec, "invalidate: this store reads tenant '" + options_.reads_tenant +
+                                                      "''s published objects (reads_tenant); only that tenant drops them");
   {
     std::lock_guard lock(regs_mutex_);
     if (registration >= regs_.size())

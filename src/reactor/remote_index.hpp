@@ -53,6 +53,9 @@ struct NodeTierOptions {
   std::chrono::milliseconds request_timeout{10'000};
   int device = 0;  // the device the arena is pinned for
   std::int64_t server_uid = -1;  // a server run by this uid is trusted too (ConnectorOptions::server_uid)
+  // A published tenant to read (PageStoreOptions::reads_tenant): the arena
+  // handed over is that tenant's segment, mapped read-only; nothing is stored.
+  std::string reads;
 };
 
 // What a refusal's status means to the transfer that asked.

@@ -139,7 +139,7 @@ asio::awaitable<Failure> RemoteIndex::hello(Clock::time_point until) {
   guard.async_wait([weak = std::weak_ptr<common::FramedConnection>(conn)](const boost::system::error_code& e) {
     if (auto c = weak.lock(); c && !e) c->close();
   });
-  conn->send(encode_request(Hello{kMajor, kMinor, "kvstrand RemoteIndex"}, calls_.next_id()));
+  conn->send(encode_request(Hello{kMajor, kMinor, "kvstrand RemoteIndex", opt_.reads}, calls_.next_id()));
   int fd = -1;
   common::ReadFrame f = co_await conn->read(kDefaultMaxBody, &fd);
   struct FdCloser {
@@ -176,7 +176,7 @@ asio::awaitable<Failure> RemoteIndex::hello(Clock::time_point until) {
     ::close(arena_fd);
     ++arena_kept_;
   } else {
-    auto mapping = ArenaMapping::map(arena_fd, hr.arena_bytes, hr.slab_bytes, server_uid_);
+    auto mapping = ArenaMapping::map(arena_fd, hr.arena_bytes, hr.slab_bytes, server_uid_, !opt_.reads.empty());
     if (!mapping) {
       co_return unreachable("its arena cannot be mapped: " + mapping.why());
     }

@@ -44,7 +44,7 @@ std::string AdminClient::open(const std::string& socket, const std::string& who)
   std::memcpy(addr.sun_path, socket.c_str(), socket.size() + 1);
   if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
     return std::string("connect: ") + std::strerror(errno);
-  auto reply = call(proto::Hello{proto::kMajor, proto::kMinor, who});
+  auto reply = call(proto::Hello{proto::kMajor, proto::kMinor, who, {}});
   if (!reply) return reply.why();
   if (reply->status != proto::Status::ok) return "it refused the hello: " + reply->message;
   const auto* hr = std::get_if<proto::HelloReply>(&reply->payload);

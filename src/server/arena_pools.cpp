@@ -1,7 +1,10 @@
 #include "server/arena_pools.hpp"
 
 #include <spdlog/spdlog.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -11,7 +14,8 @@
 
 namespace kvstrand::server {
 
-ArenaPools::ArenaPools(tier::Arena& arena, const std::map<std::string, std::uint64_t>& segments, bool huge_pages)
+ArenaPools::ArenaPools(tier::Arena& arena, const std::map<std::string, std::uint64_t>& segments,
+                       const std::set<std::string>& published, bool huge_pages)
     : arena_(arena) {
   // Options refused a segment with a named arena: a segment is a memfd.
   for (const auto& [name, bytes] : segments) {
@@ -24,11 +28,41 @@ ArenaPools::ArenaPools(tier::Arena& arena, const std::map<std::string, std::uint
     pool_of_[name] = segments_.size();
     spdlog::info("kvstrand-server: tenant '{}' has a segment of its own ({})", name, common::format_bytes(bytes));
   }
+  for (const std::string& name : published) {
+    const int fd = segments_.at(pool_of_.at(name) - 1)->fd();
+    const std::string self = "/proc/self/fd/" + std::to_string(fd);
+    // The mode first: the read-only descriptor's file is the segment itself.
+    const int ro = ::fchmod(fd, 0600) == 0 ? ::open(self.c_str(), O_RDONLY | O_CLOEXEC) : -1;
+    if (ro < 0) {
+      const int e = errno;
+      for (const auto& [_, opened] : read_only_fds_) ::close(opened);
+      throw std::runtime_error("--public-tenant: cannot open tenant '" + name + "''s segment read-only: " +
+                               std::strerror(e));
+    }
+    read_only_fds_[name] = ro;
+    spdlog::info("kvstrand-server: tenant '{}' publishes: every tenant's clients may read its segment", name);
+  }
+}
+
+ArenaPools::~ArenaPools() {
+  unmap();
+  for (const auto& [_, fd] : read_only_fds_) ::close(fd);
+}
+
+int ArenaPools::read_only_fd(const std::string& tenant) const {
+  auto it = read_only_fds_.find(tenant);
+  return it == read_only_fds_.end() ? -1 : it->second;
 }
 
 std::size_t ArenaPools::pool_of(const std::string& tenant) const {
   auto it = pool_of_.find(tenant);
   return it == pool_of_.end() ? 0 : it->second;
+}
+
+std::map<std::string, std::size_t> ArenaPools::published() const {
+  std::map<std::string, std::size_t> out;
+  for (const auto& [name, _] : read_only_fds_) out[name] = pool_of(name);
+  return out;
 }
 
 std::uint32_t ArenaPools::slab_count() const noexcept {

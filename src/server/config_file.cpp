@@ -86,19 +86,21 @@ std::vector<CLI::ConfigItem> TomlConfig::from_config(std::istream&) const {
   }
   std::vector<CLI::ConfigItem> items;
   // [tenants.NAME] uids = [...], gids = [...], quota = "40G", segment =
-  // "40G": the flags --tenant-uid NAME=UID, --tenant-gid NAME=GID,
-  // --tenant-quota NAME=BYTES, --tenant-segment NAME=BYTES.
+  // "40G", public = true: the flags --tenant-uid NAME=UID, --tenant-gid
+  // NAME=GID, --tenant-quota NAME=BYTES, --tenant-segment NAME=BYTES,
+  // --public-tenant NAME.
   if (const toml::node* tenants = table.get("tenants")) {
     const auto refuse = [&](const std::string& why) { throw CLI::ConfigError(path_ + ": [tenants]: " + why); };
-    for (const char* flat : {"tenant-uid", "tenant-gid", "tenant-quota", "tenant-segment"})
+    for (const char* flat : {"tenant-uid", "tenant-gid", "tenant-quota", "tenant-segment", "public-tenant"})
       if (table.contains(flat))
         refuse(std::string("give tenants as [tenants.NAME] tables or as '") + flat + "' keys, not both");
     if (!tenants->is_table()) refuse("is not a table of [tenants.NAME] tables");
-    CLI::ConfigItem uid, gid, quota, segment;
+    CLI::ConfigItem uid, gid, quota, segment, published;
     uid.name = "tenant-uid";
     gid.name = "tenant-gid";
     quota.name = "tenant-quota";
     segment.name = "tenant-segment";
+    published.name = "public-tenant";
     for (const auto& [n, t] : *tenants->as_table()) {
       const std::string name(n.str());
       if (!t.is_table()) refuse("'" + name + "' is not a [tenants." + name + "] table");
@@ -121,12 +123,16 @@ std::vector<CLI::ConfigItem> TomlConfig::from_config(std::istream&) const {
           if (!q || !has_unit(q->get()))
             refuse("tenants." + name + "." + field + " needs a size with a unit, e.g. \"40G\"");
           (field == "quota" ? quota : segment).inputs.push_back(name + "=" + q->get());
+        } else if (field == "public") {
+          const auto* b = v.as_boolean();
+          if (!b) refuse("tenants." + name + ".public is not true or false");
+          if (b->get()) published.inputs.push_back(name);
         } else {
-          refuse("tenants." + name + " has no key '" + field + "' (uids, gids, quota and segment are its keys)");
+          refuse("tenants." + name + " has no key '" + field + "' (uids, gids, quota, segment and public are its keys)");
         }
       }
     }
-    for (CLI::ConfigItem* i : {&uid, &gid, &quota, &segment})
+    for (CLI::ConfigItem* i : {&uid, &gid, &quota, &segment, &published})
       if (!i->inputs.empty()) items.push_back(std::move(*i));
   }
   for (const auto& [k, node] : table) {

@@ -69,8 +69,17 @@ tier::Index* RequestService::index_of(const Client& c, std::uint32_t registratio
 Reply RequestService::handle(Client& c, const Request& req) {
   if (std::holds_alternative<Hello>(req)) {
     if (c.hello) return fail(Status::bad_request, "hello was already said on this connection");
+    const Hello& hello = std::get<Hello>(req);
+    if (!hello.reads.empty()) {
+      // Named openly: which tenants publish is no secret, what they hold is.
+      auto it = facts_.published.find(hello.reads);
+      if (it == facts_.published.end())
+        return fail(Status::not_authorized, "tenant '" + hello.reads + "' publishes nothing (--public-tenant)");
+      c.pool = it->second;
+      c.reads = hello.reads;
+    }
     c.hello = true;
-    c.minor = std::get<Hello>(req).minor;
+    c.minor = hello.minor;
     // A 2.1 client reads no server_id: it refuses bytes it does not know.
     const bool says_id = std::get<Hello>(req).minor >= 2;
     // Of its pool: the slabs populated so far are numbered the arena's first.
@@ -141,8 +150,12 @@ Reply RequestService::register_layout(Client& c, const RegisterLayout& m) {
     return fail(Status::bad_request, "this layout's objects (" + std::to_string(object) + " B) would be the " +
                                          std::to_string(tier::SizeClasses::kMaxClasses + 1) +
                                          "th object size this server serves");
+  // A session reading a published tenant registers that tenant's layouts.
+  if (!c.reads.empty() && l.tenant != c.reads)
+    return fail(Status::not_authorized, "this session reads tenant '" + c.reads + "' (its hello's reads): its "
+                                        "layouts' tenant must be '" + c.reads + "', not '" + l.tenant + "'");
   // A process the kernel says is a tenant's registers as that tenant only.
-  if (!c.peer.tenant.empty() && l.tenant != c.peer.tenant)
+  if (c.reads.empty() && !c.peer.tenant.empty() && l.tenant != c.peer.tenant)
     return fail(Status::not_authorized, "this process (uid " + std::to_string(c.peer.uid) + ") is tenant '" +
                                             c.peer.tenant + "' (--tenant-uid, --tenant-gid): its layouts' tenant must "
                                             "be '" + c.peer.tenant + "', not '" + l.tenant + "'");
@@ -248,6 +261,9 @@ Reply RequestService::reserve(Client& c, const Reserve& m) {
   auto it = c.regs.find(m.registration);
   if (it == c.regs.end()) return fail(Status::unknown_registration, "no such registration");
   tier::Index& index = *it->second.index;
+  if (!c.reads.empty())
+    return fail(Status::not_authorized, "this session reads tenant '" + c.reads + "''s published objects: it stores "
+                                        "nothing (store through a session of your own)");
   if (m.images.size() != m.keys.size())
     return fail(Status::bad_request, std::to_string(m.images.size()) + " image flags for " +
                                          std::to_string(m.keys.size()) + " keys");
@@ -319,6 +335,7 @@ Reply RequestService::commit(const Client& c, const Commit& m) {
 }
 
 bool RequestService::owns_namespace(const Client& c, const kv::Digest& ns) const {
+  if (!c.reads.empty()) return false;  // its registrations are the publisher's
   for (const auto& [id, reg] : c.regs)
     if (reg.ns == ns) return true;
   std::set<kv::Digest> spaces;

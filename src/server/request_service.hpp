@@ -49,6 +49,8 @@ struct ServerFacts {
   std::function<std::uint64_t()> ready_bytes;  // of the arena, slabs ready so far
   std::function<std::size_t()> sessions;       // connected now
   std::uint64_t server_id = 0;                 // this server's life (HelloReply::server_id)
+  // Published tenants (--public-tenant) and their pools: a hello's `reads`.
+  std::map<std::string, std::size_t> published;
 };
 
 // One client connection, as the service knows it.
@@ -71,6 +73,10 @@ struct Client {
   // the arena (0). Its registrations' objects are there; the offsets it is
   // told are from the pool's start.
   std::size_t pool = 0;
+  // The published tenant this session reads (its hello's `reads`), its
+  // pool the one above: it registers that tenant's layouts only, and
+  // stores and drops nothing. Empty: a session of its own tenant.
+  std::string reads;
   bool hello = false;
   std::uint8_t minor = 0;  // of the protocol, from its hello
   std::map<std::uint32_t, Reg> regs;

@@ -2,6 +2,7 @@
 
 #include "server/config_file.hpp"
 #include "server/drop_command.hpp"
+#include "server/tenant_options.hpp"
 
 #include <fcntl.h>
 #include <grp.h>
@@ -193,17 +194,19 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
                  "Objects waiting to be written to disk at most (each held in the arena until written, together at "
                  "most an eighth of the arena); more are dropped and counted")
       ->capture_default_str();
-  std::vector<std::string> tenant_quotas;
-  std::string tenant_default;
-  app.add_option("--tenant-quota", tenant_quotas,
+  TenantFlags tenant_flags;
+  app.add_option("--tenant-quota", tenant_flags.quotas,
                  "NAME=BYTES: tenant NAME (a layout's tenant) may hold this much of the arena (and the same share of "
                  "the disk), and no other tenant evicts it below that; give it once per tenant, e.g. team-a=40G");
-  std::vector<std::string> tenant_segments;
-  app.add_option("--tenant-segment", tenant_segments,
+  app.add_option("--tenant-segment", tenant_flags.segments,
                  "NAME=BYTES: tenant NAME's objects live in memory of their own, beside --tier-bytes, handed only to "
                  "its own clients (so no other client can read or write them); NAME must be bound by --tenant-uid or "
                  "--tenant-gid; give it once per tenant, e.g. team-a=40G");
-  app.add_option("--tenant-quota-default", tenant_default,
+  app.add_option("--public-tenant", tenant_flags.publics,
+                 "NAME: tenant NAME's prefixes (system prompts shared by design) may be read by every other tenant's "
+                 "clients, through its segment handed to them read-only; only NAME's own users write them. NAME needs "
+                 "--tenant-segment; give it once per tenant");
+  app.add_option("--tenant-quota-default", tenant_flags.default_quota,
                  "The quota of every tenant --tenant-quota does not name, the one with no name included (default: "
                  "none, and no reserve)");
   std::string events, events_replay, events_topic, events_format = "map", events_buffer_bytes = "64M",
@@ -489,67 +492,7 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
     for (const char* f : {"--disk-bytes", "--disk-timeout", "--disk-queue"})
       if (app.get_option(f)->count() > 0) return refuse(f, "needs --disk");
   }
-  std::uint64_t reserved_total = 0;
-  for (const std::string& t : tenant_quotas) {
-    const auto eq = t.find('=');
-    const std::string name = eq == std::string::npos ? "" : t.substr(0, eq);
-    auto q = eq == std::string::npos ? std::nullopt : common::parse_bytes(t.substr(eq + 1));
-    if (name.empty() || !q || *q == 0) return refuse("--tenant-quota", "'" + t + "' is not NAME=BYTES, e.g. team-a=40G");
-    if (auto why = kv::tenant_problem(name)) return refuse("--tenant-quota", *why);
-    if (!o.tenant_quotas.emplace(name, *q).second) return refuse("--tenant-quota", "tenant '" + name + "' is given twice");
-    reserved_total += *q;
-  }
-  // Each named tenant has its id from the start, beside the unnamed one.
-  if (o.tenant_quotas.size() + 1 > o.max_tenants)
-    return refuse("--max-tenants", std::to_string(o.max_tenants) + " is fewer than the " +
-                                       std::to_string(o.tenant_quotas.size()) +
-                                       " tenants --tenant-quota names and the unnamed one");
-  // Each quota is also a reserve no other tenant evicts: more than the arena
-  // could not be kept.
-  if (reserved_total > o.tier_bytes)
-    return refuse("--tenant-quota", "the quotas add up to " + common::format_bytes(reserved_total) +
-                                        ", more than --tier-bytes (" + common::format_bytes(o.tier_bytes) + ")");
-  std::uint64_t segments_total = 0;
-  for (const std::string& t : tenant_segments) {
-    const auto eq = t.find('=');
-    const std::string name = eq == std::string::npos ? "" : t.substr(0, eq);
-    auto q = eq == std::string::npos ? std::nullopt : common::parse_bytes(t.substr(eq + 1));
-    if (name.empty() || !q || *q == 0)
-      return refuse("--tenant-segment", "'" + t + "' is not NAME=BYTES, e.g. team-a=40G");
-    if (auto why = kv::tenant_problem(name)) return refuse("--tenant-segment", *why);
-    // Only the kernel's word hands a client a segment: a self-declared
-    // tenant would let anyone name it.
-    const auto bound = [&](const auto& map) {
-      return std::any_of(map.begin(), map.end(), [&](const auto& kv) { return kv.second == name; });
-    };
-    if (!bound(o.binding.uids) && !bound(o.binding.gids))
-      return refuse("--tenant-segment", "tenant '" + name + "' is bound to no user: give --tenant-uid " + name +
-                                            "=USER or --tenant-gid " + name +
-                                            "=GROUP (a segment is handed to the clients the kernel says are its)");
-    const std::uint64_t whole = (*q + o.slab_bytes - 1) / o.slab_bytes * o.slab_bytes;
-    if (!o.tenant_segments.emplace(name, whole).second)
-      return refuse("--tenant-segment", "tenant '" + name + "' is given twice");
-    segments_total += whole;
-  }
-  if (!o.tenant_segments.empty()) {
-    if (!o.arena_path.empty())
-      return refuse("--tenant-segment", "is not kept across restarts: a named arena (--arena-path) is one file; "
-                                        "use one or the other");
-    if (o.tenant_segments.size() + 1 > tier::SizeClasses::kMaxClasses)
-      return refuse("--tenant-segment", "more segments than the " + std::to_string(tier::SizeClasses::kMaxClasses) +
-                                            " size classes the server can keep");
-    if (const std::uint64_t avail = tier::available_memory_bytes();
-        avail != 0 && o.tier_bytes + segments_total > avail)
-      return refuse("--tenant-segment", "the segments (" + common::format_bytes(segments_total) +
-                                            ") and --tier-bytes are more than this machine can hold now (" +
-                                            std::to_string(avail >> 20) + " MiB available)");
-  }
-  if (!tenant_default.empty()) {
-    auto q = common::parse_bytes(tenant_default);
-    if (!q || *q == 0 || *q > o.tier_bytes)
-      return refuse("--tenant-quota-default", "'" + tenant_default + "' is not a size from 1 byte to --tier-bytes");
-    o.tenant_default_quota = *q;
-  }
+  if (auto refused = take_tenant_flags(tenant_flags, o)) return refuse(refused->first, refused->second);
   if (!events.empty()) {
     const auto endpoint_ok = [](const std::string& e) {
       return (e.rfind("tcp://", 0) == 0 && e.find(':', 6) != std::string::npos) ||

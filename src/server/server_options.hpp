@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <variant>
 
@@ -56,6 +57,9 @@ struct ServerOptions {
   // --tenant-segment NAME=BYTES: tenant NAME's objects in memory of its own
   // (a memfd only its clients are handed), whole slabs, beside the arena.
   std::map<std::string, std::uint64_t> tenant_segments;
+  // --public-tenant NAME: tenants (each with a segment) whose objects every
+  // other tenant's clients may read, through the segment handed read-only.
+  std::set<std::string> public_tenants;
   // --tenant-uid, --tenant-gid, --admin-group: who each client is.
   TenantBinding binding;
   // --socket-group: the socket is 0660 and this group's (other users'

@@ -362,9 +362,9 @@ struct TierServer::Impl {
   void count(Type t, Status st) { ++requests[common::labels({{"type", to_string(t)}, {"status", to_string(st)}})]; }
 
   // The hello's reply carries the fd of the client's pool: its tenant's
-  // segment, or the arena.
-  void send(const std::shared_ptr<Session>& s, std::vector<std::byte> frame, bool with_arena_fd = false) {
-    s->conn->send(std::move(frame), with_arena_fd ? pools->pool(s->client.pool).fd() : -1);
+  // segment, the arena, or (read-only) the segment of the tenant it reads.
+  void send(const std::shared_ptr<Session>& s, std::vector<std::byte> frame, bool with_pool_fd = false) {
+    s->conn->send(std::move(frame), with_pool_fd ? pools->handed_fd(s->client.pool, s->client.reads) : -1);
   }
 
   // A session's reader or writer ended by an exception: the connection
@@ -473,7 +473,7 @@ void TierServer::Impl::open_arena() {
     throw std::runtime_error(std::string(named ? "--arena-path" : "--tier-bytes") + ": cannot create the arena: " +
                              e.what());
   }
-  pools.emplace(*arena, opt.tenant_segments, opt.huge_pages);
+  pools.emplace(*arena, opt.tenant_segments, opt.public_tenants, opt.huge_pages);
   // L2 is one reason the server touches the arena's bytes (it copies
   // committed objects out to Redis and promoted ones in), a named arena's
   // object tables the other. Engine memory it never sees.
@@ -535,7 +535,7 @@ void TierServer::start() {
                      impl_->opt.min_object_bytes, impl_->opt.max_index_bytes};
   ServerFacts facts{impl_->arena->bytes(), impl_->arena->slab_bytes(), impl_->arena->huge_pages(),
                     [i = impl_.get()] { return i->ready_bytes(); }, [i = impl_.get()] { return i->sessions.size(); },
-                    server_life_id()};
+                    server_life_id(), impl_->pools->published()};
   // Nearest first: a lookup asks the disk before L2.
   if (impl_->disk) impl_->levels.push_back(impl_->disk.get());
   if (impl_->l2) impl_->levels.push_back(impl_->l2.get());

@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
   std::vector<std::uint32_t> toks(512, 1);
   const std::vector<ChunkKey> keys = chunk_keys(l, namespace_of(l), toks);
   RegisterLayout reg{l};
-  const std::vector<Request> requests = {Hello{kMajor, 0, "seed"}, reg,          Unregister{1},
+  const std::vector<Request> requests = {Hello{kMajor, 0, "seed", {}}, reg,          Unregister{1},
                                          Lookup{1, keys},          Release{2},   Reserve{1, keys, {1, 0}},
                                          Commit{2, true},          EndSession{}, Stats{},
                                          Ping{},                   Adopt{1, 2, keys}};

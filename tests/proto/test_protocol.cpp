@@ -32,7 +32,7 @@ std::vector<Request> every_request() {
   reg.layout.speculative.params = {{"a", "1"}, {"b", "2"}};
   Lookup lookup{3, spec().keys};
   Reserve reserve{3, spec().keys, {1, 0}};
-  return {Hello{kMajor, 0, "engine-rank-0"}, reg, Unregister{3}, lookup, Release{77}, reserve, Commit{77, true},
+  return {Hello{kMajor, 0, "engine-rank-0", {}}, reg, Unregister{3}, lookup, Release{77}, reserve, Commit{77, true},
           Commit{78, false}, EndSession{}, Stats{}, Ping{}, Adopt{3, 77, spec().keys},
           Drop{kv::namespace_of(test::reference_layout())}, DropTenant{"team-a"}};
 }
@@ -73,8 +73,10 @@ TEST_CASE("protocol: a request cut short at any byte is refused, never read past
     const auto longer = decode_request(h.type, body);
     REQUIRE_FALSE(longer.has_value());
     // A reserve's byte after its images starts its 2.4 events, a
-    // registration's after its layout its tenant: cut short.
-    const bool tail = type_of(req) == Type::reserve || type_of(req) == Type::register_layout;
+    // registration's after its layout its tenant, a hello's after its
+    // client the 2.6 tenant it reads: cut short.
+    const bool tail = type_of(req) == Type::reserve || type_of(req) == Type::register_layout ||
+                      type_of(req) == Type::hello;
     REQUIRE(longer.why().find(tail ? "truncated or malformed" : "unexpected bytes") != std::string::npos);
   }
 }
@@ -94,6 +96,28 @@ TEST_CASE("protocol: a registration's tenant (2.4) comes after the 2.3 layout's 
     REQUIRE_FALSE(decode_request(h.type, std::span(body).first(n)).has_value());
   named.layout.tenant = std::string(kv::kMaxTenantName + 1, 'a');
   const auto [hl, bl] = split(encode_request(named, 5));
+  REQUIRE_FALSE(decode_request(hl.type, bl).has_value());
+}
+
+TEST_CASE("protocol: a hello's reads (2.6) comes after the client's name, only when set", "[kv][protocol]") {
+  const Hello plain{kMajor, kMinor, "engine", {}};
+  const Hello reader{kMajor, kMinor, "engine", "shared"};
+  const auto [h, body] = split(encode_request(reader, 1));
+  auto back = decode_request(h.type, body);
+  REQUIRE(back.has_value());
+  REQUIRE(std::get<Hello>(*back).reads == "shared");
+  const auto [h25, body25] = split(encode_request(plain, 1));
+  REQUIRE(body.size() == body25.size() + 4 + 6);
+  REQUIRE(std::equal(body25.begin(), body25.end(), body.begin()));
+  REQUIRE(std::get<Hello>(*decode_request(h25.type, body25)).reads.empty());
+  for (std::size_t n = body25.size() + 1; n < body.size(); ++n)
+    REQUIRE_FALSE(decode_request(h.type, std::span(body).first(n)).has_value());
+  // An empty name is never sent (one encoding each), nor one too long.
+  std::vector<std::byte> empty = body25;
+  empty.resize(empty.size() + 4, std::byte{0});
+  REQUIRE_FALSE(decode_request(h.type, empty).has_value());
+  const Hello too_long{kMajor, kMinor, "engine", std::string(kv::kMaxTenantName + 1, 'a')};
+  const auto [hl, bl] = split(encode_request(too_long, 1));
   REQUIRE_FALSE(decode_request(hl.type, bl).has_value());
 }
 

@@ -2,7 +2,8 @@
 engine here is a process of its own uid (forked, so the test runs as root).
 The quotas hold as they do for self-named tenants, and again right after a
 SIGKILL and restart on the named arena and on the disk; a tenant with a
-segment of its own (--tenant-segment) is served from it."""
+segment of its own (--tenant-segment) is served from it; a published one's
+(--public-tenant) pages are read by another tenant's SGLang."""
 
 import os
 import traceback
@@ -20,26 +21,33 @@ BOUND = [f for name, uid in USERS.items() for f in ("--tenant-uid", f"{name}={ui
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="engines of other users need the test to run as root")
 
 
-def as_user(tenant, server, body):
-    """body(engine) in a forked child running as tenant's user, with an
-    engine of that tenant: its return value (an int) is the exit code."""
+def forked(user, body):
+    """body() in a forked child running as `user`'s uid: its return value
+    (an int) is the exit code (90: it raised)."""
     pid = os.fork()
     if pid == 0:
         code = 90
         try:
             os.setgroups([ENGINES])
             os.setgid(ENGINES)
-            os.setuid(USERS[tenant])
-            engine = TenantEngine(server, tenant)
-            try:
-                code = int(body(engine))
-            finally:
-                engine.close()
+            os.setuid(USERS[user])
+            code = int(body())
         except BaseException:
             traceback.print_exc()
         os._exit(code)
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status)
+
+
+def as_user(tenant, server, body):
+    """body(engine) as tenant's user, with an engine of that tenant."""
+    def run():
+        engine = TenantEngine(server, tenant)
+        try:
+            return body(engine)
+        finally:
+            engine.close()
+    return forked(tenant, run)
 
 
 def start(flags, socket=None):
@@ -101,5 +109,45 @@ def test_a_tenants_segment_serves_its_own_engine_and_no_other():
         assert server.metric("tier_segment_bytes") == 4 << 20
         tenants = {t["tenant"]: t for t in server.tier()["tenants"]}
         assert tenants["a"]["bytes"] == 8 * 2 * 16384
+    finally:
+        server.stop()
+
+
+def test_a_published_tenants_pages_are_read_by_another_tenants_sglang_and_not_stored_again():
+    import mini_sglang  # the picture of SGLang on sys.path
+    server = Server(tier="4M", slab="2M", chunk_tokens=16,
+                    extra=BOUND + ["--tenant-segment", "a=4M", "--public-tenant", "a"])
+    os.chmod(server.dir, 0o755)
+    system = list(range(10_000, 10_000 + 3 * 16))  # a system prompt of 3 pages, published by a
+
+    def own(seed):
+        return [seed * 100_000 + i for i in range(2 * 16)]
+
+    def engine(tenant, body, **extra):
+        def run():
+            e = mini_sglang.MiniSGLang(server.socket, tenant=tenant, **extra)
+            try:
+                code = body(e)
+                return code if code or e.mismatches == 0 else 9
+            finally:
+                e.close()
+        return forked(tenant, run)
+
+    try:
+        assert engine("a", lambda e: 0 if e.serve(system + own(1)) == 0 else 1) == 0
+
+        def reader(e):
+            if e.serve(system + own(2)) != 3:
+                return 1  # the published pages, read through memory handed read-only
+            if e.serve(system + own(2)) != 5:
+                return 2  # then its own, stored after them
+            return 0 if e.backend().kvstrand_stats()["public_pages_read"] == 6 else 3
+        assert engine("b", reader, public_tenant="a") == 0
+        # Without public_tenant, c reads nothing of a's.
+        assert engine("c", lambda e: 0 if e.serve(system + own(3)) == 0 else 1) == 0
+        tenants = {t["tenant"]: t for t in server.tier()["tenants"]}
+        page = tenants["a"]["bytes"] // 5
+        assert tenants["b"]["bytes"] == 2 * page  # b's own two pages: the published three are not stored again
+        assert tenants["c"]["bytes"] == 5 * page
     finally:
         server.stop()

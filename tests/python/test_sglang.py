@@ -51,6 +51,8 @@ def test_sglang_loads_it_by_its_dynamic_backend_flags(page_server):
     ({"copy_threads": "4"}, "copy_threads"),
     ({"tenant": "team a"}, "tenant"),
     ({"lease_bound_s": 0}, "lease_bound_s"),
+    ({"public_tenant": "team a"}, "public_tenant"),
+    ({"public_tenant": "team-a", "tenant": "team-a"}, "public_tenant"),
 ])
 def test_a_bad_extra_config_key_is_refused_at_construction_naming_it(page_server, extra, option):
     with pytest.raises(kvstrand.ConfigError) as e:

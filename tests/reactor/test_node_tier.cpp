@@ -130,7 +130,7 @@ void hold_of_restarted_server_is_never_released(std::vector<std::string> flags) 
   REQUIRE(ready_and_full(srv));
   // Another process, with objects of the rig's size: a reservation, then a lease, as the rig did.
   Client other(srv.socket_path());
-  REQUIRE(must_call(other, Hello{kMajor, kMinor, "test"}).status == Status::ok);
+  REQUIRE(must_call(other, Hello{kMajor, kMinor, "test", {}}).status == Status::ok);
   const std::uint32_t reg = std::get<RegisterReply>(must_call(other, RegisterLayout{rig.layout}).payload).registration;
   const auto stored = std::get<ReserveReply>(must_call(other, Reserve{reg, rig.keys(7, 0, 2), {0, 0}}).payload);
   REQUIRE(must_call(other, Commit{stored.reservation, true}).status == Status::ok);
@@ -364,7 +364,7 @@ TEST_CASE("node tier: a lookup whose hit is not loaded gives its lease back at o
   REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
   auto locks = [&] {
     Client c(srv.socket_path());
-    REQUIRE(c.call(proto::Hello{proto::kMajor, proto::kMinor, "t"}).has_value());
+    REQUIRE(c.call(proto::Hello{proto::kMajor, proto::kMinor, "t", {}}).has_value());
     return std::get<proto::StatsReply>(c.call(proto::Stats{})->payload).leases;
   };
   const auto keys = rig.keys(1, 0, 2);

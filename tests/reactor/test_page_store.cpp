@@ -169,3 +169,26 @@ TEST_CASE("page store: with no server calls miss and store nothing (counted), an
   bad.lease_bound = 0ms;
   REQUIRE_THROWS_WITH(Store(bad), Catch::Contains("lease_bound"));
 }
+
+TEST_CASE("page store: a store that reads a published tenant registers that tenant's layouts only, and stores and "
+          "drops nothing",
+          "[server][reactor][tenants]") {
+  PageStoreOptions o;
+  o.server_socket = ServerProcess::fresh_socket_path();
+  o.request_timeout = 500ms;
+  o.reads_tenant = "shared";
+  Pool a;
+  Store store(o);
+  // Refused here, before any server is asked: the server would refuse it too.
+  REQUIRE_THROWS_WITH(store.register_layout(a.registration()), Catch::Contains("reads_tenant"));
+  Registration shared = a.registration();
+  shared.layout.tenant = "shared";
+  const std::uint32_t reg = store.register_layout(shared);
+  const auto keys = page_keys(shared, 4, 2);
+  REQUIRE(store.set(reg, keys, std::vector<std::uint32_t>{0, 1}) == std::vector<bool>{false, false});
+  REQUIRE(store.stats().pages_not_stored == 2);
+  REQUIRE_THROWS_WITH(store.invalidate(reg), Catch::Contains("only that tenant drops them"));
+  PageStoreOptions bad = o;
+  bad.reads_tenant = "not a name";
+  REQUIRE_THROWS_WITH(Store(bad), Catch::Contains("reads_tenant"));
+}

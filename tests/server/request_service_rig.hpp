@@ -73,7 +73,7 @@ struct Fixture {
   RequestService service;
 
   explicit Fixture(server::ServiceRules rules = {64, 8 * kObject, 8 * kObject})
-      : service(rules, server::ServerFacts{4 * kSlab, kSlab, false, [] { return 4 * kSlab; }, [] { return 2; }, 0x5eed},
+      : service(rules, server::ServerFacts{4 * kSlab, kSlab, false, [] { return 4 * kSlab; }, [] { return 2; }, 0x5eed, {}},
                 classes, {&near, &far}) {
     for (std::uint32_t s = 0; s < 4; ++s) classes.add_slab(s);
   }

@@ -27,7 +27,7 @@ TEST_CASE("request service: nothing before hello, hello once, and the hello desc
   REQUIRE(f.service.handle(c, Hello{}).status == Status::bad_request);
   // A 2.1 client is not told (its decoder refuses bytes it does not know).
   Client old = client(8, 2);
-  const Reply old_hello = f.service.handle(old, Hello{proto::kMajor, 1, "2.1"});
+  const Reply old_hello = f.service.handle(old, Hello{proto::kMajor, 1, "2.1", {}});
   REQUIRE(std::get<HelloReply>(old_hello.payload).server_id == 0);
 }
 

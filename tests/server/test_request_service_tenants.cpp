@@ -171,7 +171,7 @@ TEST_CASE("request service: a process bound to a tenant registers as it only, an
   // A client too old to say its weight version cannot be checked: refused.
   Client old = client(4, 4);
   old.peer = a.peer;
-  REQUIRE(f.service.handle(old, Hello{2, 4, "old"}).status == Status::ok);
+  REQUIRE(f.service.handle(old, Hello{2, 4, "old", {}}).status == Status::ok);
   kv::Layout mine = layout();
   mine.tenant = "team-a";
   REQUIRE(f.service.handle(old, RegisterLayout{mine}).status == Status::not_authorized);

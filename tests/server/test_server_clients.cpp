@@ -40,7 +40,7 @@ TEST_CASE("server: a closed connection leaves its process's holds, another sessi
   REQUIRE(s.leases == 1);
   REQUIRE(s.reservations == 1);
   Client c(srv.socket_path());
-  REQUIRE(must_call(c, Hello{kMajor, kMinor, "later"}).status == Status::ok);
+  REQUIRE(must_call(c, Hello{kMajor, kMinor, "later", {}}).status == Status::ok);
   REQUIRE(must_call(c, Release{lease}).status == Status::ok);
   REQUIRE(must_call(c, Release{reservation}).status == Status::ok);
   s = stats(srv.socket_path());

@@ -51,6 +51,7 @@ std::string describe(const ServerOptions& o) {
   }
   for (const auto& [name, q] : o.tenant_quotas) s << " tenant." << name << "=" << q;
   for (const auto& [name, q] : o.tenant_segments) s << " segment." << name << "=" << q;
+  for (const auto& name : o.public_tenants) s << " public." << name;
   if (o.tenant_default_quota) s << " tenant.default=" << *o.tenant_default_quota;
   for (const auto& [uid, name] : o.binding.uids) s << " uid." << uid << "=" << name;
   for (const auto& [gid, name] : o.binding.gids) s << " gid." << gid << "=" << name;
@@ -276,6 +277,37 @@ TEST_CASE("server options: a tenant's segment is whole slabs, for a tenant bound
   auto again = parse({"--config", write_file("segment-printed.toml", printed.out)});
   INFO(again.err);
   REQUIRE(describe(std::get<ServerOptions>(again.result)) == describe(t));
+}
+
+TEST_CASE("server options: a published tenant (--public-tenant, public = true) has a segment of its own",
+          "[server][tenants][trust]") {
+  const std::vector<std::string> bound = {"--tier-bytes", "64M", "--slab-bytes", "4M", "--tenant-uid", "team-a=61001",
+                                          "--tenant-uid", "team-b=61002", "--socket-group", "61000",
+                                          "--tenant-segment", "team-a=8M"};
+  const auto with = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), bound.begin(), bound.end());
+    return more;
+  };
+  // In the arena, which every client maps read-write, it could not be read-only.
+  refused(with({"--public-tenant", "team-b"}), "--public-tenant", "no --tenant-segment");
+  refused(with({"--public-tenant", "team-a", "--public-tenant", "team-a"}), "--public-tenant", "twice");
+  refused(with({"--public-tenant", "bad name"}), "--public-tenant", "tenant");
+  auto ok = parse(with({"--public-tenant", "team-a"}));
+  INFO(ok.err);
+  REQUIRE(std::get<ServerOptions>(ok.result).public_tenants == std::set<std::string>{"team-a"});
+  auto tables = parse({"--config", write_file("public.toml", "tier-bytes = \"64M\"\nslab-bytes = \"4M\"\n"
+                                                              "socket-group = 61000\n[tenants.team-a]\n"
+                                                              "uids = [61001]\nsegment = \"8M\"\npublic = true\n"
+                                                              "[tenants.team-b]\nuids = [61002]\npublic = false\n")});
+  INFO(tables.err);
+  const auto& t = std::get<ServerOptions>(tables.result);
+  REQUIRE(t.public_tenants == std::set<std::string>{"team-a"});
+  auto printed = parse(with({"--public-tenant", "team-a", "--print-config"}));
+  auto again = parse({"--config", write_file("public-printed.toml", printed.out)});
+  INFO(again.err);
+  REQUIRE(describe(std::get<ServerOptions>(again.result)) == describe(t));
+  auto not_bool = parse({"--config", write_file("public-bad.toml", "[tenants.team-a]\nuids = [61001]\npublic = 1\n")});
+  REQUIRE(not_bool.err.find("tenants.team-a.public is not true or false") != std::string::npos);
 }
 
 TEST_CASE("server options: --drop-namespace reads no server option, and takes 64 hex digits only", "[server]") {

@@ -124,7 +124,7 @@ TEST_CASE("server: self-inconsistent and unknown requests get their own status",
   Client c(srv.socket_path());
   REQUIRE(must_call(c, Ping{}).status == Status::bad_request);  // no hello yet
   const auto reg = open_session(c);
-  REQUIRE(must_call(c, Hello{kMajor, kMinor, "twice"}).status == Status::bad_request);
+  REQUIRE(must_call(c, Hello{kMajor, kMinor, "twice", {}}).status == Status::bad_request);
   Reply r = must_call(c, Reserve{reg, keys(1, 2), {1}});
   REQUIRE(r.status == Status::bad_request);
   REQUIRE(r.message.find("1 image flags for 2 keys") != std::string::npos);
@@ -196,7 +196,7 @@ TEST_CASE("server: every request's bounds, one value past each, are refused and 
     const char* says;
   };
   const std::vector<Case> cases = {
-      {"hello twice", &a, Hello{kMajor, kMinor, "again"}, Status::bad_request, "hello was already said"},
+      {"hello twice", &a, Hello{kMajor, kMinor, "again", {}}, Status::bad_request, "hello was already said"},
       {"register: another chunk size", &a, RegisterLayout{wide}, Status::bad_request, "--chunk-tokens"},
       {"register: an object one byte past a slab", &a, RegisterLayout{past_slab}, Status::bad_request,
        "--slab-bytes"},
@@ -259,7 +259,7 @@ TEST_CASE("server: an object one byte past a slab is refused at registration, on
   ServerProcess srv(kFlags);
   REQUIRE(srv.ready());
   Client c(srv.socket_path());
-  REQUIRE(must_call(c, Hello{kMajor, kMinor, "slab"}).status == Status::ok);
+  REQUIRE(must_call(c, Hello{kMajor, kMinor, "slab", {}}).status == Status::ok);
   const Reply past = must_call(c, RegisterLayout{sized(5)});
   REQUIRE(past.status == Status::bad_request);
   REQUIRE(past.message.find("--slab-bytes") != std::string::npos);
@@ -298,7 +298,7 @@ TEST_CASE("server: connections announcing maximal bodies do not grow the server 
   std::vector<std::unique_ptr<Client>> clients;
   for (int i = 0; i < 16; ++i) {
     clients.push_back(std::make_unique<Client>(srv.socket_path()));
-    REQUIRE(clients.back()->call(Hello{kMajor, kMinor, "big"}).has_value());
+    REQUIRE(clients.back()->call(Hello{kMajor, kMinor, "big", {}}).has_value());
     Header h;
     h.type = static_cast<std::uint16_t>(Type::lookup);
     h.request_id = 2;
@@ -321,7 +321,7 @@ TEST_CASE("server: malformed frames get an error reply or a closed connection, p
   REQUIRE(srv.ready());
   {
     Client c(srv.socket_path());
-    REQUIRE(must_call(c, Hello{kMajor, kMinor, "t"}).status == Status::ok);
+    REQUIRE(must_call(c, Hello{kMajor, kMinor, "t", {}}).status == Status::ok);
     Header h;
     h.type = static_cast<std::uint16_t>(Type::reserve);
     h.request_id = 5;
@@ -427,7 +427,7 @@ TEST_CASE("server: a hold is its maker's: another process's release or commit is
     int code = 0;
     {
       Client b(srv.socket_path());
-      if (b.call(Hello{kMajor, kMinor, "b"})->status != Status::ok) code = 10;
+      if (b.call(Hello{kMajor, kMinor, "b", {}})->status != Status::ok) code = 10;
       const auto commit = b.call(Commit{unwritten.reservation, true});
       const auto release = b.call(Release{lease.lease});
       const auto abort = b.call(Release{unwritten.reservation});

@@ -1,6 +1,7 @@
 // kvstrand-server's tenants as real processes: --max-tenants with a scrape
 // beside it, and tenants bound to the users their processes run as (clients
 // forked as other uids: they need this test to run as root).
+#include <fcntl.h>
 #include <grp.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -28,7 +29,7 @@ TEST_CASE("server: tenants past --max-tenants are refused, and /metrics and /deb
                      "--tenant-quota", "late=1M", "--http", "127.0.0.1:" + std::to_string(port)});
   REQUIRE(srv.ready());
   Client c(srv.socket_path());
-  REQUIRE(must_call(c, Hello{kMajor, kMinor, "tenants"}).status == Status::ok);
+  REQUIRE(must_call(c, Hello{kMajor, kMinor, "tenants", {}}).status == Status::ok);
   int served = 0, refused = 0;
   for (int t = 0; t < 100; ++t) {
     kv::Layout l = layout();
@@ -82,17 +83,30 @@ std::vector<kv::ChunkKey> tenant_keys(const std::string& tenant, std::uint32_t n
   const kv::Layout l = tenant_layout(tenant);
   return kv::chunk_keys(l, kv::namespace_of(l), std::vector<std::uint32_t>(n * 64, 5));
 }
+
+// A server's flags: team-a and team-b bound to users 61001 and 61002 (the
+// clients forked as them), then `more`.
+std::vector<std::string> two_tenants(const std::vector<std::string>& more = {}) {
+  std::vector<std::string> f{"--tier-bytes", "16M", "--slab-bytes", "4M", "--chunk-tokens", "64",
+                             "--tenant-uid", "team-a=61001", "--tenant-uid", "team-b=61002",
+                             "--socket-group", std::to_string(kEnginesGroup)};
+  f.insert(f.end(), more.begin(), more.end());
+  return f;
+}
+
+// Clients of other users need the test to run as root: says so when not.
+bool as_root() {
+  if (::geteuid() == 0) return true;
+  WARN("skipped: clients of other users need this test to run as root");
+  return false;
+}
 }  // namespace
 
 TEST_CASE("server: a tenant is what the kernel says a client's user is: it registers, reads and drops as that "
           "tenant only, and an unmapped user is refused",
           "[server][tenants][trust]") {
-  if (::geteuid() != 0) {
-    WARN("skipped: clients of other users need this test to run as root");
-    return;
-  }
-  ServerProcess srv({"--tier-bytes", "16M", "--slab-bytes", "4M", "--chunk-tokens", "64", "--tenant-uid",
-                     "team-a=61001", "--tenant-uid", "team-b=61002", "--socket-group", std::to_string(kEnginesGroup)});
+  if (!as_root()) return;
+  ServerProcess srv(two_tenants());
   REQUIRE(srv.ready());
   struct stat st {};
   REQUIRE(::stat(srv.socket_path().c_str(), &st) == 0);
@@ -102,7 +116,7 @@ TEST_CASE("server: a tenant is what the kernel says a client's user is: it regis
   // team-a's process stores two chunks, as team-a only.
   REQUIRE(as_user(61001, [&] {
             Client a(srv.socket_path());
-            if (a.call_or_throw(Hello{kMajor, kMinor, "a"}).status != Status::ok) return 10;
+            if (a.call_or_throw(Hello{kMajor, kMinor, "a", {}}).status != Status::ok) return 10;
             if (a.call_or_throw(RegisterLayout{tenant_layout("team-b")}).status != Status::not_authorized) return 11;
             const Reply reg = a.call_or_throw(RegisterLayout{tenant_layout("team-a")});
             if (reg.status != Status::ok) return 12;
@@ -116,7 +130,7 @@ TEST_CASE("server: a tenant is what the kernel says a client's user is: it regis
   // or drop the tenant of; its own tenant it may drop.
   REQUIRE(as_user(61002, [&] {
             Client b(srv.socket_path());
-            if (b.call_or_throw(Hello{kMajor, kMinor, "b"}).status != Status::ok) return 20;
+            if (b.call_or_throw(Hello{kMajor, kMinor, "b", {}}).status != Status::ok) return 20;
             const Reply reg = b.call_or_throw(RegisterLayout{tenant_layout("team-b")});
             if (reg.status != Status::ok) return 21;
             const auto r = std::get<RegisterReply>(reg.payload).registration;
@@ -150,7 +164,7 @@ TEST_CASE("server: a tenant is what the kernel says a client's user is: it regis
           }) == 0);
   // The server's user (root here) is an admin: a's chunks are all there, and it may drop them.
   Client admin(srv.socket_path());
-  REQUIRE(must_call(admin, Hello{kMajor, kMinor, "admin"}).status == Status::ok);
+  REQUIRE(must_call(admin, Hello{kMajor, kMinor, "admin", {}}).status == Status::ok);
   const Reply reg = must_call(admin, RegisterLayout{tenant_layout("team-a")});
   const auto r = std::get<RegisterReply>(reg.payload).registration;
   const LookupReply there = lookup(admin, r, tenant_keys("team-a", 2));
@@ -160,10 +174,7 @@ TEST_CASE("server: a tenant is what the kernel says a client's user is: it regis
 }
 
 TEST_CASE("server: a refused user is logged once, not at every retry", "[server][trust]") {
-  if (::geteuid() != 0) {
-    WARN("skipped: clients of other users need this test to run as root");
-    return;
-  }
+  if (!as_root()) return;
   const std::string path = ServerProcess::fresh_socket_path();
   ChildProcess srv({sibling_binary("../kvstrand-server"), "--socket", path, "--tier-bytes", "16M", "--slab-bytes", "4M",
                     "--chunk-tokens", "64", "--tenant-uid", "team-a=61001", "--socket-group",
@@ -213,31 +224,34 @@ struct Handed {
   }
 };
 
+// team-a's process stores `ks` as chunks of 0x5A in the memory it is
+// handed, `handed` bytes: 0, or the step that failed.
+int team_a_stores(const std::string& socket, const std::vector<kv::ChunkKey>& ks, std::uint64_t handed) {
+  const std::uint64_t object = tenant_layout("team-a").object_bytes(true);
+  return as_user(61001, [&] {
+    Handed a(socket);
+    if (a.bytes != handed) return 10;
+    const Reply res = a.c.call_or_throw(Reserve{a.reg("team-a"), ks, std::vector<std::uint8_t>(ks.size(), 1)});
+    if (res.status != Status::ok) return 11;
+    const auto& rr = std::get<ReserveReply>(res.payload);
+    for (std::uint64_t off : rr.offsets) {
+      if (off + object > a.bytes) return 12;  // an offset within what it was handed
+      std::memset(a.p + off, 0x5A, object);
+    }
+    return a.c.call_or_throw(Commit{rr.reservation, true}).status == Status::ok ? 0 : 13;
+  });
+}
+
 // team-a stores two chunks of 0x5A; team-b's process then writes 0xEE over
 // all the memory it was handed; whether team-a's chunks are still whole.
 bool survives_another_tenant(const std::vector<std::string>& segment) {
-  std::vector<std::string> flags{"--tier-bytes", "16M", "--slab-bytes", "4M", "--chunk-tokens", "64",
-                                 "--tenant-uid", "team-a=61001", "--tenant-uid", "team-b=61002",
-                                 "--socket-group", std::to_string(kEnginesGroup)};
-  flags.insert(flags.end(), segment.begin(), segment.end());
-  ServerProcess srv(flags);
+  ServerProcess srv(two_tenants(segment));
   REQUIRE(srv.ready());
   REQUIRE(Client(srv.socket_path()).wait_full());
   const auto ks = tenant_keys("team-a", 2);
   const std::uint64_t object = tenant_layout("team-a").object_bytes(true);
-  REQUIRE(as_user(61001, [&] {
-            Handed a(srv.socket_path());
-            // Its segment's size, or the arena's.
-            if (a.bytes != (segment.empty() ? 16u << 20 : 8u << 20)) return 10;
-            const Reply res = a.c.call_or_throw(Reserve{a.reg("team-a"), ks, {1, 1}});
-            if (res.status != Status::ok) return 11;
-            const auto& rr = std::get<ReserveReply>(res.payload);
-            for (std::uint64_t off : rr.offsets) {
-              if (off + object > a.bytes) return 12;  // an offset within what it was handed
-              std::memset(a.p + off, 0x5A, object);
-            }
-            return a.c.call_or_throw(Commit{rr.reservation, true}).status == Status::ok ? 0 : 13;
-          }) == 0);
+  // Its segment's size, or the arena's.
+  REQUIRE(team_a_stores(srv.socket_path(), ks, segment.empty() ? 16u << 20 : 8u << 20) == 0);
   REQUIRE(as_user(61002, [&] {
             Handed b(srv.socket_path());
             std::memset(b.p, 0xEE, b.bytes);
@@ -262,10 +276,7 @@ bool survives_another_tenant(const std::vector<std::string>& segment) {
 TEST_CASE("server: a tenant's segment is memory no other tenant's process is handed: another writing all it can "
           "reach leaves its objects whole",
           "[server][tenants][trust]") {
-  if (::geteuid() != 0) {
-    WARN("skipped: clients of other users need this test to run as root");
-    return;
-  }
+  if (!as_root()) return;
   // One arena for all: team-b's process can overwrite team-a's objects
   // (what docs/server.md says of tenants without segments).
   CHECK_FALSE(survives_another_tenant({}));
@@ -297,7 +308,7 @@ TEST_CASE("server: with tenants bound to users, the events' ipc:// sockets are t
     REQUIRE(mode_of(base + ".rp") == std::pair{0660u, kEnginesGroup});
     // Root (an admin) stores a chunk of team-a's: its namespace is not listed.
     Client admin(srv.socket_path());
-    REQUIRE(must_call(admin, Hello{kMajor, kMinor, "admin"}).status == Status::ok);
+    REQUIRE(must_call(admin, Hello{kMajor, kMinor, "admin", {}}).status == Status::ok);
     const auto r = std::get<RegisterReply>(must_call(admin, RegisterLayout{tenant_layout("team-a")}).payload);
     const Reply res = must_call(admin, Reserve{r.registration, tenant_keys("team-a", 1), {0}});
     REQUIRE(must_call(admin, Commit{std::get<ReserveReply>(res.payload).reservation, true}).status == Status::ok);
@@ -311,4 +322,52 @@ TEST_CASE("server: with tenants bound to users, the events' ipc:// sockets are t
   REQUIRE(alone.ready());
   REQUIRE(mode_of(base + ".ev2").first == 0600u);
   for (const char* end : {".ev", ".rp", ".ev2"}) ::unlink((base + end).c_str());
+}
+
+TEST_CASE("server: a published tenant's objects are read by another tenant's process through memory it cannot "
+          "make writable, and that session stores, drops and registers nothing else",
+          "[server][tenants][trust]") {
+  if (!as_root()) return;
+  ServerProcess srv(two_tenants({"--tenant-segment", "team-a=8M", "--public-tenant", "team-a"}));
+  REQUIRE(srv.ready());
+  REQUIRE(Client(srv.socket_path()).wait_full());
+  const auto ks = tenant_keys("team-a", 2);
+  const std::uint64_t object = tenant_layout("team-a").object_bytes(true);
+  REQUIRE(team_a_stores(srv.socket_path(), ks, 8u << 20) == 0);
+  // Each step's own exit code: which one failed shows in the REQUIRE.
+  const int read = as_user(61002, [&]() -> int {
+    Client b(srv.socket_path());
+    int fd = -1;
+    auto h = b.hello(&fd, "team-a");
+    if (!h || h->status != Status::ok || fd < 0) return 1;
+    const std::uint64_t bytes = std::get<HelloReply>(h->payload).arena_bytes;
+    if (bytes != 8u << 20) return 2;  // team-a's segment, not the arena
+    // Nothing makes the memory writable: not a mapping, not mprotect, not
+    // the descriptor opened again through /proc.
+    if (::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) != MAP_FAILED) return 3;
+    void* m = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED) return 4;
+    if (::mprotect(m, bytes, PROT_READ | PROT_WRITE) == 0) return 5;
+    if (::open(("/proc/self/fd/" + std::to_string(fd)).c_str(), O_RDWR) >= 0) return 6;
+    const auto* p = static_cast<const std::byte*>(m);
+    const Reply r = b.call_or_throw(RegisterLayout{tenant_layout("team-a")});
+    if (r.status != Status::ok) return 7;
+    const std::uint32_t reg = std::get<RegisterReply>(r.payload).registration;
+    const Reply hit = b.call_or_throw(Lookup{reg, ks});
+    if (hit.status != Status::ok || std::get<LookupReply>(hit.payload).offsets.size() != 2) return 8;
+    for (std::uint64_t off : std::get<LookupReply>(hit.payload).offsets)
+      for (std::uint64_t i = 0; i < object; ++i)
+        if (p[off + i] != std::byte{0x5A}) return 9;
+    // A reader stores nothing, drops nothing, and registers only the tenant it reads.
+    if (b.call_or_throw(Reserve{reg, tenant_keys("team-a", 3), {0, 0, 0}}).status != Status::not_authorized) return 10;
+    if (b.call_or_throw(Drop{kv::namespace_of(tenant_layout("team-a"))}).status != Status::not_authorized) return 11;
+    if (b.call_or_throw(RegisterLayout{tenant_layout("team-b")}).status != Status::not_authorized) return 12;
+    // team-b publishes nothing: no session reads it.
+    Client c(srv.socket_path());
+    int other = -1;
+    auto refused = c.hello(&other, "team-b");
+    if (other >= 0) ::close(other);
+    return refused && refused->status == Status::not_authorized ? 0 : 13;
+  });
+  REQUIRE(read == 0);
 }

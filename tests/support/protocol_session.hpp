@@ -49,7 +49,7 @@ inline Reply must_call(Client& c, const Request& r) {
 
 // Hello and register; returns the registration id.
 inline std::uint32_t open_session(Client& c) {
-  REQUIRE(must_call(c, Hello{kMajor, kMinor, "test"}).status == Status::ok);
+  REQUIRE(must_call(c, Hello{kMajor, kMinor, "test", {}}).status == Status::ok);
   Reply r = must_call(c, RegisterLayout{layout()});
   INFO(r.message);
   REQUIRE(r.status == Status::ok);
@@ -59,7 +59,7 @@ inline std::uint32_t open_session(Client& c) {
 
 inline StatsReply stats(const std::string& socket) {
   Client c(socket);
-  REQUIRE(must_call(c, Hello{kMajor, kMinor, "stats"}).status == Status::ok);
+  REQUIRE(must_call(c, Hello{kMajor, kMinor, "stats", {}}).status == Status::ok);
   return std::get<StatsReply>(must_call(c, Stats{}).payload);
 }
 

@@ -163,11 +163,11 @@ class Client {
   }
 
   // Hello, receiving the arena's file descriptor with the reply (-1 if none
-  // came). The caller owns the descriptor.
-  std::optional<proto::Reply> hello(int* arena_fd) {
+  // came). The caller owns the descriptor. `reads`: a published tenant to read.
+  std::optional<proto::Reply> hello(int* arena_fd, const std::string& reads = {}) {
     *arena_fd = -1;
     const std::uint64_t id = next_id_++;
-    if (!send_raw(proto::encode_request(proto::Hello{proto::kMajor, proto::kMinor, "test"}, id)))
+    if (!send_raw(proto::encode_request(proto::Hello{proto::kMajor, proto::kMinor, "test", reads}, id)))
       return std::nullopt;
     pollfd p{fd_, POLLIN, 0};
     if (::poll(&p, 1, 10000) <= 0) return std::nullopt;

@@ -18,6 +18,11 @@ Extra config keys (a demanding default for each but the socket):
   copy_threads       threads beside the caller's that copy a batch (3)
   server_uid         a server run by this uid is trusted too (default: only
                      this process's user and root)
+  public_tenant      a tenant that publishes prefixes (kvstrand-server
+                     --public-tenant; its engines use no tenant_salt): its
+                     KV pages are read before this engine's own, through
+                     memory the server hands over read-only, and not stored
+                     again under this engine's tenant (default "": none)
 
 SGLang's own keys (backend_name, module_path, class_name, interface_v1,
 and a few other backends' that one config may carry) are accepted and
@@ -33,7 +38,7 @@ OPTION_PREFIX = "hicache-storage-backend-extra-config."
 # Keys SGLang itself reads from the same dict.
 SGLANG_KEYS = {"backend_name", "module_path", "class_name", "interface_v1", "tp_lcm_size"}
 OWN_KEYS = {"server_socket", "tenant", "tenant_salt", "weight_version", "model_revision", "request_timeout_s",
-            "lease_bound_s", "copy_threads", "server_uid"}
+            "lease_bound_s", "copy_threads", "server_uid", "public_tenant"}
 
 
 def config_error(option, message):
@@ -79,6 +84,7 @@ class StorageOptions:
     lease_bound_s: float = 30.0
     copy_threads: int = 3
     server_uid: int = -1
+    public_tenant: str = ""
 
     @staticmethod
     def of(storage_config):
@@ -118,6 +124,11 @@ class StorageOptions:
         if not 0 <= threads <= 64:
             raise config_error("copy_threads", f"must be 0 to 64, got {threads}")
         uid = get("server_uid", -1, int)
+        public = get("public_tenant", "", str)
+        if public and (why := kvstrand.tenant_problem(public)) is not None:
+            raise config_error("public_tenant", why)
+        if public and public == tenant:
+            raise config_error("public_tenant", f"'{public}' is this engine's own tenant, whose pages it reads anyway")
 
         def field(name, default):
             return int(getattr(storage_config, name, default) or default)
@@ -127,4 +138,5 @@ class StorageOptions:
                       cp_size=field("attn_cp_size", 1), is_mla=bool(getattr(storage_config, "is_mla_model", False)))
         return StorageOptions(server_socket=socket, model=model, ranks=ranks, tenant=tenant,
                               tenant_salt=get("tenant_salt", "", str), weight_version=get("weight_version", "", str),
-                              request_timeout_s=timeout, lease_bound_s=lease, copy_threads=threads, server_uid=uid)
+                              request_timeout_s=timeout, lease_bound_s=lease, copy_threads=threads, server_uid=uid,
+                              public_tenant=public)

@@ -6,8 +6,14 @@ an exception from batch_exists / batch_get_v1 / batch_set_v1 would end the
 SGLang thread that called it for good (storage silently off, every later
 prefetch hanging), so none escapes: a failure is a miss or False, said
 once in the log and counted (``kvstrand_stats()``).
+
+With ``public_tenant``, a second PageStore reads that tenant's published
+KV pages (the server hands its memory over read-only): a hit's run starts
+there and goes on in this engine's own pages; published pages are never
+stored again here.
 """
 
+import dataclasses
 import hashlib
 import logging
 import threading
@@ -45,6 +51,13 @@ class KvstrandStorage(HiCacheStorage):
         self._store = kvstrand.PageStore(server_socket=o.server_socket, request_timeout=o.request_timeout_s,
                                          server_uid=o.server_uid, lease_bound=o.lease_bound_s,
                                          copy_threads=o.copy_threads)
+        # The published tenant's KV pages, read-only (None: no public_tenant).
+        self._public = None
+        self._public_pool = None
+        if o.public_tenant:
+            self._public = kvstrand.PageStore(server_socket=o.server_socket, request_timeout=o.request_timeout_s,
+                                              server_uid=o.server_uid, lease_bound=o.lease_bound_s,
+                                              copy_threads=o.copy_threads, reads_tenant=o.public_tenant)
         self._pools = {}
         self._lock = threading.Lock()  # _pools and _said: registrations come from SGLang's scheduler thread
         self._said = set()
@@ -83,8 +96,17 @@ class KvstrandStorage(HiCacheStorage):
         registration = self._store.register_layout(reg)
         pool = _Pool(pages, registration, kvstrand.namespace_of(reg.layout), 0 if replicated else ranks.tp_rank,
                      not replicated or ranks.tp_rank == 0)
+        public = None
+        if name == KV and self._public is not None:
+            # The publisher's namespace: its tenant, no salt (its readers could not name its pages otherwise).
+            published = dataclasses.replace(self._options, tenant=self._options.public_tenant, tenant_salt="")
+            preg = pages.registration(published, ranks, replicated, tokens)
+            public = _Pool(pages, self._public.register_layout(preg), kvstrand.namespace_of(preg.layout),
+                           pool.kv_rank, False)
         with self._lock:
             self._pools[name] = pool
+            if public is not None:
+                self._public_pool = public
         logger.info("kvstrand.sglang: pool %s: %d pages of %d tokens, %d B a page in %d pieces (%s)", name,
                     pages.pages, pages.page_size, pages.page_bytes(), len(pages.pieces), pages.layout)
 
@@ -126,10 +148,23 @@ class KvstrandStorage(HiCacheStorage):
             if not keys:
                 return 0
             pool = self._pool(KV)
-            return int(self._store.exists(pool.registration, self._keys(pool, keys)))
+            keys = list(keys)
+            start = self._published_run(keys, True)
+            if start == len(keys):
+                return start
+            return start + int(self._store.exists(pool.registration, self._keys(pool, keys[start:])))
         except Exception as e:  # noqa: BLE001 - see the module's docstring
             self._failed("batch_exists", e)
             return 0
+
+    def _published_run(self, keys, keep):
+        """How many of the KV pool's `keys`, from the first, the published
+        tenant holds (0 without public_tenant); `keep` leases them for the get."""
+        with self._lock:
+            public = self._public_pool
+        if public is None or not keys:
+            return 0
+        return int(self._public.exists(public.registration, self._keys(public, keys), keep))
 
     def _get(self, name, keys, host_indices):
         n = 0
@@ -139,7 +174,12 @@ class KvstrandStorage(HiCacheStorage):
                 pages = pool.pages.pages_of(host_indices, len(keys))
                 if pages is None:
                     raise ValueError(f"{len(keys)} pages named by host indices that are not whole pages of pool {name}")
-                n = int(self._store.get(pool.registration, self._keys(pool, keys), pages))
+                with self._lock:
+                    public = self._public_pool if pool_name(name) == KV else None
+                if public is not None:  # the published run first, then this engine's own from its end
+                    n = int(self._public.get(public.registration, self._keys(public, keys), pages))
+                if n < len(keys):
+                    n += int(self._store.get(pool.registration, self._keys(pool, keys[n:]), pages[n:]))
         except Exception as e:  # noqa: BLE001
             self._failed(f"a get of pool {pool_name(name)}", e)
         return [True] * n + [False] * (len(keys) - n)
@@ -154,7 +194,10 @@ class KvstrandStorage(HiCacheStorage):
             pages = pool.pages.pages_of(host_indices, len(keys))
             if pages is None:
                 raise ValueError(f"{len(keys)} pages named by host indices that are not whole pages of pool {name}")
-            return [bool(x) for x in self._store.set(pool.registration, self._keys(pool, keys), pages)]
+            # Published pages are in the tier already: not stored again under this tenant.
+            published = self._published_run(keys, False) if pool_name(name) == KV else 0
+            stored = self._store.set(pool.registration, self._keys(pool, keys[published:]), pages[published:])
+            return [True] * published + [bool(x) for x in stored]
         except Exception as e:  # noqa: BLE001
             self._failed(f"a set of pool {pool_name(name)}", e)
             return [False] * len(keys)
@@ -249,8 +292,12 @@ class KvstrandStorage(HiCacheStorage):
 
     def kvstrand_stats(self):
         stats = dict(self._store.stats())
+        if self._public is not None:
+            stats.update({f"public_{k}": v for k, v in self._public.stats().items()})
         stats["calls_failed_here"] = self._failures
         return stats
 
     def close(self):
         self._store.close()
+        if self._public is not None:
+            self._public.close()
