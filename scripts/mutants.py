@@ -1160,7 +1160,7 @@ MUTANTS = [
      [("test_request_service_tenants", "*another namespace's chunks*")],
      "a registration reads, writes and adopts another tenant's chunks"),
     ("tenant-claimed", "src/server/request_service.cpp",
-     "  if (!c.peer.tenant.empty() && l.tenant != c.peer.tenant)", "  if (false)",
+     "  if (c.reads.empty() && !c.peer.tenant.empty() && l.tenant != c.peer.tenant)", "  if (false)",
      [("test_request_service_tenants", "*bound to a tenant*"), ("test_server_tenants", "server: a tenant is what the kernel*")],
      "a process registers as a tenant its user is not"),
     ("tenant-drops-another", "src/server/request_service.cpp",
