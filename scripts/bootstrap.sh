@@ -6,6 +6,9 @@
 #   scripts/bootstrap.sh --hip    also the HIP headers and runtime, for the
 #                                 hip backend's compile-and-link check
 #   scripts/bootstrap.sh --fuzz   also clang-14 and its libFuzzer runtime
+#   scripts/bootstrap.sh --operator  also what README's "Operating a node"
+#                                 needs: venv, setuptools and wheel (pip
+#                                 install .), systemd (systemd-analyze)
 #   scripts/bootstrap.sh --test   also what the tests drive: curl, promtool
 #                                 (prometheus), headless chromium, pytest,
 #                                 prometheus_client (the pictures of vLLM),
@@ -21,6 +24,7 @@ pkgs=(make cmake ninja-build g++ libboost1.81-dev libspdlog-dev catch2 libssl-de
 case "${1:-}" in
   --hip) pkgs+=(libamdhip64-dev) ;;
   --fuzz) pkgs+=(clang-14 libclang-rt-14-dev) ;;
+  --operator) pkgs+=(python3-venv python3-setuptools python3-wheel systemd) ;;
   --test) pkgs+=(curl prometheus chromium pkg-config python3-pytest python3-prometheus-client
                 python3-venv python3-setuptools python3-wheel systemd python3-zmq python3-msgpack python3-yaml) ;;
 esac

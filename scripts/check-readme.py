@@ -8,7 +8,9 @@ Sections run: "Quick start", "Embedding", "Python" and "Operating a node" (each 
 ```sh blocks, before its first subsection). Every line runs as written, in
 bash with `set -e`, from the source tree (Embedding's from a scratch
 directory holding engine.cpp, a copy of examples/consumer/main.cpp, and a
-`build` link to the build), except:
+`build` link to the build; "Operating a node" from a fresh copy of the
+tree, the files git would commit and nothing it ignores, as a fresh clone
+has no build of any kind), except:
 - /opt/kvstrand (the install prefix, and the paths that start with it: a
   virtual environment, a config file) and /tmp/kvstrand.sock (the server's
   socket) become paths in a temporary directory, so a user's own install and
@@ -49,6 +51,20 @@ def blocks(readme, section):
     return out
 
 
+def fresh_copy(src, to):
+    """The tree as a fresh clone of it would be: the files git tracks, and
+    those it would add (not ignored), without any build directory."""
+    listed = subprocess.run(["git", "-C", src, "ls-files", "-z", "-co", "--exclude-standard"],
+                            stdout=subprocess.PIPE, check=True).stdout.decode().split("\0")
+    for rel in filter(None, listed):
+        here = os.path.join(src, rel)
+        if not os.path.lexists(here):
+            continue  # deleted in the working tree, not yet in git
+        os.makedirs(os.path.dirname(os.path.join(to, rel)), exist_ok=True)
+        shutil.copy2(here, os.path.join(to, rel), follow_symlinks=False)
+    return to
+
+
 def main():
     src = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     build = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(src, "build"))
@@ -68,6 +84,7 @@ def main():
         env["PYTHON_DEMO_ARGS"] = "--requests 16"
         env["JOBS"] = env.get("JOBS", "2")
         ran = 0
+        clone = None
         for section in sys.argv[2:] or SECTIONS:
             found = blocks(readme, section)
             if not found:
@@ -87,7 +104,9 @@ def main():
                     script.append("echo + " + shlex.quote(code))
                     script.append(code)
                     commands += 1
-                cwd = embed if section == "Embedding" else src
+                if section == "Operating a node" and clone is None:
+                    clone = fresh_copy(src, os.path.join(work, "clone"))
+                cwd = embed if section == "Embedding" else clone if section == "Operating a node" else src
                 print(f"check-readme: [{section} {n}] running {commands} command(s) in {cwd}", flush=True)
                 t0 = time.monotonic()
                 r = subprocess.run(["bash", "-c", "\n".join(script)], cwd=cwd, env=env,
