@@ -98,14 +98,16 @@ std::string printable_config(const CLI::App& app) {
 std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
   ServerOptions o;
   CLI::App app{"kvstrand-server: the node-wide host tier for KV-cache prefixes, shared by every engine rank"};
-  std::string tier_bytes = "8G", slab_bytes = "auto", max_frame = "16M", max_leased, max_reserved, max_queue = "4M";
+  std::string tier_bytes = "auto", slab_bytes = "auto", max_frame = "16M", max_leased, max_reserved, max_queue = "4M";
   std::string min_object = "512", max_index = "1G";
   bool no_huge = false;
   app.set_version_flag("--version", std::string("kvstrand-server ") + KVSTRAND_VERSION_STRING + " (protocol " +
                                         std::to_string(proto::kMajor) + "." + std::to_string(proto::kMinor) +
                                         ")");
   app.add_option("--socket", o.socket, "Unix-domain socket to listen on (created 0600)")->capture_default_str();
-  app.add_option("--tier-bytes", tier_bytes, "Shared host memory for stored objects, e.g. 100G, 512M")
+  app.add_option("--tier-bytes", tier_bytes,
+                 "Shared host memory for stored objects, e.g. 100G, 512M (auto: 8G, or half the memory available at "
+                 "start where that is less, so that a small host starts)")
       ->capture_default_str();
   app.add_option("--slab-bytes", slab_bytes,
                  "The arena grows by this much at a time, and each object size gets slabs of it (a multiple of "
@@ -311,13 +313,17 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
       return refuse("--drop-namespace", "'" + o.drop_namespace + "' is not 64 hex digits");
     return o;
   }
+  constexpr std::uint64_t k2M = 2u << 20;
   auto bytes = common::parse_bytes(tier_bytes);
-  if (!bytes) return refuse("--tier-bytes", "'" + tier_bytes + "' is not a size like 8G or 512M");
+  if (tier_bytes == "auto") {
+    const std::uint64_t avail = tier::available_memory_bytes();
+    bytes = avail == 0 ? o.tier_bytes : std::min(o.tier_bytes, std::max(avail / 2 / k2M * k2M, k2M));
+  }
+  if (!bytes) return refuse("--tier-bytes", "'" + tier_bytes + "' is not a size like 8G or 512M, nor auto");
   if (*bytes == 0) return refuse("--tier-bytes", "must be more than 0, e.g. 8G or 512M");
   o.tier_bytes = *bytes;
   // auto: at least 16 slabs where the tier allows, so that several object
   // sizes (registrations of different groups) each get slabs of their own.
-  constexpr std::uint64_t k2M = 2u << 20;
   auto slab = slab_bytes == "auto" ? std::optional<std::uint64_t>(std::clamp<std::uint64_t>(
                                          o.tier_bytes / 16 / k2M * k2M, k2M, 1ull << 30))
                                    : common::parse_bytes(slab_bytes);
@@ -327,7 +333,7 @@ std::variant<ServerOptions, int> parse_server_options(int argc, char** argv) {
   o.slab_bytes = std::min(*slab, (o.tier_bytes + (2u << 20) - 1) / (2u << 20) * (2u << 20));
   const std::uint64_t asked = o.tier_bytes;
   o.tier_bytes = (o.tier_bytes + o.slab_bytes - 1) / o.slab_bytes * o.slab_bytes;
-  if (o.tier_bytes != asked) o.tier_bytes_rounded_from = tier_bytes;
+  if (o.tier_bytes != asked && tier_bytes != "auto") o.tier_bytes_rounded_from = tier_bytes;
   // A restart on a named arena reuses the memory the file holds already.
   if (const std::uint64_t avail = tier::available_memory_bytes(); avail != 0 &&
       o.tier_bytes > avail + tier::held_by_named_arena(o.arena_path, o.tier_bytes))

@@ -461,3 +461,18 @@ TEST_CASE("server options: events on a non-loopback address are refused without 
   REQUIRE(std::get<int>(other.result) == 2);
   REQUIRE(other.err.find("invalid --events-medium-names") != std::string::npos);
 }
+
+TEST_CASE("server options: --tier-bytes auto, the default, starts on a small host: 8G, or half the memory available",
+          "[server]") {
+  const auto tier_with = [](const char* available_mib, std::vector<std::string> flags) {
+    ::setenv("KVSTRAND_TEST_MEM_AVAILABLE_MIB", available_mib, 1);
+    auto r = parse(flags);
+    ::unsetenv("KVSTRAND_TEST_MEM_AVAILABLE_MIB");
+    INFO(r.err);
+    return std::holds_alternative<ServerOptions>(r.result) ? std::get<ServerOptions>(r.result).tier_bytes : 0;
+  };
+  REQUIRE(tier_with("4096", {}) == 2ull << 30);  // 4 GiB available: half of it
+  REQUIRE(tier_with("65536", {}) == 8ull << 30);
+  REQUIRE(tier_with("4096", {"--tier-bytes", "auto"}) == 2ull << 30);
+  REQUIRE(tier_with("4096", {"--tier-bytes", "8G"}) == 0);  // asked for: refused, naming the flag
+}
