@@ -23,8 +23,12 @@ std::string escaped(std::string_view text) {
   return out;
 }
 
+bool is_bytes(std::string_view key) { return key.size() >= 5 && key.substr(key.size() - 5) == "bytes"; }
+
 // The same tables the script builds (table() below), from the same JSON.
-std::string cell(const boost::json::value& v) {
+std::string cell(const boost::json::value& v, std::string_view key = {}) {
+  if (is_bytes(key) && (v.is_int64() || v.is_uint64()))
+    return "<span title=\"" + cell(v) + " B\">" + page_bytes(v.to_number<double>()) + "</span>";
   switch (v.kind()) {
     case boost::json::kind::null: return "";
     case boost::json::kind::string: return escaped(v.get_string());
@@ -46,7 +50,7 @@ std::string table(const boost::json::value& v) {
       t += "<tr>";
       for (const auto& [k, x] : a->front().as_object()) {
         const auto* o = row.if_object();
-        t += "<td>" + (o && o->contains(k) ? cell(o->at(k)) : std::string()) + "</td>";
+        t += "<td>" + (o && o->contains(k) ? cell(o->at(k), k) : std::string()) + "</td>";
       }
       t += "</tr>";
     }
@@ -55,14 +59,14 @@ std::string table(const boost::json::value& v) {
   if (const auto* o = v.if_object()) {
     std::string t = "<table>";
     for (const auto& [k, x] : *o)
-      t += "<tr><th>" + escaped(k) + "</th><td>" + (x.is_object() ? table(x) : cell(x)) + "</td></tr>";
+      t += "<tr><th>" + escaped(k) + "</th><td>" + (x.is_object() ? table(x) : cell(x, k)) + "</td></tr>";
     return t + "</table>";
   }
   return cell(v);
 }
 
 std::string page(const std::string& title, const std::vector<std::string>& json_endpoints, const HttpRoutes& routes,
-                 const HttpRoutes::mapped_type* healthz) {
+                 const HttpRoutes::mapped_type* healthz, const std::string& summary_script) {
   std::string list;
   for (const auto& e : json_endpoints) list += (list.empty() ? "\"" : ", \"") + e + "\"";
   std::string health = "?";
@@ -95,16 +99,31 @@ td, th { border: 1px solid #ccc; padding: 2px 8px; text-align: left; font-varian
 th { background: #f2f2f2; }
 #health.ok { color: #176f2c; } #health.bad { color: #b00020; font-weight: bold; }
 .empty { color: #888; }
+#summary { display: flex; flex-wrap: wrap; gap: 1.2em; align-items: flex-start; }
+#summary .headline { width: 100%; font-size: 1.15em; }
+#summary figure { margin: 0; } #summary figcaption { font-size: .9em; color: #444; }
+#summary svg { background: #fafafa; border: 1px solid #ddd; }
+#summary polyline { fill: none; stroke: #1f5fbf; stroke-width: 1.5; }
 </style></head>
 <body>
 <h1>)" + escaped(title) + R"(</h1>
 <p>health: <span id="health" class=")" + health_class + R"(">)" + health + R"(</span> &middot; refreshed <span id="when">on the server</span> &middot; <a href="/metrics">/metrics</a></p>
+<div id="summary">)" + std::string(summary_script.empty() ? "" : "<p class=\"empty\">summary: needs scripts</p>") +
+         R"(</div>
 <div id="sections">)" + sections + R"(</div>
 <script>
 "use strict";
 const endpoints = [)" + list + R"(];
-function cell(v) {
+function bytes(n) {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; ++i; }
+  const digits = i === 0 || n >= 100 ? 0 : n >= 10 ? 1 : 2;
+  return String(Number(n.toFixed(digits))) + " " + units[i];
+}
+function cell(v, key) {
   if (v === null || v === undefined) return "";
+  if (key && key.endsWith("bytes") && Number.isInteger(v)) return bytes(v);
   if (typeof v === "object") return JSON.stringify(v);
   if (typeof v === "number" && !Number.isInteger(v)) return String(Math.round(v * 100) / 100);
   return String(v);
@@ -116,13 +135,13 @@ function table(value) {
     const cols = Object.keys(value[0]);
     const head = t.insertRow();
     for (const c of cols) { const th = document.createElement("th"); th.textContent = c; head.appendChild(th); }
-    for (const row of value) { const r = t.insertRow(); for (const c of cols) r.insertCell().textContent = cell(row[c]); }
+    for (const row of value) { const r = t.insertRow(); for (const c of cols) r.insertCell().textContent = cell(row[c], c); }
   } else {
     for (const [k, v] of Object.entries(value)) {
       const r = t.insertRow();
       const th = document.createElement("th"); th.textContent = k; r.appendChild(th);
       if (v !== null && typeof v === "object") r.insertCell().appendChild(table(v));
-      else r.insertCell().textContent = cell(v);
+      else r.insertCell().textContent = cell(v, k);
     }
   }
   return t;
@@ -135,6 +154,7 @@ async function refresh() {
     el.textContent = text; el.className = h.ok ? "ok" : "bad";
   } catch (e) { document.getElementById("health").textContent = "unreachable"; }
   const sections = document.getElementById("sections");
+  const data = {};
   for (const ep of endpoints) {
     let box = document.getElementById(ep);
     if (!box) {
@@ -145,14 +165,20 @@ async function refresh() {
     }
     try {
       const r = await fetch(ep);
-      const body = box.lastChild; body.replaceChildren(table(await r.json()));
+      data[ep] = await r.json();
+      const body = box.lastChild; body.replaceChildren(table(data[ep]));
     } catch (e) { box.lastChild.textContent = "unavailable"; }
+  }
+  if (typeof summary === "function") {
+    try { await summary(data); }
+    catch (e) { document.getElementById("summary").textContent = "summary unavailable: " + e; }
   }
   document.getElementById("when").textContent = new Date().toLocaleTimeString();
 }
 refresh();
 setInterval(refresh, 2000);
 </script>
+)" + (summary_script.empty() ? std::string() : "<script>\n\"use strict\";\n" + summary_script + "\n</script>") + R"(
 </body></html>
 )";
 }
@@ -170,15 +196,33 @@ std::string page_number(double v) {
   return s;
 }
 
-void add_debug_page(HttpRoutes& routes, const std::string& title, const std::vector<std::string>& json_endpoints) {
+std::string page_bytes(double v) {
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  std::size_t i = 0;
+  while (v >= 1024 && i + 1 < std::size(kUnits)) {
+    v /= 1024;
+    ++i;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, i == 0 || v >= 100 ? "%.0f" : v >= 10 ? "%.1f" : "%.2f", v);
+  std::string s = buf;
+  if (s.find('.') != std::string::npos) {
+    while (s.back() == '0') s.pop_back();
+    if (s.back() == '.') s.pop_back();
+  }
+  return s + " " + kUnits[i];
+}
+
+void add_debug_page(HttpRoutes& routes, const std::string& title, const std::vector<std::string>& json_endpoints,
+                    const std::string& summary_script) {
   HttpRoutes parts;
   for (const auto& e : json_endpoints)
     if (auto it = routes.find(e); it != routes.end()) parts[e] = it->second;
   std::optional<HttpRoutes::mapped_type> healthz;
   if (auto it = routes.find("/healthz"); it != routes.end()) healthz = it->second;
-  routes["/debug"] = [title, json_endpoints, parts = std::move(parts), healthz = std::move(healthz)] {
+  routes["/debug"] = [title, json_endpoints, parts = std::move(parts), healthz = std::move(healthz), summary_script] {
     return HttpResponse{200, "text/html; charset=utf-8",
-                        page(title, json_endpoints, parts, healthz ? &*healthz : nullptr)};
+                        page(title, json_endpoints, parts, healthz ? &*healthz : nullptr, summary_script)};
   };
 }
 

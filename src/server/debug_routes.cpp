@@ -5,6 +5,7 @@
 #include <kvstrand/version.hpp>
 
 #include "common/debug_page.hpp"
+#include "server/debug_summary.hpp"
 #include "proto/protocol.hpp"
 
 #include <algorithm>
@@ -91,6 +92,7 @@ common::HttpRoutes debug_routes(ServerState state) {
   r["/debug/tier"] = [st = state] {
     const tier::Index::Stats t = st.classes.stats();
     json::object o{{"configured_bytes", st.arena.bytes()},  {"ready_bytes", st.ready_bytes()},
+                   {"segment_bytes", st.segment_bytes},
                    {"slab_bytes", st.arena.slab_bytes()},   {"huge_pages", st.arena.huge_pages()},
                    {"size_classes", size_classes_json(st.classes)},
                    {"used_bytes", t.used_bytes},         {"objects", t.objects},
@@ -104,8 +106,16 @@ common::HttpRoutes debug_routes(ServerState state) {
     for (const auto& [ns, bytes] : st.classes.namespace_bytes()) by_size.push_back({bytes, ns});
     std::sort(by_size.begin(), by_size.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
     json::array namespaces;
-    for (std::size_t i = 0; i < by_size.size() && i < kListedNamespaces && !st.hide_namespaces; ++i)
-      namespaces.push_back(json::object{{"namespace", kv::to_hex(by_size[i].second)}, {"bytes", by_size[i].first}});
+    const auto& names = st.service.namespace_names();
+    for (std::size_t i = 0; i < by_size.size() && i < kListedNamespaces && !st.hide_namespaces; ++i) {
+      json::object one{{"namespace", kv::to_hex(by_size[i].second)}, {"bytes", by_size[i].first}};
+      // What it is, where a registration said (none yet after a restart).
+      const auto name = names.find(by_size[i].second);
+      one["model"] = name == names.end() ? "" : name->second.model;
+      one["layout"] = name == names.end() ? "" : name->second.layout;
+      one["tenant"] = name == names.end() ? "" : name->second.tenant;
+      namespaces.push_back(std::move(one));
+    }
     o["namespaces"] = std::move(namespaces);
     if (st.hide_namespaces)
       o["namespaces_hidden"] = "tenants are bound to users and these pages need no token: give --http-token-file";
@@ -166,6 +176,11 @@ common::HttpRoutes debug_routes(ServerState state) {
     }
     return common::HttpResponse{200, "application/json", json::serialize(o)};
   };
+  r["/debug/history"] = [st = state] {
+    const auto now = TierHistory::Clock::now();
+    st.service.history().tick(now, st.classes);
+    return common::HttpResponse{200, "application/json", json::serialize(st.service.history().json(now))};
+  };
   r["/metrics"] = [st = state] {
     const tier::Index::Stats t = st.classes.stats();
     common::PromText p;
@@ -177,9 +192,10 @@ common::HttpRoutes debug_routes(ServerState state) {
     p.counter("kvstrand_server_lookup_hits_total",
               "Chunks lookups hit, by the level each came from (arena, or disk or L2 that promoted it for the "
               "lookup) and the registration's tenant",
-              st.lookup_hits);
+              st.service.lookup_hits());
     p.counter("kvstrand_server_lookup_misses_total",
-              "Lookups that stopped short of their keys, by why the first missing chunk is missing", st.lookup_misses);
+              "Lookups that stopped short of their keys, by why the first missing chunk is missing",
+              st.service.lookup_misses());
     p.counter("kvstrand_server_dropped_objects_total", "Objects of namespaces dropped (protocol drop) from the tier",
               t.dropped);
     p.counter("kvstrand_server_refused_full_total", "Chunks refused because the tier was full", t.refused_full);
@@ -321,7 +337,8 @@ common::HttpRoutes debug_routes(ServerState state) {
     }
     return common::HttpResponse{200, "text/plain; version=0.0.4", p.str()};
   };
-  common::add_debug_page(r, "kvstrand-server " + state.socket, {"/debug/sessions", "/debug/holds", "/debug/tier"});
+  common::add_debug_page(r, "kvstrand-server " + state.socket, {"/debug/tier", "/debug/sessions", "/debug/holds"},
+                         debug_summary_script());
   return r;
 }
 

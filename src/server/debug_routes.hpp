@@ -1,6 +1,6 @@
 // kvstrand-server's read-only debug endpoint: /healthz (alive), /readyz
-// (serving as configured), /debug (a page),
-// /debug/sessions, /debug/holds, /debug/tier and /metrics, rendered from
+// (serving as configured), /debug (a page for a person),
+// /debug/sessions, /debug/holds, /debug/tier, /debug/history and /metrics, rendered from
 // the server's live state. Every route runs on the server's strand.
 #pragma once
 
@@ -38,8 +38,7 @@ struct ServerState {
   const tier::TenantBook* tenants;  // the arena's
   const std::uint32_t& mapped_slabs;  // of the server's own mapping, faulted in
   const common::LabeledCounter& requests;
-  const common::LabeledCounter& lookup_misses;  // RequestService::lookup_misses
-  const common::LabeledCounter& lookup_hits;    // RequestService::lookup_hits
+  RequestService& service;  // its miss and hit counters, the namespaces' names, the history
   const std::uint64_t& orphans_freed;
   const common::AcceptBackoff& accept;
   const std::string& fill_error;

@@ -67,6 +67,7 @@ tier::Index* RequestService::index_of(const Client& c, std::uint32_t registratio
 }
 
 Reply RequestService::handle(Client& c, const Request& req) {
+  history_.tick(TierHistory::Clock::now(), classes_);
   if (std::holds_alternative<Hello>(req)) {
     if (c.hello) return fail(Status::bad_request, "hello was already said on this connection");
     const Hello& hello = std::get<Hello>(req);
@@ -170,7 +171,15 @@ Reply RequestService::register_layout(Client& c, const RegisterLayout& m) {
     return fail(Status::bad_request, "this server serves at most " + std::to_string(tenants_->max_tenants()) +
                                          " tenants (--max-tenants), and tenant '" + l.tenant + "' is not one of them");
   const std::uint32_t id = next_reg_++;
-  c.regs[id] = Client::Reg{l, idx, *tenant, c.minor >= 5 ? std::optional(kv::namespace_of(l)) : std::nullopt};
+  const kv::Digest ns = kv::namespace_of(l);
+  c.regs[id] = Client::Reg{l, idx, *tenant, c.minor >= 5 ? std::optional(ns) : std::nullopt};
+  if (named_.insert_or_assign(ns, NamespaceName{l.model_id, l.layout_name, l.tenant}).second) {
+    named_order_.push_back(ns);
+    if (named_order_.size() > kNamedNamespaces) {
+      named_.erase(named_order_.front());
+      named_order_.pop_front();
+    }
+  }
   return Reply{Status::ok, "", RegisterReply{id, object}};
 }
 

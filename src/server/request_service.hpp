@@ -23,6 +23,7 @@
 #include "server/lower_level.hpp"
 #include "server/peer_identity.hpp"
 #include "server/tier_events.hpp"
+#include "server/tier_history.hpp"
 #include "tier/index.hpp"
 #include "tier/size_classes.hpp"
 
@@ -118,6 +119,14 @@ class RequestService {
   // Chunks lookups hit, by the level each came from ("arena", or a level
   // below that promoted it for that lookup) and the registration's tenant.
   const common::LabeledCounter& lookup_hits() const noexcept { return lookup_hits_; }
+  // The tier's last minutes (/debug/history), sampled as requests come.
+  TierHistory& history() noexcept { return history_; }
+  // What a namespace is, for a person (/debug/tier): the model, layout and
+  // tenant of a registration that named it; the last kNamedNamespaces.
+  struct NamespaceName {
+    std::string model, layout, tenant;
+  };
+  const std::map<kv::Digest, NamespaceName>& namespace_names() const noexcept { return named_; }
   // With --events: the chunk descriptions reserves carry are kept for them.
   void set_events(TierEvents* events) noexcept { events_ = events; }
   // The arena's tenants: a registration's objects are its layout's tenant's.
@@ -156,6 +165,10 @@ class RequestService {
   TierEvents* events_ = nullptr;
   tier::TenantBook* tenants_ = nullptr;
   bool warned_description_ = false;
+  TierHistory history_;
+  static constexpr std::size_t kNamedNamespaces = 4096;
+  std::map<kv::Digest, NamespaceName> named_;
+  std::deque<kv::Digest> named_order_;  // oldest first
 };
 
 }  // namespace kvstrand::server

@@ -393,7 +393,7 @@ struct TierServer::Impl {
 
   common::HttpRoutes routes() {
     return debug_routes(ServerState{stopping, sessions, processes, *classes, *arena, l2.get(), disk.get(), events.get(), &*tenants, mapped_slabs, requests,
-                                    service->lookup_misses(), service->lookup_hits(), orphans_freed, accept_backoff, fill_error, recovery,
+                                    *service, orphans_freed, accept_backoff, fill_error, recovery,
                                     [this] { return ready_bytes(); }, opt.socket, pools->segment_bytes(),
                                     opt.binding.maps_tenants() && opt.http && opt.http->token.empty()});
   }

@@ -260,6 +260,7 @@ void Index::commit_slot(std::uint32_t slot) {
     return;
   }
   o.committed = true;
+  ++stats_.committed;
   o.referenced = false;
   if (o.readers == 0) ++evictable_;
   for (Listener* l : {listener_, observer_})
@@ -339,6 +340,7 @@ kv::HitSource Index::run(std::span<const kv::ChunkKey> keys, std::uint32_t chunk
   }
   h.tokens = n * chunk_tokens;
   stats_.lookup_hits += n;
+  stats_.lookup_asked += keys.size();
   if (n < keys.size()) ++stats_.lookup_misses;
   return h;
 }
@@ -539,9 +541,15 @@ std::map<HoldId, std::pair<Owner, bool>> Index::holds() const {
   return out;
 }
 
-Index::Stats Index::stats() const {
+Index::Stats Index::counters() const {
   Stats s = stats_;
   s.capacity_bytes = static_cast<std::uint64_t>(slots_) * object_bytes_;
+  s.used_bytes = static_cast<std::uint64_t>(stored_) * object_bytes_;
+  return s;
+}
+
+Index::Stats Index::stats() const {
+  Stats s = counters();
   for (const Object& o : objects_) {
     if (!o.used) continue;
     if (o.committed) {
@@ -552,7 +560,6 @@ Index::Stats Index::stats() const {
     }
   }
   for (const auto& [id, h] : holds_) (h.lease ? s.leases : s.reservations) += 1;
-  s.used_bytes = static_cast<std::uint64_t>(stored_) * object_bytes_;
   return s;
 }
 

@@ -67,6 +67,8 @@ class Index {
     std::uint64_t refused_full = 0;
     std::uint64_t lookup_hits = 0;    // chunks found by lookups
     std::uint64_t lookup_misses = 0;  // lookups that stopped short of their keys
+    std::uint64_t lookup_asked = 0;   // chunks lookups asked for
+    std::uint64_t committed = 0;      // objects committed, in all (saves and promotions)
     std::uint64_t dropped = 0;        // objects drop_namespace dropped
   };
 
@@ -222,6 +224,8 @@ class Index {
   std::map<HoldId, std::pair<Owner, bool /*lease*/>> holds() const;
 
   Stats stats() const;
+  // The counters and bytes alone, without counting objects: O(1).
+  Stats counters() const;
 
   // ---- why a key is absent (the server's lookup misses, by reason) ---------
   // Whether `key` was among the last kRememberedEvictions objects evicted.

@@ -216,10 +216,13 @@ std::map<kv::Digest, std::uint64_t> SizeClasses::namespace_bytes() const {
   return out;
 }
 
-Index::Stats SizeClasses::stats() const {
+Index::Stats SizeClasses::stats() const { return sum(true); }
+Index::Stats SizeClasses::counters() const { return sum(false); }
+
+Index::Stats SizeClasses::sum(bool objects) const {
   Index::Stats all;
   for (const Class& c : classes_) {
-    const Index::Stats s = c.index->stats();
+    const Index::Stats s = objects ? c.index->stats() : c.index->counters();
     all.capacity_bytes += s.capacity_bytes;
     all.used_bytes += s.used_bytes;
     all.objects += s.objects;
@@ -232,6 +235,8 @@ Index::Stats SizeClasses::stats() const {
     all.dropped += s.dropped;
     all.lookup_hits += s.lookup_hits;
     all.lookup_misses += s.lookup_misses;
+    all.lookup_asked += s.lookup_asked;
+    all.committed += s.committed;
   }
   return all;
 }

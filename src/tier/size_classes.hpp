@@ -132,6 +132,7 @@ class SizeClasses {
   Index::Held held_by(Owner owner) const;
   std::map<HoldId, std::pair<Owner, bool>> holds() const;
   Index::Stats stats() const;
+  Index::Stats counters() const;  // every class's Index::counters(): O(classes)
   // Bytes stored or being written, by namespace (the debug views).
   std::map<kv::Digest, std::uint64_t> namespace_bytes() const;
   // Every class: its object size and slabs (the debug views).
@@ -142,6 +143,7 @@ class SizeClasses {
   std::vector<ClassInfo> classes() const;
 
  private:
+  Index::Stats sum(bool objects) const;
   // Writes a class's object changes to the table: slot -> (slab, entry).
   struct Journal : Index::Listener {
     SizeClasses* owner = nullptr;

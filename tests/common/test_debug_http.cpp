@@ -11,7 +11,10 @@
 #include <unistd.h>
 
 #include <boost/json.hpp>
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
+#include <thread>
 #include <fstream>
 
 #include <kvstrand/version.hpp>
@@ -65,6 +68,13 @@ void eventually(Pred p, std::chrono::seconds within = 10s) {
     REQUIRE(std::chrono::steady_clock::now() < end);
     std::this_thread::sleep_for(20ms);
   }
+}
+
+// A Connector of kvstrand-server `srv`'s.
+reactor::ConnectorOptions on_server(const ServerProcess& srv) {
+  reactor::ConnectorOptions o;
+  o.server_socket = srv.socket_path();
+  return o;
 }
 
 }  // namespace
@@ -232,6 +242,20 @@ TEST_CASE("debug http: slow, malformed and surplus clients cannot stall transfer
   eventually([&] { return curl(port, "/healthz").code == 200; });  // and still serving
 }
 
+// The /debug page as headless Chromium leaves it after its scripts ran
+// (five seconds of virtual time): the DOM, or with `screenshot` a PNG there.
+ProcessResult chromium_page(const std::string& url, const std::string& screenshot = {}) {
+  const std::string profile = std::filesystem::temp_directory_path() / ("kvstrand-chromium-" + std::to_string(::getpid()));
+  std::vector<std::string> args = {"/usr/bin/chromium", "--headless", "--no-sandbox", "--disable-gpu",
+                                   "--no-first-run", "--user-data-dir=" + profile, "--enable-logging=stderr",
+                                   "--v=0", "--virtual-time-budget=5000", "--window-size=1280,1100"};
+  args.push_back(screenshot.empty() ? std::string("--dump-dom") : "--screenshot=" + screenshot);
+  args.push_back(url);
+  auto r = run_process(args);
+  std::filesystem::remove_all(profile);
+  return r;
+}
+
 TEST_CASE("debug http: /debug renders in headless Chromium with no console errors", "[http][reactor][gpu]") {
   if (!device_present()) return;
   if (!have("/usr/bin/chromium")) {
@@ -244,29 +268,18 @@ TEST_CASE("debug http: /debug renders in headless Chromium with no console error
   const std::string url = "http://127.0.0.1:" + std::to_string(rig.conn->http_port()) + "/debug";
   const std::string shot = sibling_binary("debug-page.png");
   std::filesystem::remove(shot);
-  const std::string profile = std::filesystem::temp_directory_path() / ("kvstrand-chromium-" + std::to_string(::getpid()));
-  const std::vector<std::string> common = {"/usr/bin/chromium", "--headless", "--no-sandbox", "--disable-gpu",
-                                           "--no-first-run", "--user-data-dir=" + profile, "--enable-logging=stderr",
-                                           "--v=0", "--virtual-time-budget=5000", "--window-size=1280,900"};
-  auto args = common;
-  args.push_back("--screenshot=" + shot);
-  args.push_back(url);
-  auto r = run_process(args);
+  auto r = chromium_page(url, shot);
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   REQUIRE(std::filesystem::exists(shot));
   REQUIRE(std::filesystem::file_size(shot) > 10'000);
   REQUIRE(r.output.find(":CONSOLE(") == std::string::npos);  // the page logged nothing: no errors
-  args = common;
-  args.push_back("--dump-dom");
-  args.push_back(url);
-  r = run_process(args);
+  r = chromium_page(url);
   REQUIRE(r.exit_code == 0);
   REQUIRE(r.output.find(":CONSOLE(") == std::string::npos);
   // The page's script ran and rendered the endpoints as tables.
   REQUIRE(r.output.find("created_since_start") != std::string::npos);
   REQUIRE(r.output.find("<span id=\"health\" class=\"ok\">ok</span>") != std::string::npos);
-  std::filesystem::remove_all(profile);
 }
 
 TEST_CASE("debug http: kvstrand-server --http serves sessions, holds, tier (ready vs configured) and metrics",
@@ -275,9 +288,7 @@ TEST_CASE("debug http: kvstrand-server --http serves sessions, holds, tier (read
   const auto port = free_port();
   ServerProcess srv({"--tier-bytes", "16M", "--chunk-tokens", "64", "--http", "127.0.0.1:" + std::to_string(port)});
   REQUIRE(srv.ready());
-  reactor::ConnectorOptions o;
-  o.server_socket = srv.socket_path();
-  Rig rig(o);
+  Rig rig(on_server(srv));
   rig.conn->save(rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8)));
   REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
   rig.conn->lookup(rig.keys(1, 0, 2));  // takes a lease on the server
@@ -311,6 +322,73 @@ TEST_CASE("debug http: kvstrand-server --http serves sessions, holds, tier (read
   auto r = run_process({sibling_binary("../kvstrand-server"), "--http", "0.0.0.0:9400"});
   REQUIRE(r.exit_code == 2);
   REQUIRE(r.output.find("--http") != std::string::npos);
+}
+
+TEST_CASE("debug http: kvstrand-server's /debug shows a person the hit rate and fill as percentages, sizes in KiB to "
+          "GiB, and charts of the last minutes that move under load, in headless Chromium",
+          "[http][server][gpu]") {
+  if (!device_present() || !curl_present()) return;
+  if (!have("/usr/bin/chromium")) {
+    WARN("skipped: /usr/bin/chromium missing (scripts/bootstrap.sh --test installs it)");
+    return;
+  }
+  const auto port = free_port();
+  ServerProcess srv({"--tier-bytes", "16M", "--chunk-tokens", "64", "--http", "127.0.0.1:" + std::to_string(port)});
+  REQUIRE(srv.ready());
+  Rig rig(on_server(srv));
+  // Load: each round saves a prompt's two chunks and looks up the prompt
+  // before it, and this one with a chunk more than stored (a miss in the
+  // hit rate). The history samples every two seconds as requests come.
+  std::uint64_t seed = 1;
+  const auto rounds = [&](int n) {
+    for (int i = 0; i < n; ++i, ++seed) {
+      rig.conn->save(rig.save_spec("a", seed, 0, 2, Rig::block_range(0, 8)));
+      REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
+      for (const auto& keys : {rig.keys(seed - 1 == 0 ? seed : seed - 1, 0, 2), rig.keys(seed, 0, 3)}) {
+        rig.conn->lookup(keys);
+        const auto f = rig.wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); });
+        if (f.lookups[0].lease != 0) rig.conn->release_lookup(f.lookups[0].lease);
+      }
+      std::this_thread::sleep_for(700ms);
+    }
+  };
+  const std::string url = "http://127.0.0.1:" + std::to_string(port) + "/debug";
+  const auto polylines = [](const std::string& dom) {
+    std::vector<std::string> out;
+    for (std::size_t at = dom.find("<polyline points=\""); at != std::string::npos;
+         at = dom.find("<polyline points=\"", at + 1))
+      out.push_back(dom.substr(at, dom.find('>', at) - at));
+    return out;
+  };
+  rounds(8);
+  auto first = chromium_page(url);
+  INFO(first.output);
+  REQUIRE(first.exit_code == 0);
+  REQUIRE(first.output.find(":CONSOLE(") == std::string::npos);  // the page's scripts logged no error
+  // The headline: a hit rate in percent over the window, the fill in percent of a size in MiB.
+  const auto head = first.output.find("id=\"headline\">hit rate ");
+  REQUIRE(head != std::string::npos);
+  const std::string headline = first.output.substr(head, first.output.find("</p>", head) - head);
+  INFO(headline);
+  REQUIRE(std::isdigit(static_cast<unsigned char>(headline[std::string("id=\"headline\">hit rate ").size()])));
+  REQUIRE(headline.find(" % over the last ") != std::string::npos);
+  REQUIRE(headline.find(" of 16 MiB)") != std::string::npos);
+  // The levels side by side, and the tables' sizes as a person reads them.
+  REQUIRE(first.output.find("<figcaption>levels</figcaption>") != std::string::npos);
+  REQUIRE(first.output.find("<td>16 MiB</td>") != std::string::npos);  // configured_bytes
+  const auto before = polylines(first.output);
+  REQUIRE(before.size() == 5);  // hit rate, loads, saves, evictions, fill
+  REQUIRE(before[1].find(',') != std::string::npos);  // loads drawn: at least one point
+  rounds(5);
+  const auto second = chromium_page(url, sibling_binary("debug-page-server.png"));
+  REQUIRE(second.exit_code == 0);
+  const auto again = chromium_page(url);
+  REQUIRE(again.exit_code == 0);
+  const auto after = polylines(again.output);
+  REQUIRE(after.size() == 5);
+  // The charts moved: more points, drawn from the server's history.
+  REQUIRE(after[1] != before[1]);
+  REQUIRE(std::count(after[1].begin(), after[1].end(), ',') > std::count(before[1].begin(), before[1].end(), ','));
 }
 
 TEST_CASE("debug http: the running example engine answers on its endpoint", "[http][engine][gpu]") {
