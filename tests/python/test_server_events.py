@@ -400,3 +400,54 @@ def test_a_value_another_node_wrote_to_l2_is_announced_once_promoted_into_this_n
         b.stop()
         redis.kill()
         redis.wait()
+
+
+def test_a_chunk_the_disk_promotes_is_announced_on_cpu_again_and_one_dropped_under_a_lease_removed_once(tmp_path):
+    import subprocess
+
+    from conftest import server_binary
+    port, replay_port = free_port(), free_port()
+    endpoint, replay = f"tcp://127.0.0.1:{port}", f"tcp://127.0.0.1:{replay_port}"
+    server = Server(tier="4M", slab="2M", extra=["--events", endpoint, "--events-replay", replay, "--events-topic",
+                                                 "kv", "--disk", str(tmp_path), "--disk-bytes", "64M"])
+    sub = Subscriber(endpoint, replay, "kv", "map")
+    a, b = EventEngine(server, 0), EventEngine(server, 1)
+    mine = {key(hashes_of(0, 0, c)) for c in range(8)}
+
+    def count(kind):
+        return Counter(key(e["block_hashes"]) for e in sub.events()
+                       if e["type"] == kind and e.get("medium") == "CPU" and key(e["block_hashes"]) in mine)
+    try:
+        sub.replay(0)
+        time.sleep(0.3)  # the subscription reaches the server before the stores
+        a.save(0)
+        written(server)
+        assert server.metric("disk_write_dropped_total") == 0  # a's 8 chunks are on the disk
+        for p in range(1, 40):  # 312 objects more through the 256 of the arena: a's, the oldest, go
+            b.save(p, describe=False)
+        sub.receive(lambda s: len(count("BlockRemoved")) == 8)
+        # A lookup promotes them from the disk into the arena: announced stored on CPU again.
+        tokens = [t for t in range(PROMPT_TOKENS)]
+        a.conn.lookup(kvstrand.chunk_keys(a.layout, tokens))
+        end, answer = time.monotonic() + 20, None
+        while answer is None:
+            assert time.monotonic() < end, "no lookup answer in 20 s"
+            f = a.conn.finished()
+            answer = f.lookups[0] if f.lookups else None
+            time.sleep(0.001)
+        assert answer.hit.tokens == PROMPT_TOKENS and answer.lease != 0
+        sub.receive(lambda s: count("BlockStored") == Counter({h: 2 for h in mine}))
+        # Dropped while the lease holds them: removed at the drop, and not again at the release.
+        ns = kvstrand.namespace_of(a.layout).hex()
+        subprocess.run([server_binary(), "--socket", server.socket, "--drop-namespace", ns], check=True,
+                       capture_output=True)
+        sub.receive(lambda s: count("BlockRemoved") == Counter({h: 2 for h in mine}))
+        a.conn.release_lookup(answer.lease)
+        a.save(1)  # a later batch: whatever the release said came before it
+        sub.receive(lambda s: any(key(e["block_hashes"]) == key(hashes_of(0, 1, 7)) for e in s.events()))
+        assert count("BlockRemoved") == Counter({h: 2 for h in mine})
+    finally:
+        a.close()
+        b.close()
+        sub.close()
+        server.stop()
