@@ -1274,7 +1274,7 @@ MUTANTS = [
      "a registration a restarted server refuses is logged and counted at every reconnection"),
     ("readyz-while-draining", "src/server/debug_routes.cpp",
      "    if (st.stopping) why = \"stopping\";\n    else if", "    if (false) why = \"stopping\";\n    else if",
-     [("test_server", "*")], "/readyz says ready while the server drains after SIGTERM"),
+     [("test_disk_tier", "disk: SIGTERM writes*")], "/readyz says ready while the server drains after SIGTERM"),
     ("l2-dropped-promoted", "src/server/l2_tier.cpp",
      " || dropped.contains(keys.front().ns)) co_return Promoted{};", ") co_return Promoted{};",
      [("test_l2_tier", "*namespace drop*")], "a dropped namespace is promoted from L2 before its purge ended"),

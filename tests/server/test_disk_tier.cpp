@@ -11,7 +11,9 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
+#include <thread>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -347,9 +349,28 @@ TEST_CASE("disk: SIGTERM writes the queued write-behind before the server exits,
   REQUIRE(n->disk("written_total") < 100);
   n->c.reset();
   n->arena.reset();
+  // A probe asking /readyz throughout: from the signal on, never ready.
+  std::atomic<bool> signalled_yet{false}, reaped{false};
+  std::vector<std::string> after;  // what /readyz answered to requests sent after the signal
+  std::thread probe([&] {
+    while (!reaped) {
+      const bool asked_after = signalled_yet;
+      const Got g = curl(n->port, "/readyz");
+      if (asked_after && g.code != 0) after.push_back(std::to_string(g.code) + " " + g.body);
+      std::this_thread::sleep_for(20ms);
+    }
+  });
   const auto signalled = std::chrono::steady_clock::now();
+  signalled_yet = true;
   n->srv.kill(SIGTERM);  // returns once the server is reaped
   const auto stopping = std::chrono::steady_clock::now() - signalled;
+  reaped = true;
+  probe.join();
+  for (const std::string& a : after) {
+    INFO(a);
+    CHECK(a == "503 not ready: stopping\n");
+  }
+  CHECK(!after.empty());  // the endpoint answered while the disk drained
   // The drain is woken as each write ends, not at its bound (5 s): a drain
   // that only looked again at its bound kept the server 5 s whatever the
   // disk did. (The writes left at the signal take about a second.)
