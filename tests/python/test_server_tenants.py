@@ -156,6 +156,39 @@ def test_on_the_disk_too_a_flooding_tenant_evicts_its_own_objects(tmp_path):
     assert free_evicted_b > 0 and free_hit < 1.0
 
 
+def test_chunks_the_disk_promotes_are_their_tenants_and_the_default_quota_is_the_disks_share(tmp_path):
+    # A 4 MiB arena over an 8 MiB disk (less its headers: about 1.5 times the arena).
+    server = Server(tier="4M", slab="2M", extra=["--disk", str(tmp_path / "a"), "--disk-bytes", "8M"])
+    a, b = TenantEngine(server, "a"), TenantEngine(server, "b")
+    try:
+        for p in range(8):
+            assert b.save(p)
+            written(server)
+        assert server.metric("disk_write_dropped_total") == 0  # b's 16 chunks are on the disk
+        for p in range(1000, 1140):  # 280 objects through the arena's 256: b's all go
+            assert a.save(p)
+        assert sum(b.hits(p) for p in range(8)) == 16  # from the disk, promoted for b's lookups
+        assert server.metric("disk_promoted_total") >= 16
+        tenants = {t["tenant"]: t for t in server.tier()["tenants"]}
+        assert tenants["b"]["bytes"] == 16 * 16384  # b's, not nobody's (b's quota counts them)
+    finally:
+        a.close()
+        b.close()
+        server.stop()
+    server = Server(tier="4M", slab="2M", extra=["--tenant-quota-default", "1M", "--disk", str(tmp_path / "b"),
+                                                 "--disk-bytes", "8M"])
+    b = TenantEngine(server, "b")
+    try:
+        assert b.save(0)
+        # The default quota on the disk: the arena's scaled to the disk's capacity, not the arena's 1 MiB.
+        share = (1 << 20) * server.metric("disk_capacity_bytes") / (4 << 20)
+        assert abs(server.metric('tenant_quota_bytes{tenant="b",level="disk"}') - share) <= 1 and share > 1 << 20
+        assert server.metric('tenant_quota_bytes{tenant="b",level="arena"}') == 1 << 20
+    finally:
+        b.close()
+        server.stop()
+
+
 def test_an_operator_drops_a_tenants_objects_from_a_shell():
     import subprocess
     from conftest import server_binary

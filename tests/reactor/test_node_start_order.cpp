@@ -141,6 +141,18 @@ TEST_CASE("node tier: a registration a restarted server refuses runs without the
   }
   REQUIRE(refused);
   REQUIRE(lookup_tokens(rig, rig.keys(1, 0, 2)) == 0);  // a miss, no exception
+  // Restarted again, refusing the same way: the engine reconnects, and the
+  // refusal it knows is not said (nor counted) again.
+  const std::uint64_t reconnects = rig.conn->arena_mappings().reconnects;
+  srv.restart(other);
+  REQUIRE(ready_and_full(srv));
+  for (int attempt = 0; attempt < 100 && rig.conn->arena_mappings().reconnects == reconnects; ++attempt) {
+    rig.conn->save(rig.save_spec("r" + std::to_string(attempt), 1, 0, 2, Rig::block_range(0, 8)));
+    rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); });
+    std::this_thread::sleep_for(100ms);
+  }
+  REQUIRE(rig.conn->arena_mappings().reconnects > reconnects);
+  REQUIRE(rig.conn->arena_mappings().refusals == 1);
   srv.restart(kServerFlags);
   REQUIRE(ready_and_full(srv));
   REQUIRE(save_until_ok(rig, rig.save_spec("c", 1, 0, 2, Rig::block_range(0, 8)), 15s));

@@ -187,6 +187,29 @@ TEST_CASE("l2: a prompt stored through node A loads through node B, whose arena 
   REQUIRE(b.counter("lookup_misses_total") == 1);
 }
 
+TEST_CASE("l2: chunks promoted from L2 are the asking registration's tenant's", "[l2][server][tenants]") {
+  if (!redis_present() || !curl_present()) return;
+  RedisNodes redis(3, true);
+  Node a(redis.url()), b(redis.url());
+  kv::Layout team = layout();
+  team.tenant = "team-x";
+  std::vector<std::uint32_t> toks(4 * 64, 7);
+  const auto ks = kv::chunk_keys(team, kv::namespace_of(team), toks);
+  const auto reg_of = [&](Node& n) {
+    return std::get<RegisterReply>(must_call(n.c, RegisterLayout{team}).payload).registration;
+  };
+  const ReserveReply r = reserve(a.c, reg_of(a), ks);
+  REQUIRE(must_call(a.c, Commit{r.reservation, true}).status == Status::ok);
+  eventually([&] { return a.counter("written_total") == 4; }, "A wrote 4 objects behind");
+  REQUIRE(lookup(b.c, reg_of(b), ks).hit.tokens == 4 * 64);
+  REQUIRE(b.counter("promoted_total") == 4);
+  // B's arena holds them as team-x's (its quota counts them), not as nobody's.
+  const std::string metrics = curl(b.port, "/metrics").body;
+  INFO(metrics);
+  REQUIRE(metrics.find("kvstrand_server_tenant_bytes{tenant=\"team-x\",level=\"arena\"} " +
+                       std::to_string(4 * kObject) + "\n") != std::string::npos);
+}
+
 TEST_CASE("l2: a namespace drop deletes its values from every master: another node no longer loads them",
           "[l2][server]") {
   if (!redis_present() || !curl_present()) return;

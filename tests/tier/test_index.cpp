@@ -402,6 +402,32 @@ TEST_CASE("index: it remembers the keys it evicted, and which namespaces it hold
   REQUIRE_FALSE(s.holds_namespace(key_in(1, 0).ns));
 }
 
+TEST_CASE("index: a key evicted twice is remembered until its later eviction leaves the window", "[tier][index]") {
+  Index s(2 * 100, 100);
+  std::uint32_t slot = 0;
+  int next = 1000;  // keys that only push others out
+  const auto put = [&](const kv::ChunkKey& k) {
+    REQUIRE(s.reserve(k, false, &slot) == Index::Reserve::reserved);
+    s.commit(k);
+  };
+  const auto evict_all = [&] {
+    for (int i = 0; i < 2; ++i) put(key_in(2, next++));
+  };
+  put(key_in(1, 0));
+  evict_all();  // its first eviction
+  const std::uint64_t first = s.stats().evictions;
+  put(key_in(1, 0));
+  evict_all();  // and its second, a few evictions later
+  REQUIRE(s.evicted_recently(key_in(1, 0)));
+  // The first eviction leaves the window of the last kRememberedEvictions;
+  // the second is still in it.
+  while (s.stats().evictions < first + Index::kRememberedEvictions) put(key_in(2, next++));
+  REQUIRE(s.evicted_recently(key_in(1, 0)));
+  // And once the second leaves too, it is forgotten.
+  for (int i = 0; i < 8; ++i) put(key_in(2, next++));
+  REQUIRE_FALSE(s.evicted_recently(key_in(1, 0)));
+}
+
 namespace {
 // Objects of 1 KiB in 10 slots; tenant a's quota 4 KiB, b's 3 KiB, c none.
 struct Tenants {
@@ -495,6 +521,19 @@ TEST_CASE("index: a tenant past its quota takes its own objects before what othe
   REQUIRE(t.put(40, t.a) == Index::Reserve::reserved);
   REQUIRE(t.book.evicted(t.c) == 1);
   t.idx.unpin(mine);
+}
+
+TEST_CASE("index: a tenant at exactly its quota takes its own objects for a new one, not another's", "[tier][index]") {
+  Tenants t;
+  for (int i = 0; i < 6; ++i) REQUIRE(t.put(i, t.c) == Index::Reserve::reserved);  // c: no quota, the oldest
+  for (int i = 10; i < 14; ++i) REQUIRE(t.put(i, t.a) == Index::Reserve::reserved);  // a: exactly its 4 KiB
+  REQUIRE(t.idx.free_slots() == 0);
+  // One more of a's would pass its quota: one of its own goes, though the
+  // hand meets c's first.
+  REQUIRE(t.put(20, t.a) == Index::Reserve::reserved);
+  REQUIRE(t.book.used(t.a) == 4096);
+  REQUIRE(t.book.evicted(t.c) == 0);
+  for (int i = 0; i < 6; ++i) REQUIRE(t.has(i));
 }
 
 TEST_CASE("index: slots that cannot be allocated leave the index as it was", "[tier][index]") {

@@ -10,6 +10,7 @@
 
 #include "tier/object_table.hpp"
 #include "tier/size_classes.hpp"
+#include "tier/tenant_book.hpp"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -284,6 +285,14 @@ TEST_CASE("object table: objects found after a restart are evicted like any othe
   }
   Life second(arena);
   REQUIRE(second.found.objects == static_cast<std::size_t>(capacity));
+  // Their namespace is counted (/debug/tier lists it; a miss of it is not "other_namespace").
+  const std::uint64_t all = static_cast<std::uint64_t>(capacity) * second.index().object_bytes();
+  REQUIRE(second.index().holds_namespace(key(0).ns));
+  REQUIRE(second.classes.namespace_bytes().at(key(0).ns) == all);
+  // Tenants set after the objects were found (as the server does) charge each to its tenant.
+  tier::TenantBook book;
+  second.classes.set_tenants(&book);
+  REQUIRE(book.used(0) == all);
   REQUIRE(second.hit(0, capacity) == static_cast<std::uint32_t>(capacity));
   second.store(10000, 10010);  // REQUIREs all ten reserved: ten restored objects make room
   REQUIRE(second.hit(10000, 10010) == 10);
