@@ -382,6 +382,25 @@ TEST_CASE("disk: SIGTERM writes the queued write-behind before the server exits,
   for (int p = 1; p <= 2; ++p) REQUIRE(n->load(p, 50) == 50);
 }
 
+TEST_CASE("disk: a namespace drop takes its writes still queued: none is written after it, none found after a restart",
+          "[disk][server][fault]") {
+  DiskDir d;
+  std::optional<Node> n;
+  {
+    Fault slow("delay-ms=300");  // each write ends 300 ms late: most of 100 are still queued at the drop
+    n.emplace(d);
+  }
+  for (int p = 1; p <= 2; ++p) n->store(p, 50);
+  REQUIRE(n->disk("write_dropped_total") == 0);
+  REQUIRE(n->disk("written_total") < 100);
+  REQUIRE(must_call(*n->c, Drop{kv::namespace_of(layout())}).status == Status::ok);
+  eventually([&] { return n->disk("write_queue") == 0 && n->disk("in_flight") == 0; }, "the disk is idle");
+  REQUIRE(n->disk("objects") == 0);
+  n->restart(d);
+  REQUIRE(n->disk("recovered_objects_total") == 0);
+  for (int p = 1; p <= 2; ++p) REQUIRE(n->load(p, 50) == 0);
+}
+
 TEST_CASE("disk: a tenant's drop reaches the namespaces only the disk still holds of it", "[disk][server][tenants]") {
   DiskDir d;
   Node n(d);
