@@ -37,7 +37,7 @@ class DemoServer {
   static double metric(std::uint16_t port, const std::string& name);
 
   // kvstrand-server beside this program in the build and in the GPU pack
-  // (examples/engine/../../kvstrand-server).
+  // (two folders up from this program's: the build's root).
   static std::string default_binary();
 
  private:

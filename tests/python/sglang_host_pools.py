@@ -1,4 +1,4 @@
-"""Pictures of SGLang's host pools (python/sglang/srt/mem_cache/pool_host/
+"""Pictures of SGLang's host pools (SGLang's sglang/srt/mem_cache/pool_host/
 {mha,mla,mamba}.py at 001067f; memory_pool_host.py at bb424de, the same
 layouts): host memory in each of SGLang's layouts, and get_page_buffer_meta
 as SGLang answers it (the pointers and sizes of a page's pieces), over

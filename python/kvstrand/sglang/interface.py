@@ -2,7 +2,7 @@
 types, from SGLang when it is importable, else kvstrand's own stand-ins of
 the same shape (so that the module imports, and its rules are testable,
 where SGLang is not installed). Read from SGLang's
-``python/sglang/srt/mem_cache/hicache_storage.py``."""
+``sglang/srt/mem_cache/hicache_storage.py``."""
 
 from dataclasses import dataclass, field
 
