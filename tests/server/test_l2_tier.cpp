@@ -569,10 +569,6 @@ TEST_CASE("l2: a purge that fails on a stopped master is retried until it ends, 
   REQUIRE(must_call(a.c, Drop{kv::namespace_of(layout())}).status == Status::ok);
   eventually([&] { return a.counter("purge_failed_total") >= 1; }, "the stopped master's scan failed");
   REQUIRE(a.counter("purges_pending") == 1);  // not given up
-  // Meanwhile what the other masters still hold of it is not promoted: the
-  // namespace is dropped on this node until its purge ends.
-  for (const auto& [p, bytes] : stored) REQUIRE(a.load(keys(p, 1), {bytes}) == 0);
-  REQUIRE(a.counter("promoted_total") == 0);
   redis.signal(1, SIGCONT);
   eventually([&] { return redis_keys(redis) == 0; }, "every master's values deleted once it answers");
   eventually([&] { return a.counter("purges_pending") == 0; }, "the purge ended");
