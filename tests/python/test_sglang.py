@@ -60,6 +60,20 @@ def test_a_bad_extra_config_key_is_refused_at_construction_naming_it(page_server
     assert e.value.option == "hicache-storage-backend-extra-config." + option
 
 
+def test_a_public_tenant_the_server_does_not_publish_leaves_the_engine_its_own_pages(page_server):
+    # kvstrand.sglang's public_tenant against a server without --public-tenant:
+    # the reading session is refused (said once), and every page is this engine's own.
+    e = mini_sglang.MiniSGLang(page_server.socket, tenant="team-b", public_tenant="shared")
+    try:
+        assert e.serve(prompt(1, 4)) == 0
+        assert e.serve(prompt(1, 4)) == 4
+        stats = e.backend().kvstrand_stats()
+        assert stats["public_pages_read"] == 0 and stats["pages_read"] == 4
+        assert e.mismatches == 0
+    finally:
+        e.close()
+
+
 @pytest.mark.parametrize("layout, mla", [("page_first", False), ("layer_first", False),
                                          ("page_first_direct", False), ("page_head", False), ("page_first", True)])
 def test_a_restarted_instance_resumes_its_prefixes_byte_for_byte(page_server, layout, mla):
