@@ -30,7 +30,7 @@ class ArenaMapping {
   // read-only registration; only CPU copies read it: PageStore's), so its
   // every byte counts as pinned.
   static common::Expected<std::unique_ptr<ArenaMapping>> map(int fd, std::uint64_t bytes, std::uint64_t slab_bytes,
-                                                             uid_t server_uid, bool read_only = false);
+                                                             uid_t server_uid, bool read_only);
   ~ArenaMapping();
   ArenaMapping(const ArenaMapping&) = delete;
   ArenaMapping& operator=(const ArenaMapping&) = delete;

@@ -420,6 +420,19 @@ TEST_CASE("debug page: numbers are written as integers or with at most two decim
   REQUIRE(common::page_number(-2.25) == "-2.25");
 }
 
+TEST_CASE("debug page: sizes are written in B to TiB, with at most three significant digits", "[http]") {
+  REQUIRE(common::page_bytes(0) == "0 B");
+  REQUIRE(common::page_bytes(512) == "512 B");
+  REQUIRE(common::page_bytes(1023) == "1023 B");
+  REQUIRE(common::page_bytes(1024) == "1 KiB");
+  REQUIRE(common::page_bytes(1536) == "1.5 KiB");
+  REQUIRE(common::page_bytes(100 * 1024) == "100 KiB");
+  REQUIRE(common::page_bytes(16u << 20) == "16 MiB");
+  REQUIRE(common::page_bytes(1.25 * (1u << 30)) == "1.25 GiB");
+  REQUIRE(common::page_bytes(40.0 * (1ull << 40)) == "40 TiB");
+  REQUIRE(common::page_bytes(3000.0 * (1ull << 40)) == "3000 TiB");
+}
+
 TEST_CASE("debug http: connections that never finish a header cannot keep kvstrand-server's probes out",
           "[http][server][fault]") {
   if (!curl_present()) return;
