@@ -475,4 +475,13 @@ TEST_CASE("server options: --tier-bytes auto, the default, starts on a small hos
   REQUIRE(tier_with("65536", {}) == 8ull << 30);
   REQUIRE(tier_with("4096", {"--tier-bytes", "auto"}) == 2ull << 30);
   REQUIRE(tier_with("4096", {"--tier-bytes", "8G"}) == 0);  // asked for: refused, naming the flag
+  // Half of 3000 MiB is rounded up to whole slabs: the log says so only of a size the operator gave.
+  ::setenv("KVSTRAND_TEST_MEM_AVAILABLE_MIB", "3000", 1);
+  const auto odd = parse({});
+  const auto given = parse({"--tier-bytes", "1500M"});
+  ::unsetenv("KVSTRAND_TEST_MEM_AVAILABLE_MIB");
+  REQUIRE(std::get<ServerOptions>(odd.result).tier_bytes == std::get<ServerOptions>(given.result).tier_bytes);
+  REQUIRE(std::get<ServerOptions>(odd.result).tier_bytes > 1500ull << 20);
+  REQUIRE(std::get<ServerOptions>(odd.result).tier_bytes_rounded_from.empty());
+  REQUIRE(std::get<ServerOptions>(given.result).tier_bytes_rounded_from == "1500M");
 }
