@@ -375,6 +375,7 @@ TEST_CASE("debug http: kvstrand-server's /debug shows a person the hit rate and 
   REQUIRE(headline.find(" of 16 MiB)") != std::string::npos);
   // The levels side by side, and the tables' sizes as a person reads them.
   REQUIRE(first.output.find("<figcaption>levels</figcaption>") != std::string::npos);
+  REQUIRE(first.output.find("<th>health</th><td>ok</td>") != std::string::npos);  // the arena whole, no error
   REQUIRE(first.output.find("<th>configured_bytes</th><td>16 MiB</td>") != std::string::npos);
   const auto before = polylines(first.output);
   REQUIRE(before.size() == 5);  // hit rate, loads, saves, evictions, fill
