@@ -1,6 +1,7 @@
 #include "server/arena_recovery.hpp"
 
 #include <chrono>
+#include <map>
 
 namespace kvstrand::server {
 
@@ -14,6 +15,14 @@ Recovery recover(tier::ObjectTable& table, tier::SizeClasses& classes) {
   if (!found.unreadable.empty()) {
     r.started_empty = found.unreadable;
   } else {
+    // Each class's index sized for all its slabs at once: adopted slab by
+    // slab, it would grow and copy every entry before it once a slab, a
+    // restart quadratic in the arena's objects (docs/PERFORMANCE.md,
+    // bench_recovery).
+    std::map<std::uint64_t, std::uint64_t> slots_of;
+    for (const auto& slab : found.slabs) slots_of[slab.object_bytes] += slab.slots.size();
+    for (const auto& [object_bytes, slots] : slots_of)
+      if (tier::Index* idx = classes.index(object_bytes)) idx->reserve_slots(slots);
     for (const auto& slab : found.slabs) {
       std::size_t found_here = 0;
       for (const auto& o : slab.slots) found_here += o.has_value();

@@ -97,6 +97,10 @@ class Index {
   // slab of the arena became ready). All or nothing: when memory runs out
   // (std::bad_alloc) the index is as it was.
   void add_slots(std::uint32_t count);
+  // Room for `count` more slots' entries at once, before slabs are added
+  // one by one (a restart adopting thousands): added one at a time, each
+  // slab would copy every entry before it.
+  void reserve_slots(std::uint64_t count) { objects_.reserve(static_cast<std::size_t>(slots_) + count); }
   // What one slot costs the index in memory at most: its object entry, its
   // free-list entry, and its two key-table entries (the table's load is at
   // most a half). The server bounds a size class's index by it
