@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <thread>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -555,6 +556,36 @@ TEST_CASE("l2: a drop of a namespace no node wrote scans nothing, and a burst of
   REQUIRE(must_call(a.c, Drop{kv::namespace_of(layout())}).status == Status::ok);
   eventually([&] { return redis_keys(redis) == 0; }, "the written namespace's values deleted");
   REQUIRE(a.counter("purges_pending") == 0);
+}
+
+TEST_CASE("l2: a namespace whose purge has not reached every master is not promoted from one that answers again",
+          "[l2][server][fault]") {
+  if (!redis_present() || !curl_present()) return;
+  RedisNodes redis(3, true);
+  Node a(redis.url());
+  const auto stored = store_prompts(a, redis, 12);
+  RedisTestClient rc(redis.url());
+  REQUIRE_FALSE(rc.start());  // the slot map
+  std::vector<std::pair<int, std::vector<std::byte>>> on_1;  // the prompts master 1 holds
+  for (const auto& [p, bytes] : stored)
+    if (master_of(rc, redis, p) == 1) on_1.emplace_back(p, bytes);
+  REQUIRE(!on_1.empty());
+  // Master 1 pauses its clients a while: the purge's scan of it goes
+  // unanswered (--l2-timeout), and is retried a second later.
+  const auto paused = std::chrono::steady_clock::now();
+  redis.cli(1, {"CLIENT", "PAUSE", "800", "ALL"});
+  REQUIRE(must_call(a.c, Drop{kv::namespace_of(layout())}).status == Status::ok);
+  eventually([&] { return a.counter("purge_failed_total") >= 1; }, "the paused master's purge failed");
+  REQUIRE(a.counter("purges_pending") == 1);
+  // It answers again, its values still there until the retry: they are
+  // not promoted, nor even asked for.
+  std::this_thread::sleep_until(paused + 850ms);
+  const double asked = a.counter("lookups_total");
+  for (const auto& [p, bytes] : on_1) REQUIRE(a.load(keys(p, 1), {bytes}) == 0);
+  REQUIRE(a.counter("lookups_total") == asked);
+  REQUIRE(a.counter("promoted_total") == 0);
+  eventually([&] { return a.counter("purges_pending") == 0; }, "the purge ended");
+  eventually([&] { return redis_keys(redis) == 0; }, "every master's values deleted");
 }
 
 TEST_CASE("l2: a purge that fails on a stopped master is retried until it ends, its namespace not promoted meanwhile",
