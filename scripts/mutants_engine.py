@@ -41,7 +41,7 @@ MUTANTS = [
     ("drop-no-l2-purge", "src/server/l2_tier.cpp",
      "    if (std::find(purges.begin(), purges.end(), ns) == purges.end()) purges.push_back(ns);",
      "    (void)purges;",
-     [("test_l2_tier", "*namespace drop*")], "a drop leaves L2's values for every other node to load"),
+     [("test_l2_drops", "*namespace drop*")], "a drop leaves L2's values for every other node to load"),
     ("drop-cli-any-length", "src/server/drop_command.cpp",
      "  if (hex.size() != 2 * out->size()) return false;",
      "  if (hex.size() < 2 * out->size()) return false;",
