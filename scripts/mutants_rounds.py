@@ -61,7 +61,7 @@ MUTANTS = [
      "",
      [("test_request_service", "*counts what its hit pins*")], "a lookup is refused for keys it would never pin"),
     ("l2-writer-keeps-pin", "src/server/l2_tier.cpp",
-     "        q.index->unpin(std::span<const kv::ChunkKey>(&q.key, 1));  // its bytes are taken\n", "",
+     "        q.index->unpin(q.key);  // its bytes are taken\n", "",
      [("test_l2_tier", "*write-behind unpins*")], "every object written behind stays pinned: the arena fills for good"),
     ("l2-promote-past-gap", "src/server/l2_tier.cpp",
      "      if (r.value.kind == l2::RedisValue::Kind::nil) break;",
@@ -112,7 +112,7 @@ MUTANTS = [
      "a connection closed after its last frame drops the replies still queued (a refused version's reason, an end "
      "session's reply)"),
     ("drain-never-woken", "src/common/framed_connection.cpp",
-     "    self->drained_.cancel();\n", "",
+     "    self->drained_.notify();\n", "",
      [("test_framed_connection", "*drained_to*")],
      "a session paused for a full reply queue is never read from again"),
     # A grid of segments (hip/segment_grid.cpp) stands for every segment it lists.

@@ -259,9 +259,9 @@ MUTANTS = [
      "the L2 MAC leaves the chunk key out: a writer without the key relabels one chunk's value as another's"),
     # ... cleanup after a timeout, a full tier; waits from both sides.
     ("disk-hit-waits-timeout", "src/server/disk_tier.cpp",
-     "    j.disk_index->unpin(std::span<const kv::ChunkKey>(&key, 1));\n    if (!good) j.disk_index->erase(key);\n"
-     "    if (--j.batch->left == 0) j.batch->timer.cancel();",
-     "    j.disk_index->unpin(std::span<const kv::ChunkKey>(&key, 1));\n    if (!good) j.disk_index->erase(key);\n"
+     "    j.disk_index->unpin(key);\n    if (!good) j.disk_index->erase(key);\n"
+     "    if (--j.batch->left == 0) j.batch->done.notify();",
+     "    j.disk_index->unpin(key);\n    if (!good) j.disk_index->erase(key);\n"
      "    --j.batch->left;",
      [("test_disk_tier", "disk: a disk hit is answered once*")], "a disk hit waits the whole --disk-timeout after its reads ended"),
     ("disk-full-arena-pins-run", "src/server/disk_tier.cpp",
@@ -425,14 +425,14 @@ MUTANTS = [
      [("test_disk_tier", "*read back from the disk byte for byte*")],
      "the arena's slots are not 4 KiB-aligned with a disk: O_DIRECT cannot read or write them in place"),
     ("disk-timeout-ignored", "src/server/disk_tier.cpp",
-     "      batch->timer.expires_after(opt.timeout);", "      batch->timer.expires_after(std::chrono::hours(1));",
+     "      co_await batch->done.wait_for(opt.timeout);", "      co_await batch->done.wait_for(std::chrono::hours(1));",
      [("test_disk_tier", "*slow disk*")], "a lookup waits for a slow disk past --disk-timeout"),
     ("disk-drain-not-woken", "src/server/disk_tier.cpp",
-     "    settled.cancel();  // drain() and close() look again", "",
+     "    settled.notify();  // drain() and close() look again", "",
      [("test_disk_tier", "disk: SIGTERM writes the queued write-behind*")],
      "a stopping server's drain looks again only at its bound: the server stays 5 s whatever the disk did"),
     ("disk-failed-write-pinned", "src/server/disk_tier.cpp",
-     "    j.arena_index->unpin(std::span<const kv::ChunkKey>(&key, 1));\n    queued_bytes -= j.arena_index->object_bytes();\n  }\n\n  void read_done",
+     "    j.arena_index->unpin(key);\n    queued_bytes -= j.arena_index->object_bytes();\n  }\n\n  void read_done",
      "    queued_bytes -= j.arena_index->object_bytes();\n  }\n\n  void read_done",
      [("test_disk_tier", "*writes failing*"), ("test_disk_tier", "*read back from the disk byte for byte*")],
      "an object written behind stays pinned in the arena: it fills and refuses saves"),

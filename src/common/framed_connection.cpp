@@ -61,7 +61,7 @@ asio::awaitable<void> FramedConnection::write_loop(std::shared_ptr<FramedConnect
     }
     self->queued_bytes_ -= self->outbox_.front().bytes.size();
     self->outbox_.pop_front();
-    self->drained_.cancel();
+    self->drained_.notify();
   }
   self->writing_ = false;
   if (self->flush_then_end_ && self->outbox_.empty()) self->end(self->flush_why_);
@@ -133,8 +133,7 @@ asio::awaitable<ReadFrame> FramedConnection::read(std::uint32_t max_body, int* f
 
 asio::awaitable<void> FramedConnection::drained_to(std::uint64_t limit) {
   while (queued_bytes_ > limit && !closed_) {
-    drained_.expires_after(std::chrono::hours(1));
-    co_await drained_.async_wait(kAwait);  // cancelled as the queue shrinks, or by close()
+    co_await drained_.wait();  // notified as the queue shrinks, and by close()
   }
 }
 
@@ -149,7 +148,7 @@ void FramedConnection::close() {
   closed_ = true;
   error_code ignored;
   sock_.close(ignored);
-  drained_.cancel();
+  drained_.notify();
   // A write in flight still names the front frame's bytes: it stays until
   // the writer has seen its write end.
   if (writing_ && !outbox_.empty()) {

@@ -16,7 +16,6 @@
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -27,6 +26,7 @@
 #include <vector>
 
 #include "common/gate.hpp"
+#include "common/notifier.hpp"
 #include "common/strand.hpp"
 #include "proto/protocol.hpp"
 
@@ -98,7 +98,7 @@ class FramedConnection : public std::enable_shared_from_this<FramedConnection> {
   Ended ended_;
   std::deque<Frame> outbox_;
   std::uint64_t queued_bytes_ = 0;
-  boost::asio::steady_timer drained_;  // cancelled by the writer as the queue shrinks, and by close()
+  Notifier drained_;  // notified by the writer as the queue shrinks, and by close()
   bool writing_ = false;
   bool closed_ = false;
   bool flush_then_end_ = false;

@@ -9,13 +9,12 @@
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <cstddef>
 #include <exception>
 #include <utility>
 
-#include "common/await_codes.hpp"
+#include "common/notifier.hpp"
 #include "common/strand.hpp"
 
 namespace kvstrand::common {
@@ -47,21 +46,17 @@ class Gate {
   // `bound` has passed first (false: something is still running).
   boost::asio::awaitable<bool> close(std::chrono::steady_clock::duration bound) {
     closing_ = true;
-    const auto until = std::chrono::steady_clock::now() + bound;
-    while (inside_ != 0 && std::chrono::steady_clock::now() < until) {
-      emptied_.expires_at(until);
-      co_await emptied_.async_wait(kAwait);  // cancelled by leave()
-    }
-    co_return inside_ == 0;
+    auto empty = [this] { return inside_ == 0; };
+    co_return co_await emptied_.wait_until(empty, std::chrono::steady_clock::now() + bound);
   }
 
  private:
   void leave() {
-    if (--inside_ == 0) emptied_.cancel();
+    if (--inside_ == 0) emptied_.notify();
   }
 
   Strand strand_;
-  boost::asio::steady_timer emptied_;
+  Notifier emptied_;
   std::size_t inside_ = 0;
   bool closing_ = false;
 };

@@ -8,7 +8,6 @@
 
 #include <algorithm>
 
-#include "common/await_codes.hpp"
 #include "common/log_escaped.hpp"
 #include "hip/device.hpp"
 #include "reactor/transfer_error.hpp"
@@ -16,7 +15,6 @@
 namespace kvstrand::reactor {
 
 namespace asio = boost::asio;
-using common::kAwait;
 using common::LogEscaped;
 
 namespace {
@@ -33,11 +31,12 @@ void ArenaPinning::start(const ArenaMapping* current) {
   running_ = 0;
   pinning_ = false;
   error_.clear();
+  progress_.notify();  // the last arena's waiters see it is no longer current
 }
 
 void ArenaPinning::close(std::string why) {
   error_ = std::move(why);
-  if (progress_) progress_->cancel();
+  progress_.notify();
 }
 
 asio::awaitable<std::error_code> ArenaPinning::up_to(std::shared_ptr<ArenaMapping> m, std::uint64_t end) {
@@ -48,21 +47,20 @@ asio::awaitable<std::error_code> ArenaPinning::up_to(std::shared_ptr<ArenaMappin
     want_ = std::max(want_, end);
     if (!pinning_) {
       pinning_ = true;
-      progress_.emplace(strand_, asio::steady_timer::time_point::max());
       // A pinning loop ended by an exception fails the transfers waiting on it.
       auto escaped = [this](std::exception_ptr e) {
         if (!e) return;
         LogEscaped{"RemoteIndex pinning"}(e);
         error_ = "the pinning loop ended by an exception";
         pinning_ = false;
-        if (progress_) progress_->cancel();
+        progress_.notify();
       };
       if (!gate_.spawn(loop(m), std::move(escaped))) {
         pinning_ = false;
         co_return TransferErrc::tier_unavailable;  // closing
       }
     }
-    co_await progress_->async_wait(kAwait);  // cancelled after every slab
+    co_await progress_.wait();  // notified after every slab
   }
   co_return std::error_code{};
 }
@@ -77,10 +75,10 @@ asio::awaitable<void> ArenaPinning::loop(std::shared_ptr<ArenaMapping> m) {
       ++running_;
       ++next_;
     }
-    co_await progress_->async_wait(kAwait);  // cancelled after every slab
+    co_await progress_.wait();  // notified after every slab
   }
   if (current(m)) pinning_ = false;
-  if (progress_) progress_->cancel();
+  progress_.notify();
 }
 
 asio::awaitable<void> ArenaPinning::pin_slab(std::shared_ptr<ArenaMapping> m, std::uint32_t slab) {
@@ -111,10 +109,7 @@ asio::awaitable<void> ArenaPinning::pin_slab(std::shared_ptr<ArenaMapping> m, st
     spdlog::error("kvstrand: node tier: cannot pin the arena for device {}: {}", device, error_);
   }
   if (current(m)) --running_;
-  if (progress_) {
-    progress_->cancel();
-    progress_->expires_at(asio::steady_timer::time_point::max());
-  }
+  progress_.notify();
 }
 
 }  // namespace kvstrand::reactor

@@ -9,15 +9,14 @@
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 #include <system_error>
 
 #include "common/gate.hpp"
+#include "common/notifier.hpp"
 #include "common/strand.hpp"
 #include "reactor/arena_mapping.hpp"
 
@@ -59,7 +58,7 @@ class ArenaPinning {
   common::Gate& gate_;
   int device_;
   const ArenaMapping* current_ = nullptr;
-  std::optional<boost::asio::steady_timer> progress_;  // cancelled after every slab
+  common::Notifier progress_{strand_};  // notified after every slab
   std::uint64_t want_ = 0;
   std::uint32_t next_ = 0;  // the next slab to start pinning
   std::uint32_t running_ = 0;

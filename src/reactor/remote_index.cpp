@@ -37,7 +37,7 @@ RemoteIndex::RemoteIndex(Reactor& reactor, NodeTierOptions options)
     : reactor_(reactor), opt_(std::move(options)), gate_(reactor.strand()),
       calls_(reactor.strand(), gate_, [this](const Reply& r) { late_reply(r); },
              [this](const std::string& why) { connection_lost(why); }),
-      retry_(reactor.strand()), pinning_(reactor.strand(), gate_, opt_.device) {}
+      connect_ended_(reactor.strand()), pinning_(reactor.strand(), gate_, opt_.device) {}
 
 IndexPlane::ServerLink RemoteIndex::server_link() const {
   ServerLink l;
@@ -306,7 +306,7 @@ asio::awaitable<void> RemoteIndex::drain() {
     co_await calls_.call(std::move(req), Clock::now() + std::chrono::milliseconds(500));
   }
   closed_ = true;
-  retry_.cancel();
+  connect_ended_.notify();
   connected_ = false;  // a close, not a loss
   drop_connection("closed");
   // Nothing more is pinned; what runs (the reader, the writer, a slab being

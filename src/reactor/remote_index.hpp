@@ -29,7 +29,6 @@
 #pragma once
 
 #include <boost/asio/local/stream_protocol.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <chrono>
 #include <map>
@@ -44,6 +43,7 @@
 #include "reactor/reactor.hpp"
 #include "reactor/server_calls.hpp"
 #include "common/gate.hpp"
+#include "common/notifier.hpp"
 #include "reactor/index_plane.hpp"
 
 namespace kvstrand::reactor {
@@ -168,7 +168,7 @@ class RemoteIndex final : public IndexPlane {
   bool connecting_ = false;
   bool closed_ = false;              // drain() began: no attempt starts any more
   bool attaching_in_background_ = false;
-  boost::asio::steady_timer retry_;  // attach_in_background()'s wait for the backoff
+  common::Notifier connect_ended_;  // an attempt ended (connect_now), or drain() began
   std::vector<std::uint32_t> server_regs_;  // the server's id of each, on this connection
   std::uint64_t reconnects_ = 0;
   std::map<std::uint64_t, Lease> leases_;  // by lease id, until a load or a release names it

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 #include "common/await_codes.hpp"
 #include "common/log_escaped.hpp"
@@ -27,8 +28,7 @@ asio::awaitable<Failure> RemoteIndex::attach(const Registration& reg) {
   regs_.push_back(&reg);
   refused_.emplace_back();
   // The handshake registers every registration; connected, only this one.
-  // (One co_await a statement: GCC 12 destroys a conditional's awaited
-  // temporaries twice.)
+  // (One co_await a statement: GCC 12, docs/development.md.)
   Failure r;
   attaching_ = regs_.size() - 1;
   if (connected_) {
@@ -56,10 +56,7 @@ asio::awaitable<Failure> RemoteIndex::attach(const Registration& reg) {
 }
 
 asio::awaitable<Failure> RemoteIndex::ensure_connected() {
-  while (connecting_) {  // another coroutine is connecting: wait for its outcome
-    asio::steady_timer t(reactor_.strand(), std::chrono::milliseconds(1));
-    co_await t.async_wait(kAwait);
-  }
+  while (connecting_) co_await connect_ended_.wait();  // another coroutine is connecting: its outcome decides
   if (connected_) co_return Failure{};
   // Not before the backoff since the last attempt has passed: requests in
   // between are turned away at once (a miss, a dropped save), not each
@@ -82,6 +79,7 @@ asio::awaitable<Failure> RemoteIndex::connect_now() {
   ++connect_attempts_;
   Failure r = co_await handshake();
   connecting_ = false;
+  connect_ended_.notify();
   if (r) {
     // Said once an outage (and at debug each attempt): the words reach the
     // engine in the transfer's reason too.
@@ -112,16 +110,17 @@ asio::awaitable<void> RemoteIndex::attach_in_background() {
   // Its own backoff: a request's attempt is not held back by these, and a
   // server back from a restart is attached by whichever comes first.
   std::chrono::milliseconds backoff{0};
+  auto attached_or_closed = [this] { return connected_ || closed_; };
   while (!connected_ && !closed_) {
     if (connecting_) {  // a request is connecting: its outcome decides
-      retry_.expires_after(std::chrono::milliseconds(1));
-    } else {
-      if (Failure r = co_await connect_now(); !r) break;
-      backoff = std::min(backoff == std::chrono::milliseconds{0} ? kFirstBackoff : backoff * 2, kMaxBackoff);
-      retry_.expires_after(backoff);
+      co_await connect_ended_.wait();
+      continue;
     }
-    if (closed_) break;
-    co_await retry_.async_wait(kAwait);  // cancelled by drain()
+    if (Failure r = co_await connect_now(); !r) break;
+    backoff = std::min(backoff == std::chrono::milliseconds{0} ? kFirstBackoff : backoff * 2, kMaxBackoff);
+    // Another's attempt may attach it meanwhile; one that fails does not
+    // cut this back-off short.
+    co_await connect_ended_.wait_until(attached_or_closed, Clock::now() + backoff);
   }
 }
 
@@ -242,8 +241,7 @@ Failure RemoteIndex::unreachable(const std::string& why) const {
 }
 
 asio::awaitable<Failure> RemoteIndex::register_one(std::size_t i, Clock::time_point until) {
-  // GCC 12 destroys twice the non-trivial temporaries of a co_await
-  // expression: requests and results are named variables here.
+  // Requests and results are named variables (GCC 12, docs/development.md).
   kv::Layout sent = regs_[i]->layout;
   // A 2.3 server refuses bytes after the layout. Its keys still keep the
   // tenant apart (the name is in their namespace); only its quota is lost.

@@ -4,7 +4,7 @@
 
 #include <optional>
 
-#include "common/await_codes.hpp"
+#include "common/notifier.hpp"
 #include "common/log_escaped.hpp"
 #include "reactor/transfer_error.hpp"
 
@@ -12,11 +12,10 @@ namespace kvstrand::reactor {
 
 namespace asio = boost::asio;
 using namespace proto;
-using common::kAwait;
 
 struct ServerCalls::Waiter {
   Waiter(common::Strand& s, Type t) : signal(s), type(t) {}
-  asio::steady_timer signal;  // cancelled by the reply (or the connection's end), expiring at the bound
+  common::Notifier signal;  // notified by the reply, or the connection's end
   Type type;
   std::optional<Reply> reply;
   std::error_code failure;
@@ -52,10 +51,9 @@ asio::awaitable<std::pair<std::error_code, Reply>> ServerCalls::call(Request req
   if (!is_open()) co_return std::pair{std::error_code(TransferErrc::tier_unavailable), Reply{}};
   const std::uint64_t id = next_id_++;
   auto w = std::make_shared<Waiter>(strand_, type_of(req));
-  w->signal.expires_at(until);
   waiting_[id] = w;
   conn_->send(encode_request(req, id));
-  co_await w->signal.async_wait(kAwait);  // cancelled by the reply, or expired
+  if (!w->failure) co_await w->signal.wait(until);  // (a send that failed at once has ended it)
   waiting_.erase(id);
   if (w->reply) co_return std::pair{std::error_code{}, std::move(*w->reply)};
   if (w->failure) co_return std::pair{w->failure, Reply{Status::ok, w->why, Empty{}}};
@@ -80,7 +78,7 @@ void ServerCalls::end(const std::string& why) {
   for (auto& [id, w] : std::exchange(waiting_, {})) {
     w->failure = TransferErrc::tier_unavailable;
     w->why = "the connection was lost: " + why;
-    w->signal.cancel();
+    w->signal.notify();
   }
 }
 
@@ -133,7 +131,7 @@ asio::awaitable<void> ServerCalls::read_loop(std::shared_ptr<common::FramedConne
     } else {
       w.reply = std::move(*reply);
     }
-    w.signal.cancel();
+    w.signal.notify();
   }
 }
 

@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <boost/asio/as_tuple.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <algorithm>
 #include <array>
@@ -18,6 +17,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "common/notifier.hpp"
 #include "common/parse_bytes.hpp"
 #include "tier/object_header.hpp"
 #include "server/disk_file.hpp"
@@ -29,16 +29,15 @@ namespace kvstrand::server {
 
 namespace asio = boost::asio;
 
-using common::kAwait;
 
 struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
   // A promotion's waiter: woken when its last read ended.
   struct Batch {
-    explicit Batch(common::Strand s) : timer(s) {}
+    explicit Batch(common::Strand s) : done(std::move(s)) {}
     std::size_t left = 0;
     bool expired = false;
     bool refused_value = false;  // a read's header or bytes failed their check
-    asio::steady_timer timer;
+    common::Notifier done;
   };
   // One object read or written: two operations (its header block, its bytes).
   struct Job {
@@ -158,12 +157,12 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
     for (std::uint32_t slot : slots) {
       const kv::ChunkKey& key = idx.key_at(slot);
       tier::Index* d = disk.index(idx.object_bytes());
-      if (d != nullptr && d->present_run(std::span<const kv::ChunkKey>(&key, 1)) == 1) continue;  // on disk already
+      if (d != nullptr && d->present(key)) continue;  // on disk already
       if (queue.size() >= opt.max_queued || queued_bytes + idx.object_bytes() > opt.max_queued_bytes) {
         ++st.write_dropped;
         continue;
       }
-      if (!idx.pin(std::span<const kv::ChunkKey>(&key, 1))) continue;  // not committed after all
+      if (!idx.pin(key)) continue;  // not committed after all
       queue.push_back(Queued{&idx, key, slot, idx.image_at(slot)});
       queued_bytes += idx.object_bytes();
     }
@@ -195,7 +194,7 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
   void start_write(const Queued& q) {
     const kv::ChunkKey key = q.key;
     auto unpin = [&] {
-      q.index->unpin(std::span<const kv::ChunkKey>(&key, 1));
+      q.index->unpin(key);
       queued_bytes -= q.index->object_bytes();
     };
     tier::Index* d = disk.index(q.index->object_bytes());
@@ -260,7 +259,7 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
     if (j.error == 0 && res != static_cast<int>(want)) j.error = res < 0 ? res : 1;
     if (--j.pending != 0) return;
     --in_flight;
-    settled.cancel();  // drain() and close() look again
+    settled.notify();  // drain() and close() look again
     // The header block goes back, and the next transfer out, before this
     // one is checked (a checksum over its object is the longest thing the
     // strand does): the disk is kept busy meanwhile.
@@ -280,7 +279,7 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
       j.disk_index->commit(key);
       // Dropped while it was written (its commit freed it): its header,
       // just written, must not bring it back with a restart.
-      if (j.disk_index->present_run(std::span<const kv::ChunkKey>(&key, 1)) == 0) {
+      if (!j.disk_index->present(key)) {
         clear_header(*j.disk_index, j.disk_slot);
         ring->flush();
       }
@@ -290,7 +289,7 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
       j.disk_index->abort(key);
       io_failed(false, j.error);
     }
-    j.arena_index->unpin(std::span<const kv::ChunkKey>(&key, 1));
+    j.arena_index->unpin(key);
     queued_bytes -= j.arena_index->object_bytes();
   }
 
@@ -318,16 +317,16 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
     } else {
       j.arena_index->abort(key);
     }
-    j.disk_index->unpin(std::span<const kv::ChunkKey>(&key, 1));
+    j.disk_index->unpin(key);
     if (!good) j.disk_index->erase(key);
-    if (--j.batch->left == 0) j.batch->timer.cancel();
+    if (--j.batch->left == 0) j.batch->done.notify();
   }
 
   // A queued read whose lookup was answered before it started.
   void cancel_read(Job& j) {
     j.arena_index->abort(j.key);
-    j.disk_index->unpin(std::span<const kv::ChunkKey>(&j.key, 1));
-    if (--j.batch->left == 0) j.batch->timer.cancel();
+    j.disk_index->unpin(j.key);
+    if (--j.batch->left == 0) j.batch->done.notify();
   }
 
   asio::awaitable<Promoted> promote(tier::Index& idx, std::vector<kv::ChunkKey> keys, tier::TenantId tenant) {
@@ -371,8 +370,7 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
     }
     pump();
     if (batch->left > 0) {
-      batch->timer.expires_after(opt.timeout);
-      co_await batch->timer.async_wait(kAwait);
+      co_await batch->done.wait_for(opt.timeout);
       if (batch->left > 0) {
         ++st.timeouts;
         batch->expired = true;  // what has not started is dropped; what runs commits later
@@ -397,23 +395,20 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
   // polled.
   template <class Done>
   asio::awaitable<void> settle(std::chrono::milliseconds bound, Done done) {
-    const auto end = std::chrono::steady_clock::now() + bound;
-    while (!done() && std::chrono::steady_clock::now() < end) {
-      settled.expires_at(end);
-      co_await settled.async_wait(kAwait);  // cancelled by op_done
-    }
+    co_await settled.wait_until(done, std::chrono::steady_clock::now() + bound);
   }
 
   asio::awaitable<std::size_t> drain(std::chrono::milliseconds bound) {
     auto keep = shared_from_this();
-    co_await settle(bound, [this] { return queue.empty() && in_flight == 0; });
+    auto settled_all = [this] { return queue.empty() && in_flight == 0; };  // named: GCC 12
+    co_await settle(bound, settled_all);
     co_return queue.size() + in_flight;
   }
 
   std::size_t drop(const kv::Digest& ns) {
     std::erase_if(queue, [&](const Queued& q) {
       if (q.key.ns != ns) return false;
-      q.index->unpin(std::span<const kv::ChunkKey>(&q.key, 1));
+      q.index->unpin(q.key);
       queued_bytes -= q.index->object_bytes();
       return true;
     });
@@ -438,7 +433,7 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
     ring->write(fd, zero_block->get(), kDiskBlock, off - kDiskBlock, -1,
                 [self = shared_from_this(), block = zero_block](int res) {
                   --self->in_flight;
-                  self->settled.cancel();
+                  self->settled.notify();
                   if (res != static_cast<int>(kDiskBlock)) self->io_failed(false, res);
                 });
   }
@@ -447,11 +442,12 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
     auto keep = shared_from_this();
     closing = true;
     for (const Queued& q : std::exchange(queue, {})) {
-      q.index->unpin(std::span<const kv::ChunkKey>(&q.key, 1));
+      q.index->unpin(q.key);
       queued_bytes -= q.index->object_bytes();
     }
     for (Job& j : std::exchange(reads, {})) cancel_read(j);
-    co_await settle(bound, [this] { return in_flight == 0; });
+    auto none_running = [this] { return in_flight == 0; };  // named: GCC 12
+    co_await settle(bound, none_running);
     if (in_flight != 0)
       spdlog::warn("kvstrand-server: stopping with {} disk transfer(s) still running", in_flight);
     ring->close();
@@ -491,7 +487,7 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
   std::deque<Job> reads;  // promotions' reads not started yet
   std::size_t in_flight = 0;
   std::shared_ptr<Aligned> zero_block;  // what clear_header writes
-  asio::steady_timer settled{strand};  // cancelled as each transfer ends
+  common::Notifier settled{strand};  // notified as each transfer ends
   bool closing = false;
   bool warned_read = false, warned_write = false;
   DiskStats st;

@@ -5,7 +5,6 @@
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <algorithm>
 #include <set>
@@ -18,6 +17,7 @@
 #include "server/kv_event_codec.hpp"
 #include "server/tier_events.hpp"
 #include "common/log_escaped.hpp"
+#include "common/notifier.hpp"
 #include "tier/arena.hpp"
 
 namespace kvstrand::server {
@@ -40,7 +40,6 @@ constexpr std::chrono::seconds kFirstPurgeRetry{1}, kMaxPurgeRetry{30};
 // namespace no node ever wrote to L2 costs one read, not a scan of every
 // master's keyspace.
 std::string marker_of(const kv::Digest& ns) { return "kvstrand:v1:ns:" + kv::to_hex(ns); }
-using common::kAwait;
 }  // namespace
 
 struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
@@ -52,7 +51,7 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
   };
 
   Impl(common::Strand s, L2Options o, std::byte* a, tier::SizeClasses& c)
-      : strand(s), opt(std::move(o)), arena(a), classes(c), wake(s) {
+      : strand(s), opt(std::move(o)), arena(a), classes(c) {
     l2::RedisOptions r;
     r.seeds = opt.seeds;
     r.timeout = opt.timeout;
@@ -92,9 +91,8 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
                      cluster->last_error());
       warned = true;
       st.auth_refused = ec == l2::RedisErrc::auth_refused;
-      // On `wake` (the writer starts only once connected): close() cancels it.
-      wake.expires_after(std::chrono::seconds(1));
-      co_await wake.async_wait(kAwait);
+      // On `wake` (the writer starts only once connected): close() notifies it.
+      co_await wake.wait_for(std::chrono::seconds(1));
     }
   }
 
@@ -102,8 +100,8 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
     auto keep = shared_from_this();
     while (!stopped) {
       if (queue.empty() || !ready) {
-        wake.expires_after(queue.empty() ? std::chrono::hours(1) : std::chrono::milliseconds(100));
-        co_await wake.async_wait(kAwait);
+        co_await wake.wait_for(queue.empty() ? std::chrono::milliseconds(std::chrono::hours(1))
+                                             : std::chrono::milliseconds(100));
         continue;
       }
       // The namespaces of the next batch marked first: a value is never in
@@ -130,7 +128,7 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
         const Queued q = queue.front();
         queue.pop_front();
         if (!marked.contains(q.key.ns)) {  // its marker could not be set: not written (a later save writes it)
-          q.index->unpin(std::span<const kv::ChunkKey>(&q.key, 1));
+          q.index->unpin(q.key);
           ++st.write_failed;
           continue;
         }
@@ -144,13 +142,13 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
             items.emplace_back(l2::redis_description_key_of(q.key), std::string(d));
             is_value.push_back(false);
           }
-        q.index->unpin(std::span<const kv::ChunkKey>(&q.key, 1));  // its bytes are taken
+        q.index->unpin(q.key);  // its bytes are taken
       }
       if (items.empty()) continue;
       in_flight = static_cast<std::size_t>(std::count(is_value.begin(), is_value.end(), true));
       std::vector<l2::RedisResult> r = co_await cluster->set(std::move(items), opt.ttl);
       in_flight = 0;
-      settled.cancel();  // drain() looks again
+      settled.notify();  // drain() looks again
       for (std::size_t i = 0; i < r.size(); ++i) {
         const l2::RedisResult& x = r[i];
         if (i < is_value.size() && !is_value[i]) continue;  // a description: its value says how the write went
@@ -171,10 +169,10 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
         continue;
       }
       const kv::ChunkKey& key = idx.key_at(slot);
-      if (!idx.pin(std::span<const kv::ChunkKey>(&key, 1))) continue;  // not committed after all
+      if (!idx.pin(key)) continue;  // not committed after all
       queue.push_back(Queued{&idx, key, slot, idx.image_at(slot)});
     }
-    wake.cancel();
+    wake.notify();
   }
 
   // A value that will never load is deleted, so that it is not fetched and
@@ -193,7 +191,7 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
     dropped.insert(ns);
     std::erase_if(queue, [&](const Queued& q) {
       if (q.key.ns != ns) return false;
-      q.index->unpin(std::span<const kv::ChunkKey>(&q.key, 1));
+      q.index->unpin(q.key);
       return true;
     });
     // Queued, one purge at a time: a burst of drops never floods Redis, and
@@ -204,7 +202,7 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
       purging = true;
       gate.spawn(purge_loop(shared_from_this()), common::LogEscaped{"the L2 purges"});
     }
-    purge_wake.cancel();
+    purge_wake.notify();
     return 0;
   }
 
@@ -216,8 +214,7 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
     std::chrono::seconds retry = kFirstPurgeRetry;
     while (!self->stopped && !self->purges.empty()) {
       if (!self->ready) {  // Redis not there yet: looked at again shortly (connect() cancels nothing here)
-        self->purge_wake.expires_after(std::chrono::milliseconds(200));
-        co_await self->purge_wake.async_wait(kAwait);
+        co_await self->purge_wake.wait_for(std::chrono::milliseconds(200));
         continue;
       }
       const kv::Digest ns = self->purges.front();
@@ -231,8 +228,7 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
       // Tried again later, behind the others (one that cannot end holds none back).
       self->purges.pop_front();
       self->purges.push_back(ns);
-      self->purge_wake.expires_after(retry);
-      co_await self->purge_wake.async_wait(kAwait);
+      co_await self->purge_wake.wait_for(retry);
       retry = std::min(retry * 2, kMaxPurgeRetry);
     }
   }
@@ -399,10 +395,10 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
   std::set<kv::Digest> dropped;  // namespaces dropped here, not promoted until purged from every master
   std::deque<kv::Digest> purges;  // namespaces still to purge, the next first
   bool purging = false;           // purge_loop runs
-  asio::steady_timer purge_wake{strand};  // purge_loop's wait: Redis to come, or a retry's back-off
+  common::Notifier purge_wake{strand};  // purge_loop's wait: Redis to come, or a retry's back-off
   std::set<kv::Digest> marked;    // namespaces whose marker this server set (marker_of)
-  asio::steady_timer wake;  // the writer's sleep while the queue is empty
-  asio::steady_timer settled{strand};  // cancelled as each SET batch is answered (drain's wait)
+  common::Notifier wake{strand};  // the writer's sleep while the queue is empty
+  common::Notifier settled{strand};  // notified as each SET batch is answered (drain's wait)
   common::Gate gate{strand};  // the connect loop and the writer run inside it
   std::size_t in_flight = 0;  // objects of the SET batch awaited now
   bool ready = false;
@@ -427,19 +423,16 @@ void L2Tier::start() {
 
 asio::awaitable<std::size_t> L2Tier::drain(std::chrono::milliseconds bound) {
   auto impl = impl_;
-  const auto end = std::chrono::steady_clock::now() + bound;
-  while ((!impl->queue.empty() || impl->in_flight != 0) && impl->ready && std::chrono::steady_clock::now() < end) {
-    impl->settled.expires_at(end);
-    co_await impl->settled.async_wait(kAwait);  // cancelled as each batch is answered
-  }
+  auto settled = [&] { return (impl->queue.empty() && impl->in_flight == 0) || !impl->ready; };
+  co_await impl->settled.wait_until(settled, std::chrono::steady_clock::now() + bound);
   co_return impl->queue.size() + impl->in_flight;
 }
 
 asio::awaitable<void> L2Tier::close(std::chrono::milliseconds bound) {
   auto impl = impl_;
   impl->stopped = true;
-  impl->wake.cancel();
-  impl->purge_wake.cancel();
+  impl->wake.notify();
+  impl->purge_wake.notify();
   if (!co_await impl->gate.close(bound))
     spdlog::warn("kvstrand-server: L2: {} coroutine(s) still running {} ms after close", impl->gate.inside(),
                  bound.count());
@@ -449,8 +442,8 @@ asio::awaitable<void> L2Tier::close(std::chrono::milliseconds bound) {
 
 void L2Tier::stop() {
   impl_->stopped = true;
-  impl_->wake.cancel();
-  impl_->purge_wake.cancel();
+  impl_->wake.notify();
+  impl_->purge_wake.notify();
   // The Redis connections close now, on the strand (or with it stopped),
   // not when the last coroutine frame lets go of Impl: that can be while
   // the io_context is being destroyed, too late to post their completions.

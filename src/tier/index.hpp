@@ -165,10 +165,14 @@ class Index {
   // Otherwise pins nothing. Each pin needs its own unpin.
   std::optional<std::vector<std::uint32_t>> pin(std::span<const kv::ChunkKey> keys);
   void unpin(std::span<const kv::ChunkKey> keys);
+  // One key: pinned if committed (true).
+  bool pin(const kv::ChunkKey& key) { return pin(std::span(&key, 1)).has_value(); }
+  void unpin(const kv::ChunkKey& key) { unpin(std::span(&key, 1)); }
   bool has_image(const kv::ChunkKey& key) const;
   // How many of keys[0..] are stored and committed, in a row. No side
   // effects: not a use, not counted as a lookup.
   std::size_t present_run(std::span<const kv::ChunkKey> keys) const;
+  bool present(const kv::ChunkKey& key) const { return present_run(std::span(&key, 1)) == 1; }
   // How many of `keys` are not in the index at all (neither committed nor
   // being written): what a reservation of them would take objects for.
   std::size_t absent(std::span<const kv::ChunkKey> keys) const;
