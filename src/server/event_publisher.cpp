@@ -5,7 +5,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -173,11 +172,11 @@ void EventPublisher::flush() {
 
 void EventPublisher::start() {
   if (!z_->router_fd) return;
-  asio::co_spawn(strand_, [self = shared_from_this()]() { return self->serve_replays(); },
-                 common::LogEscaped{"kvstrand-server's KV event replays"});
+  gate_.spawn(serve_replays(), common::LogEscaped{"kvstrand-server's KV event replays"});
 }
 
 asio::awaitable<void> EventPublisher::serve_replays() {
+  auto keep = shared_from_this();
   // libzmq's descriptor only says "look again": what is there is read
   // from ZMQ_EVENTS, after every wake-up and after every slice.
   asio::steady_timer pause(strand_);
@@ -277,14 +276,18 @@ bool EventPublisher::send_end(const std::string& identity) {
   return z_->send(z_->router, {identity, "", big_endian(-1), ""}) || z_->z->errno_() == EHOSTUNREACH;
 }
 
-void EventPublisher::close() {
-  if (closed_) return;
-  flush();
-  closed_ = true;
-  if (z_->router_fd) {
-    boost::system::error_code ignored;
-    z_->router_fd->cancel(ignored);
+asio::awaitable<void> EventPublisher::close(std::chrono::milliseconds bound) {
+  auto keep = shared_from_this();
+  if (!closed_) {
+    flush();
+    closed_ = true;
+    if (z_->router_fd) {
+      boost::system::error_code ignored;
+      z_->router_fd->cancel(ignored);
+    }
   }
+  if (!co_await gate_.close(bound))
+    spdlog::warn("kvstrand-server: the KV event replays still run {} ms after close", bound.count());
 }
 
 }  // namespace kvstrand::server

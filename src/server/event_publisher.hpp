@@ -39,6 +39,7 @@
 #include <string_view>
 
 #include "common/expected.hpp"
+#include "common/gate.hpp"
 #include "common/strand.hpp"
 #include "server/kv_event_codec.hpp"
 
@@ -90,11 +91,13 @@ class EventPublisher : public std::enable_shared_from_this<EventPublisher> {
   void stored(std::string_view description, std::string_view medium);
   void removed(std::string_view description, std::string_view medium);
   void cleared();
-  // On the strand: the replay socket starts being served.
+  // On the strand: the replay socket starts being served, inside the
+  // publisher's gate.
   void start();
-  // Sends what is batched, then closes the sockets (waiting at most 1 s
-  // for the last batches to leave). On the strand.
-  void close();
+  // Sends what is batched, stops serving replays and waits (at most
+  // `bound`) for that to end; the sockets close with the publisher
+  // (waiting at most 1 s for the last batches to leave). On the strand.
+  boost::asio::awaitable<void> close(std::chrono::milliseconds bound);
 
   const EventStats& stats() const noexcept { return st_; }
   const EventOptions& options() const noexcept { return opt_; }
@@ -126,6 +129,7 @@ class EventPublisher : public std::enable_shared_from_this<EventPublisher> {
   std::deque<std::pair<std::uint64_t, std::string>> kept_;  // (seq, batch), for replay; seqs consecutive
   std::deque<Replay> replays_;  // being answered (the first kMaxReplays) or waiting, oldest first
   EventStats st_;
+  common::Gate gate_{strand_};  // serve_replays runs inside it
 };
 
 }  // namespace kvstrand::server

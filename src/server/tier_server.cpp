@@ -42,6 +42,7 @@
 #include "common/debug_http.hpp"
 #include "common/gate.hpp"
 #include "common/metrics.hpp"
+#include "common/notifier.hpp"
 #include "server/arena_recovery.hpp"
 #include "server/event_publisher.hpp"
 #include "server/peer_identity.hpp"
@@ -145,13 +146,13 @@ struct TierServer::Impl {
       spdlog::error("kvstrand-server: slab {} of the arena could not be populated ({}); the tier stays at {} MiB",
                     slab, err, ready_bytes() >> 20);
       fill_error = err;
-      wake_slab_waiters();
+      slab_came.notify();
       return;
     }
     ++ready_slabs;
     classes->add_slab(slab);
     if (disk) disk->slab_ready(slab);
-    wake_slab_waiters();
+    slab_came.notify();
     if (ready_slabs == pools->slab_count())
       spdlog::info("kvstrand-server: the arena's {} slabs are ready ({}) after {:.2f} s", ready_slabs,
                    common::format_bytes(arena->bytes() + pools->segment_bytes()),
@@ -161,23 +162,14 @@ struct TierServer::Impl {
   std::uint64_t ready_bytes() const { return static_cast<std::uint64_t>(ready_slabs) * arena->slab_bytes(); }
   bool growing() const { return ready_slabs < pools->slab_count() && fill_error.empty() && !stopping; }
 
-  void wake_slab_waiters() {
-    for (asio::steady_timer* t : std::exchange(slab_waiters, {})) t->cancel();
-  }
-
   // A reserve the arena cannot hold yet while slabs are still becoming
   // ready (the first seconds after a start) waits for them, at most
   // kGrowWait, instead of being answered `full`. Only its session waits.
   asio::awaitable<void> room_for(const std::shared_ptr<Session>& s, const Reserve& r) {
     tier::Index* idx = service->index_of(s->client, r.registration);
     if (idx == nullptr) co_return;
-    const auto until = Clock::now() + kGrowWait;
-    while (growing() && !s->ended && classes->room(*idx) < idx->absent(r.keys) && Clock::now() < until) {
-      asio::steady_timer t(strand, until);
-      slab_waiters.push_back(&t);
-      co_await t.async_wait(kAwait);  // cancelled by the next slab, or expired
-      std::erase(slab_waiters, &t);
-    }
+    auto served = [&] { return !growing() || s->ended || classes->room(*idx) >= idx->absent(r.keys); };
+    co_await slab_came.wait_until(served, Clock::now() + kGrowWait);
   }
 
   void shutdown() {
@@ -187,7 +179,7 @@ struct TierServer::Impl {
     accept_backoff.cancel();
     if (signals) signals->cancel();
     if (watchdog) watchdog->cancel();
-    wake_slab_waiters();
+    slab_came.notify();
     auto all = sessions;
     for (auto& [id, s] : all) end_session(s, "server stopping");
     for (auto& [pid, p] : processes) {
@@ -217,15 +209,14 @@ struct TierServer::Impl {
       if (left != 0) spdlog::warn("kvstrand-server: stopping with {} object(s) not written to {}", left, level->name());
       co_await level->close(std::chrono::seconds(2));
     }
-    if (publisher) publisher->close();  // after the levels: their last events go out
+    if (publisher) co_await publisher->close(std::chrono::seconds(1));  // after the levels: their last events go out
   }
 
   // ---- sessions and processes -------------------------------------------------
 
   asio::awaitable<void> accept_loop() {
     for (;;) {
-      // Named, not a structured binding: GCC 12 destroys non-trivial parts
-      // of a bound co_await result twice.
+      // Named, not a structured binding (GCC 12, docs/development.md).
       std::tuple<boost::system::error_code, local::socket> accepted = co_await acceptor->async_accept(kAwait);
       auto& ec = std::get<0>(accepted);
       auto& sock = std::get<1>(accepted);
@@ -414,7 +405,7 @@ struct TierServer::Impl {
   std::uint32_t ready_slabs = 0;
   std::uint32_t mapped_slabs = 0;  // slabs the server's own mapping has faulted in (with --l2 or --disk)
   std::string fill_error;
-  std::vector<asio::steady_timer*> slab_waiters;  // reserves waiting for the next slab (room_for)
+  common::Notifier slab_came{strand};  // reserves waiting for the next slab (room_for)
   std::byte* arena_map = nullptr;    // the server's own mapping, with --l2, --disk or --arena-path only
   std::optional<tier::ObjectTable> table;    // with --arena-path: the objects described in the arena
   std::optional<tier::SizeClasses> classes;  // with the arena: one index per object size
