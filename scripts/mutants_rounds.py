@@ -115,6 +115,14 @@ MUTANTS = [
      "    self->drained_.notify();\n", "",
      [("test_framed_connection", "*drained_to*")],
      "a session paused for a full reply queue is never read from again"),
+    ("notifier-wakes-nobody", "src/common/notifier.hpp",
+     "      w->timer.cancel();  // its completion is posted: the list is not changed here\n", "",
+     [("test_notifier", "*notify wakes every*"), ("test_gate", "gate: close completes once*")],
+     "a notify wakes no one: every drain, slab wait and server call waits out its bound"),
+    ("notifier-notified-flag", "src/common/notifier.hpp",
+     "      w->notified = true;\n", "",
+     [("test_notifier", "*notify wakes every*")],
+     "a waiter woken by notify() is told it reached its deadline (wait()'s answer, which src/ does not read yet)"),
     # A grid of segments (hip/segment_grid.cpp) stands for every segment it lists.
     # No client takes the node tier down (issue 60): every input bounded.
     ("tenants-unbounded", "src/tier/tenant_book.cpp",

@@ -271,7 +271,7 @@ struct RedisCluster::Impl : std::enable_shared_from_this<RedisCluster::Impl> {
     std::string last = "no seed node";
     bool refused = false;
     for (int n : candidates) {
-      // Built before the co_await: GCC 12 cannot take a braced list there.
+      // Built before the co_await (GCC 12, docs/development.md).
       std::vector<std::string> cmd = {"CLUSTER", "SLOTS"};
       RedisResult r = co_await ask(n, std::move(cmd));
       if (r.ec) {
@@ -361,8 +361,7 @@ std::string RedisCluster::last_error() const { return impl_->last_error; }
 
 asio::awaitable<std::vector<RedisResult>> RedisCluster::run(std::vector<std::vector<std::string>> commands) {
   auto impl = impl_;
-  // Built before the co_await: GCC 12 miscompiles a capturing lambda
-  // written inside the co_await expression.
+  // Built before the co_await (GCC 12, docs/development.md).
   auto init = [impl, c = std::move(commands)](auto handler) mutable {
     impl->start_batch(std::move(c), {}, Impl::Handler(std::move(handler)));
   };
@@ -380,7 +379,7 @@ asio::awaitable<std::vector<RedisResult>> RedisCluster::run_on(
     direct.push_back(a ? impl->node_index(*a) : Impl::kNoSuchNode);
     cmds.push_back(std::move(cmd));
   }
-  // Built before the co_await (GCC 12, as in run()).
+  // Built before the co_await (GCC 12, docs/development.md).
   auto init = [impl, c = std::move(cmds), d = std::move(direct)](auto handler) mutable {
     impl->start_batch(std::move(c), std::move(d), Impl::Handler(std::move(handler)));
   };

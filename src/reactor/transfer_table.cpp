@@ -358,8 +358,7 @@ asio::awaitable<void> TransferTable::settle(std::shared_ptr<TransferTable> self)
   self->submissions->poll();  // every transfer submitted before close() is one it waits for
   const auto bound = close_bound(self->deadline) - std::chrono::milliseconds(500);
   const auto until = Clock::now() + bound;
-  // Built before the co_await: GCC 12 miscompiles a capturing lambda
-  // written inside the co_await expression.
+  // Built before the co_await (GCC 12, docs/development.md).
   auto wait_all = [self, bound](auto handler) { self->fence({}, bound, true, Handler(std::move(handler))); };
   asio::use_awaitable_t<> token;
   std::error_code ec = co_await asio::async_initiate<decltype(token), void(std::error_code)>(wait_all, token);

@@ -96,7 +96,7 @@ struct Task {
   };
 };
 
-// An engine's step as a coroutine (a function, not a lambda: GCC 12).
+// An engine's step as a coroutine (a function, not a lambda: GCC 12, docs/development.md).
 Task fence_step(Engine& e, Connector::Resume resume, bool& fenced, std::thread::id& resumed_on) {
   e.conn.save(e.spec("r", 0));
   std::vector<std::string> requests{"r"};

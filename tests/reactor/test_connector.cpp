@@ -26,8 +26,7 @@ namespace {
 // One engine step as a coroutine on the engine's executor.
 asio::awaitable<void> engine_step(Rig& rig, bool& fenced, std::thread::id& resumed_on) {
   rig.conn->save(rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8)));
-  // (A braced list of strings inside a coroutine trips GCC 12: "array used
-  // as initializer". Build it outside the co_await.)
+  // Built outside the co_await (GCC 12, docs/development.md).
   std::vector<std::string> requests;
   requests.emplace_back("a");
   co_await rig.conn->async_fence(std::move(requests), 10s, asio::use_awaitable);  // throws unless covered
