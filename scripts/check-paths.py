@@ -4,7 +4,11 @@ points at a moved or deleted file fails `make test` (CTest: "docs: ...").
 
     scripts/check-paths.py            the tree this script is in
 
-Read: README.md and docs/*.md whole; in src/, include/, tests/, examples/,
+And every source folder has a README.md beside its code (each folder of
+src/, and include/kvstrand, examples/engine, python/kvstrand): the
+module catalogue lives there, not in docs/ARCHITECTURE.md.
+
+Read: README.md, docs/*.md and those READMEs whole; in src/, include/, tests/, examples/,
 bench/, python/ and scripts/, the comments (C++ `//` lines, Python and
 shell `#` lines and docstrings). A path is a word that starts with one of
 the tree's top folders and a slash (`src/server/tier_server.cpp`); it names
@@ -22,6 +26,7 @@ TOP = ("src", "tests", "scripts", "docs", "packaging", "examples", "bench", "pyt
 PATH = re.compile(r"(?<![\w/.$-])((?:" + "|".join(TOP) + r")/[\w./+-]*[\w+])")
 CODE = ("src", "include", "tests", "examples", "bench", "python", "scripts")
 SKIP = ("tests/python/vllm_pictures/", "tests/python/sglang_pictures/")  # others' code, pictured
+WITH_README = ("include/kvstrand", "examples/engine", "python/kvstrand")  # and each folder of src/
 
 
 def exists(root, p):
@@ -54,7 +59,11 @@ def comment_lines(path):
 def main():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     missing = []
+    folders = sorted(f for f in glob.glob("src/*", root_dir=root) if os.path.isdir(os.path.join(root, f)))
+    folders += WITH_README
+    no_readme = [f for f in folders if not os.path.isfile(os.path.join(root, f, "README.md"))]
     docs = ["README.md"] + sorted(glob.glob("docs/*.md", root_dir=root))
+    docs += [os.path.join(f, "README.md") for f in folders if f not in no_readme]
     for d in docs:
         with open(os.path.join(root, d), encoding="utf-8") as f:
             for n, line in enumerate(f, 1):
@@ -72,8 +81,11 @@ def main():
                     missing += [(rel, n, p) for p in paths(text) if not exists(root, p)]
     for where, n, p in missing:
         print(f"check-paths: {where}:{n} names {p}, which is not in the tree")
-    print(f"check-paths: {len(missing)} missing path(s) in {len(docs)} docs and the code's comments")
-    return 1 if missing else 0
+    for f in no_readme:
+        print(f"check-paths: {f}/ has no README.md: say there what each of its files is")
+    print(f"check-paths: {len(missing)} missing path(s) in {len(docs)} docs and the code's comments; "
+          f"{len(no_readme)} of {len(folders)} source folders without a README")
+    return 1 if missing or no_readme else 0
 
 
 def paths(text):

@@ -126,8 +126,14 @@ class Connector {
   // lookups name: 0, then 1, 2, ... Blocks until the tier has attached it.
   std::uint32_t register_layout(const Registration& registration);
 
-  // Post one transfer and return at once (see the internal rules in
-  // src/reactor/connector.hpp: duplicates, blocks in use, bounds).
+  // Post one transfer and return at once. Throws TransferRefused, posting
+  // nothing, for: a live transfer of the same kind for the request
+  // (duplicate_transfer), no registration, a spec that does not fit, a
+  // closed connector, max_live_transfers reached (too_many_live), blocks or
+  // image slots a live transfer uses (blocks_in_use: a load may name none a
+  // live save reads or a live load writes; a save none a live load writes;
+  // two saves may read the same ones). A FailStop already set is raised
+  // here too.
   void save(kv::TransferSpec spec, Producer producer = {});
   void load(kv::TransferSpec spec, Producer producer = {});
   // A whole step's transfers: all checked first; if one is refused, none is posted.

@@ -7,7 +7,7 @@
 //   (as the arena's slabs are, tier::SizeClasses), striped over the files
 //   (--disk several times: extent e is in file e % files). An extent starts
 //   with a 4 KiB extent header (its object size and geometry); each slot is
-//   a 4 KiB block holding the object's header (l2/chunk_value.hpp: key,
+//   a 4 KiB block holding the object's header (tier/object_header.hpp: key,
 //   image flag, size, XXH3 of the object, XXH3 of the header), then the
 //   object, padded to 4 KiB. Reads and writes are O_DIRECT between the file
 //   and the arena's own slot (the arena's slots are 4 KiB-aligned when a
