@@ -42,7 +42,7 @@ namespace {
 
 using kvstrand::hip::kernel::KernelSegment;
 
-// The kernel shipped before the flat-tile one (PERFORMANCE.md, twenty-second run), kept as this bench's "before" row.
+// The kernel shipped before the flat-tile one (docs/performance-history.md, twenty-second run), kept as this bench's "before" row.
 constexpr int kBeforePerLaunch = 160;
 struct BeforeTable {
   KernelSegment seg[kBeforePerLaunch];

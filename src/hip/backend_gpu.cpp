@@ -265,7 +265,7 @@ Status memcpy_batch_async(std::span<const Segment> segs, CopyKind kind, void* s,
   // Device to host, the fastest path is the batched DMA: on the H200 it
   // saves at the contiguous copy's rate and several processes' saves
   // share the copy engines without loss, where the kernel's reads of the
-  // device run at 0.96 and contend across processes (docs/PERFORMANCE.md,
+  // device run at 0.96 and contend across processes (docs/performance-history.md,
   // fifteenth run). Host to device the kernel is faster, unless every
   // segment is large: the kernel's reads of host memory stay at the SMs'
   // rate, which the copy engines pass once each call moves 1 MiB or more
