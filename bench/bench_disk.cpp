@@ -92,7 +92,7 @@ struct Server : BenchServer {
     spawn(all);
     const auto t0 = Clock::now();
     for (;;) {
-      if (Wire w(socket); w.fd >= 0 && w.call(proto::Hello{proto::kMajor, proto::kMinor, "bench_disk"})) {
+      if (Wire w(socket); w.connected() && w.call(proto::Hello{proto::kMajor, proto::kMinor, "bench_disk"})) {
         const proto::StatsReply s = w.stats();
         // And its own mapping of the arena faulted in (in the background
         // once the slabs are ready): what a server that has run a while has.
@@ -113,18 +113,11 @@ struct Client {
   std::byte* arena = nullptr;
   std::uint64_t arena_bytes = 0;
   explicit Client(const Server& s) : w(s.socket) {
-    if (w.fd < 0) die("cannot connect");
-    const auto frame = proto::encode_request(proto::Hello{proto::kMajor, proto::kMinor, "bench_disk"}, w.id++);
-    if (::send(w.fd, frame.data(), frame.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(frame.size())) die("hello");
-    std::array<std::byte, proto::kHeaderBytes> head{};
+    if (!w.connected()) die("cannot connect");
     int fd = -1;
-    if (common::recv_with_fd(w.fd, head.data(), 1, &fd, 0) != 1 || fd < 0) die("no arena with the hello reply");
-    if (::recv(w.fd, head.data() + 1, head.size() - 1, MSG_WAITALL) != static_cast<ssize_t>(head.size() - 1))
-      die("hello reply");
-    proto::Header h;
-    if (proto::decode_header(head, proto::kDefaultMaxBody, &h) != proto::HeaderError::none) die("hello header");
-    std::vector<std::byte> body(h.body_bytes);
-    if (::recv(w.fd, body.data(), body.size(), MSG_WAITALL) != static_cast<ssize_t>(body.size())) die("hello body");
+    auto hello = w.conn.hello("bench_disk", {}, &fd);
+    if (!hello || hello->status != proto::Status::ok) die("hello");
+    if (fd < 0) die("no arena with the hello reply");
     arena_bytes = w.stats().capacity_bytes;
     void* p = ::mmap(nullptr, arena_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     ::close(fd);

@@ -55,7 +55,7 @@ struct Server : BenchServer {
 // there yet).
 std::optional<proto::StatsReply> stats(const std::string& socket) {
   Wire w(socket);
-  if (w.fd < 0 || !w.call(proto::Hello{proto::kMajor, proto::kMinor, "bench_node"})) return std::nullopt;
+  if (!w.connected() || !w.call(proto::Hello{proto::kMajor, proto::kMinor, "bench_node"})) return std::nullopt;
   auto r = w.call(proto::Stats{});
   if (!r) return std::nullopt;
   return std::get<proto::StatsReply>(r->payload);

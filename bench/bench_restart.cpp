@@ -62,7 +62,7 @@ struct Server : BenchServer {
 // Seconds from `t0` until the server at `socket` answers a hello.
 double first_answer(const std::string& socket, Clock::time_point t0) {
   for (;;) {
-    if (Wire w(socket); w.fd >= 0 && w.call(proto::Hello{proto::kMajor, proto::kMinor, "bench_restart"}))
+    if (Wire w(socket); w.connected() && w.call(proto::Hello{proto::kMajor, proto::kMinor, "bench_restart"}))
       return seconds_since(t0);
     if (Clock::now() - t0 > 120s) die("the restarted server did not answer within 120 s");
     std::this_thread::sleep_for(200us);

@@ -1,15 +1,12 @@
 #pragma once
 
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <unistd.h>
-
-#include <array>
+#include <chrono>
 #include <cstdio>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "common/blocking_client.hpp"
 #include "proto/protocol.hpp"
 #include "reference_geometry.hpp"
 
@@ -19,38 +16,19 @@ namespace kvstrand::bench {
 // a benchmark asks the server directly (stats, a filler's reserves and
 // commits, lookups), with no device and no copy.
 struct Wire {
-  int fd = -1;
-  std::uint64_t id = 1;
-  explicit Wire(const std::string& socket) {
-    fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", socket.c_str());
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-      ::close(fd);
-      fd = -1;
-    }
-  }
-  ~Wire() {
-    if (fd >= 0) ::close(fd);
-  }
+  // No bound a benchmark would notice (a filler's reserve can wait on slabs).
+  common::BlockingClient conn{std::chrono::seconds(600)};
+  explicit Wire(const std::string& socket) { (void)conn.connect(socket); }
+  bool connected() const { return conn.connected(); }
+  // The reply when the server answered ok; nothing otherwise.
   std::optional<proto::Reply> call(const proto::Request& req) {
-    const auto frame = proto::encode_request(req, id++);
-    if (::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(frame.size())) return {};
-    std::array<std::byte, proto::kHeaderBytes> head{};
-    if (::recv(fd, head.data(), head.size(), MSG_WAITALL) != static_cast<ssize_t>(head.size())) return {};
-    proto::Header h;
-    if (proto::decode_header(head, proto::kDefaultMaxBody, &h) != proto::HeaderError::none) return {};
-    std::vector<std::byte> body(h.body_bytes);
-    if (!body.empty() && ::recv(fd, body.data(), body.size(), MSG_WAITALL) != static_cast<ssize_t>(body.size()))
-      return {};
-    auto reply = proto::decode_reply(h.type, body);  // the hello's arena fd is dropped by recv
+    auto reply = conn.call(req);  // a hello's arena descriptor is closed there
     if (!reply || reply->status != proto::Status::ok) return {};
     return std::move(*reply);
   }
   // Hello and the reference layout's registration (0: refused).
   std::uint32_t open() {
-    if (fd < 0 || !call(proto::Hello{proto::kMajor, proto::kMinor, "bench"})) return 0;
+    if (!connected() || !call(proto::Hello{proto::kMajor, proto::kMinor, "bench"})) return 0;
     auto r = call(proto::RegisterLayout{reference_layout()});
     return r ? std::get<proto::RegisterReply>(r->payload).registration : 0;
   }

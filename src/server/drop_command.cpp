@@ -2,7 +2,7 @@
 
 #include <cstdio>
 
-#include "server/admin_client.hpp"
+#include "common/blocking_client.hpp"
 
 namespace kvstrand::server {
 
@@ -28,15 +28,16 @@ namespace {
 // `socket` for `flag`; `what` says what was dropped.
 int send_drop(const std::string& socket, const char* flag, std::uint8_t minor, const proto::Request& request,
               const std::string& what) {
-  AdminClient client;
+  common::BlockingClient client;
   const std::string who = std::string("kvstrand-server ") + flag;
-  if (std::string why = client.open(socket, who); !why.empty()) {
+  proto::HelloReply hello;
+  if (std::string why = client.open(socket, who, &hello); !why.empty()) {
     std::fprintf(stderr, "%s: no server answers at %s: %s\n", who.c_str(), socket.c_str(), why.c_str());
     return 1;
   }
-  if (client.hello().minor < minor) {  // an older server would close the connection on a request it cannot read
+  if (hello.minor < minor) {  // an older server would close the connection on a request it cannot read
     std::fprintf(stderr, "%s: the server at %s speaks protocol %u.%u, and this needs 2.%u\n", who.c_str(),
-                 socket.c_str(), unsigned{client.hello().major}, unsigned{client.hello().minor}, unsigned{minor});
+                 socket.c_str(), unsigned{hello.major}, unsigned{hello.minor}, unsigned{minor});
     return 1;
   }
   auto reply = client.call(request);

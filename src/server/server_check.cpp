@@ -4,7 +4,7 @@
 #include <thread>
 
 #include "common/parse_bytes.hpp"
-#include "server/admin_client.hpp"
+#include "common/blocking_client.hpp"
 
 namespace kvstrand::server {
 
@@ -12,10 +12,10 @@ int check_server(const std::string& socket, std::chrono::milliseconds within) {
   const auto end = std::chrono::steady_clock::now() + within;
   std::string why;
   for (;;) {
-    AdminClient client;
-    why = client.open(socket, "kvstrand-server --check");
+    common::BlockingClient client;
+    proto::HelloReply hr;
+    why = client.open(socket, "kvstrand-server --check", &hr);
     if (why.empty()) {
-      const proto::HelloReply& hr = client.hello();
       std::printf("kvstrand-server at %s answers: protocol %u.%u, arena %s\n", socket.c_str(), unsigned{hr.major},
                   unsigned{hr.minor}, common::format_bytes(hr.arena_bytes).c_str());
       return 0;

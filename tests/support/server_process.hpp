@@ -1,5 +1,5 @@
-// A real kvstrand-server process for the tests, and a minimal blocking
-// protocol client to talk to it (every wait bounded by a timeout).
+// A real kvstrand-server process for the tests, and the blocking protocol
+// client they talk to it with (every wait bounded by a timeout).
 #pragma once
 
 #include <poll.h>
@@ -20,6 +20,7 @@
 #include <stdexcept>
 
 #include "proto/protocol.hpp"
+#include "common/blocking_client.hpp"
 #include "common/fd_passing.hpp"
 #include "process.hpp"
 
@@ -121,33 +122,24 @@ class ServerProcess {
   pid_t pid_ = -1;
 };
 
+// The tests' client: common::BlockingClient (what the command line's
+// one-shot requests use too), with the raw socket's reads and writes a test
+// of malformed frames needs, and answers as optionals for REQUIRE.
 class Client {
  public:
-  explicit Client(const std::string& path) : fd_(ServerProcess::connect_to(path)) {}
-  ~Client() { close(); }
-  void close() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-  bool connected() const { return fd_ >= 0; }
-  int fd() const { return fd_; }
+  explicit Client(const std::string& path) { (void)conn_.connect(path); }
+  void close() { conn_.close(); }
+  bool connected() const { return conn_.connected(); }
+  int fd() const { return conn_.fd(); }
 
-  bool send_raw(const std::vector<std::byte>& bytes) {
-    std::size_t off = 0;
-    while (off < bytes.size()) {
-      const ssize_t n = ::send(fd_, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
-      if (n <= 0) return false;
-      off += static_cast<std::size_t>(n);
-    }
-    return true;
-  }
+  bool send_raw(const std::vector<std::byte>& bytes) { return conn_.send_bytes(bytes); }
   // Reads exactly n bytes within the timeout; false on EOF, error or timeout.
   bool read_exact(std::byte* out, std::size_t n, int timeout_ms = 10000) {
     std::size_t off = 0;
     while (off < n) {
-      pollfd p{fd_, POLLIN, 0};
+      pollfd p{fd(), POLLIN, 0};
       if (::poll(&p, 1, timeout_ms) <= 0) return false;
-      const ssize_t r = ::recv(fd_, out + off, n - off, 0);
+      const ssize_t r = ::recv(fd(), out + off, n - off, 0);
       if (r <= 0) return false;
       off += static_cast<std::size_t>(r);
     }
@@ -157,39 +149,17 @@ class Client {
   // when it closed with our bytes unread).
   bool closed_by_server(int timeout_ms = 10000) {
     std::byte b;
-    pollfd p{fd_, POLLIN, 0};
+    pollfd p{fd(), POLLIN, 0};
     if (::poll(&p, 1, timeout_ms) <= 0) return false;
-    return ::recv(fd_, &b, 1, 0) <= 0;
+    return ::recv(fd(), &b, 1, 0) <= 0;
   }
 
   // Hello, receiving the arena's file descriptor with the reply (-1 if none
   // came). The caller owns the descriptor. `reads`: a published tenant to read.
   std::optional<proto::Reply> hello(int* arena_fd, const std::string& reads = {}) {
-    *arena_fd = -1;
-    const std::uint64_t id = next_id_++;
-    if (!send_raw(proto::encode_request(proto::Hello{proto::kMajor, proto::kMinor, "test", reads}, id)))
-      return std::nullopt;
-    pollfd p{fd_, POLLIN, 0};
-    if (::poll(&p, 1, 10000) <= 0) return std::nullopt;
-    std::array<std::byte, proto::kHeaderBytes> head{};
-    // One byte first: the descriptor comes with it.
-    if (common::recv_with_fd(fd_, head.data(), 1, arena_fd, 0) != 1) return std::nullopt;
-    if (!read_exact(head.data() + 1, head.size() - 1)) return std::nullopt;
-    proto::Header h;
-    if (proto::decode_header(head, proto::kDefaultMaxBody, &h) != proto::HeaderError::none)
-      return std::nullopt;
-    std::vector<std::byte> body(h.body_bytes);
-    if (!read_exact(body.data(), body.size())) return std::nullopt;
-    auto reply = proto::decode_reply(h.type, body);
-    if (!reply) return std::nullopt;
-    return std::move(*reply);
+    return answer(conn_.hello("test", reads, arena_fd));
   }
-
-  std::optional<proto::Reply> call(const proto::Request& req) {
-    const std::uint64_t id = next_id_++;
-    if (!send_raw(proto::encode_request(req, id))) return std::nullopt;
-    return read_reply(id);
-  }
+  std::optional<proto::Reply> call(const proto::Request& req) { return answer(conn_.call(req)); }
   // For a forked child, where a failed REQUIRE cannot report: no answer throws.
   proto::Reply call_or_throw(const proto::Request& req) {
     auto r = call(req);
@@ -214,24 +184,15 @@ class Client {
     }
     return false;
   }
-
-  std::optional<proto::Reply> read_reply(std::uint64_t expect_id) {
-    std::array<std::byte, proto::kHeaderBytes> head{};
-    if (!read_exact(head.data(), head.size())) return std::nullopt;
-    proto::Header h;
-    if (proto::decode_header(head, proto::kDefaultMaxBody, &h) != proto::HeaderError::none)
-      return std::nullopt;
-    std::vector<std::byte> body(h.body_bytes);
-    if (!read_exact(body.data(), body.size())) return std::nullopt;
-    if (expect_id != 0 && h.request_id != expect_id) return std::nullopt;
-    auto reply = proto::decode_reply(h.type, body);
-    if (!reply) return std::nullopt;
-    return std::move(*reply);
-  }
+  // The next reply; `expect_id` 0 takes any.
+  std::optional<proto::Reply> read_reply(std::uint64_t expect_id) { return answer(conn_.read_reply(expect_id)); }
 
  private:
-  int fd_ = -1;
-  std::uint64_t next_id_ = 1;
+  static std::optional<proto::Reply> answer(common::Expected<proto::Reply> r) {
+    if (!r) return std::nullopt;
+    return std::move(*r);
+  }
+  common::BlockingClient conn_{std::chrono::seconds(10)};
 };
 
 // The server accepts, and its whole arena is populated: what a test that
