@@ -10,7 +10,7 @@
 #   make check-backends  compile the hip and cuda backends and link them into the C++ API, probe and demo
 #   make bench           run the benchmarks (sim backend)
 #   make gpu-pack        cuda build + the shared libraries it needs, for the GPU machine
-#   make fuzz            the protocol decoder under libFuzzer (clang-14), FUZZ_SECONDS long
+#   make fuzz            the protocol decoder and the chunk-description reader under libFuzzer (clang-14), FUZZ_SECONDS each
 #   make mutants         break the code on purpose (scripts/mutants.py): every named mutant must be caught
 
 SHELL := /bin/bash
@@ -133,9 +133,10 @@ gpu-pack: bootstrap
 fuzz:
 	@scripts/bootstrap.sh --fuzz
 	$(CONFIGURE) -B build-fuzz -DCMAKE_CXX_COMPILER=clang++-14 -DKVSTRAND_FUZZ=ON -DKVSTRAND_SANITIZE=address
-	cmake --build build-fuzz -j $(JOBS) --target fuzz_frame_decoder fuzz_seed_corpus
-	./build-fuzz/fuzz_seed_corpus build-fuzz/corpus
+	cmake --build build-fuzz -j $(JOBS) --target fuzz_frame_decoder fuzz_chunk_description fuzz_seed_corpus
+	./build-fuzz/fuzz_seed_corpus build-fuzz/corpus build-fuzz/descriptions
 	./build-fuzz/fuzz_frame_decoder -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1 build-fuzz/corpus
+	./build-fuzz/fuzz_chunk_description -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1 build-fuzz/descriptions
 
 # Mutants made by rule on the lines changed since BASE (scripts/diff_mutants.py):
 # make mutants-diff BASE=b4cfd90 [MUTANTS_DIFF_ARGS="--max 40 --budget 2400"]

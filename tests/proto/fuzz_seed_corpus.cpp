@@ -1,6 +1,7 @@
 // Writes one valid frame of every request and reply type into DIR, the seed
 // corpus of fuzz_frame_decoder (so the fuzzer starts past the magic and the
-// length checks).
+// length checks); with DESCRIPTIONS, chunk descriptions the server accepts
+// into it, fuzz_chunk_description's seeds.
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -12,12 +13,32 @@
 using namespace kvstrand::kv;
 using namespace kvstrand::proto;
 
+namespace {
+
+// msgpack written out by hand (this program links no server code): maps of
+// vLLM's BlockStored fields, hashes as integers and as bytes.
+void write_descriptions(const std::string& dir) {
+  std::filesystem::create_directories(dir);
+  const std::string hash32 = "\xc4\x20" + std::string(32, '\x5a');
+  const std::string seeds[] = {
+      "\x84\xac" "block_hashes" "\x92\x0b\x0c" "\xb1" "parent_block_hash" "\x0a" "\xa9" "token_ids"
+      "\x92\x05\x06" "\xaa" "block_size" "\x10",
+      "\x86\xac" "block_hashes" "\x91" + hash32 + "\xb1" "parent_block_hash" "\xc0" "\xa9" "token_ids" "\x91\x07"
+      "\xaa" "block_size" "\x10" "\xa9" "group_idx" "\x03" "\xa9" "lora_name" "\xa4" "base",
+  };
+  int n = 0;
+  for (const std::string& s : seeds) std::ofstream(dir + "/seed-" + std::to_string(n++), std::ios::binary) << s;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s DIR\n", argv[0]);
+  if (argc != 2 && argc != 3) {
+    std::fprintf(stderr, "usage: %s DIR [DESCRIPTIONS]\n", argv[0]);
     return 2;
   }
   std::filesystem::create_directories(argv[1]);
+  if (argc == 3) write_descriptions(argv[2]);
   Layout l;
   l.model_id = "m";
   l.layout_name = "l";
