@@ -1,4 +1,5 @@
 #include "server/disk_tier.hpp"
+#include "server/write_behind.hpp"
 #include "common/await_codes.hpp"
 
 #include <fcntl.h>
@@ -52,12 +53,6 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
     unsigned block = 0;            // its header block in the pool
     int pending = 0;
     int error = 0;                 // the first failure: -errno, or 1 for a short transfer
-  };
-  struct Queued {  // an object to write behind, pinned in the arena
-    tier::Index* index;
-    kv::ChunkKey key;
-    std::uint32_t slot;
-    bool image;
   };
 
   Impl(common::Strand s, DiskOptions o, std::byte* a, std::uint64_t slab, std::uint32_t slabs, tier::SizeClasses& c)
@@ -158,13 +153,7 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
       const kv::ChunkKey& key = idx.key_at(slot);
       tier::Index* d = disk.index(idx.object_bytes());
       if (d != nullptr && d->present(key)) continue;  // on disk already
-      if (queue.size() >= opt.max_queued || queued_bytes + idx.object_bytes() > opt.max_queued_bytes) {
-        ++st.write_dropped;
-        continue;
-      }
-      if (!idx.pin(key)) continue;  // not committed after all
-      queue.push_back(Queued{&idx, key, slot, idx.image_at(slot)});
-      queued_bytes += idx.object_bytes();
+      if (queue.push(idx, slot) == WriteBehind::Push::full) ++st.write_dropped;
     }
     pump();
   }
@@ -181,9 +170,7 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
         }
         start(std::move(j));
       } else if (!queue.empty()) {
-        const Queued q = queue.front();
-        queue.pop_front();
-        start_write(q);
+        start_write(queue.take());
       } else {
         break;
       }
@@ -191,15 +178,11 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
     ring->flush();
   }
 
-  void start_write(const Queued& q) {
+  void start_write(const WriteBehind::Item& q) {
     const kv::ChunkKey key = q.key;
-    auto unpin = [&] {
-      q.index->unpin(key);
-      queued_bytes -= q.index->object_bytes();
-    };
     tier::Index* d = disk.index(q.index->object_bytes());
     if (d == nullptr) {  // cannot be: an arena object fits an extent
-      unpin();
+      queue.done(q);
       return;
     }
     disk.make_room(*d, 1);
@@ -210,7 +193,7 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
     const tier::Index::Reserve r = d->reserve(key, q.image, &dslot, tenant);
     if (r != tier::Index::Reserve::reserved) {
       if (r == tier::Index::Reserve::full) ++st.write_dropped;  // every disk slot of its size is being read
-      unpin();
+      queue.done(q);
       return;
     }
     if (events) events->copy(*q.index, q.slot, *d, dslot);
@@ -289,8 +272,7 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
       j.disk_index->abort(key);
       io_failed(false, j.error);
     }
-    j.arena_index->unpin(key);
-    queued_bytes -= j.arena_index->object_bytes();
+    queue.done({j.arena_index, key, j.arena_slot, j.image});
   }
 
   void read_done(Job& j, std::span<const std::byte> header) {
@@ -406,12 +388,7 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
   }
 
   std::size_t drop(const kv::Digest& ns) {
-    std::erase_if(queue, [&](const Queued& q) {
-      if (q.key.ns != ns) return false;
-      q.index->unpin(q.key);
-      queued_bytes -= q.index->object_bytes();
-      return true;
-    });
+    queue.drop_namespace(ns);
     const std::size_t n =
         disk.drop_namespace(ns, [&](const tier::Index& d, std::uint32_t slot) { clear_header(d, slot); });
     ring->flush();
@@ -441,10 +418,7 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
   asio::awaitable<void> close(std::chrono::milliseconds bound) {
     auto keep = shared_from_this();
     closing = true;
-    for (const Queued& q : std::exchange(queue, {})) {
-      q.index->unpin(q.key);
-      queued_bytes -= q.index->object_bytes();
-    }
+    queue.clear();
     for (Job& j : std::exchange(reads, {})) cancel_read(j);
     auto none_running = [this] { return in_flight == 0; };  // named: GCC 12
     co_await settle(bound, none_running);
@@ -482,8 +456,7 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
   Aligned pool;  // header blocks, registered buffer 0
   std::vector<unsigned> free_blocks;
   std::vector<bool> slab_registered;  // arena slab s is registered buffer s + 1
-  std::deque<Queued> queue;
-  std::uint64_t queued_bytes = 0;  // of the objects queued or being written (pinned in the arena)
+  WriteBehind queue{opt.max_queued, opt.max_queued_bytes};  // each pinned in the arena until its write ended
   std::deque<Job> reads;  // promotions' reads not started yet
   std::size_t in_flight = 0;
   std::shared_ptr<Aligned> zero_block;  // what clear_header writes

@@ -1,4 +1,5 @@
 #include "server/l2_tier.hpp"
+#include "server/write_behind.hpp"
 #include "common/await_codes.hpp"
 
 #include <spdlog/spdlog.h>
@@ -43,13 +44,6 @@ std::string marker_of(const kv::Digest& ns) { return "kvstrand:v1:ns:" + kv::to_
 }  // namespace
 
 struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
-  struct Queued {
-    tier::Index* index;  // the size class it is in
-    kv::ChunkKey key;
-    std::uint32_t slot;
-    bool image;
-  };
-
   Impl(common::Strand s, L2Options o, std::byte* a, tier::SizeClasses& c)
       : strand(s), opt(std::move(o)), arena(a), classes(c) {
     l2::RedisOptions r;
@@ -108,10 +102,11 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
       // Redis before its namespace's marker.
       {
         std::vector<kv::Digest> unmarked;
-        for (std::size_t i = 0; i < queue.size() && i < kWriteBatch; ++i)
-          if (!marked.contains(queue[i].key.ns) && std::find(unmarked.begin(), unmarked.end(), queue[i].key.ns) ==
-                                                       unmarked.end())
-            unmarked.push_back(queue[i].key.ns);
+        for (std::size_t i = 0; i < queue.size() && i < kWriteBatch; ++i) {
+          const kv::Digest& ns = queue.items()[i].key.ns;
+          if (!marked.contains(ns) && std::find(unmarked.begin(), unmarked.end(), ns) == unmarked.end())
+            unmarked.push_back(ns);
+        }
         if (!unmarked.empty()) {
           std::vector<std::vector<std::string>> sets;
           for (const kv::Digest& ns : unmarked) sets.push_back({"SET", marker_of(ns), "1"});
@@ -125,10 +120,9 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
       std::vector<std::pair<std::string, std::string>> items;
       std::vector<bool> is_value;  // by item: an object's value (counted), or its description
       while (!queue.empty() && is_value.size() < kWriteBatch) {
-        const Queued q = queue.front();
-        queue.pop_front();
+        const WriteBehind::Item q = queue.take();
         if (!marked.contains(q.key.ns)) {  // its marker could not be set: not written (a later save writes it)
-          q.index->unpin(q.key);
+          queue.done(q);
           ++st.write_failed;
           continue;
         }
@@ -142,7 +136,7 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
             items.emplace_back(l2::redis_description_key_of(q.key), std::string(d));
             is_value.push_back(false);
           }
-        q.index->unpin(q.key);  // its bytes are taken
+        queue.done(q);  // its bytes are taken
       }
       if (items.empty()) continue;
       in_flight = static_cast<std::size_t>(std::count(is_value.begin(), is_value.end(), true));
@@ -163,15 +157,8 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
   }
 
   void committed(tier::Index& idx, std::span<const std::uint32_t> slots) {
-    for (std::uint32_t slot : slots) {
-      if (queue.size() >= opt.max_inflight) {
-        ++st.write_dropped;
-        continue;
-      }
-      const kv::ChunkKey& key = idx.key_at(slot);
-      if (!idx.pin(key)) continue;  // not committed after all
-      queue.push_back(Queued{&idx, key, slot, idx.image_at(slot)});
-    }
+    for (std::uint32_t slot : slots)
+      if (queue.push(idx, slot) == WriteBehind::Push::full) ++st.write_dropped;
     wake.notify();
   }
 
@@ -189,11 +176,7 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
 
   std::size_t drop(const kv::Digest& ns) {
     dropped.insert(ns);
-    std::erase_if(queue, [&](const Queued& q) {
-      if (q.key.ns != ns) return false;
-      q.index->unpin(q.key);
-      return true;
-    });
+    queue.drop_namespace(ns);
     // Queued, one purge at a time: a burst of drops never floods Redis, and
     // a purge that fails is tried again until it ends (the namespace is not
     // promoted meanwhile).
@@ -391,7 +374,7 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
   TierEvents* events = nullptr;  // --events
   tier::SizeClasses& classes;
   std::optional<l2::RedisCluster> cluster;
-  std::deque<Queued> queue;
+  WriteBehind queue{opt.max_inflight, UINT64_MAX};  // each pinned in the arena until its value is encoded
   std::set<kv::Digest> dropped;  // namespaces dropped here, not promoted until purged from every master
   std::deque<kv::Digest> purges;  // namespaces still to purge, the next first
   bool purging = false;           // purge_loop runs

@@ -46,8 +46,9 @@ struct Fixture {
 TEST_CASE("notifier: notify wakes every coroutine waiting then, and only those", "[common]") {
   Fixture f;
   std::optional<bool> a, b;
-  f.start(f.n.wait(), a);
-  f.start(f.n.wait(Clock::now() + 1h), b);
+  // Bounded, so that a notify that wakes no one fails here rather than hangs.
+  f.start(f.n.wait(Clock::now() + 10s), a);
+  f.start(f.n.wait_for(10s), b);
   f.run_until([&] { return f.n.waiting() == 2; });
   REQUIRE(f.n.waiting() == 2);
   f.n.notify();
@@ -72,7 +73,7 @@ TEST_CASE("notifier: wait_until looks again at each notify and ends when the con
   int left = 3;
   auto none_left = [&] { return left == 0; };
   std::optional<bool> done;
-  f.start(f.n.wait_until(none_left, Clock::now() + 1h), done);
+  f.start(f.n.wait_until(none_left, Clock::now() + 10s), done);
   // Each step notifies; only the third makes the condition true.
   for (int i = 0; i < 3; ++i) {
     f.run_until([&] { return f.n.waiting() == 1; });
