@@ -25,9 +25,9 @@ struct ChunkKey {
   friend bool operator==(const ChunkKey&, const ChunkKey&) = default;
 };
 
-// The rank part of keys: with tp_rank_collapse every rank maps to rank 0.
+// The rank part of keys: with replicated_across_tp every rank maps to rank 0.
 std::uint32_t kv_rank_of(const Layout& layout) noexcept;
-// Whether this rank writes to the tier: with tp_rank_collapse only rank 0
+// Whether this rank writes to the tier: with replicated_across_tp only rank 0
 // does (one copy, not one per rank); every rank reads.
 bool writes_to_tier(const Layout& layout) noexcept;
 

@@ -57,7 +57,7 @@ struct Layout {
   std::string tenant_salt;
   std::uint32_t tp_size = 1;
   std::uint32_t tp_rank = 0;
-  // tp_rank_collapse: every TP rank holds identical KV (e.g. MLA's latent
+  // Every TP rank holds identical KV (e.g. MLA's latent
   // cache), so one copy is stored under rank 0 and every rank reads it.
   bool replicated_across_tp = false;
   // The weights the KV was computed with (a checkpoint's revision, an

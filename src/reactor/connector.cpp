@@ -86,7 +86,7 @@ Connector::Connector(ConnectorOptions options)
     index = options_.make_index(*reactor_);
   } else if (!options_.server_socket.empty()) {
     index = std::make_unique<RemoteIndex>(
-        *reactor_, NodeTierOptions{options_.server_socket, options_.server_request_timeout, options_.device,
+        *reactor_, RemoteIndexOptions{options_.server_socket, options_.server_request_timeout, options_.device,
                                    options_.server_uid, {}});
   } else {
     index = std::make_unique<LocalIndex>(options_.tier_bytes);

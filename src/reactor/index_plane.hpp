@@ -94,7 +94,7 @@ class IndexPlane {
   virtual boost::asio::awaitable<Dropped> drop(std::uint32_t registration) = 0;
 
   // Whether this process stores the registration's chunks at all (with
-  // tp_rank_collapse only rank 0 does, F34).
+  // replicated_across_tp only rank 0 does, F34).
   virtual bool stores(std::uint32_t /*registration*/) const { return true; }
   // Places for the keys; images[i]: chunk i's object carries an image;
   // events: none, or chunk i's description for the tier's KV events

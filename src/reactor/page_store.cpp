@@ -36,7 +36,7 @@ PageStore::PageStore(kvstrand::PageStoreOptions options) : options_(std::move(op
     if (auto why = kv::tenant_problem(options_.reads_tenant))
       throw std::invalid_argument("invalid option 'reads_tenant': " + *why);
   reactor_ = std::make_unique<Reactor>(ReactorOptions{});
-  index_ = std::make_unique<RemoteIndex>(*reactor_, NodeTierOptions{options_.server_socket, options_.request_timeout, 0,
+  index_ = std::make_unique<RemoteIndex>(*reactor_, RemoteIndexOptions{options_.server_socket, options_.request_timeout, 0,
                                                                     options_.server_uid, options_.reads_tenant});
   if (options_.copy_threads > 0) copiers_ = std::make_unique<asio::thread_pool>(options_.copy_threads);
   expiry_ = std::make_unique<asio::steady_timer>(reactor_->strand());

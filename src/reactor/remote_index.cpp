@@ -33,7 +33,7 @@ std::error_code status_error(Status s) {
   }
 }
 
-RemoteIndex::RemoteIndex(Reactor& reactor, NodeTierOptions options)
+RemoteIndex::RemoteIndex(Reactor& reactor, RemoteIndexOptions options)
     : reactor_(reactor), opt_(std::move(options)), gate_(reactor.strand()),
       calls_(reactor.strand(), gate_, [this](const Reply& r) { late_reply(r); },
              [this](const std::string& why) { connection_lost(why); }),

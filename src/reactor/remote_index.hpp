@@ -25,7 +25,7 @@
 // registration an answering server refuses is refused to the engine when
 // it registers, and, when the refusal comes on a later connection (a
 // server restarted with other options), runs without the tier, said once.
-// With tp_rank_collapse only rank 0 stores; every rank reads (F34).
+// With replicated_across_tp only rank 0 stores; every rank reads (F34).
 #pragma once
 
 #include <boost/asio/local/stream_protocol.hpp>
@@ -48,7 +48,7 @@
 
 namespace kvstrand::reactor {
 
-struct NodeTierOptions {
+struct RemoteIndexOptions {
   std::string socket;
   std::chrono::milliseconds request_timeout{10'000};
   int device = 0;  // the device the arena is pinned for
@@ -63,7 +63,7 @@ std::error_code status_error(proto::Status s);
 
 class RemoteIndex final : public IndexPlane {
  public:
-  RemoteIndex(Reactor& reactor, NodeTierOptions options);
+  RemoteIndex(Reactor& reactor, RemoteIndexOptions options);
   ~RemoteIndex() override;
 
   boost::asio::awaitable<Failure> attach(const Registration& reg) override;
@@ -149,7 +149,7 @@ class RemoteIndex final : public IndexPlane {
   static constexpr std::chrono::milliseconds kCloseBound{1000};
 
   Reactor& reactor_;
-  NodeTierOptions opt_;
+  RemoteIndexOptions opt_;
   common::Gate gate_;  // every coroutine this index starts runs inside it
   std::vector<const Registration*> regs_;  // by registration id
   std::vector<Failure> refused_;            // by registration id: the server's refusal on this connection
