@@ -112,6 +112,11 @@ struct TierServer::Impl {
   // server's own mapping of it where one is needed.
   void open_arena();
 
+  // The arena, the levels below it, the request service, the tenants and
+  // events, then the strand's thread, the socket, the filler and the debug
+  // endpoint, in that order (TierServer::start).
+  void start();
+
   // Populates the arena's slabs in order, off the strand; each one's
   // objects join the index on the strand once it is ready.
   void start_filler() {
@@ -514,64 +519,62 @@ std::uint64_t server_life_id() {
 }
 }  // namespace
 
-void TierServer::start() {
-  impl_->open_arena();
-  if (impl_->opt.l2) impl_->l2 = std::make_unique<L2Tier>(impl_->strand, *impl_->opt.l2, impl_->arena_map, *impl_->classes);
-  if (impl_->opt.disk) {
-    impl_->opt.disk->max_queued_bytes = impl_->arena->bytes() / 8;
-    impl_->disk = std::make_unique<DiskTier>(impl_->strand, *impl_->opt.disk, impl_->arena_map,
-                                             impl_->arena->slab_bytes(), impl_->pools->slab_count(), *impl_->classes);
+void TierServer::Impl::start() {
+  open_arena();
+  if (opt.l2) l2 = std::make_unique<L2Tier>(strand, *opt.l2, arena_map, *classes);
+  if (opt.disk) {
+    opt.disk->max_queued_bytes = arena->bytes() / 8;
+    disk = std::make_unique<DiskTier>(strand, *opt.disk, arena_map, arena->slab_bytes(), pools->slab_count(), *classes);
   }
-  ServiceRules rules{impl_->opt.chunk_tokens, impl_->opt.max_client_leased, impl_->opt.max_client_reserved,
-                     impl_->opt.min_object_bytes, impl_->opt.max_index_bytes};
-  ServerFacts facts{impl_->arena->bytes(), impl_->arena->slab_bytes(), impl_->arena->huge_pages(),
-                    [i = impl_.get()] { return i->ready_bytes(); }, [i = impl_.get()] { return i->sessions.size(); },
-                    server_life_id(), impl_->pools->published()};
+  ServiceRules rules{opt.chunk_tokens, opt.max_client_leased, opt.max_client_reserved, opt.min_object_bytes,
+                     opt.max_index_bytes};
+  ServerFacts facts{arena->bytes(), arena->slab_bytes(), arena->huge_pages(),
+                    [this] { return ready_bytes(); }, [this] { return sessions.size(); },
+                    server_life_id(), pools->published()};
   // Nearest first: a lookup asks the disk before L2.
-  if (impl_->disk) impl_->levels.push_back(impl_->disk.get());
-  if (impl_->l2) impl_->levels.push_back(impl_->l2.get());
-  impl_->service.emplace(rules, std::move(facts), *impl_->classes, impl_->levels);
-  impl_->tenants.emplace(impl_->opt.tenant_quotas,
-                         impl_->opt.tenant_default_quota.value_or(tier::TenantBook::kNoQuota), impl_->opt.max_tenants);
-  impl_->classes->set_tenants(&*impl_->tenants);
-  impl_->service->set_tenants(&*impl_->tenants);
-  if (impl_->disk) impl_->disk->set_tenants(*impl_->tenants, impl_->arena->bytes());
-  auto found = impl_->disk ? impl_->disk->take_recovered_descriptions()
-                           : std::unordered_map<kv::ChunkKey, std::string, tier::ChunkKeyHash>{};
-  if (impl_->opt.events) {
-    auto p = EventPublisher::open(impl_->strand, *impl_->opt.events);
+  if (disk) levels.push_back(disk.get());
+  if (l2) levels.push_back(l2.get());
+  service.emplace(rules, std::move(facts), *classes, levels);
+  tenants.emplace(opt.tenant_quotas, opt.tenant_default_quota.value_or(tier::TenantBook::kNoQuota), opt.max_tenants);
+  classes->set_tenants(&*tenants);
+  service->set_tenants(&*tenants);
+  if (disk) disk->set_tenants(*tenants, arena->bytes());
+  auto found =
+      disk ? disk->take_recovered_descriptions() : std::unordered_map<kv::ChunkKey, std::string, tier::ChunkKeyHash>{};
+  if (opt.events) {
+    auto p = EventPublisher::open(strand, *opt.events);
     if (!p) throw std::runtime_error(p.why());
-    impl_->publisher = *p;
-    impl_->events = std::make_unique<TierEvents>(impl_->publisher);
-    impl_->events->watch(*impl_->classes, impl_->opt.events->arena_medium);
-    if (impl_->disk) impl_->disk->set_events(impl_->events.get());
-    if (impl_->l2) impl_->l2->set_events(impl_->events.get());
-    impl_->service->set_events(impl_->events.get());
+    publisher = *p;
+    events = std::make_unique<TierEvents>(publisher);
+    events->watch(*classes, opt.events->arena_medium);
+    if (disk) disk->set_events(events.get());
+    if (l2) l2->set_events(events.get());
+    service->set_events(events.get());
     // The first batch, before any client is served: what this start found.
-    asio::post(impl_->strand, [i = impl_.get(), found = std::move(found)] {
-      i->events->announce_recovered(found);
-      i->publisher->start();
+    asio::post(strand, [this, found = std::move(found)] {
+      events->announce_recovered(found);
+      publisher->start();
     });
-    spdlog::info("kvstrand-server: KV events on {} ({} format{}{})", impl_->opt.events->endpoint,
-                 to_string(impl_->opt.events->format),
-                 impl_->opt.events->replay_endpoint.empty() ? "" : ", replay on ",
-                 impl_->opt.events->replay_endpoint);
+    spdlog::info("kvstrand-server: KV events on {} ({} format{}{})", opt.events->endpoint, to_string(opt.events->format),
+                 opt.events->replay_endpoint.empty() ? "" : ", replay on ", opt.events->replay_endpoint);
   }
-  impl_->loop = std::thread([ctx = &impl_->ctx] { ctx->run(); });
-  asio::post(impl_->strand, [levels = impl_->levels] {
+  loop = std::thread([this] { ctx.run(); });
+  asio::post(strand, [levels = levels] {
     for (LowerLevel* level : levels) level->start();
   });
-  std::string err = common::call_on(impl_->strand, [this] { return impl_->listen(); });
+  std::string err = common::call_on(strand, [this] { return listen(); });
   if (!err.empty()) throw std::runtime_error(err);
-  impl_->start_filler();
-  if (impl_->opt.http) {
+  start_filler();
+  if (opt.http) {
     try {
-      impl_->http = std::make_unique<common::DebugHttp>(impl_->strand, *impl_->opt.http, impl_->routes());
+      http = std::make_unique<common::DebugHttp>(strand, *opt.http, routes());
     } catch (const std::invalid_argument& e) {
       throw std::runtime_error(std::string("--http: ") + e.what());
     }
   }
 }
+
+void TierServer::start() { impl_->start(); }
 
 std::uint16_t TierServer::http_port() const { return impl_->http ? impl_->http->port() : 0; }
 
