@@ -2,6 +2,7 @@
 // against a scripted peer on a real Unix socket (the real server's side is
 // in the server's tests, which talk to it through this client).
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -168,4 +169,92 @@ TEST_CASE("blocking client: connecting again closes the last connection", "[comm
   REQUIRE(c.connect(b.path()).empty());
   for (int i = 0; i < 200 && !a_closed; ++i) std::this_thread::sleep_for(10ms);
   REQUIRE(a_closed);
+}
+
+TEST_CASE("blocking client: open() is connect and hello for a person: the reply, or why not in words",
+          "[common][client]") {
+  SECTION("answered") {
+    Peer peer([](int fd) {
+      const auto frame = proto::encode_reply(proto::Type::hello, read_request(fd), hello_reply());
+      ::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL);
+      read_request(fd);
+    });
+    common::BlockingClient c;
+    proto::HelloReply hr;
+    REQUIRE(c.open(peer.path(), "test", &hr).empty());
+    REQUIRE(hr.session == 7);
+  }
+  SECTION("refused") {
+    Peer peer([](int fd) {
+      const auto frame = proto::encode_reply(proto::Type::hello, read_request(fd),
+                                             proto::Reply{proto::Status::not_authorized, "no", proto::Empty{}});
+      ::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL);
+      read_request(fd);
+    });
+    common::BlockingClient c;
+    proto::HelloReply hr;
+    REQUIRE(c.open(peer.path(), "test", &hr) == "it refused the hello: no");
+  }
+  SECTION("answered with another type") {
+    Peer peer([](int fd) {
+      const auto frame = proto::encode_reply(proto::Type::stats, read_request(fd),
+                                             proto::Reply{proto::Status::ok, "", proto::StatsReply{}});
+      ::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL);
+      read_request(fd);
+    });
+    common::BlockingClient c;
+    proto::HelloReply hr;
+    REQUIRE(c.open(peer.path(), "test", &hr) == "a reply of another type than hello");
+  }
+  SECTION("a socket path longer than a Unix socket takes") {
+    common::BlockingClient c;
+    REQUIRE(c.connect("/tmp/" + std::string(200, 'x')) == "the socket path is longer than 107 bytes");
+    REQUIRE_FALSE(c.connected());
+  }
+}
+
+TEST_CASE("blocking client: a peer gone before the request, one that stalls inside a frame, and no descriptor "
+          "left to make a socket, each ends the call with why",
+          "[common][client]") {
+  SECTION("gone before the request: the send fails") {
+    std::atomic<bool> closed{false};
+    Peer peer([&](int fd) {
+      ::close(::dup(fd));
+      ::shutdown(fd, SHUT_RDWR);
+      closed = true;
+    });
+    common::BlockingClient c;
+    REQUIRE(c.connect(peer.path()).empty());
+    for (int i = 0; i < 200 && !closed; ++i) std::this_thread::sleep_for(10ms);
+    auto r = c.call(proto::Stats{});
+    REQUIRE_FALSE(r);
+    REQUIRE(r.why().find("send: ") == 0);
+  }
+  SECTION("a frame cut short, then silence: bounded") {
+    Peer peer([](int fd) {
+      const std::uint64_t id = read_request(fd);
+      const auto frame = proto::encode_reply(proto::Type::stats, id, proto::Reply{proto::Status::ok, "", proto::StatsReply{}});
+      ::send(fd, frame.data(), 5, MSG_NOSIGNAL);
+      read_request(fd);  // until the client closes
+    });
+    common::BlockingClient c(100ms);
+    REQUIRE(c.connect(peer.path()).empty());
+    auto r = c.call(proto::Stats{});
+    REQUIRE_FALSE(r);
+    REQUIRE(r.why() == "the connection closed before a reply");
+  }
+  SECTION("no descriptor left") {
+    rlimit old{};
+    REQUIRE(::getrlimit(RLIMIT_NOFILE, &old) == 0);
+    rlimit none = old;
+    const int lowest_free = ::dup(0);  // every number below it is in use
+    REQUIRE(lowest_free >= 0);
+    ::close(lowest_free);
+    none.rlim_cur = static_cast<rlim_t>(lowest_free);
+    REQUIRE(::setrlimit(RLIMIT_NOFILE, &none) == 0);
+    common::BlockingClient c;
+    const std::string why = c.connect("/tmp/kvstrand-no-such-socket");
+    REQUIRE(::setrlimit(RLIMIT_NOFILE, &old) == 0);
+    REQUIRE(why.find("socket: ") == 0);
+  }
 }
