@@ -289,6 +289,29 @@ def test_a_replay_of_more_batches_than_a_pipe_holds_ends_with_its_marker(tmp_pat
         server.stop()
 
 
+def test_sigterm_stops_a_server_that_serves_replays_at_once_leaving_nothing_running(tmp_path):
+    """The replay loop runs inside the publisher's gate: a SIGTERM closes it
+    (its descriptor's wait cancelled) and the stop awaits it, so the server
+    exits with nothing still running and says nothing of it (a close that
+    skipped its part waited out its 1 s bound and said "still run")."""
+    import signal
+    port, replay_port = free_port(), free_port()
+    endpoint, replay = f"tcp://127.0.0.1:{port}", f"tcp://127.0.0.1:{replay_port}"
+    server = Server(tier="4M", slab="2M", extra=["--events", endpoint, "--events-replay", replay])
+    sub = Subscriber(endpoint, replay, "", "map")
+    try:
+        assert sub.replay(0)  # the replay loop has served one: it waits on its socket now
+        server.proc.send_signal(signal.SIGTERM)
+        assert server.proc.wait(timeout=30) == 0
+        time.sleep(0.2)  # the log's last lines, read by its drain thread
+        log = "".join(server.log)
+        assert "stopping" in log
+        assert "still run" not in log, log
+    finally:
+        sub.close()
+        server.stop()
+
+
 def test_the_replay_buffer_is_bounded_in_bytes(tmp_path):
     """The buffer kept 10,000 batches of any size (one can be megabytes):
     --events-buffer-bytes bounds their bytes, the oldest going first."""
