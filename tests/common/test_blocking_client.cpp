@@ -81,6 +81,16 @@ proto::Reply hello_reply() {
   return proto::Reply{proto::Status::ok, "", proto::HelloReply{7, proto::kMajor, proto::kMinor, 1 << 20, 1 << 20, 0, false}};
 }
 
+// A peer answering the first request with `reply` as a `type` reply, then
+// waiting for the client to close.
+std::function<void(int)> answers(proto::Type type, proto::Reply reply) {
+  return [type, reply = std::move(reply)](int fd) {
+    const auto frame = proto::encode_reply(type, read_request(fd), reply);
+    ::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL);
+    read_request(fd);
+  };
+}
+
 int open_fds() {
   return static_cast<int>(std::distance(std::filesystem::directory_iterator("/proc/self/fd"), {}));
 }
@@ -174,34 +184,20 @@ TEST_CASE("blocking client: connecting again closes the last connection", "[comm
 TEST_CASE("blocking client: open() is connect and hello for a person: the reply, or why not in words",
           "[common][client]") {
   SECTION("answered") {
-    Peer peer([](int fd) {
-      const auto frame = proto::encode_reply(proto::Type::hello, read_request(fd), hello_reply());
-      ::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL);
-      read_request(fd);
-    });
+    Peer peer(answers(proto::Type::hello, hello_reply()));
     common::BlockingClient c;
     proto::HelloReply hr;
     REQUIRE(c.open(peer.path(), "test", &hr).empty());
     REQUIRE(hr.session == 7);
   }
   SECTION("refused") {
-    Peer peer([](int fd) {
-      const auto frame = proto::encode_reply(proto::Type::hello, read_request(fd),
-                                             proto::Reply{proto::Status::not_authorized, "no", proto::Empty{}});
-      ::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL);
-      read_request(fd);
-    });
+    Peer peer(answers(proto::Type::hello, proto::Reply{proto::Status::not_authorized, "no", proto::Empty{}}));
     common::BlockingClient c;
     proto::HelloReply hr;
     REQUIRE(c.open(peer.path(), "test", &hr) == "it refused the hello: no");
   }
   SECTION("answered with another type") {
-    Peer peer([](int fd) {
-      const auto frame = proto::encode_reply(proto::Type::stats, read_request(fd),
-                                             proto::Reply{proto::Status::ok, "", proto::StatsReply{}});
-      ::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL);
-      read_request(fd);
-    });
+    Peer peer(answers(proto::Type::stats, proto::Reply{proto::Status::ok, "", proto::StatsReply{}}));
     common::BlockingClient c;
     proto::HelloReply hr;
     REQUIRE(c.open(peer.path(), "test", &hr) == "a reply of another type than hello");
@@ -219,7 +215,6 @@ TEST_CASE("blocking client: a peer gone before the request, one that stalls insi
   SECTION("gone before the request: the send fails") {
     std::atomic<bool> closed{false};
     Peer peer([&](int fd) {
-      ::close(::dup(fd));
       ::shutdown(fd, SHUT_RDWR);
       closed = true;
     });
