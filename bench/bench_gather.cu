@@ -21,7 +21,9 @@
 // copy engines at once (one contiguous range split between them, then the
 // gather with the DMA batch taking the largest segments up to a quarter or
 // a half of the bytes, the kernel the rest). Last, the shipped kernel's
-// bytes, both ways, are checked for every geometry.
+// bytes, both ways, are checked for every geometry. First, kvstrand's own
+// probe (hip/load_path_probe.hpp) runs, and each geometry's line names the
+// path kvstrand would take for it, beside every path's figure.
 //
 // usage: bench_gather
 #include <cuda_runtime.h>
@@ -41,6 +43,10 @@
 namespace {
 
 using kvstrand::hip::kernel::KernelSegment;
+
+// kvstrand's own choice of load path on this host (bench/load_path_choice.cpp).
+extern "C" const char* kvstrand_bench_measure_load_paths();
+extern "C" const char* kvstrand_bench_load_path_for(unsigned long long mean_segment_bytes);
 
 // The kernel shipped before the flat-tile one (docs/performance-history.md, twenty-second run), kept as this bench's "before" row.
 constexpr int kBeforePerLaunch = 160;
@@ -181,8 +187,9 @@ struct Bench {
     }
     const int n = static_cast<int>(segs.size());
     const double contiguous = median_us([&] { cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, s); });
-    std::printf("%s: %d segments, %.1f MiB; one contiguous copy %.1f us (%.1f GB/s)\n", name.c_str(), n,
-                bytes / 1048576.0, contiguous, bytes / contiguous / 1e3);
+    std::printf("%s: %d segments, %.1f MiB; one contiguous copy %.1f us (%.1f GB/s); kvstrand's measured path: %s\n",
+                name.c_str(), n, bytes / 1048576.0, contiguous, bytes / contiguous / 1e3,
+                kvstrand_bench_load_path_for(bytes / static_cast<std::uint64_t>(n)));
     auto row = [&](const char* what, double us) {
       std::printf("  %-46s %8.1f us %5.1f GB/s  ratio %.3f\n", what, us, bytes / us / 1e3, us / contiguous);
     };
@@ -298,6 +305,9 @@ int main() {
       !ok(cudaEventCreateWithFlags(&b.join, cudaEventDisableTiming), "event"))
     return 1;
 
+  // What kvstrand measures at a Connector's start (load_path=measure),
+  // before any row: each geometry's line names the path it would take.
+  std::printf("kvstrand's load paths %s\n", kvstrand_bench_measure_load_paths());
   std::vector<std::uint64_t> reference = repeat(147'968, 28 * 5);
   reference.push_back(1ull << 20);
   b.geometry("reference load (bench_transfer's)", reference, true);

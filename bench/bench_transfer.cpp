@@ -1,5 +1,7 @@
 // Load latency of the reference geometry through the embedded tier (batched
-// copies by the backend's fastest path, and one copy a segment) and through
+// copies by the path measured fastest on this host (load_path=measure; the
+// measured figures and the path taken are printed), by each of the DMA
+// batch and the gather kernel forced, and one copy a segment) and through
 // kvstrand-server, each against one contiguous copy of the same bytes
 // measured in the same run; sustained save throughput with 16 saves in
 // flight against one contiguous D2H copy; then save throughput of 1, 2, 4
@@ -73,6 +75,7 @@
 #include <vector>
 
 #include "hip/copy.hpp"
+#include "hip/load_path.hpp"
 #include "hip/device.hpp"
 #include "hip/device_buffer.hpp"
 #include "hip/event.hpp"
@@ -428,32 +431,38 @@ int main(int argc, char** argv) {
               hip::backend_name(), pool_blocks, iterations);
   std::fflush(stdout);
   Pool pool(pool_blocks);
-  LoadRatios embedded, served, plain, dma;
+  LoadRatios embedded, served, plain, dma, kernel;
   {
     reactor::ConnectorOptions opts;
     opts.tier_bytes = 64ull << 20;
     opts.reactor_idle_spin = idle_spin;
-    reactor::Connector conn(opts);
+    reactor::Connector conn(opts);  // load_path=measure: the paths timed here, once
     conn.register_layout(pool.registration(l));
     hip::set_batch_path(hip::BatchPath::per_segment);
     plain = report("embedded, 1 copy/seg", measure_loads(conn, pool, l, iterations));
     hip::set_batch_path(hip::BatchPath::dma_batch);
     dma = report("embedded, DMA batch", measure_loads(conn, pool, l, iterations));
+    hip::set_batch_path(hip::BatchPath::kernel);
+    kernel = report("embedded, kernel", measure_loads(conn, pool, l, iterations));
     hip::set_batch_path(hip::BatchPath::fastest);
     embedded = report("embedded", measure_loads(conn, pool, l, iterations));
     conn.close();
   }
+  const hip::LoadPaths* chosen = hip::load_paths();
+  const std::string chosen_path =
+      chosen ? hip::to_string(chosen->path_for(kBlockBytes / 5)) : std::string("the built-in rule");
   std::printf("  (the embedded tier batches by: %s; DMA batch: one cudaMemcpyBatchAsync a batch where the backend has it, "
-              "else one copy a segment)\n",
-              hip::fastest_batch_path());
+              "else one copy a segment; kernel: the gather kernel where the backend has it; loads' path %s)\n",
+              hip::fastest_batch_path(), chosen ? chosen->describe().c_str() : "not measured (one path here)");
   hip::set_batch_path(hip::BatchPath::dma_batch);
   save_throughput(pool, l, seconds, "DMA batch");
   hip::set_batch_path(hip::BatchPath::fastest);
   save_throughput(pool, l, seconds, hip::fastest_batch_path());
   if (!use_server) {
-    std::printf("load latency ratio to one contiguous copy: embedded %.2f (one copy a segment: %.2f, DMA batch: %.2f); "
-                "the batch alone %.2f (from shared 4 KiB pages %.2f)\n",
-                embedded.load, plain.load, dma.load, embedded.batch_alone, embedded.shared_batch);
+    std::printf("load latency ratio to one contiguous copy: embedded %.2f by %s (one copy a segment: %.2f, DMA batch: "
+                "%.2f, kernel: %.2f); the batch alone %.2f (from shared 4 KiB pages %.2f)\n",
+                embedded.load, chosen_path.c_str(), plain.load, dma.load, kernel.load, embedded.batch_alone,
+                embedded.shared_batch);
     return 0;
   }
   const std::string binary = self_dir() + "/../kvstrand-server";
@@ -488,10 +497,11 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   }
   ::close(arena_fd);
-  std::printf("load latency ratio to one contiguous copy: embedded %.2f (one copy a segment: %.2f, DMA batch: %.2f), "
-              "node %.2f (node/embedded %.3f); the batch alone %.2f (from shared 4 KiB pages %.2f: shared/pinned "
-              "%.3f)\n",
-              embedded.load, plain.load, dma.load, served.load, served.load / embedded.load, embedded.batch_alone,
-              embedded.shared_batch, embedded.shared_batch / embedded.batch_alone);
+  std::printf("load latency ratio to one contiguous copy: embedded %.2f by %s (one copy a segment: %.2f, DMA batch: "
+              "%.2f, kernel: %.2f), node %.2f (node/embedded %.3f); the batch alone %.2f (from shared 4 KiB pages "
+              "%.2f: shared/pinned %.3f)\n",
+              embedded.load, chosen_path.c_str(), plain.load, dma.load, kernel.load, served.load,
+              served.load / embedded.load, embedded.batch_alone, embedded.shared_batch,
+              embedded.shared_batch / embedded.batch_alone);
   return 0;
 }

@@ -51,7 +51,7 @@ bench() {
 }
 for run in 1 2 3; do
   bench "run $run" 6 "$pack/bench/bench_step"
-  bench "run $run" 11 "$pack/bench/bench_transfer" --iterations 200 --seconds 1
+  bench "run $run" 13 "$pack/bench/bench_transfer" --iterations 200 --seconds 1
   for idle in 0 5; do
     bench "run $run, split, idle before each lookup $idle ms" 7 "$pack/bench/bench_transfer" --iterations 200 \
       --no-server --clients 1 --split --idle-ms $idle

@@ -47,10 +47,18 @@ Status event_synchronize(void* e);
 
 Status memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind, void* s);
 // How a batch may be moved: one copy a segment, the backend's fastest way
-// (its gather/scatter kernel, or a batched DMA call, by direction), or one
-// batched DMA call (the copy engines gather). A backend without the one
-// asked for copies a segment at a time.
-enum class BatchVia { per_segment, fastest, dma_batch };
+// by its built-in rule (its gather/scatter kernel, or a batched DMA call,
+// by direction), one batched DMA call (the copy engines gather), or one
+// gather/scatter kernel launch. A backend without the one asked for copies
+// a segment at a time; `kernel` where the host side is not memory the
+// device maps takes the batched DMA call.
+enum class BatchVia { per_segment, fastest, dma_batch, kernel };
+// Whether `via` is this backend's own (not its per-segment fallback).
+bool batch_via_available(BatchVia via) noexcept;
+// Whether a load's two paths can differ in speed here, so that timing them
+// (hip/load_path.hpp) can choose: cuda with both; the sim once a test gave
+// a path a cost (sim_hooks.hpp).
+bool load_paths_differ() noexcept;
 // Segments are already validated as non-overlapping runs by the caller.
 Status memcpy_batch_async(std::span<const Segment> segs, CopyKind kind, void* s, BatchVia via);
 const char* fastest_batch_path() noexcept;

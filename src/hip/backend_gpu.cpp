@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <optional>
 #include <cstddef>
 #include <cstring>
 #include <string>
@@ -261,6 +262,13 @@ bool dma_batch_refused(cudaError_t e) {
 
 Status memcpy_batch_async(std::span<const Segment> segs, CopyKind kind, void* s, BatchVia via) {
 #if defined(KVSTRAND_GPU_CUDA)
+  // Whether the kernel can reach the host side, asked once (a pointer
+  // query each end).
+  std::optional<bool> kernel_ok;
+  const auto kernel_fits = [&] {
+    if (!kernel_ok) kernel_ok = kernel_can_copy(segs, kind);
+    return *kernel_ok;
+  };
 #if CUDART_VERSION >= 12080
   // Device to host, the fastest path is the batched DMA: on the H200 it
   // saves at the contiguous copy's rate and several processes' saves
@@ -273,15 +281,18 @@ Status memcpy_batch_async(std::span<const Segment> segs, CopyKind kind, void* s,
   constexpr std::uint64_t kCopyEnginesWin = 1 << 20;
   const bool dma_faster = kind == CopyKind::device_to_host ||
                           std::all_of(segs.begin(), segs.end(), [](const Segment& g) { return g.bytes >= kCopyEnginesWin; });
-  const bool batch = segs.size() >= 2 && (via == BatchVia::dma_batch ||
-                                          (via == BatchVia::fastest && dma_faster &&
-                                           !g_dma_batch_refused.load(std::memory_order_relaxed)));
+  // `kernel` asked where the kernel cannot reach the host side (a host
+  // range the device does not map): the copy engines gather instead.
+  const bool batch = segs.size() >= 2 &&
+                     (via == BatchVia::dma_batch || (via == BatchVia::fastest && dma_faster) ||
+                      (via == BatchVia::kernel && !kernel_fits())) &&
+                     !g_dma_batch_refused.load(std::memory_order_relaxed);
   if (batch) {
     const cudaError_t e = dma_batch(segs, s);
     if (!dma_batch_refused(e)) return check(static_cast<hipError_t>(e), "cudaMemcpyBatchAsync");
   }
 #endif
-  if (via == BatchVia::fastest && kernel_can_copy(segs, kind)) {
+  if ((via == BatchVia::fastest || via == BatchVia::kernel) && kernel_fits()) {
     std::vector<kernel::KernelSegment> table(segs.size());
     for (std::size_t i = 0; i < segs.size(); ++i)
       table[i] = {reinterpret_cast<std::uint64_t>(segs[i].src), reinterpret_cast<std::uint64_t>(segs[i].dst),
@@ -297,9 +308,35 @@ Status memcpy_batch_async(std::span<const Segment> segs, CopyKind kind, void* s,
   return {};
 }
 
+bool batch_via_available(BatchVia via) noexcept {
+  switch (via) {
+    case BatchVia::per_segment:
+    case BatchVia::fastest: return true;
+    case BatchVia::kernel:
+#if defined(KVSTRAND_GPU_CUDA)
+      return true;
+#else
+      return false;
+#endif
+    case BatchVia::dma_batch:
+#if defined(KVSTRAND_GPU_CUDA) && CUDART_VERSION >= 12080
+      return !g_dma_batch_refused.load(std::memory_order_relaxed);
+#else
+      return false;
+#endif
+  }
+  return false;
+}
+
+bool load_paths_differ() noexcept {
+  return batch_via_available(BatchVia::kernel) && batch_via_available(BatchVia::dma_batch);
+}
+
 const char* fastest_batch_path() noexcept {
 #if defined(KVSTRAND_GPU_CUDA) && CUDART_VERSION >= 12080
-  return "saves: one cudaMemcpyBatchAsync a batch; loads: one gather/scatter kernel launch a batch (one cudaMemcpyBatchAsync when every segment is 1 MiB or more)";
+  return "saves: one cudaMemcpyBatchAsync a batch; loads: the path measured fastest for their segments' size "
+         "(load_path=measure), else one gather/scatter kernel launch a batch (one cudaMemcpyBatchAsync when every "
+         "segment is 1 MiB or more)";
 #elif defined(KVSTRAND_GPU_CUDA)
   return "one gather/scatter kernel launch a batch";
 #else
@@ -346,6 +383,10 @@ Status set_stream_delay(Stream&, std::chrono::microseconds) { return unsupported
 Status hold_stream(Stream&) { return unsupported("sim::hold_stream"); }
 Status release_stream(Stream&) { return unsupported("sim::release_stream"); }
 Status fail_copies(Stream&, FailAt, Errc, int) { return unsupported("sim::fail_copies"); }
+Status set_load_path_cost(LoadPath, std::chrono::nanoseconds, std::chrono::nanoseconds) {
+  return unsupported("sim::set_load_path_cost");
+}
+std::uint64_t batches_by(LoadPath) noexcept { return 0; }
 
 }  // namespace sim
 }  // namespace kvstrand::hip

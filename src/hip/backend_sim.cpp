@@ -164,7 +164,18 @@ Status check_segment(const Segment& g, CopyKind kind) {
   return {};
 }
 
-Status submit_copy(std::span<const Segment> segs, CopyKind kind, void* s) {
+// The load paths' injected costs and counts (sim::set_load_path_cost).
+struct PathCost {
+  std::atomic<std::int64_t> per_segment_ns{0}, per_mib_ns{0};
+  std::atomic<std::uint64_t> batches{0};
+};
+PathCost g_path_cost[2];  // by LoadPath
+std::atomic<bool> g_paths_differ{false};
+
+PathCost& cost_of(LoadPath p) { return g_path_cost[p == LoadPath::kernel ? 0 : 1]; }
+
+Status submit_copy(std::span<const Segment> segs, CopyKind kind, void* s,
+                   std::chrono::nanoseconds cost = std::chrono::nanoseconds(0)) {
   if (s == nullptr) return {Errc::invalid_value, copy_call(kind), "null stream"};
   for (const Segment& g : segs)
     if (Status st = check_segment(g, kind); !st.ok()) return st;
@@ -174,6 +185,7 @@ Status submit_copy(std::span<const Segment> segs, CopyKind kind, void* s) {
   Op op;
   op.kind = Op::Kind::copy;
   op.segs.assign(segs.begin(), segs.end());
+  op.cost = cost;
   op.fail = st->take_execute_failure();
   st->push(std::move(op));
   return {};
@@ -339,9 +351,22 @@ Status memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind
   const Segment g{src, dst, bytes};
   return submit_copy({&g, 1}, kind, s);
 }
-Status memcpy_batch_async(std::span<const Segment> segs, CopyKind kind, void* s, BatchVia /*via*/) {
-  return submit_copy(segs, kind, s);  // one stream operation for the whole batch
+Status memcpy_batch_async(std::span<const Segment> segs, CopyKind kind, void* s, BatchVia via) {
+  // One stream operation for the whole batch, whichever way; a path named
+  // is counted and costs what a test set.
+  if (via != BatchVia::kernel && via != BatchVia::dma_batch) return submit_copy(segs, kind, s);
+  PathCost& c = cost_of(via == BatchVia::kernel ? LoadPath::kernel : LoadPath::dma_batch);
+  std::uint64_t bytes = 0;
+  for (const Segment& g : segs) bytes += g.bytes;
+  const auto cost = std::chrono::nanoseconds(
+      c.per_segment_ns.load() * static_cast<std::int64_t>(segs.size()) +
+      static_cast<std::int64_t>(static_cast<double>(c.per_mib_ns.load()) * static_cast<double>(bytes) / (1 << 20)));
+  Status st = submit_copy(segs, kind, s, cost);
+  if (st.ok()) ++c.batches;
+  return st;
 }
+bool batch_via_available(BatchVia) noexcept { return true; }  // the sim moves a batch as one operation, whichever way
+bool load_paths_differ() noexcept { return g_paths_differ.load(); }
 const char* fastest_batch_path() noexcept { return "one sim stream operation a batch"; }
 
 Status ipc_export(void* device_base, IpcHandle* out) {
@@ -439,6 +464,17 @@ Status fail_copies(Stream& s, FailAt at, Errc code, int count) {
   as_stream(s.native())->fail(at, code, count);
   return {};
 }
+Status set_load_path_cost(LoadPath path, std::chrono::nanoseconds per_segment, std::chrono::nanoseconds per_mib) {
+  if (per_segment.count() < 0 || per_mib.count() < 0) return {Errc::invalid_value, "sim::set_load_path_cost"};
+  PathCost& c = cost_of(path);
+  c.per_segment_ns = per_segment.count();
+  c.per_mib_ns = per_mib.count();
+  bool any = false;
+  for (const PathCost& p : g_path_cost) any = any || p.per_segment_ns.load() > 0 || p.per_mib_ns.load() > 0;
+  g_paths_differ = any;
+  return {};
+}
+std::uint64_t batches_by(LoadPath path) noexcept { return cost_of(path).batches.load(); }
 
 }  // namespace sim
 }  // namespace kvstrand::hip

@@ -38,15 +38,18 @@ Status copy_d2d(Stream& s, void* device_dst, const void* device_src, std::size_t
 // skipped; a null pointer with bytes > 0 is refused before anything is queued.
 Status copy_batch(Stream& s, CopyKind kind, std::span<const Segment> segments);
 
-// How copy_batch moves more than one segment. `fastest`: on cuda, device to
-// host one batched DMA call (CUDA 12.8 and later), the other directions one
-// gather/scatter kernel launch (the host side must be pinned memory the
-// device maps); per-segment copies elsewhere.
+// How copy_batch moves more than one segment. `fastest`: loads (host to
+// device) by the path measured fastest for their segments' size on this
+// host, once a Connector chose one (load_path.hpp); otherwise, on cuda,
+// device to host one batched DMA call (CUDA 12.8 and later), the other
+// directions one gather/scatter kernel launch (the host side must be
+// pinned memory the device maps); per-segment copies elsewhere.
 // `per_segment`: one DMA call a segment everywhere. `dma_batch`: one batched
 // DMA call (cudaMemcpyBatchAsync: the copy engines gather; CUDA 12.8 and
-// later), per-segment where the backend has none. Process-wide; the
-// benchmarks switch it to measure them in one run.
-enum class BatchPath { fastest, per_segment, dma_batch };
+// later), per-segment where the backend has none. `kernel`: one
+// gather/scatter kernel launch where the host side allows it. Process-wide;
+// the benchmarks switch it to measure each in one run.
+enum class BatchPath { fastest, per_segment, dma_batch, kernel };
 void set_batch_path(BatchPath p) noexcept;
 BatchPath batch_path() noexcept;
 // What `fastest` uses on this backend, in words.

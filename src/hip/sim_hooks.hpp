@@ -7,7 +7,9 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 
+#include "hip/load_path.hpp"
 #include "hip/status.hpp"
 
 namespace kvstrand::hip {
@@ -34,5 +36,14 @@ enum class FailAt {
 
 // The next `count` copies (single or batched) on `s` fail with `code`.
 Status fail_copies(Stream& s, FailAt at, Errc code = Errc::injected_fault, int count = 1);
+
+// A host where one load path is slow (hip/load_path.hpp): from now on every
+// batch that goes by `path` (the gather kernel, or one batched DMA call)
+// waits per_segment for each of its segments and per_mib for each MiB
+// before it runs, on its stream. Both zero: no cost. Process-wide. Once
+// any path has a cost, the load paths differ (a Connector measures them).
+Status set_load_path_cost(LoadPath path, std::chrono::nanoseconds per_segment, std::chrono::nanoseconds per_mib);
+// Batches that have gone by `path` in this process (0 on a GPU backend).
+std::uint64_t batches_by(LoadPath path) noexcept;
 
 }  // namespace kvstrand::hip::sim

@@ -39,6 +39,7 @@ void SimStream::run() {
 void SimStream::execute(Op& op) {
   switch (op.kind) {
     case Op::Kind::copy:
+      if (op.cost.count() > 0) std::this_thread::sleep_for(op.cost);
       if (op.fail != Errc::success) {
         pending_failure_ = op.fail;
         return;

@@ -52,6 +52,7 @@ struct Op {
   enum class Kind { copy, record, host_func, wait } kind = Kind::copy;
   std::vector<Segment> segs;
   Errc fail = Errc::success;  // injected at execution
+  std::chrono::nanoseconds cost{0};  // a load path's injected cost (sim::set_load_path_cost)
   std::shared_ptr<SimEvent> ev;
   std::uint64_t gen = 0;
   void (*fn)(void*) = nullptr;

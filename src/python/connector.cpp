@@ -106,7 +106,7 @@ void bind_connector(py::module_& m) {
       .def(py::init([](const py::object& deadline, std::uint64_t tier_bytes, std::string socket,
                        const py::object& request_timeout, int device, std::size_t live_transfers,
                        std::size_t live_lookups, int debug_port, std::string debug_address,
-                       const py::object& idle_spin) {
+                       const py::object& idle_spin, std::string load_path) {
              ConnectorOptions o;
              o.transfer_deadline = millis(deadline, "transfer_deadline");
              o.tier_bytes = tier_bytes;
@@ -118,12 +118,13 @@ void bind_connector(py::module_& m) {
              o.debug_port = debug_port;
              o.debug_address = std::move(debug_address);
              o.reactor_idle_spin = duration_of(idle_spin, "reactor_idle_spin");
+             o.load_path = std::move(load_path);
              return o;
            }),
            py::kw_only(), "transfer_deadline"_a = 60.0, "tier_bytes"_a = 1ull << 30,
            "server_socket"_a = "", "server_request_timeout"_a = 10.0, "device"_a = 0,
            "max_live_transfers"_a = 4096, "max_live_lookups"_a = 4096, "debug_port"_a = -1,
-           "debug_address"_a = "127.0.0.1", "reactor_idle_spin"_a = 0.002)
+           "debug_address"_a = "127.0.0.1", "reactor_idle_spin"_a = 0.002, "load_path"_a = "measure")
       .def_property(
           "transfer_deadline", [](const ConnectorOptions& o) { return seconds_of(o.transfer_deadline); },
           [](ConnectorOptions& o, const py::object& v) { o.transfer_deadline = millis(v, "transfer_deadline"); },
@@ -147,7 +148,11 @@ void bind_connector(py::module_& m) {
           "reactor_idle_spin", [](const ConnectorOptions& o) { return seconds_of(o.reactor_idle_spin); },
           [](ConnectorOptions& o, const py::object& v) { o.reactor_idle_spin = duration_of(v, "reactor_idle_spin"); },
           "Seconds the reactor thread keeps polling for the next call once idle (a busy core); after it the next "
-          "call wakes it (a syscall on the caller's thread). 0: sleep at once.");
+          "call wakes it (a syscall on the caller's thread). 0: sleep at once.")
+      .def_readwrite("load_path", &ConnectorOptions::load_path,
+                     "How loads gather onto the device: 'measure' (both paths timed per segment size at the "
+                     "process's first Connector; each load takes the faster), 'kernel' or 'dma-batch' (forced). "
+                     "Process-wide: the last Connector constructed sets it.");
 
   py::class_<PlaneMemory>(m, "PlaneMemory", "One plane's device memory: the address of block 0 (an int, as "
                                             "tensor.data_ptr() gives it) and the blocks in the pool.")

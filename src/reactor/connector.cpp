@@ -9,6 +9,7 @@
 
 #include <kvstrand/namespace_id.hpp>
 #include "hip/keep_for_process_life.hpp"
+#include "hip/load_path.hpp"
 #include "proto/lease_handoff.hpp"
 #include "reactor/debug_routes.hpp"
 #include "reactor/handoff_queue.hpp"
@@ -63,6 +64,8 @@ std::optional<kv::ConfigError> validate(const ConnectorOptions& o) {
     return kv::ConfigError{"reactor_idle_spin", "must be >= 0 us, got " + std::to_string(o.reactor_idle_spin.count())};
   if (o.max_live_lookups == 0) return kv::ConfigError{"max_live_lookups", "must be > 0"};
   if (!o.http && o.debug_port > 65535) return kv::ConfigError{"debug_port", "must be <= 65535"};
+  if (!hip::parse_load_path(o.load_path))
+    return kv::ConfigError{"load_path", "must be measure, kernel or dma-batch, got '" + o.load_path + "'"};
   if (auto h = http_of(o))
     if (auto e = validate(*h)) return e;
   return std::nullopt;
@@ -76,6 +79,8 @@ Connector::Connector(ConnectorOptions options)
       admission_(options_.max_live_transfers),
       lookups_(options_.max_live_lookups, !options_.server_socket.empty()) {
   if (auto err = validate(options_)) throw std::invalid_argument(err->describe());
+  if (hip::Status s = hip::use_load_path(*hip::parse_load_path(options_.load_path), options_.device); !s.ok())
+    throw std::invalid_argument(kv::ConfigError{"load_path", s.describe()}.describe());
   options_.reactor.device = options_.device;
   options_.reactor.poller.idle_spin = options_.reactor_idle_spin;
   options_.http = http_of(options_);

@@ -114,6 +114,17 @@ std::string tier_json(std::string_view kind, const tier::Index::Stats& t, const 
   return json::serialize(o);
 }
 
+std::string load_path_json(const hip::LoadPaths* paths) {
+  if (!paths) return json::serialize(json::object{{"how", "the built-in rule"}, {"rule", hip::backend::fastest_batch_path()}});
+  json::array classes;
+  for (const hip::LoadPathClass& c : paths->classes)
+    classes.push_back(json::object{{"segment_bytes", c.segment_bytes},
+                                   {"kernel_gbps", c.kernel_gbps},
+                                   {"dma_batch_gbps", c.dma_batch_gbps},
+                                   {"chosen", hip::to_string(c.chosen)}});
+  return json::serialize(json::object{{"how", paths->how}, {"classes", classes}});
+}
+
 std::string prometheus(const ConnectorMetrics& m, const Histogram& step_calls, const tier::Index::Stats& tier,
                        const hip::EventPool::Stats& events, std::size_t live_transfers) {
   PromText p;
@@ -128,6 +139,21 @@ std::string prometheus(const ConnectorMetrics& m, const Histogram& step_calls, c
   p.gauge("kvstrand_tier_used_bytes", "Bytes of the embedded tier in use", static_cast<double>(tier.used_bytes));
   p.gauge("kvstrand_tier_objects", "Objects committed in the embedded tier", static_cast<double>(tier.objects));
   p.gauge("kvstrand_events_live", "Device events the pool holds", static_cast<double>(events.live));
+  if (const hip::LoadPaths* paths = hip::load_paths()) {
+    LabeledCounter rate, chosen;
+    for (const hip::LoadPathClass& c : paths->classes) {
+      const std::string size = std::to_string(c.segment_bytes);
+      for (const hip::LoadPath path : {hip::LoadPath::kernel, hip::LoadPath::dma_batch}) {
+        const std::string l = labels({{"segment_bytes", size}, {"path", hip::to_string(path)}});
+        const double gbps = path == hip::LoadPath::kernel ? c.kernel_gbps : c.dma_batch_gbps;
+        rate[l] = static_cast<std::uint64_t>(gbps * 1e9);
+        chosen[l] = c.chosen == path ? 1 : 0;
+      }
+    }
+    p.gauge("kvstrand_load_path_probe_bytes_per_second",
+            "A load path's rate per segment size, as measured at start (0: not measured, or not available)", rate);
+    p.gauge("kvstrand_load_path_chosen", "1 for the path loads of that segment size take", chosen);
+  }
   p.histogram("kvstrand_load_seconds", "Load latency, posted to completion", m.load_seconds);
   p.histogram("kvstrand_save_seconds", "Save latency, posted to completion", m.save_seconds);
   p.histogram("kvstrand_producer_wait_seconds", "Time transfers waited for the engine's producer event",

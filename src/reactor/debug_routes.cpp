@@ -24,12 +24,15 @@ common::HttpRoutes debug_routes(std::shared_ptr<TransferTable> table,
   routes["/debug/tier"] = [table] {
     return HttpResponse{200, "application/json", tier_json(table->tier->kind(), table->tier->stats(), table->metrics)};
   };
+  routes["/debug/load-path"] = [] {
+    return HttpResponse{200, "application/json", load_path_json(hip::load_paths())};
+  };
   routes["/metrics"] = [table, r, steps = std::move(step_calls)] {
     return HttpResponse{200, "text/plain; version=0.0.4",
                         prometheus(table->metrics, steps->snapshot(), table->tier->stats(), r->events().stats(),
                                    table->live_count())};
   };
-  common::add_debug_page(routes, "kvstrand connector", {"/debug/transfers", "/debug/events", "/debug/tier"});
+  common::add_debug_page(routes, "kvstrand connector", {"/debug/transfers", "/debug/events", "/debug/tier", "/debug/load-path"});
   return routes;
 }
 

@@ -32,15 +32,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// promtool's verdict on a scrape ("" when it accepts it).
-std::string promtool_check(const std::string& metrics) {
-  const auto file = std::filesystem::temp_directory_path() / ("kvstrand-metrics-" + std::to_string(::getpid()));
-  std::ofstream(file) << metrics;
-  auto r = run_process({"/bin/sh", "-c", "/usr/bin/promtool check metrics < " + file.string()});
-  std::filesystem::remove(file);
-  return r.exit_code == 0 ? "" : "promtool: " + r.output;
-}
-
 int tcp_connect(std::uint16_t port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in a{};

@@ -177,6 +177,11 @@ def test_options_kvstrand_cannot_serve_are_refused_naming_them():
     assert e.value.option == "reactor_idle_spin"
     assert kvstrand.ConnectorOptions().reactor_idle_spin == 0.002
     assert kvstrand.ConnectorOptions(reactor_idle_spin=0).reactor_idle_spin == 0
+    with pytest.raises(kvstrand.ConfigError) as e:
+        kvstrand.Connector(load_path="fastest")
+    assert e.value.option == "load_path"
+    assert kvstrand.ConnectorOptions().load_path == "measure"
+    assert kvstrand.ConnectorOptions(load_path="dma-batch").load_path == "dma-batch"
 
 
 def test_a_reactor_that_sleeps_at_once_still_takes_every_call():

@@ -361,6 +361,15 @@ def test_groups_vllm_marks_untransferable_are_skipped_and_an_unknown_attention_s
     assert "group 1's SparseIndexerSpec" in str(e.value)
 
 
+def test_load_path_reaches_the_connector_and_an_unknown_word_is_refused_by_name():
+    assert ConnectorConfig.from_vllm(*configs("/tmp/x.sock", 1, 16, 2, 64)).connector_options().load_path == "measure"
+    cfg = ConnectorConfig.from_vllm(*configs("/tmp/x.sock", 1, 16, 2, 64, load_path="dma-batch"))
+    assert cfg.connector_options().load_path == "dma-batch"
+    with pytest.raises(kvstrand.ConfigError) as e:
+        ConnectorConfig.from_vllm(*configs("/tmp/x.sock", 1, 16, 2, 64, load_path="fastest"))
+    assert e.value.option.endswith("load_path")
+
+
 def test_server_uid_names_another_user_whose_server_is_trusted():
     # The Connector speaks only to a server of its own user or root unless
     # server_uid names another; vLLM's extra config reaches it.

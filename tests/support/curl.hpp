@@ -2,10 +2,13 @@
 // debug endpoint (the Connector's or kvstrand-server's).
 #pragma once
 
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -42,6 +45,15 @@ inline bool curl_present() {
   if (have("/usr/bin/curl")) return true;
   WARN("skipped: /usr/bin/curl missing (scripts/bootstrap.sh --test installs it)");
   return false;
+}
+
+// promtool's verdict on a scrape ("" when it accepts it).
+inline std::string promtool_check(const std::string& metrics) {
+  const auto file = std::filesystem::temp_directory_path() / ("kvstrand-metrics-" + std::to_string(::getpid()));
+  std::ofstream(file) << metrics;
+  auto r = run_process({"/bin/sh", "-c", "/usr/bin/promtool check metrics < " + file.string()});
+  std::filesystem::remove(file);
+  return r.exit_code == 0 ? "" : "promtool: " + r.output;
 }
 
 using common::free_port;

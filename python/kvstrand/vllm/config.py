@@ -39,6 +39,10 @@ Extra config keys (a demanding default for each but the socket):
                        on the node and every medium: each save sends its
                        chunks' vLLM block hashes along; this engine
                        announces none of the tier's blocks itself)
+  load_path            how loads gather onto the GPU: "measure" (default:
+                       the gather kernel and one batched DMA call timed per
+                       segment size at start, each load takes the faster),
+                       "kernel" or "dma-batch"
 
 KV-cache groups: one kvstrand registration per attention group vLLM's
 (hybrid) allocator presents, full attention and sliding window. Mamba /
@@ -222,6 +226,7 @@ class ConnectorConfig:
     replicated_across_tp: bool
     tier_events: str
     num_blocks: int
+    load_path: str = "measure"
     groups: list = field(default_factory=list)        # attention groups: one registration each
     state_groups: list = field(default_factory=list)  # Mamba groups (align mode): checkpoints of groups[0]
     speculative_tokens: int = 0
@@ -356,6 +361,7 @@ class ConnectorConfig:
             drop_on_reset=get("drop_on_reset", False, bool),
             replicated_across_tp=get("replicated_across_tp", False, bool),
             tier_events=get("tier_events", "engine", str),
+            load_path=get("load_path", "measure", str),
             num_blocks=int(getattr(kv_cache_config, "num_blocks", 0)),
             groups=groups,
             state_groups=state_groups,
@@ -368,6 +374,9 @@ class ConnectorConfig:
             raise config_error(OPTION_PREFIX + "tenant", why)
         if cfg.tier_events not in ("engine", "server"):
             raise config_error(OPTION_PREFIX + "tier_events", f"{cfg.tier_events!r} is not \"engine\" or \"server\"")
+        if cfg.load_path not in ("measure", "kernel", "dma-batch"):
+            raise config_error(OPTION_PREFIX + "load_path",
+                               f"{cfg.load_path!r} is not \"measure\", \"kernel\" or \"dma-batch\"")
         if cfg.max_load_failures < 0:
             raise config_error(OPTION_PREFIX + "max_load_failures", f"{cfg.max_load_failures} is negative")
         if extra:
@@ -407,7 +416,7 @@ class ConnectorConfig:
 
     def connector_options(self):
         o = kvstrand.ConnectorOptions(server_socket=self.server_socket, transfer_deadline=self.transfer_deadline_s,
-                                      server_request_timeout=self.request_timeout_s)
+                                      server_request_timeout=self.request_timeout_s, load_path=self.load_path)
         o.server_uid = self.server_uid
         return o
 

@@ -1,0 +1,31 @@
+// kvstrand's load path as measured on this host (hip/load_path.hpp), for
+// bench_gather to print beside its own rows: bench_gather is CUDA C++17
+// and cannot include kvstrand's C++20 headers, so it calls these.
+#include <optional>
+#include <string>
+
+#include "hip/load_path.hpp"
+#include "hip/load_path_probe.hpp"
+
+namespace {
+std::optional<kvstrand::hip::LoadPaths> g_paths;
+std::string g_said;
+}  // namespace
+
+// Measures (the default probe, on the current device); what it found, in
+// one line, or why it could not.
+extern "C" const char* kvstrand_bench_measure_load_paths() {
+  auto got = kvstrand::hip::measure_load_paths();
+  if (!got.ok()) {
+    g_said = "not measured: " + got.status().describe();
+    return g_said.c_str();
+  }
+  g_paths = std::move(got).value();
+  g_said = g_paths->describe();
+  return g_said.c_str();
+}
+
+// The path a load whose mean segment is `mean_segment_bytes` takes.
+extern "C" const char* kvstrand_bench_load_path_for(unsigned long long mean_segment_bytes) {
+  return g_paths ? kvstrand::hip::to_string(g_paths->path_for(mean_segment_bytes)) : "not measured";
+}

@@ -1,0 +1,134 @@
+#include "hip/load_path.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <cmath>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "hip/backend.hpp"
+#include "hip/load_path_probe.hpp"
+
+namespace kvstrand::hip {
+
+const char* to_string(LoadPath p) noexcept { return p == LoadPath::kernel ? "kernel" : "dma-batch"; }
+
+LoadPath choose(double kernel_gbps, double dma_batch_gbps) noexcept {
+  if (dma_batch_gbps <= 0) return LoadPath::kernel;
+  if (kernel_gbps <= 0) return LoadPath::dma_batch;
+  return dma_batch_gbps >= kernel_gbps * (1 - kPreferCopyEngines) ? LoadPath::dma_batch : LoadPath::kernel;
+}
+
+LoadPath LoadPaths::path_for(std::uint64_t mean_segment_bytes) const noexcept {
+  if (classes.empty()) return LoadPath::kernel;
+  const double want = std::log2(static_cast<double>(std::max<std::uint64_t>(mean_segment_bytes, 1)));
+  const LoadPathClass* best = &classes.front();
+  for (const LoadPathClass& c : classes)
+    if (std::abs(std::log2(static_cast<double>(c.segment_bytes)) - want) <
+        std::abs(std::log2(static_cast<double>(best->segment_bytes)) - want))
+      best = &c;
+  return best->chosen;
+}
+
+std::string LoadPaths::describe() const {
+  std::string out = how + ":";
+  for (const LoadPathClass& c : classes) {
+    const std::uint64_t b = c.segment_bytes;
+    const std::string size = b >= (1u << 20) && b % (1u << 20) == 0 ? std::to_string(b >> 20) + " MiB"
+                             : b >= 1024 && b % 1024 == 0         ? std::to_string(b >> 10) + " KiB"
+                                                                  : std::to_string(b) + " B";
+    out += fmt::format(" {} {} (kernel {:.1f}, dma-batch {:.1f} GB/s);", size, to_string(c.chosen), c.kernel_gbps,
+                       c.dma_batch_gbps);
+  }
+  out.pop_back();
+  return out;
+}
+
+std::optional<LoadPathOption> parse_load_path(std::string_view option) noexcept {
+  if (option == "measure") return LoadPathOption::measure;
+  if (option == "kernel") return LoadPathOption::kernel;
+  if (option == "dma-batch") return LoadPathOption::dma_batch;
+  return std::nullopt;
+}
+
+namespace {
+
+std::mutex g_mutex;
+// Every table ever set, kept for the process's life: copy_batch on a
+// strand may still be reading the one replaced (a few per process).
+std::deque<std::unique_ptr<const LoadPaths>> g_kept;
+std::atomic<const LoadPaths*> g_current{nullptr};
+std::optional<LoadPaths> g_measured;  // under g_mutex
+bool g_probed = false;                // under g_mutex: measured, or found nothing to measure
+
+void set_locked(std::optional<LoadPaths> paths) {
+  if (!paths) {
+    g_current.store(nullptr, std::memory_order_release);
+    return;
+  }
+  g_kept.push_back(std::make_unique<const LoadPaths>(std::move(*paths)));
+  g_current.store(g_kept.back().get(), std::memory_order_release);
+}
+
+LoadPaths forced(LoadPath p) {
+  return {{{1, 0, 0, p}}, std::string("load_path=") + to_string(p)};
+}
+
+}  // namespace
+
+const LoadPaths* load_paths() noexcept { return g_current.load(std::memory_order_acquire); }
+
+void set_load_paths(std::optional<LoadPaths> paths) {
+  std::lock_guard lk(g_mutex);
+  set_locked(std::move(paths));
+}
+
+void forget_load_paths() {
+  std::lock_guard lk(g_mutex);
+  set_locked(std::nullopt);
+  g_measured.reset();
+  g_probed = false;
+}
+
+Status use_load_path(LoadPathOption option, int device) {
+  std::lock_guard lk(g_mutex);
+  if (option != LoadPathOption::measure) {
+    const LoadPath p = option == LoadPathOption::kernel ? LoadPath::kernel : LoadPath::dma_batch;
+    if (!backend::batch_via_available(p == LoadPath::kernel ? backend::BatchVia::kernel : backend::BatchVia::dma_batch))
+      return {Errc::not_supported, std::string("load_path=") + to_string(p),
+              std::string("the ") + backend::name() + " backend has no " +
+                  (p == LoadPath::kernel ? "gather kernel" : "batched DMA call (CUDA 12.8 and a driver that takes it)")};
+    set_locked(forced(p));
+    return {};
+  }
+  if (!g_probed) {
+    g_probed = true;
+    if (backend::load_paths_differ()) {
+      // On a thread of its own: the probe needs `device` current, and the
+      // caller's thread (the engine's) keeps whatever device it had.
+      std::optional<Result<LoadPaths>> got;
+      std::thread([&] {
+        if (Status s = backend::set_device(device); !s.ok()) {
+          got.emplace(s);
+          return;
+        }
+        got.emplace(measure_load_paths());
+      }).join();
+      if (got->ok()) {
+        g_measured = std::move(*got).value();
+        g_measured->how = "measured on device " + std::to_string(device) + " " + g_measured->how;
+        spdlog::info("kvstrand: loads' path {}", g_measured->describe());
+      } else {
+        spdlog::warn("kvstrand: load_path=measure: the probe failed ({}); loads follow the built-in rule: {}",
+                     got->status().describe(), backend::fastest_batch_path());
+      }
+    }
+  }
+  set_locked(g_measured);
+  return {};
+}
+
+}  // namespace kvstrand::hip

@@ -1,0 +1,84 @@
+// Which way a load's scattered segments go from pinned host memory to the
+// device: the SMs' gather kernel or one batched DMA call (the copy
+// engines gather), per segment-size class, chosen by timing both on the
+// host it runs on (load_path_probe.hpp).
+//
+// Why measured and not a rule: which is faster depends on the host, not on
+// the GPU model. On one H100 host the SMs read pinned host memory near the
+// copy engines' rate and the kernel won below 1 MiB segments; on another
+// they read it at 33 GB/s against the copy engines' 54, and the DMA batch
+// loaded the reference geometry about 40 % faster (issue 66;
+// docs/performance-history.md). A fixed rule loses on one of them.
+//
+// Loads (host to device) only. Saves keep one DMA batch: a kernel's reads
+// of device memory contend across processes, which one process's probe
+// cannot see (docs/performance-history.md, fifteenth run).
+//
+// The choice is process-wide, as copy_batch's path is: an engine process
+// drives one device. copy_batch reads it lock-free on the strand; it is
+// replaced only by a Connector's construction (use_load_path).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "hip/status.hpp"
+
+namespace kvstrand::hip {
+
+enum class LoadPath { kernel, dma_batch };
+const char* to_string(LoadPath p) noexcept;
+
+// One segment size's probe: each path's rate (0: not available, or not
+// measured because forced) and the path loads of that size take.
+struct LoadPathClass {
+  std::uint64_t segment_bytes = 0;
+  double kernel_gbps = 0;
+  double dma_batch_gbps = 0;
+  LoadPath chosen = LoadPath::kernel;
+};
+
+struct LoadPaths {
+  std::vector<LoadPathClass> classes;  // ascending segment_bytes, at least one
+  std::string how;                     // "measured on device 0 in 0.21 s", "load_path=kernel"
+  // The chosen path of the class nearest `mean_segment_bytes` on a log
+  // scale (a 148 KiB segment takes the 128 KiB class's).
+  LoadPath path_for(std::uint64_t mean_segment_bytes) const noexcept;
+  // One line: how, then each class's size, rates and choice.
+  std::string describe() const;
+};
+
+// Within this fraction the copy engines are taken: they leave the SMs to
+// the engine's own kernels, and their rate varies less across hosts.
+inline constexpr double kPreferCopyEngines = 0.03;
+// The faster path; a rate of 0 (unavailable) never wins.
+LoadPath choose(double kernel_gbps, double dma_batch_gbps) noexcept;
+
+// What ConnectorOptions::load_path may say: "measure", "kernel",
+// "dma-batch". Anything else: nullopt.
+enum class LoadPathOption { measure, kernel, dma_batch };
+std::optional<LoadPathOption> parse_load_path(std::string_view option) noexcept;
+
+// What copy_batch's loads follow now: nullptr until a Connector chose one
+// (then the backend's built-in rule applies).
+const LoadPaths* load_paths() noexcept;
+// Replaces it (nullopt: back to the built-in rule). Never on the strand's
+// hot path: a Connector's construction, a test, a benchmark.
+void set_load_paths(std::optional<LoadPaths> paths);
+
+// A Connector's construction: `forced` paths are set as they are; measure
+// times both paths on `device` once per process (the first Connector that
+// asks; later ones reuse it) and sets the result. Blocks the calling thread
+// for the probe (a fraction of a second, once). A probe that cannot run
+// (device memory taken, say) leaves the built-in rule, with a warning:
+// loads still work, at the rule's speed.
+// Errc::not_supported: a forced path this backend does not have.
+Status use_load_path(LoadPathOption option, int device);
+// Tests and benchmarks: forgets the measurement too, so that the next
+// use_load_path(measure) probes again.
+void forget_load_paths();
+
+}  // namespace kvstrand::hip

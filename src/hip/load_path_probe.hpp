@@ -1,0 +1,32 @@
+// Times the two load paths (load_path.hpp) on this host. For each segment
+// size: pinned host memory copied to device memory as scattered segments
+// (each lands apart from the last on the device, so nothing coalesces), by
+// the gather kernel and by one DMA batch, the same bytes each way; each
+// path's rate is its best of a few rounds of back-to-back copies, the
+// stream synchronized around each round. Blocks the calling thread: never
+// on the reactor strand. Uses the calling thread's current device.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "hip/load_path.hpp"
+
+namespace kvstrand::hip {
+
+struct LoadPathProbeOptions {
+  // 4 KiB to 4 MiB by powers of two: vLLM's paged blocks (4-32 KiB) to a
+  // hybrid model's state (MiBs). A size over half of probe_bytes is skipped.
+  std::vector<std::uint64_t> segment_bytes = default_segment_sizes();
+  // The bytes each copy moves: about one reference load (141 segments of
+  // ~148 KiB), so that every size runs at the rate a real load sees.
+  std::uint64_t probe_bytes = 16ull << 20;
+  int rounds = 3;
+  int copies_per_round = 3;
+
+  static std::vector<std::uint64_t> default_segment_sizes();
+};
+
+Result<LoadPaths> measure_load_paths(const LoadPathProbeOptions& options = {});
+
+}  // namespace kvstrand::hip

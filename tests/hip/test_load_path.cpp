@@ -1,0 +1,164 @@
+// A load's path chosen by measurement (hip/load_path.hpp): the choice rule,
+// the class a batch falls in, the probe against a sim host where one path is
+// slow for some sizes, and copy_batch following what was chosen. The
+// Connector's option: tests/reactor/test_connector_load_path.cpp.
+#include <chrono>
+#include <cstring>
+
+#include "hip/load_path.hpp"
+#include "load_path_reset.hpp"
+#include "hip/load_path_probe.hpp"
+#include "support.hpp"
+
+using namespace kvstrand;
+using namespace kvstrand::test;
+using namespace std::chrono_literals;
+using hip::LoadPath;
+
+namespace {
+
+// `n` segments of `size` bytes, host side contiguous, each device segment
+// one segment's length apart from the last (nothing coalesces).
+std::vector<hip::Segment> scattered(const hip::PinnedBuffer& host, const hip::DeviceBuffer& dev, std::size_t n,
+                                    std::size_t size) {
+  std::vector<hip::Segment> segs;
+  for (std::size_t i = 0; i < n; ++i) segs.push_back({host.data() + i * size, dev.data() + 2 * i * size, size});
+  return segs;
+}
+
+}  // namespace
+
+TEST_CASE("load path: the faster path is chosen, the copy engines within 3 %, an unavailable path never",
+          "[load_path]") {
+  CHECK(hip::choose(30, 50) == LoadPath::dma_batch);
+  CHECK(hip::choose(50, 30) == LoadPath::kernel);
+  CHECK(hip::choose(50, 49) == LoadPath::dma_batch);  // within 3 %: the SMs stay the engine's
+  CHECK(hip::choose(50, 48) == LoadPath::kernel);     // 4 % slower: not
+  CHECK(hip::choose(50, 0) == LoadPath::kernel);
+  CHECK(hip::choose(0, 10) == LoadPath::dma_batch);
+}
+
+TEST_CASE("load path: a batch takes the choice of the class nearest its mean segment size, on a log scale",
+          "[load_path]") {
+  hip::LoadPaths p;
+  p.classes = {{4096, 0, 0, LoadPath::kernel}, {128 << 10, 0, 0, LoadPath::dma_batch}, {1 << 20, 0, 0, LoadPath::kernel}};
+  CHECK(p.path_for(4096) == LoadPath::kernel);
+  CHECK(p.path_for(148 << 10) == LoadPath::dma_batch);  // the reference load's segments
+  CHECK(p.path_for(10 << 10) == LoadPath::kernel);      // 2^13.3: nearer 2^12 than 2^17
+  CHECK(p.path_for(300 << 10) == LoadPath::dma_batch);  // 2^18.2: nearer 2^17 than 2^20
+  CHECK(p.path_for(700 << 10) == LoadPath::kernel);     // 2^19.5
+  CHECK(p.path_for(1ull << 30) == LoadPath::kernel);    // past the largest
+  CHECK(p.path_for(0) == LoadPath::kernel);             // below the smallest
+  p.how = "measured";
+  const std::string said = p.describe();
+  CHECK(said.find("4 KiB kernel") != std::string::npos);
+  CHECK(said.find("128 KiB dma-batch") != std::string::npos);
+  CHECK(said.find("1 MiB kernel") != std::string::npos);
+}
+
+TEST_CASE("load path: the option's words", "[load_path]") {
+  CHECK(hip::parse_load_path("measure") == hip::LoadPathOption::measure);
+  CHECK(hip::parse_load_path("kernel") == hip::LoadPathOption::kernel);
+  CHECK(hip::parse_load_path("dma-batch") == hip::LoadPathOption::dma_batch);
+  for (const char* bad : {"", "dma_batch", "Kernel", "fastest", "measure "}) CHECK_FALSE(hip::parse_load_path(bad));
+}
+
+TEST_CASE("load path: the probe finds the kernel faster for small segments and the DMA batch for large ones on a "
+          "host where that is so",
+          "[load_path][sim]") {
+  if (!sim_hooks_present()) return;
+  LoadPathReset reset;
+  // The copy engines pay per segment, the SMs per byte: 4 KiB segments by
+  // the DMA batch cost 128 x 40 us a copy against the kernel's 2 ms; 128
+  // KiB segments 4 x 40 us against the same 2 ms.
+  require_ok(hip::sim::set_load_path_cost(LoadPath::dma_batch, 40us, 0ns));
+  require_ok(hip::sim::set_load_path_cost(LoadPath::kernel, 0ns, 4ms));
+  hip::LoadPathProbeOptions o;
+  o.segment_bytes = {4096, 128 << 10, 1 << 20};  // 1 MiB does not fit twice in 512 KiB: skipped
+  o.probe_bytes = 512 << 10;
+  const auto kernel_before = hip::sim::batches_by(LoadPath::kernel);
+  const auto dma_before = hip::sim::batches_by(LoadPath::dma_batch);
+  auto got = hip::measure_load_paths(o);
+  require_ok(got.status());
+  REQUIRE(got->classes.size() == 2);
+  CHECK(got->classes[0].segment_bytes == 4096);
+  CHECK(got->classes[0].chosen == LoadPath::kernel);
+  CHECK(got->classes[0].kernel_gbps > got->classes[0].dma_batch_gbps);
+  CHECK(got->classes[1].segment_bytes == (128 << 10));
+  CHECK(got->classes[1].chosen == LoadPath::dma_batch);
+  CHECK(got->classes[1].dma_batch_gbps > got->classes[1].kernel_gbps);
+  // Each path ran: a warm-up copy, then rounds x copies, for each size.
+  const std::uint64_t each = 2 * (1 + o.rounds * o.copies_per_round);
+  CHECK(hip::sim::batches_by(LoadPath::kernel) - kernel_before == each);
+  CHECK(hip::sim::batches_by(LoadPath::dma_batch) - dma_before == each);
+  CHECK(got->how.find(" s") != std::string::npos);
+}
+
+TEST_CASE("load path: copy_batch sends a load by the path chosen for its segments' size, saves and an unset choice "
+          "by the built-in rule, every byte in place",
+          "[load_path][sim]") {
+  if (!sim_hooks_present()) return;
+  LoadPathReset reset;
+  auto s = must(hip::Stream::create());
+  auto host = must(hip::PinnedBuffer::allocate(1 << 20));
+  auto dev = must(hip::DeviceBuffer::allocate(2 << 20));
+  for (std::size_t i = 0; i < host.size(); ++i) host.data()[i] = static_cast<std::byte>(i * 7 + 3);
+  hip::LoadPaths p;
+  p.classes = {{4096, 0, 0, LoadPath::kernel}, {128 << 10, 0, 0, LoadPath::dma_batch}};
+  p.how = "test";
+  hip::set_load_paths(p);
+  REQUIRE(hip::load_paths() != nullptr);
+  const auto count = [] {
+    return std::pair{hip::sim::batches_by(LoadPath::kernel), hip::sim::batches_by(LoadPath::dma_batch)};
+  };
+  auto [k0, d0] = count();
+  require_ok(hip::copy_batch(s, hip::CopyKind::host_to_device, scattered(host, dev, 16, 4096)));
+  CHECK(count() == std::pair{k0 + 1, d0});
+  require_ok(hip::copy_batch(s, hip::CopyKind::host_to_device, scattered(host, dev, 4, 128 << 10)));
+  CHECK(count() == std::pair{k0 + 1, d0 + 1});
+  require_ok(s.synchronize());
+  for (std::size_t i = 0; i < 4; ++i)  // the last copy's bytes, each segment where it was sent
+    REQUIRE(std::memcmp(dev.data() + 2 * i * (128 << 10), host.data() + i * (128 << 10), 128 << 10) == 0);
+  // A save (device to host) is not a load: the built-in rule.
+  std::vector<hip::Segment> back;
+  for (std::size_t i = 0; i < 16; ++i) back.push_back({dev.data() + 2 * i * 4096, host.data() + i * 4096, 4096});
+  require_ok(hip::copy_batch(s, hip::CopyKind::device_to_host, back));
+  CHECK(count() == std::pair{k0 + 1, d0 + 1});
+  // Nothing chosen: the built-in rule.
+  hip::set_load_paths(std::nullopt);
+  require_ok(hip::copy_batch(s, hip::CopyKind::host_to_device, scattered(host, dev, 16, 4096)));
+  CHECK(count() == std::pair{k0 + 1, d0 + 1});
+  require_ok(s.synchronize());
+}
+
+TEST_CASE("load path: measure probes once a process, a forced path replaces it, the sim's paths alike are not "
+          "measured",
+          "[load_path][sim]") {
+  if (!sim_hooks_present()) return;
+  LoadPathReset reset;
+  hip::forget_load_paths();
+  // Both paths cost the same: nothing to choose, the built-in rule stays.
+  require_ok(hip::use_load_path(hip::LoadPathOption::measure, 0));
+  CHECK(hip::load_paths() == nullptr);
+  hip::forget_load_paths();
+  require_ok(hip::sim::set_load_path_cost(LoadPath::dma_batch, 5us, 0ns));
+  const auto before = hip::sim::batches_by(LoadPath::dma_batch);
+  require_ok(hip::use_load_path(hip::LoadPathOption::measure, 0));
+  const hip::LoadPaths* measured = hip::load_paths();
+  REQUIRE(measured != nullptr);
+  CHECK(measured->how.rfind("measured on device 0 in ", 0) == 0);
+  CHECK(measured->classes.size() == hip::LoadPathProbeOptions::default_segment_sizes().size());
+  CHECK(measured->path_for(4096) == LoadPath::kernel);  // 4096 segments x 5 us by the copy engines
+  const auto probed = hip::sim::batches_by(LoadPath::dma_batch);
+  CHECK(probed > before);
+  // Forced: as asked, nothing measured.
+  require_ok(hip::use_load_path(hip::LoadPathOption::dma_batch, 0));
+  REQUIRE(hip::load_paths() != nullptr);
+  CHECK(hip::load_paths()->how == "load_path=dma-batch");
+  CHECK(hip::load_paths()->path_for(4096) == LoadPath::dma_batch);
+  // Measure again: the first probe's table, not a second probe.
+  require_ok(hip::use_load_path(hip::LoadPathOption::measure, 0));
+  CHECK(hip::load_paths() != nullptr);
+  CHECK(hip::load_paths()->how == measured->how);
+  CHECK(hip::sim::batches_by(LoadPath::dma_batch) == probed);
+}

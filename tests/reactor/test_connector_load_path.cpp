@@ -1,0 +1,85 @@
+// The Connector's load_path option (ConnectorOptions::load_path): measured
+// at construction on a sim host where one path is slow, loads follow the
+// choice byte for byte, the debug endpoint and the metrics say what was
+// chosen; a forced path is followed; an unknown word is refused by name.
+// The choice itself: tests/hip/test_load_path.cpp.
+#include <boost/json.hpp>
+
+#include "connector_rig.hpp"
+#include "curl.hpp"
+#include "hip/load_path.hpp"
+#include "load_path_reset.hpp"
+
+using namespace kvstrand;
+using namespace kvstrand::test;
+using namespace std::chrono_literals;
+using hip::LoadPath;
+
+namespace {
+
+std::pair<std::uint64_t, std::uint64_t> batches() {
+  return {hip::sim::batches_by(LoadPath::kernel), hip::sim::batches_by(LoadPath::dma_batch)};
+}
+
+}  // namespace
+
+TEST_CASE("connector: load_path=measure on a host whose copy engines are slow for small segments: loads of 2 KiB "
+          "blocks go by the kernel, byte for byte, and /debug/load-path and /metrics say so",
+          "[reactor][load_path][http]") {
+  if (!device_present() || !sim_hooks_present() || !curl_present()) return;
+  LoadPathReset reset;
+  hip::forget_load_paths();
+  require_ok(hip::sim::set_load_path_cost(LoadPath::dma_batch, 5us, 0ns));
+  reactor::ConnectorOptions o;
+  o.http = common::HttpOptions{};
+  Rig rig(o);  // measures here, once for the process
+  REQUIRE(hip::load_paths() != nullptr);
+  REQUIRE(hip::load_paths()->path_for(Rig::kPlaneBlockBytes) == LoadPath::kernel);
+  const auto [kernel, dma] = batches();
+  rig.round_trip();  // its load's blocks are scattered: a batch of 2 KiB segments
+  CHECK(batches().first > kernel);
+  CHECK(batches().second == dma);
+
+  const auto port = rig.conn->http_port();
+  const auto got = curl(port, "/debug/load-path");
+  REQUIRE(got.code == 200);
+  const auto j = boost::json::parse(got.body).as_object();
+  CHECK(std::string(j.at("how").as_string()).rfind("measured on device 0 in ", 0) == 0);
+  const auto& classes = j.at("classes").as_array();
+  REQUIRE(classes.size() == 11);  // 4 KiB to 4 MiB
+  CHECK(classes[0].as_object().at("segment_bytes").as_int64() == 4096);
+  CHECK(classes[0].as_object().at("chosen").as_string() == "kernel");
+  CHECK(classes[0].as_object().at("kernel_gbps").as_double() > classes[0].as_object().at("dma_batch_gbps").as_double());
+  const std::string metrics = curl(port, "/metrics").body;
+  CHECK(metrics.find("kvstrand_load_path_chosen{segment_bytes=\"4096\",path=\"kernel\"} 1\n") != std::string::npos);
+  CHECK(metrics.find("kvstrand_load_path_chosen{segment_bytes=\"4096\",path=\"dma-batch\"} 0\n") != std::string::npos);
+  CHECK(metrics.find("kvstrand_load_path_probe_bytes_per_second{segment_bytes=\"4194304\",path=\"kernel\"}") !=
+        std::string::npos);
+  if (have("/usr/bin/promtool")) CHECK(promtool_check(metrics).empty());
+}
+
+TEST_CASE("connector: load_path=dma-batch sends every load to the copy engines, byte for byte; an unknown word is "
+          "refused naming the option",
+          "[reactor][load_path]") {
+  if (!device_present() || !sim_hooks_present()) return;
+  LoadPathReset reset;
+  reactor::ConnectorOptions o;
+  o.load_path = "dma-batch";
+  Rig rig(o);
+  REQUIRE(hip::load_paths() != nullptr);
+  CHECK(hip::load_paths()->how == "load_path=dma-batch");
+  const auto [kernel, dma] = batches();
+  rig.round_trip();
+  CHECK(batches().first == kernel);
+  CHECK(batches().second > dma);
+
+  reactor::ConnectorOptions bad;
+  bad.load_path = "fastest";
+  try {
+    reactor::Connector c(bad);
+    FAIL("load_path=fastest was accepted");
+  } catch (const std::invalid_argument& e) {
+    CHECK(std::string(e.what()).find("load_path") != std::string::npos);
+    CHECK(std::string(e.what()).find("measure, kernel or dma-batch") != std::string::npos);
+  }
+}
