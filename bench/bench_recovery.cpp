@@ -85,6 +85,7 @@ Figures run(std::uint64_t n) {
     const std::size_t before = heap();
     tier::ObjectTable table(arena, bytes, kSlab);
     auto classes = std::make_unique<tier::SizeClasses>(kSlab, &table);
+    classes->set_slab_count(slabs);  // as the server's classes know the arena's
     for (std::uint32_t s = 0; s < slabs; ++s) classes->add_slab(s);
     tier::Index& idx = *classes->index(kObject);
     bool none[16] = {};
@@ -109,6 +110,7 @@ Figures run(std::uint64_t n) {
   }
   tier::ObjectTable table(arena, bytes, kSlab);
   tier::SizeClasses classes(kSlab, &table);
+  classes.set_slab_count(slabs);
   const auto t0 = Clock::now();
   const server::Recovery r = server::recover(table, classes);
   f.restart_s = seconds_since(t0);

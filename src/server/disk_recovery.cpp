@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <map>
 #include <optional>
 
 #include "tier/object_header.hpp"
@@ -44,6 +45,14 @@ DiskRecovery recover_disk(DiskRing& ring, const std::vector<DiskFile>& files, st
     }
     object_of[e] = x->object_bytes;
   });
+  // Each class's index sized for all its extents at once, as a named
+  // arena's restart does (server/arena_recovery.cpp): adopted extent by
+  // extent, it would grow once an extent.
+  std::map<std::uint64_t, std::uint64_t> slots_of;
+  for (const std::uint64_t object_bytes : object_of)
+    if (object_bytes != 0) slots_of[object_bytes] += disk.geometry(object_bytes).per_slab;
+  for (const auto& [object_bytes, slots] : slots_of)
+    if (tier::Index* idx = disk.index(object_bytes)) idx->reserve_slots(slots);
   for (std::uint32_t e = 0; e < total_extents; ++e) {
     const std::uint64_t object_bytes = object_of[e];
     if (object_bytes == 0) continue;

@@ -100,6 +100,7 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
       files.push_back(open_disk_file(opt.paths[i], mine * extent_bytes, extent_bytes));
     }
     total_extents = static_cast<std::uint32_t>(extents);
+    disk.set_slab_count(total_extents);
     auto fault = disk_fault_from_env();
     if (!fault) throw std::runtime_error(fault.why());
     const unsigned blocks = opt.depth;  // objects in flight, reads and writes together

@@ -479,11 +479,13 @@ void TierServer::Impl::open_arena() {
   const std::uint64_t align = opt.disk ? kDiskBlock : 1;
   if (!named) {
     classes.emplace(arena->slab_bytes(), nullptr, tier::SlotShape{align, 0, 0});
+    classes->set_slab_count(arena->slab_count());
     if (pools->pools() > 1) classes->set_pools(pools->ends());
     return;
   }
   table.emplace(arena_map, arena->bytes(), arena->slab_bytes(), align);
   classes.emplace(arena->slab_bytes(), &*table);
+  classes->set_slab_count(arena->slab_count());
   recovery.named = true;
   if (!arena->reopened()) {
     spdlog::info("kvstrand-server: a new arena at {} ({})", arena->path(), common::format_bytes(arena->bytes()));

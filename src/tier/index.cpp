@@ -2,6 +2,7 @@
 
 #include <sys/random.h>
 
+#include <algorithm>
 #include <cstdint>
 
 namespace kvstrand::tier {
@@ -19,7 +20,16 @@ void Index::add_slots(std::uint32_t count) {
   // Every allocation first, the largest first, then nothing that can
   // throw: a slab that cannot be indexed (std::bad_alloc) leaves the index
   // as it was.
-  objects_.reserve(static_cast<std::size_t>(slots_) + count);
+  const std::size_t need = static_cast<std::size_t>(slots_) + count;
+  if (objects_.capacity() < need) {
+    // A quarter more room than needed: reserved exactly, each slab added
+    // would copy every entry before it (a fill of 10M objects quadratic, a
+    // strand stalled longer at each new slab: docs/PERFORMANCE.md,
+    // bench_recovery). Never past the most slots this index can have
+    // (--max-index-bytes counts those).
+    const std::size_t grown = std::max(need, objects_.capacity() + objects_.capacity() / 4);
+    objects_.reserve(std::max<std::size_t>(need, std::min<std::uint64_t>(grown, slot_limit_)));
+  }
   std::vector<std::uint32_t> free_list;
   free_list.reserve(free_.size() + count);
   std::size_t capacity = 16;

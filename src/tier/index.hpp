@@ -101,6 +101,12 @@ class Index {
   // one by one (a restart adopting thousands): added one at a time, each
   // slab would copy every entry before it.
   void reserve_slots(std::uint64_t count) { objects_.reserve(static_cast<std::size_t>(slots_) + count); }
+  // The most slots this index will ever have (its class given every slab
+  // of its pool): add_slots grows its room ahead by a quarter, never past
+  // this. Unset: no bound on that room.
+  void limit_slots(std::uint64_t most) noexcept { slot_limit_ = most; }
+  // Slots the index has room for without growing (>= slots()).
+  std::size_t slot_room() const noexcept { return objects_.capacity(); }
   // What one slot costs the index in memory at most: its object entry, its
   // free-list entry, and its two key-table entries (the table's load is at
   // most a half). The server bounds a size class's index by it
@@ -296,6 +302,7 @@ class Index {
   Listener* observer_ = nullptr;
   TenantBook* tenants_ = nullptr;
   std::uint32_t slots_ = 0;
+  std::uint64_t slot_limit_ = UINT64_MAX;  // limit_slots
   std::vector<std::uint32_t> free_;
   std::vector<Object> objects_;       // by slot
   std::vector<std::uint64_t> table_;  // key -> slot

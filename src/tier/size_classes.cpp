@@ -43,6 +43,11 @@ Index* SizeClasses::index(std::uint64_t object_bytes, std::size_t pool) {
   c.stride = g.stride;
   c.pool = pool;
   c.index = std::make_unique<Index>(object_bytes);
+  if (slab_count_ != 0) {
+    const std::uint64_t pool_slabs =
+        pool_ends_.empty() ? slab_count_ : pool_ends_[pool] - (pool == 0 ? 0 : pool_ends_[pool - 1]);
+    c.index->limit_slots(pool_slabs * g.per_slab);
+  }
   c.index->issue_random_holds(static_cast<HoldId>(classes_.size() + 1) << kClassShift);
   if (tenants_) c.index->set_tenants(tenants_);
   if (table_) {

@@ -73,6 +73,10 @@ class SizeClasses {
   SizeClasses(const SizeClasses&) = delete;
   SizeClasses& operator=(const SizeClasses&) = delete;
 
+  // How many slabs there are in all (the arena's, the disk's extents),
+  // before any class is made: each class's index then never makes room for
+  // more slots than its pool's slabs hold (Index::limit_slots).
+  void set_slab_count(std::uint32_t slabs) noexcept { slab_count_ = slabs; }
   // Splits the slabs into pools before any is added: pool p is slabs
   // [ends[p-1], ends[p]) (pool 0 from slab 0). Unset: one pool of them all.
   void set_pools(std::vector<std::uint32_t> ends);
@@ -173,6 +177,7 @@ class SizeClasses {
   TenantBook* tenants_ = nullptr;
   std::vector<bool> adopted_;  // by slab: a class has it from the earlier life
   std::vector<std::uint32_t> pool_ends_;  // set_pools; empty: one pool
+  std::uint32_t slab_count_ = 0;          // set_slab_count; 0: unknown
   // By pool, lowest first: the filler populates in order.
   std::vector<std::deque<std::uint32_t>> free_slabs_ = std::vector<std::deque<std::uint32_t>>(1);
   std::vector<Class> classes_;

@@ -496,3 +496,27 @@ TEST_CASE("index: a reserve that runs out of memory part-way takes nothing, and 
   REQUIRE(served);
 #endif
 }
+
+TEST_CASE("index: slabs added one at a time grow its room a quarter ahead, not a slab at a time, and never past "
+          "limit_slots",
+          "[tier][index]") {
+  tier::Index idx(64);
+  idx.limit_slots(10'000);
+  std::size_t grew = 0, room = 0;
+  for (int slab = 0; slab < 100; ++slab) {
+    idx.add_slots(100);
+    if (idx.slot_room() != room) ++grew, room = idx.slot_room();
+    REQUIRE(idx.slot_room() >= idx.slots());
+    REQUIRE(idx.slot_room() <= 10'000);
+  }
+  // A slab at a time would be 100 moves of every entry; a quarter ahead,
+  // 4 while the room is under four slabs, then about log1.25(25).
+  CHECK(grew <= 20);
+  CHECK(idx.slots() == 10'000);
+  CHECK(idx.slot_room() == 10'000);
+  // Unlimited: the room may run ahead of the slots, by a quarter at most.
+  tier::Index free_room(64);
+  for (int slab = 0; slab < 100; ++slab) free_room.add_slots(100);
+  CHECK(free_room.slot_room() >= 10'000);
+  CHECK(free_room.slot_room() <= 12'500);
+}

@@ -181,3 +181,20 @@ TEST_CASE("size classes: pools keep each class to its own slabs (a tenant's segm
   }
   REQUIRE(c.free_slabs() == 0);
 }
+
+TEST_CASE("size classes: a class's index never makes room for more slots than its pool's slabs hold", "[tier]") {
+  SizeClasses c(kSlab);
+  c.set_slab_count(60);
+  c.set_pools({40, 60});  // pool 0: 40 slabs, pool 1: 20
+  for (std::uint32_t s = 0; s < 60; ++s) c.add_slab(s);
+  Index* arena = c.index(100);     // 10 a slab: at most 400 slots
+  Index* segment = c.index(100, 1);  // at most 200
+  for (int i = 0; i < 400; ++i) REQUIRE(store(c, *arena, key(i)));
+  for (int i = 0; i < 200; ++i) REQUIRE(store(c, *segment, key(i, 1)));
+  // Grown a quarter ahead as slabs came, each stops at its pool's end (a
+  // quarter past 365 slots would have been 456).
+  CHECK(arena->slots() == 400);
+  CHECK(arena->slot_room() == 400);
+  CHECK(segment->slots() == 200);
+  CHECK(segment->slot_room() == 200);
+}
