@@ -58,7 +58,7 @@ TEST_CASE("connector: load_path=measure on a host whose copy engines are slow fo
   if (have("/usr/bin/promtool")) CHECK(promtool_check(metrics).empty());
 }
 
-TEST_CASE("connector: load_path=dma-batch sends every load to the copy engines, byte for byte; an unknown word is "
+TEST_CASE("connector: load_path=dma-batch sends every load to the copy engines, byte for byte, and an unknown word is "
           "refused naming the option",
           "[reactor][load_path]") {
   if (!device_present() || !sim_hooks_present()) return;
