@@ -80,45 +80,72 @@ void ObjectTable::committed(std::uint32_t slab, std::uint32_t i) { store_state(e
 
 void ObjectTable::freed(std::uint32_t slab, std::uint32_t i) { store_state(entry_at(slab, i), kFree); }
 
+ObjectTable::Header ObjectTable::header(std::uint32_t s, std::string* unreadable) const {
+  const std::byte* h = slab_at(s);
+  if (std::memcmp(h, kMagic, sizeof kMagic) != 0) return {};  // never given to a class
+  const auto version = get_field<std::uint32_t>(h + kVersionAt);
+  if (version != kObjectTableVersion) {
+    *unreadable = "its object tables are format version " + std::to_string(version) + " (this server reads " +
+                  std::to_string(kObjectTableVersion) + ")";
+    return {};
+  }
+  if (get_field<std::uint64_t>(h + kSlabAt) != slab_bytes_ || get_field<std::uint64_t>(h + kArenaAt) != arena_bytes_) {
+    *unreadable = "it was written for slabs of " + std::to_string(get_field<std::uint64_t>(h + kSlabAt)) + " B in " +
+                  std::to_string(get_field<std::uint64_t>(h + kArenaAt)) + " B";
+    return {};
+  }
+  const auto object_bytes = get_field<std::uint64_t>(h + kObjectAt);
+  const SlabGeometry g = described_geometry(slab_bytes_, object_bytes, align_);
+  const auto stride = get_field<std::uint64_t>(h + kStrideAt);
+  if (get_field<std::uint64_t>(h + kHeaderCheckAt) == header_check(h) && (stride == 0 ? object_bytes : stride) != g.stride) {
+    // Slots laid out for another alignment (--disk given or left out
+    // since): every object would be read at the wrong place.
+    *unreadable = "its objects are " + std::to_string(stride == 0 ? object_bytes : stride) +
+                  " B apart and this server lays them " + std::to_string(g.stride) + " B apart (--disk)";
+    return {};
+  }
+  if (get_field<std::uint64_t>(h + kHeaderCheckAt) != header_check(h) || g.per_slab == 0 ||
+      get_field<std::uint32_t>(h + kPerSlabAt) != g.per_slab)
+    return {true, 0, 0};  // the slab goes back unassigned; nothing of it is trusted
+  return {true, object_bytes, g.per_slab};
+}
+
+ObjectTable::Census ObjectTable::census() const {
+  Census c;
+  const auto slabs = static_cast<std::uint32_t>(arena_bytes_ / slab_bytes_);
+  for (std::uint32_t s = 0; s < slabs && c.unreadable.empty(); ++s)
+    if (const Header h = header(s, &c.unreadable); h.object_bytes != 0) c.slots_by_object_size[h.object_bytes] += h.per_slab;
+  return c;
+}
+
 ObjectTable::Recovery ObjectTable::scan() {
+  std::vector<Slab> slabs;
+  Recovery r = scan([&](const Slab& slab) { slabs.push_back(slab); });
+  r.slabs = std::move(slabs);
+  return r;
+}
+
+ObjectTable::Recovery ObjectTable::scan(const std::function<void(const Slab&)>& each) {
   Recovery r;
+  Slab slab;  // one slab's slots at a time, the buffer reused
   const auto slabs = static_cast<std::uint32_t>(arena_bytes_ / slab_bytes_);
   for (std::uint32_t s = 0; s < slabs; ++s) {
-    const std::byte* h = slab_at(s);
-    if (std::memcmp(h, kMagic, sizeof kMagic) != 0) continue;  // never given to a class
-    const auto version = get_field<std::uint32_t>(h + kVersionAt);
-    if (version != kObjectTableVersion) {
-      r.unreadable = "its object tables are format version " + std::to_string(version) + " (this server reads " +
-                     std::to_string(kObjectTableVersion) + ")";
-      return r;
-    }
-    if (get_field<std::uint64_t>(h + kSlabAt) != slab_bytes_ || get_field<std::uint64_t>(h + kArenaAt) != arena_bytes_) {
-      r.unreadable = "it was written for slabs of " + std::to_string(get_field<std::uint64_t>(h + kSlabAt)) +
-                     " B in " + std::to_string(get_field<std::uint64_t>(h + kArenaAt)) + " B";
-      return r;
-    }
-    const auto object_bytes = get_field<std::uint64_t>(h + kObjectAt);
-    const SlabGeometry g = described_geometry(slab_bytes_, object_bytes, align_);
-    const auto stride = get_field<std::uint64_t>(h + kStrideAt);
-    if (get_field<std::uint64_t>(h + kHeaderCheckAt) == header_check(h) && (stride == 0 ? object_bytes : stride) != g.stride) {
-      // Slots laid out for another alignment (--disk given or left out
-      // since): every object would be read at the wrong place.
-      r.unreadable = "its objects are " + std::to_string(stride == 0 ? object_bytes : stride) +
-                     " B apart and this server lays them " + std::to_string(g.stride) + " B apart (--disk)";
-      return r;
-    }
-    if (get_field<std::uint64_t>(h + kHeaderCheckAt) != header_check(h) || g.per_slab == 0 ||
-        get_field<std::uint32_t>(h + kPerSlabAt) != g.per_slab) {
-      ++r.dropped_corrupt;  // the slab goes back unassigned; nothing of it is trusted
+    const Header h = header(s, &r.unreadable);
+    if (!r.unreadable.empty()) return r;
+    if (!h.claimed) continue;
+    if (h.object_bytes == 0) {
+      ++r.dropped_corrupt;
       continue;
     }
-    Slab slab{s, object_bytes, std::vector<std::optional<Index::Restored>>(g.per_slab)};
-    for (std::uint32_t i = 0; i < g.per_slab; ++i) {
+    slab.slab = s;
+    slab.object_bytes = h.object_bytes;
+    slab.slots.assign(h.per_slab, std::nullopt);
+    for (std::uint32_t i = 0; i < h.per_slab; ++i) {
       std::byte* e = entry_at(s, i);
       const std::uint64_t state = load_state(e);
       if (state == kFree) continue;
       if (state == kCommitted && get_field<std::uint64_t>(e + kCheckAt) == entry_check(e) &&
-          get_field<std::uint64_t>(e + kBytesAt) == object_bytes) {
+          get_field<std::uint64_t>(e + kBytesAt) == h.object_bytes) {
         Index::Restored o;
         std::memcpy(o.key.ns.data(), e + kNsAt, o.key.ns.size());
         std::memcpy(o.key.hash.data(), e + kHashAt, o.key.hash.size());
@@ -132,7 +159,7 @@ ObjectTable::Recovery ObjectTable::scan() {
       ++(state == kReserved ? r.dropped_uncommitted : r.dropped_corrupt);
       store_state(e, kFree);
     }
-    r.slabs.push_back(std::move(slab));
+    each(slab);
   }
   return r;
 }

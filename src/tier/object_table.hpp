@@ -27,6 +27,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -87,8 +89,32 @@ class ObjectTable {
   };
   // Reads every slab's table. Entries it drops are marked free on the way.
   Recovery scan();
+  // The same, a slab at a time: `each` is told each slab a class had, its
+  // slots in a buffer reused for the next (a restart of 10M objects then
+  // holds one slab's, not a gigabyte of them, the memory first touched
+  // page by page); the Recovery has no `slabs`. Stops at an unreadable
+  // slab, as scan() does, having told `each` of the slabs before it.
+  Recovery scan(const std::function<void(const Slab&)>& each);
+  // The slabs' headers alone, before a scan: the slots by object size of
+  // the slabs a class had (what each class's index holds after the scan,
+  // to size it once first), or why the arena cannot be read (what scan()
+  // would stop at), before anything of it is used.
+  struct Census {
+    std::map<std::uint64_t, std::uint64_t> slots_by_object_size;
+    std::string unreadable;
+  };
+  Census census() const;
 
  private:
+  // A slab's header: not claimed (never given to a class, or unreadable:
+  // *unreadable says why), claimed but not trusted (object_bytes 0), or
+  // its class's object size and slots.
+  struct Header {
+    bool claimed = false;
+    std::uint64_t object_bytes = 0;
+    std::uint32_t per_slab = 0;
+  };
+  Header header(std::uint32_t slab, std::string* unreadable) const;
   std::byte* slab_at(std::uint32_t slab) const noexcept { return base_ + static_cast<std::uint64_t>(slab) * slab_bytes_; }
   std::byte* entry_at(std::uint32_t slab, std::uint32_t i) const noexcept {
     return slab_at(slab) + kSlabHeaderBytes + static_cast<std::uint64_t>(i) * kEntryBytes;

@@ -191,10 +191,29 @@ TEST_CASE("object table: another format version or geometry is unreadable, never
     const auto r = t.scan();
     REQUIRE(r.unreadable.find("format version 2") != std::string::npos);
     REQUIRE(r.slabs.empty());
+    // The census, which a restart reads before adopting anything, says so too.
+    REQUIRE(t.census().unreadable == r.unreadable);
+    REQUIRE(t.census().slots_by_object_size.empty());
   }
   SECTION("other slabs") {
     ObjectTable t(arena.data(), arena.size(), kSlab / 2);
     REQUIRE(t.scan().unreadable.find("slabs of 1048576 B") != std::string::npos);
+    REQUIRE(t.census().unreadable == t.scan().unreadable);
+  }
+  SECTION("readable: the census counts the slots of each object size the scan then hands over, a slab at a time") {
+    ObjectTable t(arena.data(), arena.size(), kSlab);
+    const ObjectTable::Census c = t.census();
+    REQUIRE(c.unreadable.empty());
+    REQUIRE(c.slots_by_object_size.size() == 1);
+    std::uint64_t slots = 0, slabs = 0;
+    const auto r = t.scan([&](const ObjectTable::Slab& slab) {
+      slots += slab.slots.size();
+      ++slabs;
+    });
+    REQUIRE(slabs >= 1);
+    REQUIRE(c.slots_by_object_size.begin()->second == slots);
+    REQUIRE(r.objects == 5);
+    REQUIRE(r.slabs.empty());  // told to `each`, not kept
   }
   SECTION("slots aligned otherwise (a server started with --disk since)") {
     constexpr std::uint64_t kOdd = kObject + 100;  // 16484 B: 16484 apart, or 20480 aligned to 4 KiB
