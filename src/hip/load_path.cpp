@@ -3,7 +3,6 @@
 #include <spdlog/spdlog.h>
 
 #include <atomic>
-#include <cmath>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -23,14 +22,16 @@ LoadPath choose(double kernel_gbps, double dma_batch_gbps) noexcept {
 }
 
 LoadPath LoadPaths::path_for(std::uint64_t mean_segment_bytes) const noexcept {
+  // Nearest on a log scale: past the geometric mean of two neighbouring
+  // classes, the larger one's. Squares compared, on every load's path: no
+  // logarithm there.
   if (classes.empty()) return LoadPath::kernel;
-  const double want = std::log2(static_cast<double>(std::max<std::uint64_t>(mean_segment_bytes, 1)));
-  const LoadPathClass* best = &classes.front();
-  for (const LoadPathClass& c : classes)
-    if (std::abs(std::log2(static_cast<double>(c.segment_bytes)) - want) <
-        std::abs(std::log2(static_cast<double>(best->segment_bytes)) - want))
-      best = &c;
-  return best->chosen;
+  using Wide = unsigned __int128;  // a square of 64-bit sizes
+  const Wide m2 = static_cast<Wide>(mean_segment_bytes) * mean_segment_bytes;
+  std::size_t i = 0;
+  while (i + 1 < classes.size() && m2 >= static_cast<Wide>(classes[i].segment_bytes) * classes[i + 1].segment_bytes)
+    ++i;
+  return classes[i].chosen;
 }
 
 std::string LoadPaths::describe() const {

@@ -42,7 +42,7 @@ struct LoadPathClass {
 };
 
 struct LoadPaths {
-  std::vector<LoadPathClass> classes;  // ascending segment_bytes, at least one
+  std::vector<LoadPathClass> classes;  // ascending segment_bytes
   std::string how;                     // "measured on device 0 in 0.21 s", "load_path=kernel"
   // The chosen path of the class nearest `mean_segment_bytes` on a log
   // scale (a 148 KiB segment takes the 128 KiB class's).

@@ -45,6 +45,7 @@ TEST_CASE("load path: a batch takes the choice of the class nearest its mean seg
   CHECK(p.path_for(4096) == LoadPath::kernel);
   CHECK(p.path_for(148 << 10) == LoadPath::dma_batch);  // the reference load's segments
   CHECK(p.path_for(10 << 10) == LoadPath::kernel);      // 2^13.3: nearer 2^12 than 2^17
+  CHECK(p.path_for(40 << 10) == LoadPath::dma_batch);   // 2^15.3: nearer 2^17 (though nearer 4 KiB in bytes)
   CHECK(p.path_for(300 << 10) == LoadPath::dma_batch);  // 2^18.2: nearer 2^17 than 2^20
   CHECK(p.path_for(700 << 10) == LoadPath::kernel);     // 2^19.5
   CHECK(p.path_for(1ull << 30) == LoadPath::kernel);    // past the largest
