@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <memory>
@@ -62,8 +63,8 @@ std::mutex g_mutex;
 // strand may still be reading the one replaced (a few per process).
 std::deque<std::unique_ptr<const LoadPaths>> g_kept;
 std::atomic<const LoadPaths*> g_current{nullptr};
-std::optional<LoadPaths> g_measured;  // under g_mutex
-bool g_probed = false;                // under g_mutex: measured, or found nothing to measure
+std::optional<LoadPaths> g_measured;  // under g_mutex: every size probed so far
+bool g_forced = false;                // under g_mutex: the last Connector forced a path
 
 void set_locked(std::optional<LoadPaths> paths) {
   if (!paths) {
@@ -91,43 +92,65 @@ void forget_load_paths() {
   std::lock_guard lk(g_mutex);
   set_locked(std::nullopt);
   g_measured.reset();
-  g_probed = false;
+  g_forced = false;
 }
 
-Status use_load_path(LoadPathOption option, int device) {
+Status use_load_path(LoadPathOption option, int /*device*/) {
   std::lock_guard lk(g_mutex);
-  if (option != LoadPathOption::measure) {
-    const LoadPath p = option == LoadPathOption::kernel ? LoadPath::kernel : LoadPath::dma_batch;
-    if (!backend::batch_via_available(p == LoadPath::kernel ? backend::BatchVia::kernel : backend::BatchVia::dma_batch))
-      return {Errc::not_supported, std::string("load_path=") + to_string(p),
-              std::string("the ") + backend::name() + " backend has no " +
-                  (p == LoadPath::kernel ? "gather kernel" : "batched DMA call (CUDA 12.8 and a driver that takes it)")};
-    set_locked(forced(p));
+  g_forced = option != LoadPathOption::measure;
+  if (!g_forced) {
+    set_locked(g_measured);  // what registrations have had measured so far, if anything
     return {};
   }
-  if (!g_probed) {
-    g_probed = true;
-    if (backend::load_paths_differ()) {
-      // On a thread of its own: the probe needs `device` current, and the
-      // caller's thread (the engine's) keeps whatever device it had.
-      std::optional<Result<LoadPaths>> got;
-      std::thread([&] {
-        if (Status s = backend::set_device(device); !s.ok()) {
-          got.emplace(s);
-          return;
-        }
-        got.emplace(measure_load_paths());
-      }).join();
-      if (got->ok()) {
-        g_measured = std::move(*got).value();
-        g_measured->how = "measured on device " + std::to_string(device) + " " + g_measured->how;
-        spdlog::info("kvstrand: loads' path {}", g_measured->describe());
-      } else {
-        spdlog::warn("kvstrand: load_path=measure: the probe failed ({}); loads follow the built-in rule: {}",
-                     got->status().describe(), backend::fastest_batch_path());
-      }
-    }
+  const LoadPath p = option == LoadPathOption::kernel ? LoadPath::kernel : LoadPath::dma_batch;
+  if (!backend::batch_via_available(p == LoadPath::kernel ? backend::BatchVia::kernel : backend::BatchVia::dma_batch))
+    return {Errc::not_supported, std::string("load_path=") + to_string(p),
+            std::string("the ") + backend::name() + " backend has no " +
+                (p == LoadPath::kernel ? "gather kernel" : "batched DMA call (CUDA 12.8 and a driver that takes it)")};
+  set_locked(forced(p));
+  return {};
+}
+
+Status measure_load_paths_for(std::vector<std::uint64_t> sizes, int device) {
+  std::lock_guard lk(g_mutex);
+  if (g_forced || !backend::load_paths_differ()) return {};
+  // The first time, the general classes too (a batch of other sizes takes
+  // the nearest); later, only sizes never measured.
+  if (!g_measured) {
+    const std::vector<std::uint64_t> general = LoadPathProbeOptions::default_segment_sizes();
+    sizes.insert(sizes.end(), general.begin(), general.end());
   }
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  if (g_measured)
+    std::erase_if(sizes, [](std::uint64_t b) {
+      return std::any_of(g_measured->classes.begin(), g_measured->classes.end(),
+                         [b](const LoadPathClass& c) { return c.segment_bytes == b; });
+    });
+  std::erase(sizes, 0);
+  if (sizes.empty()) return {};
+  // On a thread of its own: the probe needs `device` current, and the
+  // caller's thread (the engine's) keeps whatever device it had.
+  std::optional<Result<LoadPaths>> got;
+  std::thread([&] {
+    if (Status s = backend::set_device(device); !s.ok()) {
+      got.emplace(s);
+      return;
+    }
+    LoadPathProbeOptions o;
+    o.segment_bytes = sizes;
+    got.emplace(measure_load_paths(o));
+  }).join();
+  if (!got->ok()) return got->status();
+  LoadPaths more = std::move(*got).value();
+  if (!g_measured) g_measured = LoadPaths{};
+  g_measured->classes.insert(g_measured->classes.end(), more.classes.begin(), more.classes.end());
+  std::sort(g_measured->classes.begin(), g_measured->classes.end(),
+            [](const LoadPathClass& a, const LoadPathClass& b) { return a.segment_bytes < b.segment_bytes; });
+  g_measured->how = "measured on device " + std::to_string(device) + " " + more.how;
+  // Quiet by default (an engine's own log level shows it): /debug/load-path
+  // and the metrics say it too.
+  spdlog::debug("kvstrand: loads' path {}", g_measured->describe());
   set_locked(g_measured);
   return {};
 }

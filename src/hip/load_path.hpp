@@ -16,7 +16,10 @@
 //
 // The choice is process-wide, as copy_batch's path is: an engine process
 // drives one device. copy_batch reads it lock-free on the strand; it is
-// replaced only by a Connector's construction (use_load_path).
+// replaced only by a Connector's construction (use_load_path) and its
+// registrations (measure_load_paths_for: the sizes those loads will have,
+// probed exactly, since the copy engines' rate depends on a segment's size
+// and alignment, not only its order of magnitude).
 #pragma once
 
 #include <cstdint>
@@ -69,16 +72,22 @@ const LoadPaths* load_paths() noexcept;
 // hot path: a Connector's construction, a test, a benchmark.
 void set_load_paths(std::optional<LoadPaths> paths);
 
-// A Connector's construction: `forced` paths are set as they are; measure
-// times both paths on `device` once per process (the first Connector that
-// asks; later ones reuse it) and sets the result. Blocks the calling thread
-// for the probe (a fraction of a second, once). A probe that cannot run
-// (device memory taken, say) leaves the built-in rule, with a warning:
-// loads still work, at the rule's speed.
-// Errc::not_supported: a forced path this backend does not have.
+// A Connector's construction: a forced path is set as it is (then
+// nothing is measured); measure sets what registrations have had measured
+// so far, if anything. Errc::not_supported: a forced path this backend
+// does not have.
 Status use_load_path(LoadPathOption option, int device);
+// A registration's segment sizes (each plane's block, each state slot),
+// from register_layout: under measure, each size the process never
+// measured is timed on `device` (the first time, the general classes of
+// LoadPathProbeOptions too) and added to what loads follow. Blocks the
+// calling thread (the engine's, registering) for the probe: a fraction of
+// a second the first time, a few milliseconds a size later. A probe that
+// cannot run (device memory taken, say) leaves what was there, and says
+// why: loads still work, at the built-in rule's speed.
+Status measure_load_paths_for(std::vector<std::uint64_t> segment_sizes, int device);
 // Tests and benchmarks: forgets the measurement too, so that the next
-// use_load_path(measure) probes again.
+// registration probes again.
 void forget_load_paths();
 
 }  // namespace kvstrand::hip

@@ -9,6 +9,7 @@
 
 #include <kvstrand/namespace_id.hpp>
 #include "hip/keep_for_process_life.hpp"
+#include "hip/copy.hpp"
 #include "hip/load_path.hpp"
 #include "proto/lease_handoff.hpp"
 #include "reactor/debug_routes.hpp"
@@ -123,6 +124,19 @@ std::uint32_t Connector::register_layout(Registration registration) {
   });
   // The tier's words, once; TransferRefused appends the code's own text.
   if (refused) throw TransferRefused(refused.ec, "register_layout: registration " + std::to_string(id) + ": " + refused.why);
+  // The sizes its loads' segments will have, timed on this host's two load
+  // paths now, on this (the engine's registering) thread: not on the strand.
+  if (!registration.lookup_only()) {
+    std::vector<std::uint64_t> sizes;
+    for (const kv::Plane& p : registration.layout.planes) sizes.push_back(p.bytes_per_block);
+    if (registration.layout.has_state()) {
+      if (registration.state_parts.empty()) sizes.push_back(registration.layout.checkpoint.image_bytes);
+      for (const StateMemory& m : registration.state_parts) sizes.push_back(m.slot_bytes);
+    }
+    if (hip::Status s = hip::measure_load_paths_for(std::move(sizes), options_.device); !s.ok())
+      spdlog::warn("kvstrand: load_path=measure: the probe failed ({}); loads follow the built-in rule: {}",
+                   s.describe(), hip::fastest_batch_path());
+  }
   admission_.add(std::move(registration));
   return id;
 }

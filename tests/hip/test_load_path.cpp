@@ -2,6 +2,7 @@
 // the class a batch falls in, the probe against a sim host where one path is
 // slow for some sizes, and copy_batch following what was chosen. The
 // Connector's option: tests/reactor/test_connector_load_path.cpp.
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -36,6 +37,7 @@ TEST_CASE("load path: the faster path is chosen, the copy engines within 3 %, an
   CHECK(hip::choose(50, 48) == LoadPath::kernel);     // 4 % slower: not
   CHECK(hip::choose(50, 0) == LoadPath::kernel);
   CHECK(hip::choose(0, 10) == LoadPath::dma_batch);
+  CHECK(hip::choose(0, 0) == LoadPath::kernel);  // neither measured: the kernel, as the built-in rule loads
 }
 
 TEST_CASE("load path: a batch takes the choice of the class nearest its mean segment size, on a log scale",
@@ -55,6 +57,9 @@ TEST_CASE("load path: a batch takes the choice of the class nearest its mean seg
   CHECK(said.find("4 KiB kernel") != std::string::npos);
   CHECK(said.find("128 KiB dma-batch") != std::string::npos);
   CHECK(said.find("1 MiB kernel") != std::string::npos);
+  CHECK(said.rfind("measured:", 0) == 0);
+  CHECK(said.back() == ')');  // the last class's figures close the line
+  CHECK(hip::LoadPaths{}.path_for(4096) == LoadPath::kernel);  // no class: the kernel
 }
 
 TEST_CASE("load path: the option's words", "[load_path]") {
@@ -72,6 +77,8 @@ TEST_CASE("load path: the probe finds the kernel faster for small segments and t
   // The copy engines pay per segment, the SMs per byte: 4 KiB segments by
   // the DMA batch cost 128 x 40 us a copy against the kernel's 2 ms; 128
   // KiB segments 4 x 40 us against the same 2 ms.
+  CHECK(hip::sim::set_load_path_cost(LoadPath::dma_batch, -1us, 0ns).code() == hip::Errc::invalid_value);
+  CHECK(hip::sim::set_load_path_cost(LoadPath::dma_batch, 0ns, -1ns).code() == hip::Errc::invalid_value);
   require_ok(hip::sim::set_load_path_cost(LoadPath::dma_batch, 40us, 0ns));
   require_ok(hip::sim::set_load_path_cost(LoadPath::kernel, 0ns, 4ms));
   hip::LoadPathProbeOptions o;
@@ -132,34 +139,50 @@ TEST_CASE("load path: copy_batch sends a load by the path chosen for its segment
   require_ok(s.synchronize());
 }
 
-TEST_CASE("load path: measure probes once a process, a forced path replaces it, the sim's paths alike are not "
-          "measured",
+TEST_CASE("load path: a registration's sizes are probed once a process, the general classes with the first, a "
+          "forced path replaces them, the sim's paths alike are not measured",
           "[load_path][sim]") {
   if (!sim_hooks_present()) return;
   LoadPathReset reset;
   hip::forget_load_paths();
   // Both paths cost the same: nothing to choose, the built-in rule stays.
   require_ok(hip::use_load_path(hip::LoadPathOption::measure, 0));
+  require_ok(hip::measure_load_paths_for({2048}, 0));
   CHECK(hip::load_paths() == nullptr);
-  hip::forget_load_paths();
   require_ok(hip::sim::set_load_path_cost(LoadPath::dma_batch, 5us, 0ns));
-  const auto before = hip::sim::batches_by(LoadPath::dma_batch);
+  // A Connector's construction measures nothing; its registration does.
   require_ok(hip::use_load_path(hip::LoadPathOption::measure, 0));
+  CHECK(hip::load_paths() == nullptr);
+  require_ok(hip::measure_load_paths_for({2048, 147'968}, 0));
   const hip::LoadPaths* measured = hip::load_paths();
   REQUIRE(measured != nullptr);
   CHECK(measured->how.rfind("measured on device 0 in ", 0) == 0);
-  CHECK(measured->classes.size() == hip::LoadPathProbeOptions::default_segment_sizes().size());
-  CHECK(measured->path_for(4096) == LoadPath::kernel);  // 4096 segments x 5 us by the copy engines
+  const std::size_t general = hip::LoadPathProbeOptions::default_segment_sizes().size();
+  REQUIRE(measured->classes.size() == general + 2);
+  CHECK(std::is_sorted(measured->classes.begin(), measured->classes.end(),
+                       [](const auto& a, const auto& b) { return a.segment_bytes < b.segment_bytes; }));
+  CHECK(measured->path_for(2048) == LoadPath::kernel);  // 8192 segments x 5 us by the copy engines
+  // A size measured already is not probed again; a new one alone is.
   const auto probed = hip::sim::batches_by(LoadPath::dma_batch);
-  CHECK(probed > before);
-  // Forced: as asked, nothing measured.
+  require_ok(hip::measure_load_paths_for({2048, 147'968}, 0));
+  CHECK(hip::sim::batches_by(LoadPath::dma_batch) == probed);
+  CHECK(hip::load_paths() == measured);
+  require_ok(hip::measure_load_paths_for({3000}, 0));
+  const hip::LoadPathProbeOptions o;
+  CHECK(hip::sim::batches_by(LoadPath::dma_batch) - probed == 1u + o.rounds * o.copies_per_round);
+  REQUIRE(hip::load_paths()->classes.size() == general + 3);
+  // Forced: as asked, and a registration then measures nothing.
   require_ok(hip::use_load_path(hip::LoadPathOption::dma_batch, 0));
   REQUIRE(hip::load_paths() != nullptr);
   CHECK(hip::load_paths()->how == "load_path=dma-batch");
   CHECK(hip::load_paths()->path_for(4096) == LoadPath::dma_batch);
-  // Measure again: the first probe's table, not a second probe.
+  const auto forced = hip::sim::batches_by(LoadPath::dma_batch);
+  require_ok(hip::measure_load_paths_for({5000}, 0));
+  CHECK(hip::sim::batches_by(LoadPath::dma_batch) == forced);
+  CHECK(hip::load_paths()->how == "load_path=dma-batch");
+  // Measure again: what was measured, not a second probe.
   require_ok(hip::use_load_path(hip::LoadPathOption::measure, 0));
-  CHECK(hip::load_paths() != nullptr);
-  CHECK(hip::load_paths()->how == measured->how);
-  CHECK(hip::sim::batches_by(LoadPath::dma_batch) == probed);
+  REQUIRE(hip::load_paths() != nullptr);
+  CHECK(hip::load_paths()->classes.size() == general + 3);
+  CHECK(hip::sim::batches_by(LoadPath::dma_batch) == forced);
 }

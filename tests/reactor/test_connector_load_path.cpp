@@ -23,8 +23,9 @@ std::pair<std::uint64_t, std::uint64_t> batches() {
 
 }  // namespace
 
-TEST_CASE("connector: load_path=measure on a host whose copy engines are slow for small segments: loads of 2 KiB "
-          "blocks go by the kernel, byte for byte, and /debug/load-path and /metrics say so",
+TEST_CASE("connector: load_path=measure on a host whose copy engines are slow for small segments: a registration "
+          "probes its 2 KiB blocks, their loads go by the kernel, byte for byte, and /debug/load-path and /metrics "
+          "say so",
           "[reactor][load_path][http]") {
   if (!device_present() || !sim_hooks_present() || !curl_present()) return;
   LoadPathReset reset;
@@ -32,7 +33,7 @@ TEST_CASE("connector: load_path=measure on a host whose copy engines are slow fo
   require_ok(hip::sim::set_load_path_cost(LoadPath::dma_batch, 5us, 0ns));
   reactor::ConnectorOptions o;
   o.http = common::HttpOptions{};
-  Rig rig(o);  // measures here, once for the process
+  Rig rig(o);  // its registration measures here, once for the process
   REQUIRE(hip::load_paths() != nullptr);
   REQUIRE(hip::load_paths()->path_for(Rig::kPlaneBlockBytes) == LoadPath::kernel);
   const auto [kernel, dma] = batches();
@@ -46,10 +47,11 @@ TEST_CASE("connector: load_path=measure on a host whose copy engines are slow fo
   const auto j = boost::json::parse(got.body).as_object();
   CHECK(std::string(j.at("how").as_string()).rfind("measured on device 0 in ", 0) == 0);
   const auto& classes = j.at("classes").as_array();
-  REQUIRE(classes.size() == 11);  // 4 KiB to 4 MiB
-  CHECK(classes[0].as_object().at("segment_bytes").as_int64() == 4096);
-  CHECK(classes[0].as_object().at("chosen").as_string() == "kernel");
-  CHECK(classes[0].as_object().at("kernel_gbps").as_double() > classes[0].as_object().at("dma_batch_gbps").as_double());
+  REQUIRE(classes.size() == 13);  // 4 KiB to 4 MiB, and the Rig's own: 512 B images, 2 KiB blocks
+  CHECK(classes[0].as_object().at("segment_bytes").as_int64() == 512);
+  CHECK(classes[1].as_object().at("segment_bytes").as_int64() == 2048);
+  CHECK(classes[1].as_object().at("chosen").as_string() == "kernel");
+  CHECK(classes[1].as_object().at("kernel_gbps").as_double() > classes[1].as_object().at("dma_batch_gbps").as_double());
   const std::string metrics = curl(port, "/metrics").body;
   CHECK(metrics.find("kvstrand_load_path_chosen{segment_bytes=\"4096\",path=\"kernel\"} 1\n") != std::string::npos);
   CHECK(metrics.find("kvstrand_load_path_chosen{segment_bytes=\"4096\",path=\"dma-batch\"} 0\n") != std::string::npos);
