@@ -76,10 +76,10 @@ struct ConnectorOptions {
   // microseconds, tens in some VMs). The price is one busy core for that
   // long after each call. 0: sleep at once. Must be >= 0.
   std::chrono::microseconds reactor_idle_spin{2000};
-  // How a load's scattered segments reach the device: "measure" (the
-  // first Connector of a process times the gather kernel and one batched
-  // DMA call per segment size on this host, a fraction of a second once,
-  // and each load takes the faster for its segments' size; /debug/load-path
+  // How a load's scattered segments reach the device: "measure" (each
+  // register_layout times the gather kernel and one batched DMA call on
+  // its segment sizes, each size once a process, a fraction of a second
+  // the first time, and each load takes the faster for its segments' size; /debug/load-path
   // and the kvstrand_load_path_* metrics say what was measured and
   // chosen), "kernel" or "dma-batch" (forced; refused where this build has
   // no such path). Process-wide: the last Connector constructed sets it.

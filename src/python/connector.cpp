@@ -150,8 +150,8 @@ void bind_connector(py::module_& m) {
           "Seconds the reactor thread keeps polling for the next call once idle (a busy core); after it the next "
           "call wakes it (a syscall on the caller's thread). 0: sleep at once.")
       .def_readwrite("load_path", &ConnectorOptions::load_path,
-                     "How loads gather onto the device: 'measure' (both paths timed per segment size at the "
-                     "process's first Connector; each load takes the faster), 'kernel' or 'dma-batch' (forced). "
+                     "How loads gather onto the device: 'measure' (both paths timed on each registration's "
+                     "segment sizes; each load takes the faster), 'kernel' or 'dma-batch' (forced). "
                      "Process-wide: the last Connector constructed sets it.");
 
   py::class_<PlaneMemory>(m, "PlaneMemory", "One plane's device memory: the address of block 0 (an int, as "

@@ -40,8 +40,9 @@ Extra config keys (a demanding default for each but the socket):
                        chunks' vLLM block hashes along; this engine
                        announces none of the tier's blocks itself)
   load_path            how loads gather onto the GPU: "measure" (default:
-                       the gather kernel and one batched DMA call timed per
-                       segment size at start, each load takes the faster),
+                       the gather kernel and one batched DMA call timed on
+                       the KV cache's segment sizes at registration, each
+                       load takes the faster),
                        "kernel" or "dma-batch"
 
 KV-cache groups: one kvstrand registration per attention group vLLM's
