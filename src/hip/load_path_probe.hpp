@@ -1,6 +1,7 @@
 // Times the two load paths (load_path.hpp) on this host. For each segment
-// size: pinned host memory copied to device memory as scattered segments
-// (each lands apart from the last on the device, so nothing coalesces), by
+// size: pinned host memory, in order, copied to device memory as scattered
+// segments (apart from each other, in a shuffled order, so nothing
+// coalesces: as a paged pool's blocks lie), by
 // the gather kernel and by one DMA batch, the same bytes each way; each
 // path's rate is its best of a few rounds of back-to-back copies, the
 // stream synchronized around each round. Blocks the calling thread: never
