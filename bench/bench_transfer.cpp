@@ -54,6 +54,7 @@
 //
 // usage: bench_transfer [--iterations N] [--pool-blocks N] [--clients 1,2,4,8]
 //                       [--seconds S] [--no-server] [--client-path fastest|per-segment|dma-batch] [--split]
+//                       [--load-path rule|measure|kernel|dma-batch]
 //                       [--idle-spin US] [--idle-ms MS]
 #include <spawn.h>
 #include <sys/mman.h>
@@ -393,6 +394,7 @@ int main(int argc, char** argv) {
   std::string client_socket;
   int client_index = 0, raw_fd = -1;
   std::string client_path = "fastest";
+  std::string load_path = "rule";  // --load-path: the in-process Connector's ConnectorOptions::load_path
   std::int64_t start_ns = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -411,6 +413,7 @@ int main(int argc, char** argv) {
     else if (a == "--save-client") client_socket = value();
     else if (a == "--raw-client") raw_fd = std::stoi(value());
     else if (a == "--client-path") client_path = value();
+    else if (a == "--load-path") load_path = value();
     else if (a == "--index") client_index = std::stoi(value());
     else if (a == "--start-ns") start_ns = std::stoll(value());
     else die("unknown argument " + a + " (see the file header)");
@@ -436,7 +439,8 @@ int main(int argc, char** argv) {
     reactor::ConnectorOptions opts;
     opts.tier_bytes = 64ull << 20;
     opts.reactor_idle_spin = idle_spin;
-    reactor::Connector conn(opts);  // load_path=measure: the paths timed here, once
+    opts.load_path = load_path;  // measure: the paths timed at its registration
+    reactor::Connector conn(opts);
     conn.register_layout(pool.registration(l));
     hip::set_batch_path(hip::BatchPath::per_segment);
     plain = report("embedded, 1 copy/seg", measure_loads(conn, pool, l, iterations));

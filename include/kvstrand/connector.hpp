@@ -76,14 +76,17 @@ struct ConnectorOptions {
   // microseconds, tens in some VMs). The price is one busy core for that
   // long after each call. 0: sleep at once. Must be >= 0.
   std::chrono::microseconds reactor_idle_spin{2000};
-  // How a load's scattered segments reach the device: "measure" (each
-  // register_layout times the gather kernel and one batched DMA call on
-  // its segment sizes, each size once a process, a fraction of a second
-  // the first time, and each load takes the faster for its segments' size; /debug/load-path
-  // and the kvstrand_load_path_* metrics say what was measured and
-  // chosen), "kernel" or "dma-batch" (forced; refused where this build has
-  // no such path). Process-wide: the last Connector constructed sets it.
-  std::string load_path = "measure";
+  // How a load's scattered segments reach the device: "rule" (the
+  // default: the gather kernel, one batched DMA call when every segment is
+  // 1 MiB or more), "measure" (each register_layout times the gather
+  // kernel and one batched DMA call on its segment sizes, each size once a
+  // process, and each load takes the faster for its segments' size;
+  // /debug/load-path and the kvstrand_load_path_* metrics say what was
+  // measured and chosen. Not yet the default: its probe has not yet run
+  // clean on every GPU host, docs/performance-history.md), "kernel" or
+  // "dma-batch" (forced; refused where this build has no such path).
+  // Process-wide: the last Connector constructed sets it.
+  std::string load_path = "rule";
 };
 
 // What a transfer waits for on the device before it touches its blocks: the

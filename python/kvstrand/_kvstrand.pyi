@@ -253,7 +253,7 @@ class ConnectorOptions:
     def __init__(self, *, transfer_deadline: Seconds = 60.0, tier_bytes: int = 1073741824, server_socket: str = "",
                  server_request_timeout: Seconds = 10.0, device: int = 0, max_live_transfers: int = 4096,
                  max_live_lookups: int = 4096, debug_port: int = -1, debug_address: str = "127.0.0.1",
-                 reactor_idle_spin: Seconds = 0.002, load_path: str = "measure") -> None: ...
+                 reactor_idle_spin: Seconds = 0.002, load_path: str = "rule") -> None: ...
 
 class PlaneMemory:
     base: int

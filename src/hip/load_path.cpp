@@ -50,6 +50,7 @@ std::string LoadPaths::describe() const {
 }
 
 std::optional<LoadPathOption> parse_load_path(std::string_view option) noexcept {
+  if (option == "rule") return LoadPathOption::rule;
   if (option == "measure") return LoadPathOption::measure;
   if (option == "kernel") return LoadPathOption::kernel;
   if (option == "dma-batch") return LoadPathOption::dma_batch;
@@ -100,6 +101,10 @@ Status use_load_path(LoadPathOption option, int /*device*/) {
   g_forced = option != LoadPathOption::measure;
   if (!g_forced) {
     set_locked(g_measured);  // what registrations have had measured so far, if anything
+    return {};
+  }
+  if (option == LoadPathOption::rule) {
+    set_locked(std::nullopt);
     return {};
   }
   const LoadPath p = option == LoadPathOption::kernel ? LoadPath::kernel : LoadPath::dma_batch;

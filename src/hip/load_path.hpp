@@ -60,9 +60,10 @@ inline constexpr double kPreferCopyEngines = 0.03;
 // The faster path; a rate of 0 (unavailable) never wins.
 LoadPath choose(double kernel_gbps, double dma_batch_gbps) noexcept;
 
-// What ConnectorOptions::load_path may say: "measure", "kernel",
-// "dma-batch". Anything else: nullopt.
-enum class LoadPathOption { measure, kernel, dma_batch };
+// What ConnectorOptions::load_path may say: "rule" (the backend's
+// built-in rule, nothing measured), "measure", "kernel", "dma-batch".
+// Anything else: nullopt.
+enum class LoadPathOption { rule, measure, kernel, dma_batch };
 std::optional<LoadPathOption> parse_load_path(std::string_view option) noexcept;
 
 // What copy_batch's loads follow now: nullptr until a Connector chose one
@@ -72,9 +73,9 @@ const LoadPaths* load_paths() noexcept;
 // hot path: a Connector's construction, a test, a benchmark.
 void set_load_paths(std::optional<LoadPaths> paths);
 
-// A Connector's construction: a forced path is set as it is (then
-// nothing is measured); measure sets what registrations have had measured
-// so far, if anything. Errc::not_supported: a forced path this backend
+// A Connector's construction: a forced path is set as it is, the rule
+// clears any (then nothing is measured); measure sets what registrations
+// have had measured so far, if anything. Errc::not_supported: a forced path this backend
 // does not have.
 Status use_load_path(LoadPathOption option, int device);
 // A registration's segment sizes (each plane's block, each state slot),

@@ -124,7 +124,7 @@ void bind_connector(py::module_& m) {
            py::kw_only(), "transfer_deadline"_a = 60.0, "tier_bytes"_a = 1ull << 30,
            "server_socket"_a = "", "server_request_timeout"_a = 10.0, "device"_a = 0,
            "max_live_transfers"_a = 4096, "max_live_lookups"_a = 4096, "debug_port"_a = -1,
-           "debug_address"_a = "127.0.0.1", "reactor_idle_spin"_a = 0.002, "load_path"_a = "measure")
+           "debug_address"_a = "127.0.0.1", "reactor_idle_spin"_a = 0.002, "load_path"_a = "rule")
       .def_property(
           "transfer_deadline", [](const ConnectorOptions& o) { return seconds_of(o.transfer_deadline); },
           [](ConnectorOptions& o, const py::object& v) { o.transfer_deadline = millis(v, "transfer_deadline"); },
@@ -150,7 +150,8 @@ void bind_connector(py::module_& m) {
           "Seconds the reactor thread keeps polling for the next call once idle (a busy core); after it the next "
           "call wakes it (a syscall on the caller's thread). 0: sleep at once.")
       .def_readwrite("load_path", &ConnectorOptions::load_path,
-                     "How loads gather onto the device: 'measure' (both paths timed on each registration's "
+                     "How loads gather onto the device: 'rule' (the default: the kernel, the copy engines when "
+                     "every segment is 1 MiB or more), 'measure' (both paths timed on each registration's "
                      "segment sizes; each load takes the faster), 'kernel' or 'dma-batch' (forced). "
                      "Process-wide: the last Connector constructed sets it.");
 

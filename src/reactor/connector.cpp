@@ -66,7 +66,7 @@ std::optional<kv::ConfigError> validate(const ConnectorOptions& o) {
   if (o.max_live_lookups == 0) return kv::ConfigError{"max_live_lookups", "must be > 0"};
   if (!o.http && o.debug_port > 65535) return kv::ConfigError{"debug_port", "must be <= 65535"};
   if (!hip::parse_load_path(o.load_path))
-    return kv::ConfigError{"load_path", "must be measure, kernel or dma-batch, got '" + o.load_path + "'"};
+    return kv::ConfigError{"load_path", "must be rule, measure, kernel or dma-batch, got '" + o.load_path + "'"};
   if (auto h = http_of(o))
     if (auto e = validate(*h)) return e;
   return std::nullopt;

@@ -63,6 +63,7 @@ TEST_CASE("load path: a batch takes the choice of the class nearest its mean seg
 }
 
 TEST_CASE("load path: the option's words", "[load_path]") {
+  CHECK(hip::parse_load_path("rule") == hip::LoadPathOption::rule);
   CHECK(hip::parse_load_path("measure") == hip::LoadPathOption::measure);
   CHECK(hip::parse_load_path("kernel") == hip::LoadPathOption::kernel);
   CHECK(hip::parse_load_path("dma-batch") == hip::LoadPathOption::dma_batch);
@@ -180,6 +181,11 @@ TEST_CASE("load path: a registration's sizes are probed once a process, the gene
   require_ok(hip::measure_load_paths_for({5000}, 0));
   CHECK(hip::sim::batches_by(LoadPath::dma_batch) == forced);
   CHECK(hip::load_paths()->how == "load_path=dma-batch");
+  // The rule: nothing, and nothing measured.
+  require_ok(hip::use_load_path(hip::LoadPathOption::rule, 0));
+  CHECK(hip::load_paths() == nullptr);
+  require_ok(hip::measure_load_paths_for({6000}, 0));
+  CHECK(hip::load_paths() == nullptr);
   // Measure again: what was measured, not a second probe.
   require_ok(hip::use_load_path(hip::LoadPathOption::measure, 0));
   REQUIRE(hip::load_paths() != nullptr);

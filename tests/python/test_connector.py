@@ -180,7 +180,7 @@ def test_options_kvstrand_cannot_serve_are_refused_naming_them():
     with pytest.raises(kvstrand.ConfigError) as e:
         kvstrand.Connector(load_path="fastest")
     assert e.value.option == "load_path"
-    assert kvstrand.ConnectorOptions().load_path == "measure"
+    assert kvstrand.ConnectorOptions().load_path == "rule"
     assert kvstrand.ConnectorOptions(load_path="dma-batch").load_path == "dma-batch"
 
 

@@ -362,7 +362,7 @@ def test_groups_vllm_marks_untransferable_are_skipped_and_an_unknown_attention_s
 
 
 def test_load_path_reaches_the_connector_and_an_unknown_word_is_refused_by_name():
-    assert ConnectorConfig.from_vllm(*configs("/tmp/x.sock", 1, 16, 2, 64)).connector_options().load_path == "measure"
+    assert ConnectorConfig.from_vllm(*configs("/tmp/x.sock", 1, 16, 2, 64)).connector_options().load_path == "rule"
     cfg = ConnectorConfig.from_vllm(*configs("/tmp/x.sock", 1, 16, 2, 64, load_path="dma-batch"))
     assert cfg.connector_options().load_path == "dma-batch"
     with pytest.raises(kvstrand.ConfigError) as e:

@@ -1,7 +1,8 @@
 // The Connector's load_path option (ConnectorOptions::load_path): measured
-// at construction on a sim host where one path is slow, loads follow the
+// at registration on a sim host where one path is slow, loads follow the
 // choice byte for byte, the debug endpoint and the metrics say what was
-// chosen; a forced path is followed; an unknown word is refused by name.
+// chosen; a forced path is followed; the default (the rule) measures
+// nothing; an unknown word is refused by name.
 // The choice itself: tests/hip/test_load_path.cpp.
 #include <boost/json.hpp>
 
@@ -32,6 +33,7 @@ TEST_CASE("connector: load_path=measure on a host whose copy engines are slow fo
   hip::forget_load_paths();
   require_ok(hip::sim::set_load_path_cost(LoadPath::dma_batch, 5us, 0ns));
   reactor::ConnectorOptions o;
+  o.load_path = "measure";
   o.http = common::HttpOptions{};
   Rig rig(o);  // its registration measures here, once for the process
   REQUIRE(hip::load_paths() != nullptr);
@@ -60,8 +62,8 @@ TEST_CASE("connector: load_path=measure on a host whose copy engines are slow fo
   if (have("/usr/bin/promtool")) CHECK(promtool_check(metrics).empty());
 }
 
-TEST_CASE("connector: load_path=dma-batch sends every load to the copy engines, byte for byte, and an unknown word is "
-          "refused naming the option",
+TEST_CASE("connector: load_path=dma-batch sends every load to the copy engines, byte for byte, the default measures "
+          "nothing, and an unknown word is refused naming the option",
           "[reactor][load_path]") {
   if (!device_present() || !sim_hooks_present()) return;
   LoadPathReset reset;
@@ -75,6 +77,13 @@ TEST_CASE("connector: load_path=dma-batch sends every load to the copy engines, 
   CHECK(batches().first == kernel);
   CHECK(batches().second > dma);
 
+  // The default is the built-in rule: nothing measured, whatever the host.
+  {
+    LoadPathReset again;
+    require_ok(hip::sim::set_load_path_cost(LoadPath::dma_batch, 5us, 0ns));
+    Rig plain;
+    CHECK(hip::load_paths() == nullptr);
+  }
   reactor::ConnectorOptions bad;
   bad.load_path = "fastest";
   try {
@@ -82,6 +91,6 @@ TEST_CASE("connector: load_path=dma-batch sends every load to the copy engines, 
     FAIL("load_path=fastest was accepted");
   } catch (const std::invalid_argument& e) {
     CHECK(std::string(e.what()).find("load_path") != std::string::npos);
-    CHECK(std::string(e.what()).find("measure, kernel or dma-batch") != std::string::npos);
+    CHECK(std::string(e.what()).find("rule, measure, kernel or dma-batch") != std::string::npos);
   }
 }

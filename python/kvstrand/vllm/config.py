@@ -39,10 +39,11 @@ Extra config keys (a demanding default for each but the socket):
                        on the node and every medium: each save sends its
                        chunks' vLLM block hashes along; this engine
                        announces none of the tier's blocks itself)
-  load_path            how loads gather onto the GPU: "measure" (default:
-                       the gather kernel and one batched DMA call timed on
-                       the KV cache's segment sizes at registration, each
-                       load takes the faster),
+  load_path            how loads gather onto the GPU: "rule" (default: the
+                       gather kernel, the copy engines for segments of 1
+                       MiB or more), "measure" (the gather kernel and one
+                       batched DMA call timed on the KV cache's segment
+                       sizes at registration, each load takes the faster),
                        "kernel" or "dma-batch"
 
 KV-cache groups: one kvstrand registration per attention group vLLM's
@@ -227,7 +228,7 @@ class ConnectorConfig:
     replicated_across_tp: bool
     tier_events: str
     num_blocks: int
-    load_path: str = "measure"
+    load_path: str = "rule"
     groups: list = field(default_factory=list)        # attention groups: one registration each
     state_groups: list = field(default_factory=list)  # Mamba groups (align mode): checkpoints of groups[0]
     speculative_tokens: int = 0
@@ -362,7 +363,7 @@ class ConnectorConfig:
             drop_on_reset=get("drop_on_reset", False, bool),
             replicated_across_tp=get("replicated_across_tp", False, bool),
             tier_events=get("tier_events", "engine", str),
-            load_path=get("load_path", "measure", str),
+            load_path=get("load_path", "rule", str),
             num_blocks=int(getattr(kv_cache_config, "num_blocks", 0)),
             groups=groups,
             state_groups=state_groups,
@@ -375,9 +376,9 @@ class ConnectorConfig:
             raise config_error(OPTION_PREFIX + "tenant", why)
         if cfg.tier_events not in ("engine", "server"):
             raise config_error(OPTION_PREFIX + "tier_events", f"{cfg.tier_events!r} is not \"engine\" or \"server\"")
-        if cfg.load_path not in ("measure", "kernel", "dma-batch"):
+        if cfg.load_path not in ("rule", "measure", "kernel", "dma-batch"):
             raise config_error(OPTION_PREFIX + "load_path",
-                               f"{cfg.load_path!r} is not \"measure\", \"kernel\" or \"dma-batch\"")
+                               f"{cfg.load_path!r} is not \"rule\", \"measure\", \"kernel\" or \"dma-batch\"")
         if cfg.max_load_failures < 0:
             raise config_error(OPTION_PREFIX + "max_load_failures", f"{cfg.max_load_failures} is negative")
         if extra:
