@@ -31,6 +31,7 @@
 #include "server/disk_ring.hpp"
 #include "tier/object_header.hpp"
 #include "tier/size_classes.hpp"
+#include "numbered_key.hpp"
 
 using namespace kvstrand;
 using Clock = std::chrono::steady_clock;
@@ -40,15 +41,7 @@ namespace {
 constexpr std::uint64_t kObject = 4096;
 constexpr std::uint64_t kExtent = 64ull << 20;
 
-kv::ChunkKey key(std::uint64_t i) {
-  kv::ChunkKey k;
-  std::mt19937_64 mix(i);  // chunk hashes are SHA-256 output: spread over the bytes
-  for (std::size_t b = 0; b < k.hash.size(); b += 8) {
-    const std::uint64_t v = mix();
-    std::memcpy(k.hash.data() + b, &v, 8);
-  }
-  return k;
-}
+kv::ChunkKey key(std::uint64_t i) { return bench::numbered_key(i); }
 
 [[noreturn]] void die(const std::string& why) {
   std::fprintf(stderr, "bench_disk_recovery: %s\n", why.c_str());

@@ -18,6 +18,7 @@
 
 #include "percentile.hpp"
 #include "tier/index.hpp"
+#include "numbered_key.hpp"
 
 using namespace kvstrand;
 using kvstrand::bench::pct;
@@ -25,16 +26,7 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-kv::ChunkKey key(std::uint64_t i) {
-  kv::ChunkKey k;
-  // Chunk hashes are SHA-256 output: spread the number over the hash bytes.
-  std::mt19937_64 mix(i);
-  for (std::size_t b = 0; b < k.hash.size(); b += 8) {
-    const std::uint64_t v = mix();
-    std::memcpy(k.hash.data() + b, &v, 8);
-  }
-  return k;
-}
+kv::ChunkKey key(std::uint64_t i) { return bench::numbered_key(i); }
 
 struct Figures {
   double lookup_p50, lookup_p99, store_p50, store_p99;

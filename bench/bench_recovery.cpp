@@ -29,6 +29,7 @@
 #include "server/arena_recovery.hpp"
 #include "tier/object_table.hpp"
 #include "tier/size_classes.hpp"
+#include "numbered_key.hpp"
 
 using namespace kvstrand;
 using Clock = std::chrono::steady_clock;
@@ -38,15 +39,7 @@ namespace {
 constexpr std::uint64_t kObject = 512;
 constexpr std::uint64_t kSlab = 64ull << 20;
 
-kv::ChunkKey key(std::uint64_t i) {
-  kv::ChunkKey k;
-  std::mt19937_64 mix(i);  // chunk hashes are SHA-256 output: spread over the bytes
-  for (std::size_t b = 0; b < k.hash.size(); b += 8) {
-    const std::uint64_t v = mix();
-    std::memcpy(k.hash.data() + b, &v, 8);
-  }
-  return k;
-}
+kv::ChunkKey key(std::uint64_t i) { return bench::numbered_key(i); }
 
 void fill_object(std::byte* p, std::uint64_t i) {
   for (std::uint64_t w = 0; w < kObject / 8; ++w) {
