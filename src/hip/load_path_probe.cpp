@@ -20,6 +20,22 @@ std::vector<std::uint64_t> LoadPathProbeOptions::default_segment_sizes() {
   return sizes;
 }
 
+std::vector<Segment> probe_layout(std::byte* host, std::byte* device, std::uint64_t probe_bytes,
+                                  std::uint64_t size) {
+  const std::uint64_t n = size == 0 ? 0 : probe_bytes / size;
+  // The host side in order (a load reads whole arena objects), the device
+  // side shuffled (a pool's blocks come in whatever order the engine freed
+  // them): the copy engines' rate falls with scattered destinations, 1.7 of
+  // one copy for 32 KiB segments on an H100 where the same segments in
+  // order ran near 1.1.
+  std::vector<std::uint64_t> slot(n);
+  std::iota(slot.begin(), slot.end(), 0);
+  std::shuffle(slot.begin(), slot.end(), std::mt19937_64(size));
+  std::vector<Segment> segs(n);
+  for (std::uint64_t i = 0; i < n; ++i) segs[i] = {host + i * size, device + 2 * slot[i] * size, size};
+  return segs;
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -61,23 +77,18 @@ Result<LoadPaths> measure_load_paths(const LoadPathProbeOptions& o) {
   if (!stream.ok()) return stream.status();
   LoadPaths out;
   for (const std::uint64_t size : o.segment_bytes) {
-    const std::uint64_t n = size == 0 ? 0 : o.probe_bytes / size;
-    if (n < 2) continue;
-    // The host side in order (a load reads whole arena objects), the device
-    // side shuffled (a pool's blocks come in whatever order the engine
-    // freed them): the copy engines' rate falls with scattered
-    // destinations, 1.7 of one copy for 32 KiB segments on an H100 where
-    // the same segments in order ran near 1.1.
-    std::vector<std::uint64_t> slot(n);
-    std::iota(slot.begin(), slot.end(), 0);
-    std::shuffle(slot.begin(), slot.end(), std::mt19937_64(size));
-    std::vector<Segment> segs(n);
-    for (std::uint64_t i = 0; i < n; ++i)
-      segs[i] = {host->data() + i * size, device->data() + 2 * slot[i] * size, size};
+    if (size == 0 || o.probe_bytes / size < 2) continue;
+    const std::vector<Segment> segs = probe_layout(host->data(), device->data(), o.probe_bytes, size);
+    // A failure says which size and path: on a GPU the first error of a
+    // stream is often the one the context dies of.
+    auto failed = [size](const char* path, const Status& s) {
+      return Status{static_cast<Errc>(s.code().value()), s.call(),
+                    fmt::format("probing {} B segments by the {}: {}", size, path, s.message())};
+    };
     auto kernel = rate(*stream, segs, backend::BatchVia::kernel, o);
-    if (!kernel.ok()) return kernel.status();
+    if (!kernel.ok()) return failed("kernel", kernel.status());
     auto dma = rate(*stream, segs, backend::BatchVia::dma_batch, o);
-    if (!dma.ok()) return dma.status();
+    if (!dma.ok()) return failed("DMA batch", dma.status());
     out.classes.push_back({size, *kernel, *dma, choose(*kernel, *dma)});
   }
   if (out.classes.empty())

@@ -8,9 +8,11 @@
 // on the reactor strand. Uses the calling thread's current device.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
+#include "hip/copy.hpp"
 #include "hip/load_path.hpp"
 
 namespace kvstrand::hip {
@@ -29,5 +31,10 @@ struct LoadPathProbeOptions {
 };
 
 Result<LoadPaths> measure_load_paths(const LoadPathProbeOptions& options = {});
+
+// The probe's copy of `size`-byte segments: probe_bytes / size of them,
+// `host` read in order, each landing in `device` (2 x probe_bytes) one
+// segment's length apart from any other, in a shuffled order.
+std::vector<Segment> probe_layout(std::byte* host, std::byte* device, std::uint64_t probe_bytes, std::uint64_t size);
 
 }  // namespace kvstrand::hip

@@ -192,3 +192,45 @@ TEST_CASE("load path: a registration's sizes are probed once a process, the gene
   CHECK(hip::load_paths()->classes.size() == general + 3);
   CHECK(hip::sim::batches_by(LoadPath::dma_batch) == forced);
 }
+
+// On a GPU, the probe's own copies: its layout for each size (the general
+// classes and sizes a registration brings: a paged block, the reference
+// load's chunk plane, odd ones) copied by each path lands byte for byte,
+// and the probe of that size alone runs clean. An H100 lost its context to
+// an illegal address in the probe once (docs/performance-history.md,
+// twenty-eighth run): this names the size and the path.
+TEST_CASE("load path: the probe's copies land byte for byte by each path, and the probe runs clean, each size alone",
+          "[load_path][gpu]") {
+  if (!device_present()) return;
+  LoadPathReset reset;
+  std::vector<std::uint64_t> sizes = hip::LoadPathProbeOptions::default_segment_sizes();
+  for (std::uint64_t odd : {2048u, 147'968u, 16'400u, 1000u, 4'194'304u + 16u}) sizes.push_back(odd);
+  hip::LoadPathProbeOptions o;
+  // The probe's own size on a GPU; the sim proves the same logic on less.
+  o.probe_bytes = sim_hooks_present() ? 1ull << 20 : 16ull << 20;
+  auto s = must(hip::Stream::create());
+  auto host = must(hip::PinnedBuffer::allocate(o.probe_bytes));
+  auto dev = must(hip::DeviceBuffer::allocate(2 * o.probe_bytes));
+  const auto src = random_bytes(o.probe_bytes, 41);
+  std::memcpy(host.data(), src.data(), src.size());
+  for (const std::uint64_t size : sizes) {
+    if (o.probe_bytes / size < 2) continue;  // the probe skips it too
+    const auto segs = hip::probe_layout(host.data(), dev.data(), o.probe_bytes, size);
+    for (const hip::BatchPath path : {hip::BatchPath::kernel, hip::BatchPath::dma_batch}) {
+      INFO(size << " B segments, path " << (path == hip::BatchPath::kernel ? "kernel" : "DMA batch"));
+      hip::set_batch_path(path);
+      write_device(s, dev.data(), std::vector<std::byte>(2 * o.probe_bytes, std::byte{0}));
+      require_ok(hip::copy_batch(s, hip::CopyKind::host_to_device, segs));
+      const auto on_device = read_device(s, dev.data(), 2 * o.probe_bytes);
+      for (const hip::Segment& g : segs)
+        REQUIRE(std::memcmp(on_device.data() + (static_cast<const std::byte*>(g.dst) - dev.data()),
+                            static_cast<const std::byte*>(g.src), size) == 0);
+    }
+    hip::set_batch_path(hip::BatchPath::fastest);
+    INFO(size << " B segments, the probe");
+    o.segment_bytes = {size};
+    o.rounds = 1;
+    o.copies_per_round = 2;
+    require_ok(hip::measure_load_paths(o).status());
+  }
+}
