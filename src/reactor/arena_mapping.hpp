@@ -1,6 +1,6 @@
 // A client's view of the node tier's shared arena: the memfd the server
 // handed over, mapped into this process, and pinned for this process's
-// device slab by slab (HostRegistration). Owned by RemoteIndex on the strand;
+// device slab by slab (HostRegistration). Owned by ServerSession on the strand;
 // every transfer copying through it holds it, so it is unmapped only after
 // the last copy on it was seen complete (or never, when one was not).
 #pragma once

@@ -3,7 +3,7 @@
 // registering them take tens of ms a GiB, which the strand must not wait
 // for). A copy awaits only the prefix of the arena it needs.
 //
-// Owned by RemoteIndex; every member runs on its strand, and every
+// Owned by ServerSession; every member runs on its strand, and every
 // coroutine it starts runs inside the owner's gate.
 #pragma once
 

@@ -22,35 +22,7 @@ namespace kvstrand::reactor {
 namespace asio = boost::asio;
 using namespace proto;
 
-std::error_code status_error(Status s) {
-  switch (s) {
-    case Status::ok: return {};
-    case Status::over_quota: return TransferErrc::tier_full;
-    case Status::bad_request:
-    case Status::unknown_registration: return TransferErrc::bad_spec;
-    case Status::unknown_hold: return TransferErrc::missing_chunk;
-    default: return TransferErrc::tier_unavailable;
-  }
-}
-
-RemoteIndex::RemoteIndex(Reactor& reactor, RemoteIndexOptions options)
-    : reactor_(reactor), opt_(std::move(options)), gate_(reactor.strand()),
-      calls_(reactor.strand(), gate_, [this](const Reply& r) { late_reply(r); },
-             [this](const std::string& why) { connection_lost(why); }),
-      connect_ended_(reactor.strand()), pinning_(reactor.strand(), gate_, opt_.device) {}
-
-IndexPlane::ServerLink RemoteIndex::server_link() const {
-  ServerLink l;
-  l.mapped = arena_mapped_;
-  l.kept = arena_kept_;
-  l.reconnects = reconnects_;
-  l.turned_away = turned_away_;
-  l.connect_attempts = connect_attempts_;
-  l.refusals = refusals_;
-  l.arena_bytes = arena_ ? arena_->bytes() : 0;
-  l.pinned_bytes = arena_ ? arena_->pinned_bytes() : 0;
-  return l;
-}
+RemoteIndex::RemoteIndex(Reactor& reactor, RemoteIndexOptions options) : session_(reactor, std::move(options)) {}
 
 RemoteIndex::~RemoteIndex() = default;
 
@@ -58,12 +30,12 @@ RemoteIndex::~RemoteIndex() = default;
 
 IndexPlane::LookupResult RemoteIndex::take_lease(std::uint32_t registration, const std::vector<kv::ChunkKey>& keys,
                                         LookupReply& r) {
-  const std::uint32_t ct = regs_[registration]->layout.chunk_tokens;
+  const std::uint32_t ct = session_.registration(registration).layout.chunk_tokens;
   const std::size_t n = ct ? r.hit.tokens / ct : 0;
   if (r.lease == 0 || n == 0) return LookupResult{r.hit, 0};
   if (n > keys.size() || r.offsets.size() != n) {
     spdlog::error("kvstrand: node tier: a lookup reply whose hit does not match its keys; treated as a miss");
-    release_hold(r.lease, arena_);
+    session_.release_hold(r.lease, session_.arena());
     return LookupResult{};
   }
   Lease l;
@@ -71,24 +43,24 @@ IndexPlane::LookupResult RemoteIndex::take_lease(std::uint32_t registration, con
   l.keys.assign(keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(n));
   l.offsets = r.offsets;
   l.checkpoints = r.hit.checkpoints;
-  l.arena = arena_;
+  l.arena = session_.arena();
   leases_[r.lease] = std::move(l);
   return LookupResult{r.hit, r.lease};
 }
 
 asio::awaitable<IndexPlane::LookupResult> RemoteIndex::lookup(std::uint32_t registration, std::vector<kv::ChunkKey> keys) {
-  if (Failure r = co_await usable(registration); r) co_return LookupResult{};  // unreachable: a miss, recompute
-  Request req = Lookup{server_regs_.at(registration), keys};
-  std::pair<std::error_code, Reply> res = co_await calls_.call(std::move(req), Clock::now() + opt_.request_timeout);
+  if (Failure r = co_await session_.usable(registration); r) co_return LookupResult{};  // unreachable: a miss, recompute
+  Request req = Lookup{session_.server_registration(registration), keys};
+  std::pair<std::error_code, Reply> res = co_await session_.calls().call(std::move(req), Clock::now() + session_.request_timeout());
   if (res.first || res.second.status != Status::ok) co_return LookupResult{};
   co_return take_lease(registration, keys, std::get<LookupReply>(res.second.payload));
 }
 
 asio::awaitable<IndexPlane::LookupResult> RemoteIndex::adopt(std::uint32_t registration, std::uint64_t lease,
                                                    std::vector<kv::ChunkKey> keys) {
-  if (Failure r = co_await usable(registration); r) co_return LookupResult{};
-  Request req = Adopt{server_regs_.at(registration), lease, keys};
-  std::pair<std::error_code, Reply> res = co_await calls_.call(std::move(req), Clock::now() + opt_.request_timeout);
+  if (Failure r = co_await session_.usable(registration); r) co_return LookupResult{};
+  Request req = Adopt{session_.server_registration(registration), lease, keys};
+  std::pair<std::error_code, Reply> res = co_await session_.calls().call(std::move(req), Clock::now() + session_.request_timeout());
   if (res.first) co_return LookupResult{};
   if (res.second.status != Status::ok) {
     spdlog::debug("kvstrand: node tier: lease {} not adopted: {}", lease, res.second.message);
@@ -99,16 +71,16 @@ asio::awaitable<IndexPlane::LookupResult> RemoteIndex::adopt(std::uint32_t regis
 
 asio::awaitable<IndexPlane::Dropped> RemoteIndex::drop(std::uint32_t registration) {
   Dropped d;
-  if (d.failure = co_await usable(registration); d.failure) co_return d;
-  if (server_minor_ < 3) {
+  if (d.failure = co_await session_.usable(registration); d.failure) co_return d;
+  if (session_.server_minor() < 3) {
     d.failure = Failure{TransferErrc::tier_unavailable,
-                        "kvstrand-server at " + opt_.socket + " speaks protocol 2." + std::to_string(server_minor_) +
+                        "kvstrand-server at " + session_.socket() + " speaks protocol 2." + std::to_string(session_.server_minor()) +
                             ", and a drop needs 2.3: upgrade the server"};
     co_return d;
   }
   Reply reply;
-  d.failure = co_await exchange(Drop{kv::namespace_of(regs_.at(registration)->layout)},
-                                Clock::now() + opt_.request_timeout, &reply);
+  d.failure = co_await exchange(Drop{kv::namespace_of(session_.registration(registration).layout)},
+                                Clock::now() + session_.request_timeout(), &reply);
   if (!d.failure) {
     const auto& r = std::get<DropReply>(reply.payload);
     d.objects = r.arena_objects + r.lower_objects;
@@ -118,7 +90,7 @@ asio::awaitable<IndexPlane::Dropped> RemoteIndex::drop(std::uint32_t registratio
 
 asio::awaitable<void> RemoteIndex::release_lookup(std::uint64_t lease) {
   if (auto it = leases_.find(lease); it != leases_.end()) {
-    release_hold(lease, it->second.arena);
+    session_.release_hold(lease, it->second.arena);
     leases_.erase(it);
   }
   co_return;
@@ -126,9 +98,9 @@ asio::awaitable<void> RemoteIndex::release_lookup(std::uint64_t lease) {
 
 asio::awaitable<Failure> RemoteIndex::exchange(Request req, Clock::time_point deadline, Reply* out) {
   const char* what = to_string(type_of(req));
-  std::pair<std::error_code, Reply> res = co_await calls_.call(std::move(req), deadline);
+  std::pair<std::error_code, Reply> res = co_await session_.calls().call(std::move(req), deadline);
   if (res.first) {
-    std::string why = "kvstrand-server at " + opt_.socket + " did not answer the " + what;
+    std::string why = "kvstrand-server at " + session_.socket() + " did not answer the " + what;
     // Unanswered at the transfer's deadline: that deadline is what ended it,
     // whichever of its timer and this request's ran first.
     if (Clock::now() >= deadline) co_return Failure{TransferErrc::deadline_exceeded, std::move(why) + " by its deadline"};
@@ -143,7 +115,7 @@ asio::awaitable<Failure> RemoteIndex::exchange(Request req, Clock::time_point de
 }
 
 bool RemoteIndex::stores(std::uint32_t registration) const {
-  return kv::writes_to_tier(regs_.at(registration)->layout);
+  return kv::writes_to_tier(session_.registration(registration).layout);
 }
 
 asio::awaitable<IndexPlane::Places> RemoteIndex::reserve(std::uint32_t registration,
@@ -152,26 +124,26 @@ asio::awaitable<IndexPlane::Places> RemoteIndex::reserve(std::uint32_t registrat
                                                         const std::vector<std::string>& events,
                                                         Clock::time_point deadline) {
   Places p;
-  if ((p.failure = co_await usable(registration))) co_return p;
-  const std::uint64_t object_bytes = regs_.at(registration)->object_bytes();
+  if ((p.failure = co_await session_.usable(registration))) co_return p;
+  const std::uint64_t object_bytes = session_.registration(registration).object_bytes();
   Reserve req;
-  req.registration = server_regs_.at(registration);
+  req.registration = session_.server_registration(registration);
   req.keys = keys;
   for (bool image : images) req.images.push_back(image);
   // A 2.3 server refuses bytes after the images: the events are for the
   // server's publisher only, so the save goes on without them.
-  if (events.size() == keys.size() && server_minor_ >= 4) req.events = events;
+  if (events.size() == keys.size() && session_.server_minor() >= 4) req.events = events;
   Request request = std::move(req);
   Reply reply;
   if ((p.failure = co_await exchange(std::move(request), deadline, &reply))) co_return p;
   const auto& rr = std::get<ReserveReply>(reply.payload);
   if (rr.chunks.size() != keys.size()) {
-    release_hold(rr.reservation, arena_);
+    session_.release_hold(rr.reservation, session_.arena());
     p.failure = {TransferErrc::tier_unavailable, "a reserve reply for " + std::to_string(rr.chunks.size()) + " of " +
                                                      std::to_string(keys.size()) + " chunks"};
     co_return p;
   }
-  std::shared_ptr<ArenaMapping> arena = arena_;
+  std::shared_ptr<ArenaMapping> arena = session_.arena();
   p.objects.assign(keys.size(), nullptr);
   p.full.assign(keys.size(), false);
   std::uint64_t end = 0;
@@ -186,7 +158,7 @@ asio::awaitable<IndexPlane::Places> RemoteIndex::reserve(std::uint32_t registrat
         // The server's offsets are checked like any other input: a bad one
         // must not make this process write outside the arena.
         if (!arena->contains(rr.offsets[i], object_bytes)) {
-          release_hold(rr.reservation, arena_);
+          session_.release_hold(rr.reservation, session_.arena());
           p.failure = {TransferErrc::tier_unavailable,
                        "the server reserved offset " + std::to_string(rr.offsets[i]) + ", outside its arena"};
           p.objects.clear();
@@ -201,9 +173,9 @@ asio::awaitable<IndexPlane::Places> RemoteIndex::reserve(std::uint32_t registrat
     std::fill(p.objects.begin(), p.objects.end(), nullptr);
     co_return p;
   }
-  if (std::error_code ec = co_await pinning_.up_to(arena, end)) {
-    release_hold(rr.reservation, arena_);
-    p.failure = {ec, "the arena could not be pinned: " + pinning_.error()};
+  if (std::error_code ec = co_await session_.pinned(arena, end)) {
+    session_.release_hold(rr.reservation, session_.arena());
+    p.failure = {ec, "the arena could not be pinned: " + session_.pinning_error()};
     p.objects.clear();
     co_return p;
   }
@@ -216,9 +188,9 @@ asio::awaitable<Failure> RemoteIndex::commit(std::uint32_t, const std::vector<kv
                                              bool copied, Clock::time_point deadline) {
   // The reservation's id means something only to the server that granted
   // it: a restarted one may have given it to another process's reservation.
-  if (!current(places.memory))
+  if (!session_.current(places.memory))
     co_return Failure{TransferErrc::tier_unavailable,
-                      "kvstrand-server at " + opt_.socket + " restarted since this save was reserved: not committed"};
+                      "kvstrand-server at " + session_.socket() + " restarted since this save was reserved: not committed"};
   Request commit = Commit{places.hold, copied};
   Reply reply;
   co_return co_await exchange(std::move(commit), deadline, &reply);
@@ -226,7 +198,7 @@ asio::awaitable<Failure> RemoteIndex::commit(std::uint32_t, const std::vector<kv
 
 asio::awaitable<IndexPlane::Held> RemoteIndex::hold(const kv::TransferSpec& s, Clock::time_point deadline) {
   Held h;
-  const Registration& reg = *regs_.at(s.registration);
+  const Registration& reg = session_.registration(s.registration);
   const std::uint64_t object_bytes = reg.object_bytes();
   const std::uint32_t ct = reg.layout.chunk_tokens;
   Lease lease;
@@ -239,15 +211,15 @@ asio::awaitable<IndexPlane::Held> RemoteIndex::hold(const kv::TransferSpec& s, C
     leases_.erase(it);
   } else {
     // No lease of this process's own lookup: lease exactly the spec's chunks.
-    if ((h.failure = co_await usable(s.registration))) co_return h;
-    Request req = Lookup{server_regs_.at(s.registration), s.keys};
+    if ((h.failure = co_await session_.usable(s.registration))) co_return h;
+    Request req = Lookup{session_.server_registration(s.registration), s.keys};
     Reply reply;
     if ((h.failure = co_await exchange(std::move(req), deadline, &reply))) co_return h;
     auto& r = std::get<LookupReply>(reply.payload);
     h.hold = r.lease;
-    lease.arena = arena_;
+    lease.arena = session_.arena();
     if (r.offsets.size() * ct != r.hit.tokens || r.hit.tokens / ct > s.keys.size()) {
-      release_hold(h.hold, lease.arena);
+      session_.release_hold(h.hold, lease.arena);
       h.failure = {TransferErrc::tier_unavailable, "a lookup reply whose hit does not match its keys"};
       co_return h;
     }
@@ -269,7 +241,7 @@ asio::awaitable<IndexPlane::Held> RemoteIndex::hold(const kv::TransferSpec& s, C
     last = static_cast<std::size_t>(at - lease.keys.begin());
     const std::uint64_t off = lease.offsets[last];
     if (!lease.arena || !lease.arena->contains(off, object_bytes)) {
-      release_hold(h.hold, lease.arena);
+      session_.release_hold(h.hold, lease.arena);
       h.failure = {TransferErrc::tier_unavailable,
                    "the server leased offset " + std::to_string(off) + ", outside its arena"};
       h.objects.clear();
@@ -282,9 +254,10 @@ asio::awaitable<IndexPlane::Held> RemoteIndex::hold(const kv::TransferSpec& s, C
                    lease.checkpoints.end();
   const bool whole = std::none_of(h.objects.begin(), h.objects.end(), [](std::byte* p) { return p == nullptr; });
   if (whole && lease.arena->pinned_bytes() < end) {
-    if (std::error_code ec = co_await pinning_.up_to(lease.arena, end)) {
-      release_hold(h.hold, lease.arena);
-      h.failure = {ec, "the arena could not be pinned" + (pinning_.error().empty() ? std::string() : ": " + pinning_.error())};
+    if (std::error_code ec = co_await session_.pinned(lease.arena, end)) {
+      session_.release_hold(h.hold, lease.arena);
+      const std::string& why = session_.pinning_error();
+      h.failure = {ec, "the arena could not be pinned" + (why.empty() ? std::string() : ": " + why)};
       h.objects.clear();
       co_return h;
     }
@@ -294,27 +267,17 @@ asio::awaitable<IndexPlane::Held> RemoteIndex::hold(const kv::TransferSpec& s, C
 }
 
 void RemoteIndex::release(const kv::TransferSpec&, const Held& held) {
-  release_hold(held.hold, std::static_pointer_cast<ArenaMapping>(held.memory));
+  session_.release_hold(held.hold, std::static_pointer_cast<ArenaMapping>(held.memory));
 }
 
+asio::awaitable<Failure> RemoteIndex::attach(const Registration& reg) { return session_.attach(reg); }
+
 asio::awaitable<void> RemoteIndex::drain() {
-  if (connected_) {
-    // Leases no load named go back with the session's end (best effort: a
-    // lost connection leaves them to the process's exit).
-    for (auto& [id, l] : std::exchange(leases_, {})) release_hold(id, l.arena);
-    Request req = EndSession{};
-    co_await calls_.call(std::move(req), Clock::now() + std::chrono::milliseconds(500));
-  }
-  closed_ = true;
-  connect_ended_.notify();
-  connected_ = false;  // a close, not a loss
-  drop_connection("closed");
-  // Nothing more is pinned; what runs (the reader, the writer, a slab being
-  // pinned on a helper thread) ends before the tier may go.
-  pinning_.close("the node tier closed");
-  if (!co_await gate_.close(kCloseBound))
-    spdlog::warn("kvstrand: node tier: {} coroutine(s) still running {} ms after close", gate_.inside(),
-                 kCloseBound.count());
+  // Leases no load named go back with the session's end (best effort: a
+  // lost connection leaves them to the process's exit).
+  if (session_.connected())
+    for (auto& [id, l] : std::exchange(leases_, {})) session_.release_hold(id, l.arena);
+  co_await session_.close();
 }
 
 }  // namespace kvstrand::reactor

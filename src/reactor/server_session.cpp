@@ -1,6 +1,5 @@
-// RemoteIndex's connection to its server: connecting, hello (the arena
-// comes with its reply), the handshake, each registration, and losing the
-// connection. The index plane's operations over it are in remote_index.cpp.
+#include "reactor/server_session.hpp"
+
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -13,7 +12,6 @@
 
 #include "common/await_codes.hpp"
 #include "common/log_escaped.hpp"
-#include "reactor/remote_index.hpp"
 #include "reactor/transfer_error.hpp"
 
 namespace kvstrand::reactor {
@@ -24,7 +22,56 @@ using namespace proto;
 using common::kAwait;
 using common::LogEscaped;
 
-asio::awaitable<Failure> RemoteIndex::attach(const Registration& reg) {
+std::error_code status_error(Status s) {
+  switch (s) {
+    case Status::ok: return {};
+    case Status::over_quota: return TransferErrc::tier_full;
+    case Status::bad_request:
+    case Status::unknown_registration: return TransferErrc::bad_spec;
+    case Status::unknown_hold: return TransferErrc::missing_chunk;
+    default: return TransferErrc::tier_unavailable;
+  }
+}
+
+ServerSession::ServerSession(Reactor& reactor, ServerSessionOptions options)
+    : reactor_(reactor), opt_(std::move(options)), gate_(reactor.strand()),
+      calls_(reactor.strand(), gate_, [this](const Reply& r) { late_reply(r); },
+             [this](const std::string& why) { connection_lost(why); }),
+      connect_ended_(reactor.strand()), pinning_(reactor.strand(), gate_, opt_.device) {}
+
+ServerSession::~ServerSession() = default;
+
+IndexPlane::ServerLink ServerSession::link() const {
+  IndexPlane::ServerLink l;
+  l.mapped = arena_mapped_;
+  l.kept = arena_kept_;
+  l.reconnects = reconnects_;
+  l.turned_away = turned_away_;
+  l.connect_attempts = connect_attempts_;
+  l.refusals = refusals_;
+  l.arena_bytes = arena_ ? arena_->bytes() : 0;
+  l.pinned_bytes = arena_ ? arena_->pinned_bytes() : 0;
+  return l;
+}
+
+asio::awaitable<void> ServerSession::close() {
+  if (connected_) {
+    Request req = EndSession{};
+    co_await calls_.call(std::move(req), Clock::now() + std::chrono::milliseconds(500));
+  }
+  closed_ = true;
+  connect_ended_.notify();
+  connected_ = false;  // a close, not a loss
+  drop_connection("closed");
+  // Nothing more is pinned; what runs (the reader, the writer, a slab being
+  // pinned on a helper thread) ends before the session may go.
+  pinning_.close("the node tier closed");
+  if (!co_await gate_.close(kCloseBound))
+    spdlog::warn("kvstrand: node tier: {} coroutine(s) still running {} ms after close", gate_.inside(),
+                 kCloseBound.count());
+}
+
+asio::awaitable<Failure> ServerSession::attach(const Registration& reg) {
   regs_.push_back(&reg);
   refused_.emplace_back();
   // The handshake registers every registration; connected, only this one.
@@ -55,7 +102,7 @@ asio::awaitable<Failure> RemoteIndex::attach(const Registration& reg) {
   co_return r;
 }
 
-asio::awaitable<Failure> RemoteIndex::ensure_connected() {
+asio::awaitable<Failure> ServerSession::ensure_connected() {
   while (connecting_) co_await connect_ended_.wait();  // another coroutine is connecting: its outcome decides
   if (connected_) co_return Failure{};
   // Not before the backoff since the last attempt has passed: requests in
@@ -74,7 +121,7 @@ asio::awaitable<Failure> RemoteIndex::ensure_connected() {
   co_return r;
 }
 
-asio::awaitable<Failure> RemoteIndex::connect_now() {
+asio::awaitable<Failure> ServerSession::connect_now() {
   connecting_ = true;
   ++connect_attempts_;
   Failure r = co_await handshake();
@@ -97,12 +144,12 @@ asio::awaitable<Failure> RemoteIndex::connect_now() {
   co_return r;
 }
 
-void RemoteIndex::keep_attaching() {
+void ServerSession::keep_attaching() {
   if (closed_ || attaching_in_background_ || regs_.empty()) return;
-  attaching_in_background_ = gate_.spawn(attach_in_background(), LogEscaped{"RemoteIndex attaching"});
+  attaching_in_background_ = gate_.spawn(attach_in_background(), LogEscaped{"ServerSession attaching"});
 }
 
-asio::awaitable<void> RemoteIndex::attach_in_background() {
+asio::awaitable<void> ServerSession::attach_in_background() {
   struct Ended {
     bool& running;
     ~Ended() { running = false; }
@@ -124,14 +171,14 @@ asio::awaitable<void> RemoteIndex::attach_in_background() {
   }
 }
 
-asio::awaitable<Failure> RemoteIndex::usable(std::uint32_t registration) {
+asio::awaitable<Failure> ServerSession::usable(std::uint32_t registration) {
   if (Failure r = co_await ensure_connected(); r) co_return r;
   co_return refused_.at(registration);
 }
 
 // Hello, before the reader starts: the arena's file descriptor comes with
 // the reply's first byte.
-asio::awaitable<Failure> RemoteIndex::hello(Clock::time_point until) {
+asio::awaitable<Failure> ServerSession::hello(Clock::time_point until) {
   const std::shared_ptr<common::FramedConnection> conn = calls_.connection();
   // A timer bounds the exchange by closing the connection.
   asio::steady_timer guard(reactor_.strand(), until);
@@ -196,11 +243,11 @@ asio::awaitable<Failure> RemoteIndex::hello(Clock::time_point until) {
   // Pin the whole arena in the background (pages the server has not
   // populated yet are allocated by the first toucher, this process or the
   // server); a copy waits only for its own slab's prefix.
-  gate_.spawn(pinning_.up_to(arena_, arena_->bytes()), LogEscaped{"RemoteIndex pinning"});
+  gate_.spawn(pinning_.up_to(arena_, arena_->bytes()), LogEscaped{"ServerSession pinning"});
   co_return Failure{};
 }
 
-asio::awaitable<Failure> RemoteIndex::handshake() {
+asio::awaitable<Failure> ServerSession::handshake() {
   if (regs_.empty()) co_return Failure{TransferErrc::not_registered, "no layout registered"};
   ++connections_;
   local::socket sock(reactor_.strand());
@@ -236,11 +283,11 @@ asio::awaitable<Failure> RemoteIndex::handshake() {
   co_return Failure{};
 }
 
-Failure RemoteIndex::unreachable(const std::string& why) const {
+Failure ServerSession::unreachable(const std::string& why) const {
   return Failure{TransferErrc::tier_unavailable, "kvstrand-server at " + opt_.socket + ": " + why};
 }
 
-asio::awaitable<Failure> RemoteIndex::register_one(std::size_t i, Clock::time_point until) {
+asio::awaitable<Failure> ServerSession::register_one(std::size_t i, Clock::time_point until) {
   // Requests and results are named variables (GCC 12, docs/development.md).
   kv::Layout sent = regs_[i]->layout;
   // A 2.3 server refuses bytes after the layout. Its keys still keep the
@@ -284,12 +331,12 @@ asio::awaitable<Failure> RemoteIndex::register_one(std::size_t i, Clock::time_po
   co_return Failure{};
 }
 
-void RemoteIndex::drop_connection(const std::string& why) {
+void ServerSession::drop_connection(const std::string& why) {
   calls_.end(why);
   connection_lost(why);
 }
 
-void RemoteIndex::connection_lost(const std::string& why) {
+void ServerSession::connection_lost(const std::string& why) {
   const bool lost = connected_;
   if (lost) spdlog::warn("kvstrand: node tier: connection to {} lost: {}", opt_.socket, why);
   connected_ = false;
@@ -298,12 +345,12 @@ void RemoteIndex::connection_lost(const std::string& why) {
   if (lost) keep_attaching();
 }
 
-void RemoteIndex::late_reply(const Reply& r) {
+void ServerSession::late_reply(const Reply& r) {
   if (const auto* l = std::get_if<LookupReply>(&r.payload)) release_hold(l->lease, arena_);
   if (const auto* v = std::get_if<ReserveReply>(&r.payload)) release_hold(v->reservation, arena_);
 }
 
-void RemoteIndex::release_hold(std::uint64_t hold, const std::shared_ptr<ArenaMapping>& of) {
+void ServerSession::release_hold(std::uint64_t hold, const std::shared_ptr<ArenaMapping>& of) {
   if (hold == 0) return;
   if (!connected_) {
     unsent_releases_.emplace_back(hold, of);
@@ -312,7 +359,7 @@ void RemoteIndex::release_hold(std::uint64_t hold, const std::shared_ptr<ArenaMa
   }
 }
 
-bool RemoteIndex::current(const std::shared_ptr<void>& arena) const {
+bool ServerSession::current(const std::shared_ptr<void>& arena) const {
   // One owner per server life (see hello()): the same owner, the same life.
   return arena && arena_ && !arena.owner_before(arena_) && !arena_.owner_before(arena);
 }
