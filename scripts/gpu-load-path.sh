@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The load path chosen by measurement (issue 66), checked on a GPU host:
+# the probe's own copies size by size (under compute-sanitizer where they
+# fail), the device runtime's and the option's tests, bench_gather (every
+# geometry's paths beside the one kvstrand measured) and bench_transfer by
+# the measured path and by the built-in rule.
+#
+#   scripts/gpu-load-path.sh PACK OUT    (PACK: a gpu-pack, unpacked)
+set -uo pipefail
+pack=$(cd "${1:?usage: gpu-load-path.sh PACK OUT}" && pwd)
+out=${2:?usage: gpu-load-path.sh PACK OUT}
+mkdir -p "$out"
+export LD_LIBRARY_PATH=$pack/lib
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv >"$out/gpu.txt" 2>&1
+cat "$out/gpu.txt"
+run() {
+  local name=$1 limit=$2
+  shift 2
+  local t0=$SECONDS
+  echo "=== $name: $*"
+  timeout "$limit" "$@" >"$out/$name.txt" 2>&1
+  echo "exit $? after $((SECONDS - t0)) s" | tee -a "$out/$name.txt"
+  tail -4 "$out/$name.txt" | head -3
+}
+probe="$pack/tests/test_load_path"
+run probe_copies 120 "$probe" "*each size alone"
+run device_runtime 120 "$pack/tests/test_device_runtime"
+run connector_load_path 60 "$pack/tests/test_connector_load_path"
+run gather 150 "$pack/bench/bench_gather"
+for path in measure rule; do
+  run "transfer_$path" 120 "$pack/bench/bench_transfer" --iterations 200 --seconds 1 --clients 1 --load-path "$path"
+done
+# Last, where the probe's copies failed: which size and path, and where.
+if ! grep -q "All tests passed" "$out/probe_copies.txt"; then
+  CUDA_LAUNCH_BLOCKING=1 run probe_copies_blocking 60 "$probe" "*each size alone" -s
+  sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
+  [[ -n $sanitizer ]] && run sanitizer 200 "$sanitizer" --tool memcheck --print-limit 20 "$probe" "*each size alone"
+fi
