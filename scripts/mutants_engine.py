@@ -326,7 +326,7 @@ MUTANTS = [
      "  if (true) {\n    if (hip::Stream* stream = self->tier->post(copy)) {",
      [("test_host_tier", "*")], "a transfer failed by its deadline still copies once its index answers"),
     ("F24-no-reap", "src/server/tier_server.cpp",
-     "    const std::size_t freed = classes->release_owner(p->owner);",
+     "    const std::size_t freed = host.classes().release_owner(p->owner);",
      "    const std::size_t freed = 0;",
      [("test_server_clients", "server: a client SIGKILLed holding a lease*")], "a dead client's leases stay"),
     ("F25-no-second-chance", "src/tier/index.cpp",

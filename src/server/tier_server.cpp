@@ -43,13 +43,12 @@
 #include "common/gate.hpp"
 #include "common/metrics.hpp"
 #include "common/notifier.hpp"
-#include "server/arena_recovery.hpp"
 #include "server/event_publisher.hpp"
 #include "server/peer_identity.hpp"
 #include "server/socket_path.hpp"
 #include "server/systemd_notify.hpp"
 #include "server/tier_events.hpp"
-#include "server/arena_pools.hpp"
+#include "server/arena_host.hpp"
 #include "tier/arena.hpp"
 #include "tier/object_table.hpp"
 #include "tier/index.hpp"
@@ -108,83 +107,19 @@ struct TierServer::Impl {
     co_return std::string{};
   }
 
-  // The arena (a memfd, or the named file, its objects recovered) and the
-  // server's own mapping of it where one is needed.
-  void open_arena();
-
   // The arena, the levels below it, the request service, the tenants and
   // events, then the strand's thread, the socket, the filler and the debug
   // endpoint, in that order (TierServer::start).
   void start();
 
-  // Populates the arena's slabs in order, off the strand; each one's
-  // objects join the index on the strand once it is ready.
-  void start_filler() {
-    // Fault injection for tests (an arena that becomes ready slowly): a
-    // pause before each slab.
-    const char* delay = std::getenv("KVSTRAND_TEST_FILL_DELAY_MS");
-    const auto pause = std::chrono::milliseconds(delay ? std::atoi(delay) : 0);
-    // Where the server reads and writes objects' bytes (L2, the disk), its
-    // own mapping is faulted in too, once every slab is ready (serving does
-    // not wait for it): a first touch per 4 KiB page on the strand made a
-    // checksum 20 times slower in a VM (docs/PERFORMANCE.md, "The disk tier").
-    std::byte* mine = (opt.l2 || opt.disk) ? arena_map : nullptr;
-    filler = std::thread([this, pause, mine] {
-      auto stopping = [this] { return stop_filling.load(std::memory_order_relaxed); };
-      // The arena's slabs, then each segment's: one numbering (the pools').
-      for (std::uint32_t i = 0; i < pools->slab_count() && !stopping(); ++i) {
-        if (pause.count() > 0) std::this_thread::sleep_for(pause);
-        std::string err = pools->populate(i);
-        asio::post(strand, [this, i, err] { slab_ready(i, err); });
-        if (!err.empty()) return;
-      }
-      for (std::uint32_t i = 0; mine != nullptr && i < pools->slab_count() && !stopping(); ++i) {
-        tier::Arena::map_in(mine + std::uint64_t{i} * arena->slab_bytes(), arena->slab_bytes());
-        asio::post(strand, [this] { ++mapped_slabs; });
-      }
-    });
-  }
-
-
-  void slab_ready(std::uint32_t slab, const std::string& err) {
-    if (!err.empty()) {
-      spdlog::error("kvstrand-server: slab {} of the arena could not be populated ({}); the tier stays at {} MiB",
-                    slab, err, ready_bytes() >> 20);
-      fill_error = err;
-      slab_came.notify();
-      return;
-    }
-    ++ready_slabs;
-    classes->add_slab(slab);
-    if (disk) disk->slab_ready(slab);
-    slab_came.notify();
-    if (ready_slabs == pools->slab_count())
-      spdlog::info("kvstrand-server: the arena's {} slabs are ready ({}) after {:.2f} s", ready_slabs,
-                   common::format_bytes(arena->bytes() + pools->segment_bytes()),
-                   std::chrono::duration<double>(Clock::now() - started).count());
-  }
-
-  std::uint64_t ready_bytes() const { return static_cast<std::uint64_t>(ready_slabs) * arena->slab_bytes(); }
-  bool growing() const { return ready_slabs < pools->slab_count() && fill_error.empty() && !stopping; }
-
-  // A reserve the arena cannot hold yet while slabs are still becoming
-  // ready (the first seconds after a start) waits for them, at most
-  // kGrowWait, instead of being answered `full`. Only its session waits.
-  asio::awaitable<void> room_for(const std::shared_ptr<Session>& s, const Reserve& r) {
-    tier::Index* idx = service->index_of(s->client, r.registration);
-    if (idx == nullptr) co_return;
-    auto served = [&] { return !growing() || s->ended || classes->room(*idx) >= idx->absent(r.keys); };
-    co_await slab_came.wait_until(served, Clock::now() + kGrowWait);
-  }
-
   void shutdown() {
     if (stopping) return;
     stopping = true;
+    host.stop();
     if (acceptor) acceptor->close();
     accept_backoff.cancel();
     if (signals) signals->cancel();
     if (watchdog) watchdog->cancel();
-    slab_came.notify();
     auto all = sessions;
     for (auto& [id, s] : all) end_session(s, "server stopping");
     for (auto& [pid, p] : processes) {
@@ -257,7 +192,7 @@ struct TierServer::Impl {
       s->client.owner = process->owner;
       s->client.peer = *peer;
       // Its tenant's segment, if it has one: the memory it is handed.
-      s->client.pool = pools->pool_of(peer->tenant);
+      s->client.pool = host.pools().pool_of(peer->tenant);
       ++process->sessions;
       sessions[s->id] = s;
       spdlog::debug("kvstrand-server: session {} from pid {} (uid {}{}{})", s->id, cred->pid, peer->uid,
@@ -292,7 +227,7 @@ struct TierServer::Impl {
     for (auto& [id, s] : sessions)
       if (s->process == p) its.push_back(s);
     for (auto& s : its) end_session(s, "its process exited");
-    const std::size_t freed = classes->release_owner(p->owner);
+    const std::size_t freed = host.classes().release_owner(p->owner);
     orphans_freed += freed;
     spdlog::debug("kvstrand-server: pid {} exited; {} leases and reservations freed", p->pid, freed);
     if (auto it = processes.find(p->pid); it != processes.end() && it->second == p) processes.erase(it);
@@ -337,7 +272,9 @@ struct TierServer::Impl {
         continue;
       }
       if (const auto* lk = std::get_if<Lookup>(&*req)) co_await service->promote(s->client, *lk, s->ended);
-      if (auto* rv = std::get_if<Reserve>(&*req); rv && growing()) co_await room_for(s, *rv);
+      if (auto* rv = std::get_if<Reserve>(&*req); rv && host.growing())
+        if (const tier::Index* idx = service->index_of(s->client, rv->registration))
+          co_await host.room_for(*idx, rv->keys, s->ended);
       if (s->ended) break;  // ended while L2 answered, or while the arena grew
       Reply rep = service->handle(s->client, *req);
       count(type_of(*req), rep.status);
@@ -360,7 +297,7 @@ struct TierServer::Impl {
   // The hello's reply carries the fd of the client's pool: its tenant's
   // segment, the arena, or (read-only) the segment of the tenant it reads.
   void send(const std::shared_ptr<Session>& s, std::vector<std::byte> frame, bool with_pool_fd = false) {
-    s->conn->send(std::move(frame), with_pool_fd ? pools->handed_fd(s->client.pool, s->client.reads) : -1);
+    s->conn->send(std::move(frame), with_pool_fd ? host.pools().handed_fd(s->client.pool, s->client.reads) : -1);
   }
 
   // A session's reader or writer ended by an exception: the connection
@@ -388,9 +325,10 @@ struct TierServer::Impl {
   // ---- the debug endpoint: its routes (server/debug_routes), on the strand -------
 
   common::HttpRoutes routes() {
-    return debug_routes(ServerState{stopping, sessions, processes, *classes, *arena, l2.get(), disk.get(), events.get(), &*tenants, mapped_slabs, requests,
-                                    *service, orphans_freed, accept_backoff, fill_error, recovery,
-                                    [this] { return ready_bytes(); }, opt.socket, pools->segment_bytes(),
+    return debug_routes(ServerState{stopping, sessions, processes, host.classes(), host.arena(), l2.get(), disk.get(),
+                                    events.get(), &*tenants, host.mapped_slabs(), requests, *service, orphans_freed,
+                                    accept_backoff, host.fill_error(), host.recovery(),
+                                    [this] { return host.ready_bytes(); }, opt.socket, host.pools().segment_bytes(),
                                     opt.binding.maps_tenants() && opt.http && opt.http->token.empty()});
   }
 
@@ -401,20 +339,8 @@ struct TierServer::Impl {
   common::Gate gate{strand};  // the acceptor and every session's reader and writer run inside it
   // How long stopping waits for them (their sockets are closed by then).
   static constexpr std::chrono::seconds kStopBound{2};
-  static constexpr std::chrono::seconds kGrowWait{1};  // room_for: a reserve waits this long at most
   std::thread loop;
-  std::optional<tier::Arena> arena;
-  std::optional<ArenaPools> pools;  // the arena and the tenants' segments (--tenant-segment)
-  std::thread filler;
-  std::atomic<bool> stop_filling{false};  // a stop signal to the filler thread, not shared state
-  std::uint32_t ready_slabs = 0;
-  std::uint32_t mapped_slabs = 0;  // slabs the server's own mapping has faulted in (with --l2 or --disk)
-  std::string fill_error;
-  common::Notifier slab_came{strand};  // reserves waiting for the next slab (room_for)
-  std::byte* arena_map = nullptr;    // the server's own mapping, with --l2, --disk or --arena-path only
-  std::optional<tier::ObjectTable> table;    // with --arena-path: the objects described in the arena
-  std::optional<tier::SizeClasses> classes;  // with the arena: one index per object size
-  Recovery recovery;                         // what a named arena held at start
+  ArenaHost host{strand, opt};  // the arena, its indexes and its growth
   std::unique_ptr<L2Tier> l2;
   std::unique_ptr<DiskTier> disk;
   std::optional<tier::TenantBook> tenants;     // the arena's (--tenant-quota)
@@ -438,7 +364,6 @@ struct TierServer::Impl {
   bool stopping = false;
   bool failed = false;  // stopped because it could not go on (set before `stopped`)
   std::promise<void> stopped;
-  Clock::time_point started = Clock::now();
   common::LabeledCounter requests;
   std::unique_ptr<common::DebugHttp> http;
 };
@@ -449,8 +374,7 @@ TierServer::~TierServer() {
   stop();
   remove_socket_file(impl_->opt.socket, impl_->socket_file);
   if (impl_->http) impl_->http->stop();
-  impl_->stop_filling = true;
-  if (impl_->filler.joinable()) impl_->filler.join();
+  impl_->host.join_filler();
   impl_->work.reset();
   impl_->ctx.stop();
   if (impl_->loop.joinable()) impl_->loop.join();
@@ -458,57 +382,6 @@ TierServer::~TierServer() {
   impl_->events.reset();  // before the indexes it watches
   impl_->disk.reset();
   impl_->publisher.reset();
-  impl_->pools.reset();  // the server's mapping with it
-}
-
-void TierServer::Impl::open_arena() {
-  const bool named = !opt.arena_path.empty();
-  try {
-    arena.emplace(tier::ArenaOptions{opt.tier_bytes, opt.slab_bytes, opt.huge_pages, opt.arena_path});
-  } catch (const std::runtime_error& e) {
-    throw std::runtime_error(std::string(named ? "--arena-path" : "--tier-bytes") + ": cannot create the arena: " +
-                             e.what());
-  }
-  pools.emplace(*arena, opt.tenant_segments, opt.public_tenants, opt.huge_pages);
-  // L2 is one reason the server touches the arena's bytes (it copies
-  // committed objects out to Redis and promoted ones in), a named arena's
-  // object tables the other. Engine memory it never sees.
-  if (opt.l2 || opt.disk || named) arena_map = pools->map(named ? "--arena-path" : opt.disk ? "--disk" : "--l2");
-  // With a disk tier the arena's slots are 4 KiB-aligned: the disk reads
-  // and writes them in place (O_DIRECT).
-  const std::uint64_t align = opt.disk ? kDiskBlock : 1;
-  if (!named) {
-    classes.emplace(arena->slab_bytes(), nullptr, tier::SlotShape{align, 0, 0});
-    classes->set_slab_count(arena->slab_count());
-    if (pools->pools() > 1) classes->set_pools(pools->ends());
-    return;
-  }
-  table.emplace(arena_map, arena->bytes(), arena->slab_bytes(), align);
-  classes.emplace(arena->slab_bytes(), &*table);
-  classes->set_slab_count(arena->slab_count());
-  recovery.named = true;
-  if (!arena->reopened()) {
-    spdlog::info("kvstrand-server: a new arena at {} ({})", arena->path(), common::format_bytes(arena->bytes()));
-    return;
-  }
-  recovery = recover(*table, *classes);
-  if (!recovery.started_empty.empty()) {
-    // One line, and nothing of the old file is read: a later format or
-    // another geometry is never misread as this one.
-    spdlog::warn("kvstrand-server: the arena at {} cannot be read ({}): starting empty", arena->path(),
-                 recovery.started_empty);
-    pools->unmap();
-    arena->start_empty();
-    arena_map = pools->map("--arena-path");
-    table.emplace(arena_map, arena->bytes(), arena->slab_bytes(), align);
-    classes.reset();
-    classes.emplace(arena->slab_bytes(), &*table);
-    return;
-  }
-  spdlog::info("kvstrand-server: recovered {} objects from the arena at {} in {:.3f} s ({} never committed and {} "
-               "corrupt dropped)",
-               recovery.objects, arena->path(), recovery.seconds, recovery.dropped_uncommitted,
-               recovery.dropped_corrupt);
 }
 
 namespace {
@@ -522,25 +395,28 @@ std::uint64_t server_life_id() {
 }  // namespace
 
 void TierServer::Impl::start() {
-  open_arena();
-  if (opt.l2) l2 = std::make_unique<L2Tier>(strand, *opt.l2, arena_map, *classes);
+  host.open();
+  tier::SizeClasses& classes = host.classes();
+  tier::Arena& arena = host.arena();
+  if (opt.l2) l2 = std::make_unique<L2Tier>(strand, *opt.l2, host.map(), classes);
   if (opt.disk) {
-    opt.disk->max_queued_bytes = arena->bytes() / 8;
-    disk = std::make_unique<DiskTier>(strand, *opt.disk, arena_map, arena->slab_bytes(), pools->slab_count(), *classes);
+    opt.disk->max_queued_bytes = arena.bytes() / 8;
+    disk = std::make_unique<DiskTier>(strand, *opt.disk, host.map(), arena.slab_bytes(), host.pools().slab_count(),
+                                      classes);
   }
   ServiceRules rules{opt.chunk_tokens, opt.max_client_leased, opt.max_client_reserved, opt.min_object_bytes,
                      opt.max_index_bytes};
-  ServerFacts facts{arena->bytes(), arena->slab_bytes(), arena->huge_pages(),
-                    [this] { return ready_bytes(); }, [this] { return sessions.size(); },
-                    server_life_id(), pools->published()};
+  ServerFacts facts{arena.bytes(), arena.slab_bytes(), arena.huge_pages(),
+                    [this] { return host.ready_bytes(); }, [this] { return sessions.size(); },
+                    server_life_id(), host.pools().published()};
   // Nearest first: a lookup asks the disk before L2.
   if (disk) levels.push_back(disk.get());
   if (l2) levels.push_back(l2.get());
-  service.emplace(rules, std::move(facts), *classes, levels);
+  service.emplace(rules, std::move(facts), classes, levels);
   tenants.emplace(opt.tenant_quotas, opt.tenant_default_quota.value_or(tier::TenantBook::kNoQuota), opt.max_tenants);
-  classes->set_tenants(&*tenants);
+  classes.set_tenants(&*tenants);
   service->set_tenants(&*tenants);
-  if (disk) disk->set_tenants(*tenants, arena->bytes());
+  if (disk) disk->set_tenants(*tenants, arena.bytes());
   auto found =
       disk ? disk->take_recovered_descriptions() : std::unordered_map<kv::ChunkKey, std::string, tier::ChunkKeyHash>{};
   if (opt.events) {
@@ -548,7 +424,7 @@ void TierServer::Impl::start() {
     if (!p) throw std::runtime_error(p.why());
     publisher = *p;
     events = std::make_unique<TierEvents>(publisher);
-    events->watch(*classes, opt.events->arena_medium);
+    events->watch(classes, opt.events->arena_medium);
     if (disk) disk->set_events(events.get());
     if (l2) l2->set_events(events.get());
     service->set_events(events.get());
@@ -566,7 +442,9 @@ void TierServer::Impl::start() {
   });
   std::string err = common::call_on(strand, [this] { return listen(); });
   if (!err.empty()) throw std::runtime_error(err);
-  start_filler();
+  host.start_filling([this](std::uint32_t slab) {
+    if (disk) disk->slab_ready(slab);
+  });
   if (opt.http) {
     try {
       http = std::make_unique<common::DebugHttp>(strand, *opt.http, routes());

@@ -1,12 +1,14 @@
 // kvstrand-server: the node tier's index, leases, reservations and
 // liveness, on one strand. The arena is a sealed memfd handed to each
-// client, which copies between it and its own device memory (RemoteIndex); the
-// server touches its bytes only with --l2, to move objects to and from
-// Redis (L2Tier). No device runtime is linked in.
+// client, which copies between it and its own device memory (RemoteIndex);
+// the server touches its bytes only with --l2, --disk or --arena-path, to
+// move objects to and from the levels below and to recover a named arena.
+// No device runtime is linked in.
 //
-// - The socket is created 0600 and each peer's uid (SO_PEERCRED) must be the
-//   server's own; its pid names the client process that owns what the
-//   session holds.
+// - Each peer (SO_PEERCRED) is identified (peer_identity.hpp): the
+//   server's own user and root, or a user --tenant-uid / --tenant-gid maps
+//   to a tenant (the socket 0600, or 0660 with --socket-group); its pid
+//   names the client process that owns what the session holds.
 // - Every request is answered on the strand without waiting for anything
 //   but the socket; one writer per session sends replies in order.
 // - Leases and reservations belong to the client process, not to a clock or
@@ -14,9 +16,9 @@
 //   exited (its pidfd becomes readable). A stopped client keeps them; a
 //   killed one loses them at once. A connection that closes while its
 //   process lives leaves them held (a copy may still run in that process);
-//   any session of the same user may release them by id.
-// - The arena grows slab by slab on a helper thread; each slab's objects
-//   join the index when it is ready.
+//   another session of the same process may release them by id, another
+//   process's never.
+// - The arena, its indexes and its growth slab by slab are ArenaHost's.
 //
 // This file is the sessions (framing, back-pressure, liveness) and the
 // process around them; what a request may do is RequestService's
