@@ -292,7 +292,7 @@ MUTANTS = [
      [("test_poller", "poller: a wait that arrives while the poller sleeps*")],
      "a wait that arrives while the poller backs off waits the backoff out"),
     ("lookup-hit-no-kick", "src/reactor/transfer_table.cpp",
-     "  if (hit) self->reactor.poller().kick();\n}\n\nvoid TransferTable::start_adopt",
+     "  if (hit) self->reactor_.poller().kick();\n}\n\nvoid TransferTable::start_adopt",
      "}\n\nvoid TransferTable::start_adopt",
      [("test_connector", "connector: a lookup that hits leaves the reactor polling*")],
      "a lookup's hit leaves the reactor asleep: the load that follows pays a cross-CPU wake-up"),
@@ -307,7 +307,7 @@ MUTANTS = [
      "the embedded index checks the first chunk's image flag, not the last's"),
     # ... a lease handed off.
     ("export-keeps-lease", "src/reactor/connector.cpp",
-     "  post_after_submissions([table = table_, lease] { table->tier->forget_lease(lease); });\n", "",
+     "  post_after_submissions([table = table_, lease] { table->tier().forget_lease(lease); });\n", "",
      [("test_remote_index", "node tier: an exported lease is the adopter's alone*")],
      "the exporter still holds an exported lease: closing it releases the adopter's"),
     # Engine and server in any order.

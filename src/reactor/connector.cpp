@@ -99,9 +99,9 @@ Connector::Connector(ConnectorOptions options)
   }
   auto tier = std::make_unique<HostTier>(*reactor_, std::move(index));
   table_ = std::make_shared<TransferTable>(*reactor_, std::move(tier), mailbox_, options_.transfer_deadline);
-  submissions_ = table_->submissions.get();
+  submissions_ = table_->submissions().get();
   reactor_->call([this]() -> asio::awaitable<void> {
-    reactor_->poller().add_source(table_->submissions);
+    reactor_->poller().add_source(table_->submissions());
     co_return;
   });
   if (options_.http) {
@@ -117,10 +117,7 @@ std::uint32_t Connector::register_layout(Registration registration) {
   if (auto err = registration.check()) throw TransferRefused(TransferErrc::bad_spec, *err);
   const auto id = static_cast<std::uint32_t>(admission_.registrations().size());
   Failure refused = reactor_->call([table = table_, reg = registration]() mutable -> asio::awaitable<Failure> {
-    table->regs.push_back(std::move(reg));
-    Failure r = co_await table->tier->attach(table->regs.back());
-    if (r) table->regs.pop_back();  // a tier keeps only what it attached
-    co_return r;
+    return table->attach(std::move(reg));
   });
   // The tier's words, once; TransferRefused appends the code's own text.
   if (refused) throw TransferRefused(refused.ec, "register_layout: registration " + std::to_string(id) + ": " + refused.why);
@@ -146,7 +143,7 @@ std::uint64_t Connector::invalidate(std::uint32_t registration) {
   if (registration >= admission_.registrations().size())
     throw TransferRefused(TransferErrc::not_registered, "invalidate: no registration " + std::to_string(registration));
   IndexPlane::Dropped d = reactor_->call([table = table_, registration]() -> asio::awaitable<IndexPlane::Dropped> {
-    co_return co_await table->tier->drop(registration);
+    co_return co_await table->tier().drop(registration);
   });
   if (d.failure) throw TransferRefused(d.failure.ec, "invalidate: " + d.failure.why);
   return d.objects;
@@ -165,7 +162,7 @@ void Connector::check_open() const {
 template <class F>
 void Connector::post_after_submissions(F f) {
   asio::post(reactor_->strand(), [table = table_, f = std::move(f)]() mutable {
-    table->submissions->poll();
+    table->submissions()->poll();
     f();
   });
 }
@@ -283,7 +280,7 @@ std::vector<std::byte> Connector::export_lease(std::uint64_t lease) {
     throw TransferRefused(TransferErrc::bad_spec, "export_lease: only the node tier (server_socket) leases what a "
                                                   "lookup found; the embedded tier's hits cannot leave this process");
   std::vector<std::byte> bytes = proto::encode_lease_handoff(proto::LeaseHandoff{lease, lookups_.take(lease)});
-  post_after_submissions([table = table_, lease] { table->tier->forget_lease(lease); });
+  post_after_submissions([table = table_, lease] { table->tier().forget_lease(lease); });
   return bytes;
 }
 
@@ -376,31 +373,25 @@ void Connector::close() {
   // a copy never seen to end. Then the tier (its streams, its arena or
   // mappings) is left allocated on purpose: freeing it could hand memory
   // that copy still writes to someone else, and waiting could be forever.
-  if (!table_->stuck.empty()) {
-    spdlog::warn("kvstrand: close: {} transfer(s) never seen to end; the tier's memory is left allocated on purpose",
-                 table_->stuck.size());
-    hip::keep_for_process_life(std::move(table_->tier));
-    return;
-  }
-  table_->tier.reset();
+  table_->release_tier();
 }
 
 // Read only once the reactor thread has ended: nothing changes stuck then.
-std::size_t Connector::never_ended() const noexcept { return stopped_ ? table_->stuck.size() : 0; }
+std::size_t Connector::never_ended() const noexcept { return stopped_ ? table_->stuck_count() : 0; }
 
 // ---- debug views (each a hop to the strand and back) -------------------------
 
 std::vector<TransferInfo> Connector::transfers() {
   if (stopped_) return {};
   return reactor_->call([table = table_]() -> asio::awaitable<std::vector<TransferInfo>> {
-    table->submissions->poll();
+    table->submissions()->poll();
     co_return table->snapshot();
   });
 }
 
 tier::Index::Stats Connector::tier_stats() {
   if (stopped_) return {};
-  return reactor_->call([table = table_]() -> asio::awaitable<tier::Index::Stats> { co_return table->tier->stats(); });
+  return reactor_->call([table = table_]() -> asio::awaitable<tier::Index::Stats> { co_return table->tier().stats(); });
 }
 
 void* Connector::load_stream_native() {
@@ -411,13 +402,13 @@ void* Connector::load_stream_native() {
 Connector::TierStreams Connector::tier_streams() {
   if (stopped_) return {};
   return reactor_->call([table = table_]() -> asio::awaitable<TierStreams> {
-    co_return TierStreams{table->tier->save_stream(), table->tier->load_stream()};
+    co_return TierStreams{table->tier().save_stream(), table->tier().load_stream()};
   });
 }
 
 Connector::ArenaMappings Connector::arena_mappings() {
   if (stopped_) return {};
-  return reactor_->call([table = table_]() -> asio::awaitable<ArenaMappings> { co_return table->tier->server_link(); });
+  return reactor_->call([table = table_]() -> asio::awaitable<ArenaMappings> { co_return table->tier().server_link(); });
 }
 
 PollerStats Connector::poller_stats() {

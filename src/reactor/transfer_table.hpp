@@ -64,7 +64,8 @@ struct TransferInfo {
   bool past_deadline = false;  // fail-stopped; its copy has not been seen to end
 };
 
-struct TransferTable : std::enable_shared_from_this<TransferTable> {
+class TransferTable : public std::enable_shared_from_this<TransferTable> {
+ public:
   using Handler = boost::asio::any_completion_handler<void(std::error_code)>;
 
   TransferTable(Reactor& r, std::unique_ptr<HostTier> t, std::shared_ptr<Mailbox> m, std::chrono::milliseconds d);
@@ -72,6 +73,15 @@ struct TransferTable : std::enable_shared_from_this<TransferTable> {
   // Transfers of submit() not yet taken by the strand; more wait in posts.
   static constexpr std::size_t kSubmissionSlots = 256;
 
+  // The engine thread's submit()s, taken on every poller tick. Everything
+  // else the engine thread posts polls it first (Connector's
+  // post_after_submissions): the strand sees the engine's calls in the order
+  // they were made.
+  const std::shared_ptr<HandoffQueue<Submission>>& submissions() const noexcept { return submissions_; }
+
+  // A registration kept here (its id: the next) and attached to the tier;
+  // the tier's refusal forgets it again.
+  boost::asio::awaitable<Failure> attach(Registration reg);
   // Takes one submission off the ring: the transfer starts inside the gate.
   void start(Submission& p);
   // Completes `h` once every transfer of `requests` (all of them: `all`) is
@@ -90,10 +100,22 @@ struct TransferTable : std::enable_shared_from_this<TransferTable> {
   // failed by its own deadline), lets the tier drain, then closes the gate,
   // all within close_bound().
   static boost::asio::awaitable<void> settle(std::shared_ptr<TransferTable> self);
+  // Once the reactor thread has ended: the tier goes, unless a copy was
+  // never seen to end; then its memory is left allocated on purpose (said).
+  void release_tier();
 
   std::vector<TransferInfo> snapshot() const;
-  std::size_t live_count() const noexcept { return transfers.size() + stuck.size(); }
+  std::size_t live_count() const noexcept { return transfers_.size() + stuck_.size(); }
+  // Transfers failed by their deadline whose copy was never seen to end.
+  std::size_t stuck_count() const noexcept { return stuck_.size(); }
+  Reactor& reactor() const noexcept { return reactor_; }
+  HostTier& tier() const noexcept { return *tier_; }
+  const ConnectorMetrics& metrics() const noexcept { return metrics_; }
+  // The fail-stop's words, once set (empty until then).
+  const std::string& fail_stop() const noexcept { return fail_what_; }
+  bool failed() const noexcept { return fail_code_.has_value(); }
 
+ private:
   struct Live {
     std::shared_ptr<Transfer> t;
     std::unique_ptr<boost::asio::steady_timer> deadline;
@@ -113,35 +135,6 @@ struct TransferTable : std::enable_shared_from_this<TransferTable> {
     std::unique_ptr<boost::asio::steady_timer> timer;
   };
 
-  Reactor& reactor;
-  std::unique_ptr<HostTier> tier;
-  std::shared_ptr<Mailbox> mailbox;
-  std::chrono::milliseconds deadline;
-  // Every coroutine the Connector starts (transfers, lookups, adoptions,
-  // lease releases) runs inside it; close() closes it. Each one's
-  // completion holds the table, so the gate outlives what it counts.
-  common::Gate gate;
-  // The engine thread's submit()s, taken on every poller tick. Everything
-  // else the engine thread posts polls it first (Connector's
-  // post_after_submissions): the strand sees the engine's calls in the order
-  // they were made.
-  std::shared_ptr<HandoffQueue<Submission>> submissions;
-  std::deque<Registration> regs;  // by id; a deque: tiers keep pointers to them
-  // A load's "copies queued" event; none if the device cannot make one:
-  // order_after_load then answers not_queued_yet and the engine waits for
-  // finished().
-  QueuedEvents queued_events;
-  std::uint64_t next_id = 1;
-  std::uint64_t next_fence = 1;
-  std::map<std::uint64_t, Live> transfers;                   // live
-  std::map<std::uint64_t, std::shared_ptr<Transfer>> stuck;  // failed by deadline, copy not seen to end
-  std::map<std::string, std::uint32_t> live_per_request;
-  std::list<Fence> fences;
-  std::optional<std::error_code> fail_code;
-  std::string fail_what;
-  ConnectorMetrics metrics;
-
- private:
   static boost::asio::awaitable<void> run(std::shared_ptr<TransferTable> self, std::shared_ptr<Transfer> t);
   static boost::asio::awaitable<void> answer_lookup(std::shared_ptr<TransferTable> self, std::uint64_t id,
                                                     std::uint32_t registration, std::vector<kv::ChunkKey> keys);
@@ -159,6 +152,32 @@ struct TransferTable : std::enable_shared_from_this<TransferTable> {
   void check_fences();
   void fence_timed_out(std::uint64_t id, std::chrono::milliseconds timeout);
   void close_timed_out(std::uint64_t id, std::chrono::milliseconds bound);
+
+  Reactor& reactor_;
+  std::unique_ptr<HostTier> tier_;
+  std::shared_ptr<Mailbox> mailbox_;
+  std::chrono::milliseconds deadline_;
+  // Every coroutine the Connector starts (transfers, lookups, adoptions,
+  // lease releases) runs inside it; close() closes it. Each one's
+  // completion holds the table, so the gate outlives what it counts.
+  common::Gate gate_;
+  std::shared_ptr<HandoffQueue<Submission>> submissions_;
+  // The strand's registrations, by id: the one table the tier and its
+  // index plane read (a deque: they keep pointers to them).
+  std::deque<Registration> regs_;
+  // A load's "copies queued" event; none if the device cannot make one:
+  // order_after_load then answers not_queued_yet and the engine waits for
+  // finished().
+  QueuedEvents queued_events_;
+  std::uint64_t next_id_ = 1;
+  std::uint64_t next_fence_ = 1;
+  std::map<std::uint64_t, Live> transfers_;                   // live
+  std::map<std::uint64_t, std::shared_ptr<Transfer>> stuck_;  // failed by deadline, copy not seen to end
+  std::map<std::string, std::uint32_t> live_per_request_;
+  std::list<Fence> fences_;
+  std::optional<std::error_code> fail_code_;
+  std::string fail_what_;
+  ConnectorMetrics metrics_;
 };
 
 // close() and async_close() complete within this of being called, whatever
