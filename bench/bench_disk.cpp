@@ -34,7 +34,7 @@
 #include <filesystem>
 #include <random>
 
-#include "common/fd_passing.hpp"
+#include "channel/fd_passing.hpp"
 #include "common/free_port.hpp"
 #include "bench_server.hpp"
 #include "wire.hpp"

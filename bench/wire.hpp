@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "common/blocking_client.hpp"
+#include "channel/blocking_client.hpp"
 #include "proto/protocol.hpp"
 #include "reference_geometry.hpp"
 
@@ -17,7 +17,7 @@ namespace kvstrand::bench {
 // commits, lookups), with no device and no copy.
 struct Wire {
   // No bound a benchmark would notice (a filler's reserve can wait on slabs).
-  common::BlockingClient conn{std::chrono::seconds(600)};
+  channel::BlockingClient conn{std::chrono::seconds(600)};
   explicit Wire(const std::string& socket) { (void)conn.connect(socket); }
   bool connected() const { return conn.connected(); }
   // The reply when the server answered ok; nothing otherwise.

@@ -29,11 +29,11 @@ ServerCalls::~ServerCalls() {
   if (conn_) conn_->close();
 }
 
-void ServerCalls::open(common::FramedConnection::Socket sock) {
+void ServerCalls::open(channel::FramedConnection::Socket sock) {
   if (conn_) end("a new connection");
   const std::uint64_t generation = ++generation_;
   // A write that failed, or a writer that threw, ends the connection.
-  conn_ = std::make_shared<common::FramedConnection>(std::move(sock), strand_, gate_,
+  conn_ = std::make_shared<channel::FramedConnection>(std::move(sock), strand_, gate_,
                                                      [this, generation](const std::string& why) {
                                                        if (generation == generation_) fail(why);
                                                      });
@@ -88,9 +88,9 @@ void ServerCalls::fail(const std::string& why) {
   if (lost_) lost_(why);
 }
 
-asio::awaitable<void> ServerCalls::read_loop(std::shared_ptr<common::FramedConnection> conn) {
+asio::awaitable<void> ServerCalls::read_loop(std::shared_ptr<channel::FramedConnection> conn) {
   for (;;) {
-    common::ReadFrame f = co_await conn->read(kDefaultMaxBody);
+    channel::ReadFrame f = co_await conn->read(kDefaultMaxBody);
     if (conn != conn_) co_return;  // ended meanwhile
     if (f.io) {
       fail("read: " + f.io.message());

@@ -25,7 +25,7 @@
 #include <system_error>
 #include <utility>
 
-#include "common/framed_connection.hpp"
+#include "channel/framed_connection.hpp"
 #include "common/gate.hpp"
 #include "common/strand.hpp"
 #include "proto/protocol.hpp"
@@ -46,10 +46,10 @@ class ServerCalls {
 
   // A new connection (any previous one ended first). Nothing is read from
   // it until read_replies(): the owner reads the hello's reply by hand.
-  void open(common::FramedConnection::Socket sock);
+  void open(channel::FramedConnection::Socket sock);
   // The current connection (null after end()); its holder keeps it alive,
   // ended or not.
-  std::shared_ptr<common::FramedConnection> connection() const { return conn_; }
+  std::shared_ptr<channel::FramedConnection> connection() const { return conn_; }
   bool is_open() const noexcept { return conn_ && !conn_->closed(); }
   std::uint64_t next_id() noexcept { return next_id_++; }
 
@@ -69,14 +69,14 @@ class ServerCalls {
 
  private:
   struct Waiter;
-  boost::asio::awaitable<void> read_loop(std::shared_ptr<common::FramedConnection> conn);
+  boost::asio::awaitable<void> read_loop(std::shared_ptr<channel::FramedConnection> conn);
   void fail(const std::string& why);  // the connection ended by itself
 
   common::Strand strand_;
   common::Gate& gate_;
   Late late_;
   Lost lost_;
-  std::shared_ptr<common::FramedConnection> conn_;  // null: none
+  std::shared_ptr<channel::FramedConnection> conn_;  // null: none
   std::uint64_t generation_ = 0;                    // bumps on every open()
   std::uint64_t next_id_ = 1;
   std::map<std::uint64_t, std::shared_ptr<Waiter>> waiting_;

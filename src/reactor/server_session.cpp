@@ -179,15 +179,15 @@ asio::awaitable<Failure> ServerSession::usable(std::uint32_t registration) {
 // Hello, before the reader starts: the arena's file descriptor comes with
 // the reply's first byte.
 asio::awaitable<Failure> ServerSession::hello(Clock::time_point until) {
-  const std::shared_ptr<common::FramedConnection> conn = calls_.connection();
+  const std::shared_ptr<channel::FramedConnection> conn = calls_.connection();
   // A timer bounds the exchange by closing the connection.
   asio::steady_timer guard(reactor_.strand(), until);
-  guard.async_wait([weak = std::weak_ptr<common::FramedConnection>(conn)](const boost::system::error_code& e) {
+  guard.async_wait([weak = std::weak_ptr<channel::FramedConnection>(conn)](const boost::system::error_code& e) {
     if (auto c = weak.lock(); c && !e) c->close();
   });
   conn->send(encode_request(Hello{kMajor, kMinor, "kvstrand RemoteIndex", opt_.reads}, calls_.next_id()));
   int fd = -1;
-  common::ReadFrame f = co_await conn->read(kDefaultMaxBody, &fd);
+  channel::ReadFrame f = co_await conn->read(kDefaultMaxBody, &fd);
   struct FdCloser {
     int* fd;
     ~FdCloser() {

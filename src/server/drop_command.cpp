@@ -2,7 +2,7 @@
 
 #include <cstdio>
 
-#include "common/blocking_client.hpp"
+#include "channel/blocking_client.hpp"
 
 namespace kvstrand::server {
 
@@ -28,7 +28,7 @@ namespace {
 // `socket` for `flag`; `what` says what was dropped.
 int send_drop(const std::string& socket, const char* flag, std::uint8_t minor, const proto::Request& request,
               const std::string& what) {
-  common::BlockingClient client;
+  channel::BlockingClient client;
   const std::string who = std::string("kvstrand-server ") + flag;
   proto::HelloReply hello;
   if (std::string why = client.open(socket, who, &hello); !why.empty()) {

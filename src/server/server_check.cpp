@@ -4,7 +4,7 @@
 #include <thread>
 
 #include "common/parse_bytes.hpp"
-#include "common/blocking_client.hpp"
+#include "channel/blocking_client.hpp"
 
 namespace kvstrand::server {
 
@@ -12,7 +12,7 @@ int check_server(const std::string& socket, std::chrono::milliseconds within) {
   const auto end = std::chrono::steady_clock::now() + within;
   std::string why;
   for (;;) {
-    common::BlockingClient client;
+    channel::BlockingClient client;
     proto::HelloReply hr;
     why = client.open(socket, "kvstrand-server --check", &hr);
     if (why.empty()) {

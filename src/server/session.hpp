@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "common/framed_connection.hpp"
+#include "channel/framed_connection.hpp"
 #include "common/strand.hpp"
 #include "server/request_service.hpp"
 #include "tier/index.hpp"
@@ -34,7 +34,7 @@ struct Process {
 struct Session {
   explicit Session(std::uint64_t i) : id(i) {}
   std::uint64_t id;
-  std::shared_ptr<common::FramedConnection> conn;  // its replies go out here, the arena's fd with the hello's
+  std::shared_ptr<channel::FramedConnection> conn;  // its replies go out here, the arena's fd with the hello's
   std::shared_ptr<Process> process;
   Client client;  // what the request service knows of it
   bool ended = false;

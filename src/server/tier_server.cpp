@@ -184,7 +184,7 @@ struct TierServer::Impl {
       if (!process) continue;  // gone already: nothing it asks for could be kept for it
       auto s = std::make_shared<Session>(next_session++);
       std::weak_ptr<Session> weak = s;
-      s->conn = std::make_shared<common::FramedConnection>(std::move(sock), strand, gate, [this, weak](const std::string& why) {
+      s->conn = std::make_shared<channel::FramedConnection>(std::move(sock), strand, gate, [this, weak](const std::string& why) {
         if (auto ended = weak.lock()) end_session(ended, why);
       });
       s->process = process;
@@ -242,7 +242,7 @@ struct TierServer::Impl {
       // A client that does not read its replies is not read from either.
       co_await s->conn->drained_to(opt.max_reply_queue);
       if (s->ended) break;
-      common::ReadFrame f = co_await s->conn->read(opt.max_frame);
+      channel::ReadFrame f = co_await s->conn->read(opt.max_frame);
       if (f.io) break;
       const Header& h = f.h;
       const HeaderError he = f.header;

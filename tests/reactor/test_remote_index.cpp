@@ -8,7 +8,7 @@
 #include "connector_rig.hpp"
 #include "curl.hpp"
 #include "tier/arena.hpp"
-#include "common/fd_passing.hpp"
+#include "channel/fd_passing.hpp"
 #include "proto/lease_handoff.hpp"
 #include "node_tier_support.hpp"
 #include "protocol_session.hpp"

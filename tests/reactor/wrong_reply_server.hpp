@@ -18,7 +18,7 @@
 #include "proto/protocol.hpp"
 #include "server_process.hpp"
 #include "tier/arena.hpp"
-#include "common/fd_passing.hpp"
+#include "channel/fd_passing.hpp"
 
 namespace kvstrand::test {
 
@@ -125,7 +125,7 @@ class WrongReplyServer {
       if (type == Type::hello) {
         HelloReply hr{1, kMajor, mode_.minor, arena_.bytes(), arena_.slab_bytes(), arena_.bytes(), false};
         out = encode_reply(type, h.request_id, Reply{Status::ok, "", hr});
-        if (common::send_with_fd(conn_, out.data(), out.size(), arena_.fd(), MSG_NOSIGNAL) != static_cast<ssize_t>(out.size()))
+        if (channel::send_with_fd(conn_, out.data(), out.size(), arena_.fd(), MSG_NOSIGNAL) != static_cast<ssize_t>(out.size()))
           return;
         continue;
       }

@@ -151,7 +151,7 @@ TEST_CASE("server: a tenant is what the kernel says a client's user is: it regis
             Client c(srv.socket_path());
             std::array<std::byte, kHeaderBytes> head{};
             int fd = -1;
-            if (common::recv_with_fd(c.fd(), head.data(), 1, &fd, 0) != 1) return 33;
+            if (channel::recv_with_fd(c.fd(), head.data(), 1, &fd, 0) != 1) return 33;
             if (!c.read_exact(head.data() + 1, head.size() - 1)) return 34;
             Header h;
             if (decode_header(head, kDefaultMaxBody, &h) != HeaderError::none) return 35;

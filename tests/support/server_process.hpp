@@ -20,8 +20,8 @@
 #include <stdexcept>
 
 #include "proto/protocol.hpp"
-#include "common/blocking_client.hpp"
-#include "common/fd_passing.hpp"
+#include "channel/blocking_client.hpp"
+#include "channel/fd_passing.hpp"
 #include "process.hpp"
 
 namespace kvstrand::test {
@@ -122,7 +122,7 @@ class ServerProcess {
   pid_t pid_ = -1;
 };
 
-// The tests' client: common::BlockingClient (what the command line's
+// The tests' client: channel::BlockingClient (what the command line's
 // one-shot requests use too), with the raw socket's reads and writes a test
 // of malformed frames needs, and answers as optionals for REQUIRE.
 class Client {
@@ -192,7 +192,7 @@ class Client {
     if (!r) return std::nullopt;
     return std::move(*r);
   }
-  common::BlockingClient conn_{std::chrono::seconds(10)};
+  channel::BlockingClient conn_{std::chrono::seconds(10)};
 };
 
 // The server accepts, and its whole arena is populated: what a test that

@@ -6,7 +6,7 @@
 
 #include <cstddef>
 
-namespace kvstrand::common {
+namespace kvstrand::channel {
 
 // Sends up to `n` bytes with `fd` attached to the first. Returns the bytes
 // sent, or -1 with errno set (`flags` as for sendmsg; MSG_NOSIGNAL is added).
@@ -17,4 +17,4 @@ ssize_t send_with_fd(int sock, const void* data, std::size_t n, int fd, int flag
 // bytes received, 0 at EOF, or -1 with errno set.
 ssize_t recv_with_fd(int sock, void* data, std::size_t n, int* fd, int flags);
 
-}  // namespace kvstrand::common
+}  // namespace kvstrand::channel

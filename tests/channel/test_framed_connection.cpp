@@ -1,4 +1,4 @@
-// common::FramedConnection: the protocol's connection, as both ends use it,
+// channel::FramedConnection: the protocol's connection, as both ends use it,
 // over a socket pair (no server).
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -16,13 +16,13 @@
 #include <string>
 #include <vector>
 
-#include "common/framed_connection.hpp"
+#include "channel/framed_connection.hpp"
 
 using namespace kvstrand;
 using namespace std::chrono_literals;
 namespace asio = boost::asio;
-using common::FramedConnection;
-using common::ReadFrame;
+using channel::FramedConnection;
+using channel::ReadFrame;
 
 namespace {
 

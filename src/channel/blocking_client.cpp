@@ -1,4 +1,4 @@
-#include "common/blocking_client.hpp"
+#include "channel/blocking_client.hpp"
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -10,9 +10,12 @@
 #include <cstring>
 #include <vector>
 
-#include "common/fd_passing.hpp"
+#include "channel/fd_passing.hpp"
 
-namespace kvstrand::common {
+namespace kvstrand::channel {
+
+using common::Expected;
+using common::unexpected;
 
 std::string BlockingClient::connect(const std::string& socket) {
   close();
@@ -109,4 +112,4 @@ Expected<proto::Reply> BlockingClient::read_reply(std::uint64_t expect_id, int* 
   return *reply;
 }
 
-}  // namespace kvstrand::common
+}  // namespace kvstrand::channel

@@ -1,10 +1,10 @@
-#include "common/fd_passing.hpp"
+#include "channel/fd_passing.hpp"
 
 #include <sys/socket.h>
 
 #include <cstring>
 
-namespace kvstrand::common {
+namespace kvstrand::channel {
 
 namespace {
 
@@ -46,4 +46,4 @@ ssize_t recv_with_fd(int sock, void* data, std::size_t n, int* fd, int flags) {
   return got;
 }
 
-}  // namespace kvstrand::common
+}  // namespace kvstrand::channel

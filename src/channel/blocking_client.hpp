@@ -14,7 +14,7 @@
 #include "common/expected.hpp"
 #include "proto/protocol.hpp"
 
-namespace kvstrand::common {
+namespace kvstrand::channel {
 
 class BlockingClient {
  public:
@@ -35,15 +35,15 @@ class BlockingClient {
   // Hello as `who` (a reader of `reads`'s published prefixes when named).
   // The arena's descriptor comes with the reply: the caller's in *arena_fd,
   // else closed here. A refused hello is a reply too (its status says).
-  Expected<proto::Reply> hello(const std::string& who, const std::string& reads = {}, int* arena_fd = nullptr);
+  common::Expected<proto::Reply> hello(const std::string& who, const std::string& reads = {}, int* arena_fd = nullptr);
   // Sends `request` and waits for its reply: the reply, or why none came.
-  Expected<proto::Reply> call(const proto::Request& request);
+  common::Expected<proto::Reply> call(const proto::Request& request);
   // Bytes as they are (a test's malformed frame): false unless all went.
   bool send_bytes(std::span<const std::byte> bytes);
   // The next frame, decoded as a reply: `expect_id` 0 takes any id. A
   // descriptor that came with its first byte is the caller's in *passed_fd,
   // else closed here.
-  Expected<proto::Reply> read_reply(std::uint64_t expect_id = 0, int* passed_fd = nullptr);
+  common::Expected<proto::Reply> read_reply(std::uint64_t expect_id = 0, int* passed_fd = nullptr);
   std::uint64_t next_id() noexcept { return next_id_++; }
 
  private:
@@ -54,4 +54,4 @@ class BlockingClient {
   std::uint64_t next_id_ = 1;
 };
 
-}  // namespace kvstrand::common
+}  // namespace kvstrand::channel

@@ -1,4 +1,4 @@
-#include "common/framed_connection.hpp"
+#include "channel/framed_connection.hpp"
 
 #include <sys/socket.h>
 #include <unistd.h>
@@ -14,10 +14,15 @@
 #include <utility>
 
 #include "common/await_codes.hpp"
-#include "common/fd_passing.hpp"
+#include "channel/fd_passing.hpp"
 #include "common/log_escaped.hpp"
 
-namespace kvstrand::common {
+namespace kvstrand::channel {
+
+using common::Gate;
+using common::kAwait;
+using common::LogEscaped;
+using common::Strand;
 
 namespace asio = boost::asio;
 using boost::system::error_code;
@@ -165,4 +170,4 @@ void FramedConnection::end(const std::string& why) {
   if (ended_) ended_(why);
 }
 
-}  // namespace kvstrand::common
+}  // namespace kvstrand::channel

@@ -30,7 +30,7 @@
 #include "common/strand.hpp"
 #include "proto/protocol.hpp"
 
-namespace kvstrand::common {
+namespace kvstrand::channel {
 
 // One frame read, or why none was.
 struct ReadFrame {
@@ -48,7 +48,7 @@ class FramedConnection : public std::enable_shared_from_this<FramedConnection> {
   // `gate` (the owner's) holds the writer; `ended` is told when the
   // connection ends by itself. Owned through a shared_ptr: the writer holds
   // one while it runs.
-  FramedConnection(Socket sock, Strand strand, Gate& gate, Ended ended);
+  FramedConnection(Socket sock, common::Strand strand, common::Gate& gate, Ended ended);
   ~FramedConnection();
   FramedConnection(const FramedConnection&) = delete;
   FramedConnection& operator=(const FramedConnection&) = delete;
@@ -93,16 +93,16 @@ class FramedConnection : public std::enable_shared_from_this<FramedConnection> {
   void end(const std::string& why);
 
   Socket sock_;
-  Strand strand_;
-  Gate& gate_;
+  common::Strand strand_;
+  common::Gate& gate_;
   Ended ended_;
   std::deque<Frame> outbox_;
   std::uint64_t queued_bytes_ = 0;
-  Notifier drained_;  // notified by the writer as the queue shrinks, and by close()
+  common::Notifier drained_;  // notified by the writer as the queue shrinks, and by close()
   bool writing_ = false;
   bool closed_ = false;
   bool flush_then_end_ = false;
   std::string flush_why_;
 };
 
-}  // namespace kvstrand::common
+}  // namespace kvstrand::channel

@@ -1,4 +1,4 @@
-// common::BlockingClient: kvstrand-server's protocol one request at a time,
+// channel::BlockingClient: kvstrand-server's protocol one request at a time,
 // against a scripted peer on a real Unix socket (the real server's side is
 // in the server's tests, which talk to it through this client).
 #include <sys/mman.h>
@@ -18,8 +18,8 @@
 #include <thread>
 #include <vector>
 
-#include "common/blocking_client.hpp"
-#include "common/fd_passing.hpp"
+#include "channel/blocking_client.hpp"
+#include "channel/fd_passing.hpp"
 
 using namespace kvstrand;
 using namespace std::chrono_literals;
@@ -106,11 +106,11 @@ TEST_CASE("blocking client: a hello's reply brings the descriptor sent with it, 
       const std::uint64_t id = read_request(fd);
       const auto frame = proto::encode_reply(proto::Type::hello, id, hello_reply());
       // (No REQUIRE on this thread: the client's side says what went wrong.)
-      if (common::send_with_fd(fd, frame.data(), frame.size(), memfd, 0) != static_cast<ssize_t>(frame.size())) return;
+      if (channel::send_with_fd(fd, frame.data(), frame.size(), memfd, 0) != static_cast<ssize_t>(frame.size())) return;
     }
     read_request(fd);  // until the client closes: this end's descriptor stays open while it counts
   });
-  common::BlockingClient c;
+  channel::BlockingClient c;
   REQUIRE(c.connect(peer.path()).empty());
   int arena = -1;
   auto r = c.hello("test", {}, &arena);
@@ -132,7 +132,7 @@ TEST_CASE("blocking client: no reply within its bound, a reply to another reques
       read_request(fd);
       std::this_thread::sleep_for(500ms);
     });
-    common::BlockingClient c(100ms);
+    channel::BlockingClient c(100ms);
     REQUIRE(c.connect(peer.path()).empty());
     auto r = c.call(proto::Stats{});
     REQUIRE_FALSE(r);
@@ -145,7 +145,7 @@ TEST_CASE("blocking client: no reply within its bound, a reply to another reques
           proto::encode_reply(proto::Type::stats, id + 1, proto::Reply{proto::Status::ok, "", proto::StatsReply{}});
       ::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL);
     });
-    common::BlockingClient c;
+    channel::BlockingClient c;
     REQUIRE(c.connect(peer.path()).empty());
     auto r = c.call(proto::Stats{});
     REQUIRE_FALSE(r);
@@ -153,14 +153,14 @@ TEST_CASE("blocking client: no reply within its bound, a reply to another reques
   }
   SECTION("gone") {
     Peer peer([](int fd) { read_request(fd); });
-    common::BlockingClient c;
+    channel::BlockingClient c;
     REQUIRE(c.connect(peer.path()).empty());
     auto r = c.call(proto::Stats{});
     REQUIRE_FALSE(r);
     REQUIRE(r.why() == "the connection closed before a reply");
   }
   SECTION("nobody there") {
-    common::BlockingClient c;
+    channel::BlockingClient c;
     REQUIRE(c.connect("/tmp/kvstrand-no-such-socket-" + std::to_string(::getpid())).find("connect: ") == 0);
     REQUIRE_FALSE(c.connected());
     REQUIRE_FALSE(c.call(proto::Stats{}));
@@ -174,7 +174,7 @@ TEST_CASE("blocking client: connecting again closes the last connection", "[comm
     if (::recv(fd, &b, 1, 0) == 0) a_closed = true;  // EOF: the client closed its end
   });
   Peer b([](int fd) { read_request(fd); });
-  common::BlockingClient c;
+  channel::BlockingClient c;
   REQUIRE(c.connect(a.path()).empty());
   REQUIRE(c.connect(b.path()).empty());
   for (int i = 0; i < 200 && !a_closed; ++i) std::this_thread::sleep_for(10ms);
@@ -185,25 +185,25 @@ TEST_CASE("blocking client: open() is connect and hello for a person: the reply,
           "[common][client]") {
   SECTION("answered") {
     Peer peer(answers(proto::Type::hello, hello_reply()));
-    common::BlockingClient c;
+    channel::BlockingClient c;
     proto::HelloReply hr;
     REQUIRE(c.open(peer.path(), "test", &hr).empty());
     REQUIRE(hr.session == 7);
   }
   SECTION("refused") {
     Peer peer(answers(proto::Type::hello, proto::Reply{proto::Status::not_authorized, "no", proto::Empty{}}));
-    common::BlockingClient c;
+    channel::BlockingClient c;
     proto::HelloReply hr;
     REQUIRE(c.open(peer.path(), "test", &hr) == "it refused the hello: no");
   }
   SECTION("answered with another type") {
     Peer peer(answers(proto::Type::stats, proto::Reply{proto::Status::ok, "", proto::StatsReply{}}));
-    common::BlockingClient c;
+    channel::BlockingClient c;
     proto::HelloReply hr;
     REQUIRE(c.open(peer.path(), "test", &hr) == "a reply of another type than hello");
   }
   SECTION("a socket path longer than a Unix socket takes") {
-    common::BlockingClient c;
+    channel::BlockingClient c;
     REQUIRE(c.connect("/tmp/" + std::string(200, 'x')) == "the socket path is longer than 107 bytes");
     REQUIRE_FALSE(c.connected());
   }
@@ -218,7 +218,7 @@ TEST_CASE("blocking client: a peer gone before the request, one that stalls insi
       ::shutdown(fd, SHUT_RDWR);
       closed = true;
     });
-    common::BlockingClient c;
+    channel::BlockingClient c;
     REQUIRE(c.connect(peer.path()).empty());
     for (int i = 0; i < 200 && !closed; ++i) std::this_thread::sleep_for(10ms);
     auto r = c.call(proto::Stats{});
@@ -232,7 +232,7 @@ TEST_CASE("blocking client: a peer gone before the request, one that stalls insi
       ::send(fd, frame.data(), 5, MSG_NOSIGNAL);
       read_request(fd);  // until the client closes
     });
-    common::BlockingClient c(100ms);
+    channel::BlockingClient c(100ms);
     REQUIRE(c.connect(peer.path()).empty());
     auto r = c.call(proto::Stats{});
     REQUIRE_FALSE(r);
@@ -247,7 +247,7 @@ TEST_CASE("blocking client: a peer gone before the request, one that stalls insi
     ::close(lowest_free);
     none.rlim_cur = static_cast<rlim_t>(lowest_free);
     REQUIRE(::setrlimit(RLIMIT_NOFILE, &none) == 0);
-    common::BlockingClient c;
+    channel::BlockingClient c;
     const std::string why = c.connect("/tmp/kvstrand-no-such-socket");
     REQUIRE(::setrlimit(RLIMIT_NOFILE, &old) == 0);
     REQUIRE(why.find("socket: ") == 0);
