@@ -58,8 +58,12 @@ class Subscriber:
         self.batches = {}  # seq -> events
 
     def receive(self, until, timeout=20.0):
-        """Batches until `until(self)` holds."""
+        """Batches until `until(self)` holds. With a replay endpoint, what the
+        live stream dropped (a subscriber that joined late, or fell behind on
+        a loaded host) is asked of the replay every 2 s, as vLLM's consumers
+        do: what the server published is what counts, not PUB/SUB's delivery."""
         end = time.monotonic() + timeout
+        next_replay = time.monotonic() + 2
         while not until(self):
             assert time.monotonic() < end, (
                 f"waited {timeout} s for the events; have "
@@ -68,6 +72,9 @@ class Subscriber:
                 topic, seq, payload = self.sub.recv_multipart()
                 assert topic == self.topic.encode()
                 self.batches[int.from_bytes(seq, "big")] = decode_batch(payload, self.fmt)[1]
+            elif self.replay_endpoint and time.monotonic() >= next_replay:
+                self.batches.update(self.replay(0))
+                next_replay = time.monotonic() + 2
 
     def replay(self, first=0):
         """vLLM's replay: a DEALER sends the first sequence number wanted; batches come back until seq -1."""
