@@ -5,10 +5,15 @@
 # geometry's paths beside the one kvstrand measured) and bench_transfer by
 # the measured path and by the built-in rule.
 #
-#   scripts/gpu-load-path.sh PACK OUT    (PACK: a gpu-pack, unpacked)
+# With BASE (another pack, e.g. of b4cfd90), bench_step and bench_transfer
+# of both, alternating, twice: the step thread, the load and the saves
+# against that base in the same lease.
+#
+#   scripts/gpu-load-path.sh PACK OUT [BASE]    (packs unpacked)
 set -uo pipefail
-pack=$(cd "${1:?usage: gpu-load-path.sh PACK OUT}" && pwd)
-out=${2:?usage: gpu-load-path.sh PACK OUT}
+pack=$(cd "${1:?usage: gpu-load-path.sh PACK OUT [BASE]}" && pwd)
+out=${2:?usage: gpu-load-path.sh PACK OUT [BASE]}
+base=${3:-}
 mkdir -p "$out"
 export LD_LIBRARY_PATH=$pack/lib
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv >"$out/gpu.txt" 2>&1
@@ -30,6 +35,17 @@ run gather 150 "$pack/bench/bench_gather"
 for path in measure rule; do
   run "transfer_$path" 120 "$pack/bench/bench_transfer" --iterations 200 --seconds 1 --clients 1 --load-path "$path"
 done
+if [[ -n $base ]]; then
+  base=$(cd "$base" && pwd)
+  for run in 1 2; do
+    for which in base new; do
+      dir=$pack
+      [[ $which == base ]] && dir=$base
+      LD_LIBRARY_PATH=$dir/lib run "step_${which}_$run" 90 "$dir/bench/bench_step"
+      LD_LIBRARY_PATH=$dir/lib run "transfer_${which}_$run" 120 "$dir/bench/bench_transfer" --iterations 200 --seconds 1 --clients 1,2
+    done
+  done
+fi
 # Last, where the probe's copies failed: which size and path, and where.
 if ! grep -q "All tests passed" "$out/probe_copies.txt"; then
   CUDA_LAUNCH_BLOCKING=1 run probe_copies_blocking 60 "$probe" "*each size alone" -s

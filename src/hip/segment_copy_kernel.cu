@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstddef>
+#include <cstring>
 #include <vector>
 
 #include "hip/segment_copy_kernel.hpp"
@@ -195,8 +197,8 @@ int launch(const KernelSegment* segments, int count, cudaStream_t stream) {
 constexpr int kMaxDevices = 64;
 constexpr std::uint64_t kPoolKeeps = 64ull << 20;
 std::array<std::atomic<cudaMemPool_t>, kMaxDevices> g_pools{};
-// Set once a driver refuses the staging (no pools, or no batched copies
-// before CUDA 12.8's driver): from then on every launch takes parameters.
+// Set once a driver refuses the staging (no pools): from then on every
+// launch takes parameters.
 std::atomic<bool> g_table_refused{false};
 
 cudaMemPool_t table_pool(int device) {
@@ -218,15 +220,66 @@ cudaMemPool_t table_pool(int device) {
   return expected;
 }
 
-bool refused(cudaError_t e) {
-  return e == cudaErrorNotSupported || e == cudaErrorCallRequiresNewerDriver;
+// The pinned slots tables are written into and copied to the device from,
+// in stream order. The table was once copied out of ordinary memory by the
+// driver "during the call" (cudaMemcpyBatchAsync, source access order
+// during the API call): on an H100 (driver 580.159.04) loads of 4,096 4 KiB
+// segments queued back to back then read tables with entries zeroed, the
+// next call's table being built where the last one's had been, and the
+// device lost its context to an illegal address (docs/performance-history.md,
+// twenty-ninth run). A slot is claimed by one thread at a time (several
+// reactors may share a process) and written only once the event recorded
+// behind the last copy out of it has completed. Made at first use, kept
+// for the process's life.
+struct PinnedSlot {
+  std::atomic<bool> claimed{false};
+  std::byte* host = nullptr;
+  cudaEvent_t copied = nullptr;
+  int device = -1;  // the event's device
+};
+constexpr std::size_t kPinnedSlotBytes = 1 << 20;  // 43,690 small segments' entries
+std::array<PinnedSlot, 8> g_slots;
+
+// A slot whose last copy has ended, claimed; null when none is (then the
+// launches take parameters). Events belong to the device current when they
+// are made: only a thread whose current device is the stream's uses slots.
+PinnedSlot* claim_slot(int device, std::size_t bytes) {
+  int current = -1;
+  if (bytes > kPinnedSlotBytes || cudaGetDevice(&current) != cudaSuccess || current != device) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  for (PinnedSlot& slot : g_slots) {
+    if (slot.claimed.exchange(true, std::memory_order_acquire)) continue;
+    if (slot.host == nullptr) {
+      void* p = nullptr;
+      if (cudaHostAlloc(&p, kPinnedSlotBytes, cudaHostAllocPortable) != cudaSuccess) {
+        (void)cudaGetLastError();
+        slot.claimed.store(false, std::memory_order_release);
+        return nullptr;
+      }
+      if (cudaEventCreateWithFlags(&slot.copied, cudaEventDisableTiming) != cudaSuccess) {
+        (void)cudaGetLastError();
+        (void)cudaFreeHost(p);
+        slot.claimed.store(false, std::memory_order_release);
+        return nullptr;
+      }
+      slot.host = static_cast<std::byte*>(p);
+      slot.device = device;
+    }
+    if (slot.device == device && cudaEventQuery(slot.copied) == cudaSuccess) return &slot;
+    (void)cudaGetLastError();  // cudaErrorNotReady: its copy is still queued
+    slot.claimed.store(false, std::memory_order_release);
+  }
+  return nullptr;
 }
 
 // One launch over a table staged in stream-ordered device memory: the
-// table is copied during the API call (the host's copy can go at once),
-// the kernel reads it, and the table is freed behind the kernel in stream
+// table is written into a pinned slot, copied from it in stream order, the
+// kernel reads it, and the table is freed behind the kernel in stream
 // order. Sets `staged` false, with nothing queued, where the table could not
-// be staged; the caller then launches with parameters.
+// be staged (no pool, no free slot); the caller then launches with
+// parameters.
 int copy_from_device_table(const KernelSegment* segments, int count, cudaStream_t s, bool& staged) {
   staged = false;
   const bool small = std::all_of(segments, segments + count, [](const KernelSegment& g) { return g.bytes <= kWarpLargest; });
@@ -252,32 +305,33 @@ int copy_from_device_table(const KernelSegment* segments, int count, cudaStream_
   const std::size_t seg_bytes = static_cast<std::size_t>(count) * sizeof(KernelSegment);
   const std::size_t tiles_at = (seg_bytes + 15) & ~std::size_t{15};
   const std::size_t table_bytes = tiles_at + first_tile.size() * sizeof(std::uint32_t);
+  PinnedSlot* slot = claim_slot(device, table_bytes);
+  if (slot == nullptr) return 0;
+  struct Unclaim {
+    PinnedSlot* slot;
+    ~Unclaim() { slot->claimed.store(false, std::memory_order_release); }
+  } unclaim{slot};
   void* table = nullptr;
   if (cudaMallocFromPoolAsync(&table, table_bytes, pool, s) != cudaSuccess) {
     (void)cudaGetLastError();  // out of device memory now: parameters, this time
     return 0;
   }
-  auto* dev_segs = static_cast<KernelSegment*>(table);
-  auto* dev_first = reinterpret_cast<std::uint32_t*>(static_cast<char*>(table) + tiles_at);
-  void* dsts[2] = {dev_segs, dev_first};
-  const void* srcs[2] = {segments, first_tile.data()};
-  std::size_t sizes[2] = {seg_bytes, first_tile.size() * sizeof(std::uint32_t)};
-  cudaMemcpyAttributes attr{};
-  attr.srcAccessOrder = cudaMemcpySrcAccessOrderDuringApiCall;  // `segments` and first_tile die with this call
-  std::size_t attr_index = 0;
-  cudaError_t e = cudaMemcpyBatchAsync(dsts, srcs, sizes, small ? 1 : 2, &attr, &attr_index, 1, s);
+  std::memcpy(slot->host, segments, seg_bytes);
+  if (!first_tile.empty()) std::memcpy(slot->host + tiles_at, first_tile.data(), first_tile.size() * sizeof(std::uint32_t));
+  cudaError_t e = cudaMemcpyAsync(table, slot->host, table_bytes, cudaMemcpyHostToDevice, s);
+  // Recorded whatever happened: a copy that was not queued reads nothing,
+  // and the slot is written again only once this event completes.
+  const cudaError_t recorded = cudaEventRecord(slot->copied, s);
+  if (e == cudaSuccess) e = recorded;
   if (e == cudaSuccess) {
+    auto* dev_segs = static_cast<KernelSegment*>(table);
+    auto* dev_first = reinterpret_cast<std::uint32_t*>(static_cast<char*>(table) + tiles_at);
     if (small)
       copy_warp_per_segment<<<static_cast<unsigned>((static_cast<std::uint64_t>(count) + 7) / 8), kThreads, 0, s>>>(
           dev_segs, count);
     else
       copy_tiles_from_table<<<first_tile[count], kThreads, 0, s>>>(dev_segs, dev_first, count);
     e = cudaGetLastError();
-  } else if (refused(e)) {
-    (void)cudaGetLastError();
-    g_table_refused.store(true, std::memory_order_relaxed);
-    (void)cudaFreeAsync(table, s);
-    return 0;
   }
   staged = true;
   const cudaError_t freed = cudaFreeAsync(table, s);

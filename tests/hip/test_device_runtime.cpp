@@ -245,6 +245,40 @@ TEST_CASE("loads of thousands of segments queued back to back each move their ow
     }
 }
 
+// The same, each load long enough (16 MiB in 4 KiB segments) that the next
+// ones are queued while it runs: the load-path probe's pattern. Tables the
+// driver copied during the call were read with entries zeroed here on an
+// H100 and the context was lost (docs/performance-history.md, twenty-ninth
+// run).
+TEST_CASE("long loads of thousands of segments queued behind each other each move their own bytes", "[hip][gpu]") {
+  if (!device_present()) return;
+  auto s = must(hip::Stream::create());
+  constexpr int kLoads = 6, kSegments = 4096;
+  // The sim proves the same logic on less.
+  const std::size_t seg = sim_hooks_present() ? 64 : 4096, region = kSegments * 2 * seg;
+  auto host = must(hip::PinnedBuffer::allocate(kLoads * region));
+  auto dev = must(hip::DeviceBuffer::allocate(kLoads * region));
+  const auto src = random_bytes(kLoads * region, 32);
+  std::memcpy(host.data(), src.data(), src.size());
+  write_device(s, dev.data(), std::vector<std::byte>(src.size(), std::byte{0}));
+  std::vector<std::vector<int>> slot(kLoads, std::vector<int>(kSegments));
+  for (int l = 0; l < kLoads; ++l) {
+    std::iota(slot[l].begin(), slot[l].end(), 0);
+    std::shuffle(slot[l].begin(), slot[l].end(), std::mt19937(100 + l));
+    std::vector<Segment> h2d;
+    for (int i = 0; i < kSegments; ++i)
+      h2d.push_back({host.data() + l * region + i * seg, dev.data() + l * region + slot[l][i] * 2 * seg, seg});
+    require_ok(hip::copy_batch(s, CopyKind::host_to_device, h2d));
+  }
+  const auto on_device = read_device(s, dev.data(), src.size());
+  for (int l = 0; l < kLoads; ++l)
+    for (int i = 0; i < kSegments; ++i) {
+      INFO("load " << l << " segment " << i);
+      REQUIRE(std::memcmp(on_device.data() + l * region + slot[l][i] * 2 * seg, src.data() + l * region + i * seg,
+                          seg) == 0);
+    }
+}
+
 TEST_CASE("the fastest load path moves segments in launch parameters, up to 1,024 of them", "[hip][gpu]") {
   if (!device_present()) return;
   // Each size of the parameters' table at its edges (160, 256, 1,024).
