@@ -46,7 +46,7 @@ using kvstrand::hip::kernel::KernelSegment;
 
 // kvstrand's own choice of load path on this host (bench/load_path_choice.cpp).
 extern "C" const char* kvstrand_bench_measure_load_paths();
-extern "C" const char* kvstrand_bench_load_path_for(unsigned long long mean_segment_bytes);
+extern "C" const char* kvstrand_bench_load_path_for(const std::uint64_t* sizes, std::size_t count);
 
 // The kernel shipped before the flat-tile one (docs/performance-history.md, twenty-second run), kept as this bench's "before" row.
 constexpr int kBeforePerLaunch = 160;
@@ -189,7 +189,7 @@ struct Bench {
     const double contiguous = median_us([&] { cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, s); });
     std::printf("%s: %d segments, %.1f MiB; one contiguous copy %.1f us (%.1f GB/s); kvstrand's measured path: %s\n",
                 name.c_str(), n, bytes / 1048576.0, contiguous, bytes / contiguous / 1e3,
-                kvstrand_bench_load_path_for(bytes / static_cast<std::uint64_t>(n)));
+                kvstrand_bench_load_path_for(sizes.data(), sizes.size()));
     auto row = [&](const char* what, double us) {
       std::printf("  %-46s %8.1f us %5.1f GB/s  ratio %.3f\n", what, us, bytes / us / 1e3, us / contiguous);
     };

@@ -1,8 +1,12 @@
 // kvstrand's load path as measured on this host (hip/load_path.hpp), for
 // bench_gather to print beside its own rows: bench_gather is CUDA C++17
 // and cannot include kvstrand's C++20 headers, so it calls these.
+#include <cstddef>
+#include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "hip/load_path.hpp"
 #include "hip/load_path_probe.hpp"
@@ -25,7 +29,10 @@ extern "C" const char* kvstrand_bench_measure_load_paths() {
   return g_said.c_str();
 }
 
-// The path a load whose mean segment is `mean_segment_bytes` takes.
-extern "C" const char* kvstrand_bench_load_path_for(unsigned long long mean_segment_bytes) {
-  return g_paths ? kvstrand::hip::to_string(g_paths->path_for(mean_segment_bytes)) : "not measured";
+// The path a load of these segment sizes takes (LoadPaths::path_for).
+extern "C" const char* kvstrand_bench_load_path_for(const std::uint64_t* sizes, std::size_t count) {
+  if (!g_paths) return "not measured";
+  std::vector<kvstrand::hip::Segment> segs(count);
+  for (std::size_t i = 0; i < count; ++i) segs[i].bytes = sizes[i];
+  return kvstrand::hip::to_string(g_paths->path_for(std::span<const kvstrand::hip::Segment>(segs)));
 }

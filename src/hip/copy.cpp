@@ -75,15 +75,13 @@ Status copy_batch(Stream& s, CopyKind kind, std::span<const Segment> segments) {
                           : p == BatchPath::dma_batch ? backend::BatchVia::dma_batch
                           : p == BatchPath::kernel    ? backend::BatchVia::kernel
                                                       : backend::BatchVia::per_segment;
-  // A load's batch takes the path chosen for its segments' size on this
-  // host (load_path.hpp), once a Connector chose; before, the built-in rule.
+  // A load's batch takes the path measured faster for its segments' sizes
+  // on this host (load_path.hpp), once a Connector chose; before, the
+  // built-in rule.
   if (via == backend::BatchVia::fastest && kind == CopyKind::host_to_device && merged.size() >= 2)
-    if (const LoadPaths* paths = load_paths()) {
-      std::uint64_t bytes = 0;
-      for (const Segment& g : merged) bytes += g.bytes;
-      via = paths->path_for(bytes / merged.size()) == LoadPath::kernel ? backend::BatchVia::kernel
-                                                                       : backend::BatchVia::dma_batch;
-    }
+    if (const LoadPaths* paths = load_paths())
+      via = paths->path_for(std::span<const Segment>(merged)) == LoadPath::kernel ? backend::BatchVia::kernel
+                                                                                  : backend::BatchVia::dma_batch;
   return backend::memcpy_batch_async(merged, kind, s.native(), via);
 }
 

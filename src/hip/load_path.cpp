@@ -19,20 +19,45 @@ const char* to_string(LoadPath p) noexcept { return p == LoadPath::kernel ? "ker
 LoadPath choose(double kernel_gbps, double dma_batch_gbps) noexcept {
   if (dma_batch_gbps <= 0) return LoadPath::kernel;
   if (kernel_gbps <= 0) return LoadPath::dma_batch;
-  return dma_batch_gbps >= kernel_gbps * (1 - kPreferCopyEngines) ? LoadPath::dma_batch : LoadPath::kernel;
+  return dma_batch_gbps > kernel_gbps * (1 + kCopyEnginesMustWinBy) ? LoadPath::dma_batch : LoadPath::kernel;
 }
 
-LoadPath LoadPaths::path_for(std::uint64_t mean_segment_bytes) const noexcept {
-  // Nearest on a log scale: past the geometric mean of two neighbouring
-  // classes, the larger one's. Squares compared, on every load's path: no
-  // logarithm there.
-  if (classes.empty()) return LoadPath::kernel;
+namespace {
+
+// The class nearest `bytes` on a log scale: past the geometric mean of two
+// neighbouring classes, the larger one's. Squares compared, on every load's
+// path: no logarithm there. `classes` is not empty.
+const LoadPathClass& nearest(const std::vector<LoadPathClass>& classes, std::uint64_t bytes) noexcept {
   using Wide = unsigned __int128;  // a square of 64-bit sizes
-  const Wide m2 = static_cast<Wide>(mean_segment_bytes) * mean_segment_bytes;
+  const Wide b2 = static_cast<Wide>(bytes) * bytes;
   std::size_t i = 0;
-  while (i + 1 < classes.size() && m2 >= static_cast<Wide>(classes[i].segment_bytes) * classes[i + 1].segment_bytes)
+  while (i + 1 < classes.size() && b2 >= static_cast<Wide>(classes[i].segment_bytes) * classes[i + 1].segment_bytes)
     ++i;
-  return classes[i].chosen;
+  return classes[i];
+}
+
+}  // namespace
+
+LoadPath LoadPaths::path_for(std::uint64_t segment_bytes) const noexcept {
+  return classes.empty() ? LoadPath::kernel : nearest(classes, segment_bytes).chosen;
+}
+
+LoadPath LoadPaths::path_for(std::span<const Segment> segments) const noexcept {
+  if (classes.empty() || segments.empty()) return LoadPath::kernel;
+  // A few segments stand for the batch (a load may have ten thousand): each
+  // path's time is the sum of the sampled bytes over that class's rate.
+  constexpr std::size_t kSampled = 16;
+  const std::size_t step = std::max<std::size_t>(1, segments.size() / kSampled);
+  double kernel_s = 0, dma_s = 0;
+  for (std::size_t i = 0; i < segments.size(); i += step) {
+    const LoadPathClass& c = nearest(classes, segments[i].bytes);
+    // A forced path, or a class where one path is missing: as chosen.
+    if (c.kernel_gbps <= 0 || c.dma_batch_gbps <= 0) return c.chosen;
+    kernel_s += static_cast<double>(segments[i].bytes) / c.kernel_gbps;
+    dma_s += static_cast<double>(segments[i].bytes) / c.dma_batch_gbps;
+  }
+  if (kernel_s <= 0 || dma_s <= 0) return LoadPath::kernel;
+  return choose(1 / kernel_s, 1 / dma_s);
 }
 
 std::string LoadPaths::describe() const {

@@ -24,10 +24,12 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "hip/copy.hpp"
 #include "hip/status.hpp"
 
 namespace kvstrand::hip {
@@ -47,17 +49,27 @@ struct LoadPathClass {
 struct LoadPaths {
   std::vector<LoadPathClass> classes;  // ascending segment_bytes
   std::string how;                     // "measured on device 0 in 0.21 s", "load_path=kernel"
-  // The chosen path of the class nearest `mean_segment_bytes` on a log
-  // scale (a 148 KiB segment takes the 128 KiB class's).
-  LoadPath path_for(std::uint64_t mean_segment_bytes) const noexcept;
+  // The chosen path of the class nearest `segment_bytes` on a log scale (a
+  // 148 KiB segment takes the 128 KiB class's).
+  LoadPath path_for(std::uint64_t segment_bytes) const noexcept;
+  // A load's path: each path's time for the batch estimated from the rates
+  // of the classes of at most 16 of its segments, spread over it, and
+  // choose() between them. A batch of one size takes its class's path; a
+  // mixed one (a hybrid model's small K,V blocks and MiB-sized states) is
+  // weighed by its bytes, where one mean size would stand for neither.
+  LoadPath path_for(std::span<const Segment> segments) const noexcept;
   // One line: how, then each class's size, rates and choice.
   std::string describe() const;
 };
 
-// Within this fraction the copy engines are taken: they leave the SMs to
-// the engine's own kernels, and their rate varies less across hosts.
-inline constexpr double kPreferCopyEngines = 0.03;
-// The faster path; a rate of 0 (unavailable) never wins.
+// The copy engines are taken only when faster than the kernel by more than
+// this: on an H100 the probe rated them within 2 % of the kernel for 128
+// KiB segments where the reference load (141 segments of ~148 KiB) ran 6 %
+// slower by them, and a hybrid's mixed batch 9 % slower, than by the kernel
+// (docs/performance-history.md, twenty-ninth run). Where the SMs read host
+// memory slowly the copy engines win by far more (40 %).
+inline constexpr double kCopyEnginesMustWinBy = 0.03;
+// The faster path, the kernel on a tie; a rate of 0 (unavailable) never wins.
 LoadPath choose(double kernel_gbps, double dma_batch_gbps) noexcept;
 
 // What ConnectorOptions::load_path may say: "rule" (the backend's
