@@ -212,37 +212,42 @@ TEST_CASE("the fastest load path moves a grid of small segments, its rows and co
   }
 }
 
-// Loads of thousands of segments queued back to back, none waited for:
-// each one's table, staged in stream-ordered device memory on the cuda
-// backend, must be the one its kernel reads, never a later load's.
-TEST_CASE("loads of thousands of segments queued back to back each move their own bytes", "[hip][gpu]") {
-  if (!device_present()) return;
+// `loads` loads of `segments` segments of `seg` bytes queued back to back,
+// none waited for, each from its own region (host segments `host_stride`
+// apart), to device slots two segments apart shuffled within the region,
+// so that no load is a grid (which needs no table): each has a table of
+// its own. Every byte compared once all were queued.
+static void queue_shuffled_loads(int loads, int segments, std::size_t seg, std::size_t host_stride, unsigned seed) {
   auto s = must(hip::Stream::create());
-  constexpr int kLoads = 24, kSegments = 3000;
-  constexpr std::size_t kSeg = 64, kRegion = kSegments * 2 * kSeg;  // each segment 64 B apart from the next
-  auto host = must(hip::PinnedBuffer::allocate(kLoads * kRegion));
-  auto dev = must(hip::DeviceBuffer::allocate(kLoads * kRegion));
-  const auto src = random_bytes(kLoads * kRegion, 31);
+  const std::size_t region = segments * 2 * seg;
+  auto host = must(hip::PinnedBuffer::allocate(loads * region));
+  auto dev = must(hip::DeviceBuffer::allocate(loads * region));
+  const auto src = random_bytes(loads * region, static_cast<int>(seed));
   std::memcpy(host.data(), src.data(), src.size());
   write_device(s, dev.data(), std::vector<std::byte>(src.size(), std::byte{0}));
-  // Shuffled within the region, so that no load is a grid (which needs no
-  // table): each load has a table of its own.
-  std::vector<std::vector<int>> slot(kLoads, std::vector<int>(kSegments));
-  for (int l = 0; l < kLoads; ++l) {
+  std::vector<std::vector<int>> slot(loads, std::vector<int>(segments));
+  for (int l = 0; l < loads; ++l) {
     std::iota(slot[l].begin(), slot[l].end(), 0);
-    std::shuffle(slot[l].begin(), slot[l].end(), std::mt19937(l));
+    std::shuffle(slot[l].begin(), slot[l].end(), std::mt19937(seed + l));
     std::vector<Segment> h2d;
-    for (int i = 0; i < kSegments; ++i)
-      h2d.push_back({host.data() + l * kRegion + i * 2 * kSeg, dev.data() + l * kRegion + slot[l][i] * 2 * kSeg, kSeg});
+    for (int i = 0; i < segments; ++i)
+      h2d.push_back({host.data() + l * region + i * host_stride, dev.data() + l * region + slot[l][i] * 2 * seg, seg});
     require_ok(hip::copy_batch(s, CopyKind::host_to_device, h2d));
   }
   const auto on_device = read_device(s, dev.data(), src.size());
-  for (int l = 0; l < kLoads; ++l)
-    for (int i = 0; i < kSegments; ++i) {
+  for (int l = 0; l < loads; ++l)
+    for (int i = 0; i < segments; ++i) {
       INFO("load " << l << " segment " << i);
-      REQUIRE(std::memcmp(on_device.data() + l * kRegion + slot[l][i] * 2 * kSeg, src.data() + l * kRegion + i * 2 * kSeg,
-                          kSeg) == 0);
+      REQUIRE(std::memcmp(on_device.data() + l * region + slot[l][i] * 2 * seg, src.data() + l * region + i * host_stride,
+                          seg) == 0);
     }
+}
+
+// Each one's table, staged in stream-ordered device memory on the cuda
+// backend, must be the one its kernel reads, never a later load's.
+TEST_CASE("loads of thousands of segments queued back to back each move their own bytes", "[hip][gpu]") {
+  if (!device_present()) return;
+  queue_shuffled_loads(24, 3000, 64, 128, 31);  // each segment 64 B apart from the next
 }
 
 // The same, each load long enough (16 MiB in 4 KiB segments) that the next
@@ -252,31 +257,8 @@ TEST_CASE("loads of thousands of segments queued back to back each move their ow
 // run).
 TEST_CASE("long loads of thousands of segments queued behind each other each move their own bytes", "[hip][gpu]") {
   if (!device_present()) return;
-  auto s = must(hip::Stream::create());
-  constexpr int kLoads = 6, kSegments = 4096;
-  // The sim proves the same logic on less.
-  const std::size_t seg = sim_hooks_present() ? 64 : 4096, region = kSegments * 2 * seg;
-  auto host = must(hip::PinnedBuffer::allocate(kLoads * region));
-  auto dev = must(hip::DeviceBuffer::allocate(kLoads * region));
-  const auto src = random_bytes(kLoads * region, 32);
-  std::memcpy(host.data(), src.data(), src.size());
-  write_device(s, dev.data(), std::vector<std::byte>(src.size(), std::byte{0}));
-  std::vector<std::vector<int>> slot(kLoads, std::vector<int>(kSegments));
-  for (int l = 0; l < kLoads; ++l) {
-    std::iota(slot[l].begin(), slot[l].end(), 0);
-    std::shuffle(slot[l].begin(), slot[l].end(), std::mt19937(100 + l));
-    std::vector<Segment> h2d;
-    for (int i = 0; i < kSegments; ++i)
-      h2d.push_back({host.data() + l * region + i * seg, dev.data() + l * region + slot[l][i] * 2 * seg, seg});
-    require_ok(hip::copy_batch(s, CopyKind::host_to_device, h2d));
-  }
-  const auto on_device = read_device(s, dev.data(), src.size());
-  for (int l = 0; l < kLoads; ++l)
-    for (int i = 0; i < kSegments; ++i) {
-      INFO("load " << l << " segment " << i);
-      REQUIRE(std::memcmp(on_device.data() + l * region + slot[l][i] * 2 * seg, src.data() + l * region + i * seg,
-                          seg) == 0);
-    }
+  const std::size_t seg = sim_hooks_present() ? 64 : 4096;  // the sim proves the same logic on less
+  queue_shuffled_loads(6, 4096, seg, seg, 100);
 }
 
 TEST_CASE("the fastest load path moves segments in launch parameters, up to 1,024 of them", "[hip][gpu]") {
