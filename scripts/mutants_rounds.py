@@ -491,7 +491,7 @@ MUTANTS = [
     ("load-path-not-nearest", "src/hip/load_path.cpp",
      "b2 >= static_cast<Wide>(classes[i].segment_bytes) * classes[i + 1].segment_bytes)",
      "bytes >= (classes[i].segment_bytes + classes[i + 1].segment_bytes) / 2)",
-     [("test_load_path", "*nearest it, on a log scale*")],
+     [("test_load_path", "*class nearest it*")],
      "a segment takes the class nearest in bytes, not in scale: 40 KiB segments take the 4 KiB class's path"),
     ("load-path-ties-to-copy-engines", "src/hip/load_path.cpp",
      "kernel_gbps * (1 + kCopyEnginesMustWinBy)", "kernel_gbps * (1 - kCopyEnginesMustWinBy)",
