@@ -182,7 +182,10 @@ TEST_CASE("connector: a load's copies-queued event is recorded for no other load
   // copies.
   auto probe = must(hip::Stream::create());
   REQUIRE(rig.conn->order_after_load("a", probe) == reactor::LoadOrder::ordered);
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // The probe completes once the sim's stream thread ran (a loaded host, a
+  // sanitizer: not within a fixed 50 ms); b's copies stay held throughout,
+  // so a probe lent b's event would never complete.
+  for (int i = 0; i < 5000 && !probe.query().ok(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   REQUIRE(probe.query().ok());
   require_ok(hip::sim::release_stream(rig.load_stream()));
   auto f = rig.wait_for([](const reactor::Finished& f) { return f.loads.size() == 2; });
