@@ -80,11 +80,12 @@ struct ConnectorOptions {
   // default: the gather kernel, one batched DMA call when every segment is
   // 1 MiB or more), "measure" (each register_layout times the gather
   // kernel and one batched DMA call on its segment sizes, each size once a
-  // process, and each load takes the faster for its segments' size;
+  // process, and each load takes the faster for its segments' sizes;
   // /debug/load-path and the kvstrand_load_path_* metrics say what was
-  // measured and chosen. Not yet the default: its probe has not yet run
-  // clean on every GPU host, docs/performance-history.md), "kernel" or
-  // "dma-batch" (forced; refused where this build has no such path).
+  // measured and chosen. Not yet the default: the choice as shipped has
+  // not yet run on every kind of GPU host, docs/performance-history.md),
+  // "kernel" or "dma-batch" (forced; refused where this build has no such
+  // path).
   // Process-wide: the last Connector constructed sets it.
   std::string load_path = "rule";
 };
