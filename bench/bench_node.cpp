@@ -32,7 +32,7 @@
 #include "hip/device.hpp"
 #include "common/parse_bytes.hpp"
 #include "proto/protocol.hpp"
-#include "reactor/connector.hpp"
+#include "connector/connector.hpp"
 #include "reference_geometry.hpp"
 #include "bench_server.hpp"
 #include "wire.hpp"

@@ -81,7 +81,7 @@
 #include "hip/stream.hpp"
 #include <kvstrand/chunk_keys.hpp>
 #include <kvstrand/namespace_id.hpp>
-#include "reactor/connector.hpp"
+#include "connector/connector.hpp"
 #include "handoff_floor.hpp"
 #include "percentile.hpp"
 #include "rest_switch.hpp"

@@ -86,7 +86,7 @@
 #include <kvstrand/chunk_keys.hpp>
 #include <kvstrand/namespace_id.hpp>
 #include "percentile.hpp"
-#include "reactor/connector.hpp"
+#include "connector/connector.hpp"
 #include "reference_geometry.hpp"
 #include "save_scaling.hpp"
 

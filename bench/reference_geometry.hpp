@@ -17,8 +17,8 @@
 #include "hip/stream.hpp"
 #include <kvstrand/chunk_keys.hpp>
 #include <kvstrand/namespace_id.hpp>
-#include "reactor/connector.hpp"
-#include "reactor/connector.hpp"
+#include "connector/connector.hpp"
+#include "connector/connector.hpp"
 #include <chrono>
 #include <memory>
 #include <thread>

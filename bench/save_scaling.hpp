@@ -22,7 +22,7 @@
 #include "hip/event.hpp"
 #include "hip/host_registration.hpp"
 #include "hip/stream.hpp"
-#include "reactor/connector.hpp"
+#include "connector/connector.hpp"
 #include "reference_geometry.hpp"
 
 extern char** environ;

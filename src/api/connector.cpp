@@ -9,7 +9,7 @@
 #include "hip/event.hpp"
 #include "hip/shared_events.hpp"
 #include "hip/stream.hpp"
-#include "reactor/connector.hpp"
+#include "connector/connector.hpp"
 
 namespace kvstrand {
 

@@ -2,7 +2,7 @@
 // PageStore behind a boundary that names no Boost type.
 #include <kvstrand/page_store.hpp>
 
-#include "reactor/page_store.hpp"
+#include "data_path/page_store.hpp"
 
 namespace kvstrand {
 

@@ -1,7 +1,7 @@
 // A load's path chosen by measurement (hip/load_path.hpp): the choice rule,
 // the class a batch falls in, the probe against a sim host where one path is
 // slow for some sizes, and copy_batch following what was chosen. The
-// Connector's option: tests/reactor/test_connector_load_path.cpp.
+// Connector's option: tests/connector/test_connector_load_path.cpp.
 #include <algorithm>
 #include <chrono>
 #include <cstring>

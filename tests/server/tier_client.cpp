@@ -56,7 +56,7 @@
 #include <kvstrand/namespace_id.hpp>
 #include "random_bytes.hpp"
 #include "hip/sim_hooks.hpp"
-#include "reactor/connector.hpp"
+#include "connector/connector.hpp"
 
 using namespace kvstrand;
 using namespace std::chrono_literals;

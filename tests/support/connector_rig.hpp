@@ -7,8 +7,8 @@
 
 #include <kvstrand/chunk_keys.hpp>
 #include <kvstrand/namespace_id.hpp>
-#include "reactor/connector.hpp"
-#include "reactor/local_index.hpp"
+#include "connector/connector.hpp"
+#include "index_plane/local_index.hpp"
 #include "support.hpp"
 
 namespace kvstrand::test {

@@ -1,0 +1,53 @@
+// What a Connector counts and shows on its debug endpoint: the counters and
+// histograms its strand keeps (no locks: only the strand touches them), the
+// step thread's time inside kvstrand calls (written by the engine thread),
+// and their JSON and Prometheus renderings.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include "hip/event_pool.hpp"
+#include "hip/load_path.hpp"
+#include "tier/index.hpp"
+#include "common/metrics.hpp"
+#include "reactor/poller.hpp"
+#include "connector/transfer.hpp"
+
+namespace kvstrand::reactor {
+
+using common::AtomicHistogram;
+using common::Histogram;
+using common::PromText;
+using common::labels;
+using common::LabeledCounter;
+
+struct TransferInfo;
+
+// On the strand.
+struct ConnectorMetrics {
+  LabeledCounter transfers;  // kind, outcome
+  LabeledCounter bytes;      // kind (transfers that completed)
+  LabeledCounter lookups;    // result: hit (every key), partial, miss
+  std::uint64_t fail_stops = 0;
+  Histogram load_seconds, save_seconds, producer_wait_seconds;
+
+  void transfer_ended(TransferKind kind, std::error_code ec, std::uint64_t bytes, double seconds);
+  void lookup_answered(std::size_t keys, std::size_t chunks_hit);
+};
+
+// The short label of a transfer's ending: "ok" or the TransferErrc's name.
+std::string_view outcome_label(std::error_code ec);
+
+std::string transfers_json(const std::vector<TransferInfo>& live, std::string_view tier);
+std::string events_json(const hip::EventPool::Stats& events, const PollerStats& poller);
+std::string tier_json(std::string_view kind, const tier::Index::Stats& tier, const ConnectorMetrics& m);
+// What the process's loads follow (hip/load_path.hpp): null is the
+// backend's built-in rule.
+std::string load_path_json(const hip::LoadPaths* paths);
+std::string prometheus(const ConnectorMetrics& m, const Histogram& step_calls, const tier::Index::Stats& tier,
+                       const hip::EventPool::Stats& events, std::size_t live_transfers);
+
+}  // namespace kvstrand::reactor

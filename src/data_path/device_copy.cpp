@@ -1,0 +1,57 @@
+#include "data_path/device_copy.hpp"
+
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include "index_plane/transfer_error.hpp"
+
+namespace kvstrand::reactor {
+
+namespace asio = boost::asio;
+
+DeviceCopy DeviceCopy::post(Reactor& reactor, hip::Stream& stream, hip::CopyKind kind, std::vector<hip::Segment> segs) {
+  DeviceCopy c(reactor, stream);
+  if (hip::Status s = hip::copy_batch(stream, kind, segs); !s.ok()) {
+    c.failure_ = Failure{TransferErrc::device_error, s.describe()};
+    return c;
+  }
+  c.queued_ = true;
+  auto lease = reactor.events().acquire();
+  if (!lease.ok()) {
+    c.failure_ = Failure{TransferErrc::device_error, lease.status().describe()};
+  } else if (!lease->record(stream).ok()) {
+    c.failure_ = Failure{TransferErrc::device_error, "event record failed"};
+  } else {
+    c.event_.emplace(std::move(lease).value());
+  }
+  return c;
+}
+
+asio::awaitable<CopyEnd> DeviceCopy::wait() {
+  if (!queued_) co_return CopyEnd{failure_};
+  if (!event_) {
+    // The copy is queued but has no event to await (only a broken runtime
+    // gets here). The strand never waits on the device: poll the stream
+    // until it has drained instead, with the strand free in between; the
+    // transfer's deadline still bounds what the engine waits.
+    asio::steady_timer poll(reactor_->strand());
+    for (;;) {
+      const hip::Status q = stream_->query();
+      if (q.code() != hip::Errc::not_ready) break;
+      poll.expires_after(std::chrono::microseconds(200));
+      boost::system::error_code ec;
+      co_await poll.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      if (ec)  // shutdown: the copy may still be running
+        co_return CopyEnd{Failure{std::make_error_code(std::errc::operation_canceled), failure_.why}, false};
+    }
+    co_return CopyEnd{failure_};
+  }
+  std::error_code ec = co_await reactor_->poller().ready(event_->event());
+  if (ec == std::errc::operation_canceled)  // shutdown: the copy may still be running
+    co_return CopyEnd{Failure{ec, "reactor shut down before the copy was seen complete"}, false};
+  if (ec) co_return CopyEnd{Failure{TransferErrc::device_error, "device: " + ec.message()}};
+  co_return CopyEnd{};
+}
+
+}  // namespace kvstrand::reactor

@@ -1,0 +1,45 @@
+// The one copy of every transfer, in two steps (post, then check): post()
+// queues a batch of segments on a stream and records a pooled event after
+// it; wait() awaits that event on the poller.
+#pragma once
+
+#include <boost/asio/awaitable.hpp>
+#include <optional>
+#include <vector>
+
+#include "hip/copy.hpp"
+#include "hip/event_pool.hpp"
+#include "hip/stream.hpp"
+#include "index_plane/failure.hpp"
+#include "reactor/reactor.hpp"
+
+namespace kvstrand::reactor {
+
+struct CopyEnd {
+  Failure failure;
+  // False when the wait ended without the copy being known complete
+  // (shutdown): the caller must then leave every buffer it references alone.
+  bool seen = true;
+};
+
+class DeviceCopy {
+ public:
+  // On the strand. Queues the copy on `stream`. queued(): whether anything
+  // was queued (false: it failed at once, and wait() says why).
+  static DeviceCopy post(Reactor& reactor, hip::Stream& stream, hip::CopyKind kind, std::vector<hip::Segment> segs);
+  bool queued() const noexcept { return queued_; }
+  hip::Stream& stream() const noexcept { return *stream_; }
+  // On the strand: completes once the copy is seen to end (or the wait is
+  // cut short by shutdown: seen == false).
+  boost::asio::awaitable<CopyEnd> wait();
+
+ private:
+  DeviceCopy(Reactor& r, hip::Stream& s) : reactor_(&r), stream_(&s) {}
+  Reactor* reactor_;
+  hip::Stream* stream_;
+  bool queued_ = false;
+  Failure failure_;                              // why it was not queued, or why it has no event
+  std::optional<hip::EventPool::Lease> event_;  // recorded after the copy
+};
+
+}  // namespace kvstrand::reactor

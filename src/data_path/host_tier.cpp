@@ -1,0 +1,188 @@
+#include "data_path/host_tier.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "hip/keep_for_process_life.hpp"
+#include "index_plane/transfer_error.hpp"
+
+namespace kvstrand::reactor {
+
+namespace asio = boost::asio;
+
+namespace {
+Failure unwanted() {
+  return {TransferErrc::deadline_exceeded, "the transfer ended (its deadline) before its copy was queued"};
+}
+Failure not_attached(std::uint32_t registration) {
+  return {TransferErrc::bad_spec, "registration " + std::to_string(registration) + " is not attached"};
+}
+}  // namespace
+
+HostTier::HostTier(Reactor& reactor, std::unique_ptr<IndexPlane> index)
+    : reactor_(reactor), index_(std::move(index)) {}
+
+HostTier::~HostTier() {
+  // Only a copy never seen to end (a deadline fail-stop, a close that gave
+  // up on it) can still be queued here. Waiting for it could be forever and
+  // freeing under it would let it write freed memory: the streams and the
+  // memory it may touch are kept for the life of the process instead.
+  const auto busy = [](std::optional<hip::Stream>& s) { return s && s->query().code() == hip::Errc::not_ready; };
+  if (busy(save_stream_) || busy(load_stream_)) kept_.push_back(index_->memory());
+  if (kept_.empty()) return;
+  spdlog::warn("kvstrand: the {} tier: a copy on its streams never ended; its streams and the memory that copy may "
+               "touch are left allocated on purpose",
+               index_->kind());
+  for (auto& m : kept_) hip::keep_shared_for_process_life(std::move(m));
+  if (save_stream_) hip::keep_for_process_life(std::move(*save_stream_));
+  if (load_stream_) hip::keep_for_process_life(std::move(*load_stream_));
+}
+
+asio::awaitable<Failure> HostTier::attach(const Registration& reg) {
+  if (!save_stream_) {
+    auto saves = hip::Stream::create();
+    auto loads = hip::Stream::create();
+    for (const hip::Status& s : {saves.status(), loads.status()})
+      if (!s.ok()) co_return Failure{TransferErrc::device_error, std::string("the ") + index_->kind() +
+                                                                     " tier's copy streams: " + s.describe()};
+    save_stream_.emplace(std::move(saves).value());
+    load_stream_.emplace(std::move(loads).value());
+  }
+  Failure f = co_await index_->attach(reg);
+  if (!f) regs_.push_back(&reg);
+  co_return f;
+}
+
+asio::awaitable<HostTier::LookupResult> HostTier::lookup(std::uint32_t registration, std::vector<kv::ChunkKey> keys) {
+  if (registration >= regs_.size()) co_return LookupResult{};
+  co_return co_await index_->lookup(registration, std::move(keys));
+}
+
+asio::awaitable<HostTier::LookupResult> HostTier::adopt(std::uint32_t registration, std::uint64_t lease,
+                                                       std::vector<kv::ChunkKey> keys) {
+  if (registration >= regs_.size()) co_return LookupResult{};
+  co_return co_await index_->adopt(registration, lease, std::move(keys));
+}
+
+asio::awaitable<HostTier::Copy> HostTier::prepare(TransferKind kind, const kv::TransferSpec& spec,
+                                                  Clock::time_point deadline) {
+  Copy c(kind, spec, deadline);
+  if (spec.registration >= regs_.size()) {  // the Connector refuses such a spec before posting it
+    c.outcome_.fail(not_attached(spec.registration));
+    co_return c;
+  }
+  if (kind == TransferKind::save) {
+    co_await prepare_save(c);
+  } else {
+    co_await prepare_load(c);
+  }
+  co_return c;
+}
+
+asio::awaitable<void> HostTier::prepare_save(Copy& c) {
+  const kv::TransferSpec& s = *c.spec_;
+  if (!index_->stores(s.registration)) co_return;  // another rank stores the one copy
+  const Registration& reg = *regs_[s.registration];
+  c.images_.assign(s.keys.size(), false);
+  for (std::size_t i = 0; i < s.keys.size(); ++i)
+    c.images_[i] = s.with_state && s.state_slots[i * reg.state_part_count()] >= 0;
+  c.places_ = co_await index_->reserve(s.registration, s.keys, c.images_, s.chunk_events, c.deadline_);
+  if (c.places_.failure) {
+    c.outcome_.fail(std::move(c.places_.failure));
+    co_return;
+  }
+  const auto& objects = c.places_.objects;
+  c.has_copy_ = std::any_of(objects.begin(), objects.end(), [](std::byte* p) { return p != nullptr; });
+  for (std::size_t i = 0; i < c.images_.size(); ++i) c.images_[i] = c.images_[i] && objects[i] != nullptr;
+}
+
+asio::awaitable<void> HostTier::prepare_load(Copy& c) {
+  const kv::TransferSpec& s = *c.spec_;
+  c.held_ = co_await index_->hold(s, c.deadline_);
+  if (c.held_.failure) {
+    c.outcome_.fail(std::move(c.held_.failure));
+    co_return;
+  }
+  const auto& objects = c.held_.objects;
+  const bool whole = objects.size() == s.keys.size() &&
+                     std::none_of(objects.begin(), objects.end(), [](std::byte* p) { return p == nullptr; });
+  if (!whole || (s.with_state && !c.held_.image_at_end)) {
+    index_->release(s, c.held_);
+    c.outcome_.fail({TransferErrc::missing_chunk, whole ? "no checkpoint image stored at the load's end"
+                                                        : "the tier no longer holds every chunk of the load"});
+    co_return;
+  }
+  c.has_copy_ = true;
+  c.images_.assign(objects.size(), false);
+  if (s.with_state) c.images_.back() = true;
+}
+
+hip::Stream* HostTier::post(Copy& c) {
+  if (!c.to_post()) return nullptr;
+  c.posted_ = true;
+  const kv::TransferSpec& s = *c.spec_;
+  const Registration& reg = *regs_[s.registration];
+  if (c.kind_ == TransferKind::save) {
+    c.copy_ = DeviceCopy::post(reactor_, *save_stream_, hip::CopyKind::device_to_host,
+                               segments(reg, s, c.places_.objects, true, c.images_));
+  } else {
+    c.copy_ = DeviceCopy::post(reactor_, *load_stream_, hip::CopyKind::host_to_device,
+                               segments(reg, s, c.held_.objects, false, c.images_));
+  }
+  return c.copy_->queued() ? &c.copy_->stream() : nullptr;
+}
+
+asio::awaitable<TierOutcome> HostTier::complete(Copy c) {
+  if (!c.outcome_.error && c.has_copy_) {
+    if (c.kind_ == TransferKind::save) {
+      co_await complete_save(c);
+    } else {
+      co_await complete_load(c);
+    }
+  }
+  if (c.kind_ == TransferKind::save && !c.outcome_.error && c.places_.refused > 0)
+    // The chunks that existed are not rewritten: no error for them.
+    c.outcome_.fail({TransferErrc::tier_full, std::to_string(c.places_.refused) + " of " +
+                                                  std::to_string(c.spec_->keys.size()) +
+                                                  " chunks refused: every object is in use (tier full)"});
+  co_return std::move(c.outcome_);
+}
+
+asio::awaitable<void> HostTier::complete_save(Copy& c) {
+  const kv::TransferSpec& s = *c.spec_;
+  if (!c.posted_) {  // not wanted any more: the places go back, nothing was written
+    co_await index_->commit(s.registration, s.keys, c.places_, false, c.deadline_);
+    c.outcome_.fail(unwanted());
+    co_return;
+  }
+  CopyEnd copy = co_await c.copy_->wait();
+  if (!copy.seen) {
+    kept_.push_back(std::move(c.places_.memory));  // and the places stay held: the copy may still write them
+    c.outcome_.fail(std::move(copy.failure));
+    co_return;
+  }
+  const bool copied = !copy.failure;
+  if (!copied) c.outcome_.fail(std::move(copy.failure));
+  Failure committed = co_await index_->commit(s.registration, s.keys, c.places_, copied, c.deadline_);
+  if (copied && committed) c.outcome_.fail({committed.ec, "copied, but not committed: " + committed.why});
+}
+
+asio::awaitable<void> HostTier::complete_load(Copy& c) {
+  const kv::TransferSpec& s = *c.spec_;
+  if (!c.posted_) {  // not wanted any more: nothing was written into the engine's blocks
+    index_->release(s, c.held_);
+    c.outcome_.fail(unwanted());
+    co_return;
+  }
+  CopyEnd copy = co_await c.copy_->wait();
+  if (!copy.seen) {
+    kept_.push_back(std::move(c.held_.memory));  // and the hold stays: the copy may still read those objects
+    c.outcome_.fail(std::move(copy.failure));
+    co_return;
+  }
+  index_->release(s, c.held_);  // the copy is done: nothing else needs the index for its outcome
+  if (copy.failure) c.outcome_.fail(std::move(copy.failure));
+}
+
+}  // namespace kvstrand::reactor

@@ -1,0 +1,131 @@
+// The one data path of the host-memory tier, over an index plane that says
+// where objects are (LocalIndex in this process, RemoteIndex in
+// kvstrand-server). A save or a load goes in three steps, NIXL's shape
+// (prepare, post, then check):
+//   prepare():  save: reserve places        load: hold the objects
+//   post():     the copies queued on this tier's own stream (returns at once)
+//   complete(): the copies seen to end; save: commit, load: release
+// The caller (the reactor's transfer) decides between the steps: it marks
+// itself pending once post() queued the copies, and skips post() once it
+// no longer wants the copy (its deadline passed): complete() then gives back
+// what prepare() took, and no byte is copied. Saves (D2H) and loads (H2D)
+// use separate streams, so a load never queues behind saves and the two
+// directions overlap on a GPU's separate copy engines.
+//
+// All on the reactor strand; coroutines complete with their outcome, never
+// by throwing. A copy that was not seen to end leaves what its index plane
+// holds for it held, and the memory it may touch mapped, for good.
+#pragma once
+
+#include <boost/asio/awaitable.hpp>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "hip/stream.hpp"
+#include "data_path/device_copy.hpp"
+#include "index_plane/failure.hpp"
+#include "index_plane/index_plane.hpp"
+#include "reactor/reactor.hpp"
+#include <kvstrand/finished.hpp>
+
+namespace kvstrand::reactor {
+
+using kvstrand::TransferKind;
+
+// What became of a save or a load. operation_canceled: the wait ended
+// (shutdown) without the copy seen to end, so every buffer it references
+// is left alone for good.
+struct TierOutcome {
+  std::error_code error;
+  std::string reason;  // with error: what happened, for the engine (a save's refused chunks are counted here)
+
+  void fail(Failure f) {
+    error = f.ec;
+    reason = std::move(f.why);
+  }
+};
+
+class HostTier {
+ public:
+  using LookupResult = IndexPlane::LookupResult;
+  using Clock = std::chrono::steady_clock;
+
+  HostTier(Reactor& reactor, std::unique_ptr<IndexPlane> index);
+  ~HostTier();
+  HostTier(const HostTier&) = delete;
+  HostTier& operator=(const HostTier&) = delete;
+
+  // Adds a registration; the tier numbers them in the order attached (0,
+  // 1, ...), as specs and lookups name them. Each outlives the tier's use.
+  boost::asio::awaitable<Failure> attach(const Registration& reg);
+  boost::asio::awaitable<LookupResult> lookup(std::uint32_t registration, std::vector<kv::ChunkKey> keys);
+  boost::asio::awaitable<void> release_lookup(std::uint64_t lease) { co_await index_->release_lookup(lease); }
+  boost::asio::awaitable<LookupResult> adopt(std::uint32_t registration, std::uint64_t lease,
+                                             std::vector<kv::ChunkKey> keys);
+  void forget_lease(std::uint64_t lease) { index_->forget_lease(lease); }
+  boost::asio::awaitable<IndexPlane::Dropped> drop(std::uint32_t registration) {
+    co_return co_await index_->drop(registration);
+  }
+
+  // One save or load between its steps. Move-only; hand it back to
+  // complete() whatever happened.
+  class Copy {
+   public:
+    Copy(Copy&&) = default;
+    // Whether post() has anything to queue (false: complete() has the
+    // outcome already: a failure, or a save with nothing new to store).
+    bool to_post() const noexcept { return !outcome_.error && !posted_ && has_copy_; }
+
+   private:
+    friend class HostTier;
+    Copy(TransferKind k, const kv::TransferSpec& s, Clock::time_point d) : kind_(k), spec_(&s), deadline_(d) {}
+    TransferKind kind_;
+    const kv::TransferSpec* spec_;
+    Clock::time_point deadline_;
+    TierOutcome outcome_;
+    bool has_copy_ = false;
+    bool posted_ = false;
+    std::vector<bool> images_;
+    IndexPlane::Places places_;  // a save's
+    IndexPlane::Held held_;      // a load's
+    std::optional<DeviceCopy> copy_;
+  };
+  // Reserves (a save) or holds (a load) what the copy needs.
+  boost::asio::awaitable<Copy> prepare(TransferKind kind, const kv::TransferSpec& spec, Clock::time_point deadline);
+  // Queues the copies; returns the stream they are on (null: nothing was
+  // queued, complete() says why). Never waits.
+  hip::Stream* post(Copy& c);
+  // Awaits what post() queued, then publishes (a save) or releases (a
+  // load); without post(), gives back what prepare() took.
+  boost::asio::awaitable<TierOutcome> complete(Copy c);
+
+  tier::Index::Stats stats() const { return index_->stats(); }
+  IndexPlane::ServerLink server_link() const { return index_->server_link(); }
+  const char* kind() const noexcept { return index_->kind(); }
+  // Before the reactor stops: a lookup waiting on the server ends.
+  boost::asio::awaitable<void> drain() { co_await index_->drain(); }
+
+  // The streams the tier copies on, once a registration is attached (tests
+  // hold them with the sim hooks).
+  hip::Stream* save_stream() { return save_stream_ ? &*save_stream_ : nullptr; }
+  hip::Stream* load_stream() { return load_stream_ ? &*load_stream_ : nullptr; }
+
+ private:
+  boost::asio::awaitable<void> prepare_save(Copy& c);
+  boost::asio::awaitable<void> prepare_load(Copy& c);
+  boost::asio::awaitable<void> complete_save(Copy& c);
+  boost::asio::awaitable<void> complete_load(Copy& c);
+
+  Reactor& reactor_;
+  std::unique_ptr<IndexPlane> index_;
+  std::vector<const Registration*> regs_;  // by registration id
+  std::optional<hip::Stream> save_stream_;
+  std::optional<hip::Stream> load_stream_;
+  std::vector<std::shared_ptr<void>> kept_;  // memory a copy never seen to end may touch
+};
+
+}  // namespace kvstrand::reactor

@@ -1,0 +1,110 @@
+#include "index_plane/local_index.hpp"
+
+#include <algorithm>
+
+#include "index_plane/transfer_error.hpp"
+
+#include <kvstrand/namespace_id.hpp>
+
+namespace kvstrand::reactor {
+
+namespace asio = boost::asio;
+
+asio::awaitable<Failure> LocalIndex::attach(const Registration& reg) {
+  const std::uint64_t object_bytes = reg.object_bytes();
+  if (!arena_) {
+    // At least 16 slabs where objects allow (room for other registrations'
+    // sizes), at most kSlabBytes each, never smaller than this object.
+    const std::uint64_t slab = std::min(capacity_, std::max(object_bytes, std::min(kSlabBytes, capacity_ / 16)));
+    const std::uint64_t slabs = slab == 0 ? 0 : capacity_ / slab;
+    if (slabs == 0 || object_bytes > slab)
+      co_return Failure{TransferErrc::tier_full, "tier_bytes " + std::to_string(capacity_) +
+                                                     " cannot hold one object of " + std::to_string(object_bytes) +
+                                                     " bytes"};
+    auto arena = hip::PinnedBuffer::allocate(slabs * slab);
+    if (!arena.ok())
+      co_return Failure{TransferErrc::device_error, "the embedded tier's arena: " + arena.status().describe()};
+    arena_ = std::make_shared<hip::PinnedBuffer>(std::move(arena).value());
+    classes_.emplace(slab);
+    for (std::uint64_t i = 0; i < slabs; ++i) classes_->add_slab(static_cast<std::uint32_t>(i));
+  }
+  tier::Index* index = classes_->index(object_bytes);
+  if (index == nullptr)
+    co_return Failure{TransferErrc::tier_full,
+                      "registration " + std::to_string(regs_.size()) + "'s objects (" + std::to_string(object_bytes) +
+                          " B) do not fit the arena's " + std::to_string(classes_->slab_bytes()) +
+                          " B slabs (sized by the first registration: register the group with the largest objects "
+                          "first), or too many object sizes"};
+  regs_.push_back(Attached{&reg, index});
+  co_return Failure{};
+}
+
+asio::awaitable<IndexPlane::LookupResult> LocalIndex::lookup(std::uint32_t registration,
+                                                            std::vector<kv::ChunkKey> keys) {
+  if (registration >= regs_.size()) co_return LookupResult{};
+  const Attached& a = regs_[registration];
+  co_return LookupResult{a.index->lookup(keys, a.reg->layout.chunk_tokens), 0};
+}
+
+asio::awaitable<IndexPlane::Places> LocalIndex::reserve(std::uint32_t registration,
+                                                       const std::vector<kv::ChunkKey>& keys,
+                                                       const std::vector<bool>& images,
+                                                       const std::vector<std::string>& /*events: a server's only*/,
+                                                       Clock::time_point) {
+  tier::Index& index = *regs_.at(registration).index;
+  Places p;
+  p.objects.assign(keys.size(), nullptr);
+  p.memory = arena_;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    std::uint32_t slot = 0;
+    classes_->make_room(index, 1);
+    switch (index.reserve(keys[i], images[i], &slot)) {
+      case tier::Index::Reserve::reserved: p.objects[i] = object(index, slot); break;
+      case tier::Index::Reserve::exists: break;  // never rewritten
+      case tier::Index::Reserve::full: ++p.refused; break;
+    }
+  }
+  co_return p;
+}
+
+asio::awaitable<Failure> LocalIndex::commit(std::uint32_t registration, const std::vector<kv::ChunkKey>& keys,
+                                            const Places& places, bool copied, Clock::time_point) {
+  tier::Index& index = *regs_.at(registration).index;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    if (places.objects[i] == nullptr) continue;
+    if (copied) {
+      index.commit(keys[i]);
+    } else {
+      index.abort(keys[i]);
+    }
+  }
+  co_return Failure{};
+}
+
+asio::awaitable<IndexPlane::Held> LocalIndex::hold(const kv::TransferSpec& s, Clock::time_point) {
+  Held h;
+  if (s.registration >= regs_.size()) co_return h;
+  tier::Index& index = *regs_[s.registration].index;
+  auto slots = index.pin(s.keys);  // read locks: all of them or none
+  if (!slots) co_return h;
+  h.hold = 1;
+  h.memory = arena_;
+  for (std::uint32_t slot : *slots) h.objects.push_back(object(index, slot));
+  h.image_at_end = !s.keys.empty() && index.has_image(s.keys.back());
+  co_return h;
+}
+
+void LocalIndex::release(const kv::TransferSpec& s, const Held& held) {
+  if (held.hold != 0) regs_.at(s.registration).index->unpin(s.keys);
+}
+
+asio::awaitable<IndexPlane::Dropped> LocalIndex::drop(std::uint32_t registration) {
+  Dropped d;
+  if (classes_ && registration < regs_.size())
+    d.objects = classes_->drop_namespace(kv::namespace_of(regs_[registration].reg->layout));
+  co_return d;
+}
+
+tier::Index::Stats LocalIndex::stats() const { return classes_ ? classes_->stats() : tier::Index::Stats{}; }
+
+}  // namespace kvstrand::reactor
