@@ -243,7 +243,7 @@ int main(int argc, char** argv) {
     promo = std::max(promo, gbps(chunks * object, Clock::now() - t2));
     // Every promoted object is the one written.
     for (std::uint32_t i = 0; i < chunks; ++i) {
-      auto pinned = fresh.index.pin(std::span<const kv::ChunkKey>(&keys[i], 1));
+      auto pinned = fresh.index.read_lock(std::span<const kv::ChunkKey>(&keys[i], 1));
       if (!pinned) die("a promoted object is missing");
       if (std::memcmp(fresh.mem.data() + fresh.classes.offset_of(fresh.index, pinned->front()),
                       objects[i].data(), object) != 0)

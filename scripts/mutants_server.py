@@ -259,9 +259,9 @@ MUTANTS = [
      "the L2 MAC leaves the chunk key out: a writer without the key relabels one chunk's value as another's"),
     # ... cleanup after a timeout, a full tier; waits from both sides.
     ("disk-hit-waits-timeout", "src/server/disk_tier.cpp",
-     "    j.disk_index->unpin(key);\n    if (!good) j.disk_index->erase(key);\n"
+     "    j.disk_index->read_unlock(key);\n    if (!good) j.disk_index->erase(key);\n"
      "    if (--j.batch->left == 0) j.batch->done.notify();",
-     "    j.disk_index->unpin(key);\n    if (!good) j.disk_index->erase(key);\n"
+     "    j.disk_index->read_unlock(key);\n    if (!good) j.disk_index->erase(key);\n"
      "    --j.batch->left;",
      [("test_disk_tier", "disk: a disk hit is answered once*")], "a disk hit waits the whole --disk-timeout after its reads ended"),
     ("disk-full-arena-pins-run", "src/server/disk_tier.cpp",

@@ -85,7 +85,7 @@ asio::awaitable<IndexPlane::Held> LocalIndex::hold(const kv::TransferSpec& s, Cl
   Held h;
   if (s.registration >= regs_.size()) co_return h;
   tier::Index& index = *regs_[s.registration].index;
-  auto slots = index.pin(s.keys);  // read locks: all of them or none
+  auto slots = index.read_lock(s.keys);  // read locks: all of them or none
   if (!slots) co_return h;
   h.hold = 1;
   h.memory = arena_;
@@ -95,7 +95,7 @@ asio::awaitable<IndexPlane::Held> LocalIndex::hold(const kv::TransferSpec& s, Cl
 }
 
 void LocalIndex::release(const kv::TransferSpec& s, const Held& held) {
-  if (held.hold != 0) regs_.at(s.registration).index->unpin(s.keys);
+  if (held.hold != 0) regs_.at(s.registration).index->read_unlock(s.keys);
 }
 
 asio::awaitable<IndexPlane::Dropped> LocalIndex::drop(std::uint32_t registration) {

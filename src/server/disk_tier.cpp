@@ -300,7 +300,7 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
     } else {
       j.arena_index->abort(key);
     }
-    j.disk_index->unpin(key);
+    j.disk_index->read_unlock(key);
     if (!good) j.disk_index->erase(key);
     if (--j.batch->left == 0) j.batch->done.notify();
   }
@@ -308,7 +308,7 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
   // A queued read whose lookup was answered before it started.
   void cancel_read(Job& j) {
     j.arena_index->abort(j.key);
-    j.disk_index->unpin(j.key);
+    j.disk_index->read_unlock(j.key);
     if (--j.batch->left == 0) j.batch->done.notify();
   }
 
@@ -322,7 +322,7 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
       ++st.lookup_misses;
       co_return Promoted{idx.present_run(keys)};
     }
-    std::optional<std::vector<std::uint32_t>> dslots = d->pin(std::span<const kv::ChunkKey>(keys.data(), n));
+    std::optional<std::vector<std::uint32_t>> dslots = d->read_lock(std::span<const kv::ChunkKey>(keys.data(), n));
     if (!dslots) co_return Promoted{idx.present_run(keys)};
     classes.make_room(idx, n);
     auto batch = std::make_shared<Batch>(strand);
@@ -348,7 +348,7 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
       // Stored meanwhile or being written by a client: not read; the arena
       // full: neither is the rest.
       const std::size_t last = r == tier::Index::Reserve::full ? n : i + 1;
-      d->unpin(std::span<const kv::ChunkKey>(keys.data() + i, last - i));
+      d->read_unlock(std::span<const kv::ChunkKey>(keys.data() + i, last - i));
       if (r == tier::Index::Reserve::full) break;
     }
     pump();
@@ -457,7 +457,7 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
   Aligned pool;  // header blocks, registered buffer 0
   std::vector<unsigned> free_blocks;
   std::vector<bool> slab_registered;  // arena slab s is registered buffer s + 1
-  WriteBehind queue{opt.max_queued, opt.max_queued_bytes};  // each pinned in the arena until its write ended
+  WriteBehind queue{opt.max_queued, opt.max_queued_bytes};  // each read-locked in the arena until its write ended
   std::deque<Job> reads;  // promotions' reads not started yet
   std::size_t in_flight = 0;
   std::shared_ptr<Aligned> zero_block;  // what clear_header writes

@@ -13,7 +13,7 @@
 //   and the arena's own slot (the arena's slots are 4 KiB-aligned when a
 //   disk is given): the server copies no payload.
 // - Write-behind never delays a reply: a commit queues its objects, each
-//   pinned in the arena until its write ended; what does not fit the queue
+//   read-locked in the arena until its write ended; what does not fit the queue
 //   (--disk-queue objects, an eighth of the arena's bytes) is dropped and
 //   counted. An object already on disk is
 //   not written again. Writing at commit, not at eviction, is what lets an
@@ -55,8 +55,8 @@ struct DiskOptions {
   std::vector<std::string> paths;  // a file each, made if absent (a directory: its kvstrand.disk)
   std::uint64_t bytes = 0;         // over all paths
   std::chrono::milliseconds timeout{500};
-  std::size_t max_queued = 1024;   // objects waiting to be written behind (each pinned in the arena)
-  // ... and their bytes: a slow disk must not pin so much of the arena that
+  std::size_t max_queued = 1024;   // objects waiting to be written behind (each read-locked in the arena)
+  // ... and their bytes: a slow disk must not lock so much of the arena that
   // saves are refused as full (the server sets an eighth of the arena).
   std::uint64_t max_queued_bytes = UINT64_MAX;
   unsigned depth = 32;             // objects read or written at once

@@ -374,7 +374,7 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
   TierEvents* events = nullptr;  // --events
   tier::SizeClasses& classes;
   std::optional<l2::RedisCluster> cluster;
-  WriteBehind queue{opt.max_inflight, UINT64_MAX};  // each pinned in the arena until its value is encoded
+  WriteBehind queue{opt.max_inflight, UINT64_MAX};  // each read-locked in the arena until its value is encoded
   std::set<kv::Digest> dropped;  // namespaces dropped here, not promoted until purged from every master
   std::deque<kv::Digest> purges;  // namespaces still to purge, the next first
   bool purging = false;           // purge_loop runs
@@ -431,7 +431,7 @@ void L2Tier::stop() {
   // not when the last coroutine frame lets go of Impl: that can be while
   // the io_context is being destroyed, too late to post their completions.
   impl_->cluster.reset();
-  // What is still queued stays pinned: the server is going away with its arena.
+  // What is still queued stays read-locked: the server is going away with its arena.
 }
 
 void L2Tier::committed(tier::Index& index, std::span<const std::uint32_t> slots) { impl_->committed(index, slots); }

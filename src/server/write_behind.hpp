@@ -1,5 +1,5 @@
 // The queue of committed objects a level below the arena writes behind
-// (the disk, L2). Each is pinned in the arena from the commit that queued
+// (the disk, L2). Each is read-locked in the index from the commit that queued
 // it until the level has taken its bytes (or it is dropped), so eviction
 // cannot free or reuse its slot meanwhile. Bounded in objects and in bytes
 // (the bytes of those queued and of those taken but not yet done): what
@@ -30,11 +30,11 @@ class WriteBehind {
   WriteBehind(const WriteBehind&) = delete;
   WriteBehind& operator=(const WriteBehind&) = delete;
 
-  // Queues `slot` of `index`, pinned; full: past a bound, nothing pinned.
+  // Queues `slot` of `index`, read-locked; full: past a bound, nothing locked.
   Push push(tier::Index& index, std::uint32_t slot) {
     if (items_.size() >= max_objects_ || bytes_ + index.object_bytes() > max_bytes_) return Push::full;
     const kv::ChunkKey& key = index.key_at(slot);
-    if (!index.pin(key)) return Push::not_committed;
+    if (!index.read_lock(key)) return Push::not_committed;
     items_.push_back(Item{&index, key, slot, index.image_at(slot)});
     bytes_ += index.object_bytes();
     return Push::queued;
@@ -46,19 +46,19 @@ class WriteBehind {
   std::uint64_t bytes() const noexcept { return bytes_; }
   const std::deque<Item>& items() const noexcept { return items_; }
 
-  // The oldest, off the queue: still pinned and counted until done(it).
+  // The oldest, off the queue: still read-locked and counted until done(it).
   Item take() {
     Item it = items_.front();
     items_.pop_front();
     return it;
   }
-  // A taken item's write ended (or was given up): unpinned, uncounted.
+  // A taken item's write ended (or was given up): unlocked, uncounted.
   void done(const Item& it) {
-    it.index->unpin(it.key);
+    it.index->read_unlock(it.key);
     bytes_ -= it.index->object_bytes();
   }
 
-  // Every queued object of namespace `ns` off the queue, unpinned (a drop:
+  // Every queued object of namespace `ns` off the queue, unlocked (a drop:
   // none of them is written). How many.
   std::size_t drop_namespace(const kv::Digest& ns) {
     return std::erase_if(items_, [&](const Item& it) {
@@ -67,7 +67,7 @@ class WriteBehind {
       return true;
     });
   }
-  // Everything queued off the queue, unpinned (a close).
+  // Everything queued off the queue, unlocked (a close).
   void clear() {
     for (const Item& it : items_) done(it);
     items_.clear();

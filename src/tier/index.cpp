@@ -322,7 +322,7 @@ std::size_t Index::drop_namespace(const kv::Digest& ns, const std::function<void
 }
 
 kv::HitSource Index::run(std::span<const kv::ChunkKey> keys, std::uint32_t chunk_tokens,
-                         std::vector<std::uint32_t>* pinned) {
+                         std::vector<std::uint32_t>* locked) {
   // Fetched ahead in two stages (a key's table entry, then the object it
   // names), so that a large index's cache misses overlap instead of adding up.
   constexpr std::size_t kTable = 16, kObject = 8;
@@ -341,9 +341,9 @@ kv::HitSource Index::run(std::span<const kv::ChunkKey> keys, std::uint32_t chunk
     if (s == kNone || !objects_[s].committed || objects_[s].dropped) break;
     Object& o = objects_[s];
     o.referenced = true;
-    if (pinned) {
+    if (locked) {
       add_reader(o);
-      pinned->push_back(s);
+      locked->push_back(s);
     }
     ++n;
     if (o.has_image) h.checkpoints.push_back(n * chunk_tokens);
@@ -359,7 +359,7 @@ kv::HitSource Index::lookup(std::span<const kv::ChunkKey> keys, std::uint32_t ch
   return run(keys, chunk_tokens, nullptr);
 }
 
-std::optional<std::vector<std::uint32_t>> Index::pin(std::span<const kv::ChunkKey> keys) {
+std::optional<std::vector<std::uint32_t>> Index::read_lock(std::span<const kv::ChunkKey> keys) {
   std::vector<std::uint32_t> slots;
   for (const kv::ChunkKey& k : keys) {
     const std::uint32_t s = find(k, hash_of(k));
@@ -373,7 +373,7 @@ std::optional<std::vector<std::uint32_t>> Index::pin(std::span<const kv::ChunkKe
   return slots;
 }
 
-void Index::unpin(std::span<const kv::ChunkKey> keys) {
+void Index::read_unlock(std::span<const kv::ChunkKey> keys) {
   for (const kv::ChunkKey& k : keys)
     if (const std::uint32_t s = find(k, hash_of(k)); s != kNone) drop_reader(objects_[s]);
 }

@@ -167,13 +167,15 @@ class Index {
   // (in tokens) whose image is stored within it.
   kv::HitSource lookup(std::span<const kv::ChunkKey> keys, std::uint32_t chunk_tokens);
 
-  // All keys committed: pins them against eviction and returns their slots.
-  // Otherwise pins nothing. Each pin needs its own unpin.
-  std::optional<std::vector<std::uint32_t>> pin(std::span<const kv::ChunkKey> keys);
-  void unpin(std::span<const kv::ChunkKey> keys);
-  // One key: pinned if committed (true).
-  bool pin(const kv::ChunkKey& key) { return pin(std::span(&key, 1)).has_value(); }
-  void unpin(const kv::ChunkKey& key) { unpin(std::span(&key, 1)); }
+  // All keys committed: read-locks them (no eviction, no erase, until the
+  // matching read_unlock) and returns their slots. Otherwise locks nothing.
+  // Each read_lock needs its own read_unlock. ("Pin" is kept for page-locking
+  // host memory, src/hip's HostRegistration.)
+  std::optional<std::vector<std::uint32_t>> read_lock(std::span<const kv::ChunkKey> keys);
+  void read_unlock(std::span<const kv::ChunkKey> keys);
+  // One key: read-locked if committed (true).
+  bool read_lock(const kv::ChunkKey& key) { return read_lock(std::span(&key, 1)).has_value(); }
+  void read_unlock(const kv::ChunkKey& key) { read_unlock(std::span(&key, 1)); }
   bool has_image(const kv::ChunkKey& key) const;
   // How many of keys[0..] are stored and committed, in a row. No side
   // effects: not a use, not counted as a lookup.
@@ -292,10 +294,10 @@ class Index {
   void drop_reader(Object& o);
   void commit_slot(std::uint32_t slot);
   void abort_slot(std::uint32_t slot);
-  // The run of committed objects from keys[0]; with `pinned`, each object of
-  // the run is pinned and its slot appended.
+  // The run of committed objects from keys[0]; with `locked`, each object of
+  // the run is read-locked and its slot appended.
   kv::HitSource run(std::span<const kv::ChunkKey> keys, std::uint32_t chunk_tokens,
-                    std::vector<std::uint32_t>* pinned);
+                    std::vector<std::uint32_t>* locked);
 
   std::uint64_t object_bytes_;
   Listener* listener_ = nullptr;

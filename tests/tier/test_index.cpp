@@ -47,7 +47,7 @@ TEST_CASE("object store: an object is invisible until committed, abort frees it"
   REQUIRE(s.reserve(key(1), true, &slot) == ObjectStore::Reserve::reserved);
   const kv::ChunkKey k1[] = {key(1)};
   REQUIRE(s.lookup(k1, 256).tokens == 0);
-  REQUIRE_FALSE(s.pin(k1).has_value());
+  REQUIRE_FALSE(s.read_lock(k1).has_value());
   REQUIRE(s.reserve(key(1), true, &slot) == ObjectStore::Reserve::exists);  // not written twice
   s.abort(key(1));
   REQUIRE(s.stats().writing == 0);
@@ -98,11 +98,11 @@ TEST_CASE("object store: a full store evicts least recently used unpinned object
   s.commit(key(4));
   // Pin everything: nothing may be evicted now.
   const kv::ChunkKey all[] = {key(1), key(3), key(4)};
-  REQUIRE(s.pin(all).has_value());
+  REQUIRE(s.read_lock(all).has_value());
   REQUIRE(s.reserve(key(5), false, &slot) == ObjectStore::Reserve::full);
   REQUIRE(s.stats().refused_full == 1);
   REQUIRE(s.stats().pinned == 3);
-  s.unpin(all);
+  s.read_unlock(all);
   REQUIRE(s.reserve(key(5), false, &slot) == ObjectStore::Reserve::reserved);
   REQUIRE(s.stats().evictions == 2);
 }
@@ -113,14 +113,14 @@ TEST_CASE("index: a pinned object is never evicted, however long ago it was used
   reserve_commit(s, 2);
   reserve_commit(s, 3);
   const kv::ChunkKey k1[] = {key(1)};
-  REQUIRE(s.pin(k1).has_value());
+  REQUIRE(s.read_lock(k1).has_value());
   // The clock hand passes key 1's slot many times (its use bit long
   // cleared) while every other object is evicted in turn.
   for (int k = 10; k < 30; ++k) {
     reserve_commit(s, k);
     REQUIRE(s.present_run(k1) == 1);
   }
-  s.unpin(k1);
+  s.read_unlock(k1);
   for (int k = 30; k < 36; ++k) reserve_commit(s, k);
   REQUIRE(s.present_run(k1) == 0);  // unpinned, it goes like any other
 }
@@ -150,12 +150,12 @@ TEST_CASE("index: each pin needs its own unpin before the object can go", "[tier
   Index s(1 * 100, 100);
   reserve_commit(s, 1);
   const kv::ChunkKey k1[] = {key(1)};
-  REQUIRE(s.pin(k1).has_value());
-  REQUIRE(s.pin(k1).has_value());
-  s.unpin(k1);
+  REQUIRE(s.read_lock(k1).has_value());
+  REQUIRE(s.read_lock(k1).has_value());
+  s.read_unlock(k1);
   std::uint32_t slot = 0;
   REQUIRE(s.reserve(key(2), false, &slot) == Index::Reserve::full);  // still pinned once
-  s.unpin(k1);
+  s.read_unlock(k1);
   REQUIRE(s.reserve(key(2), false, &slot) == Index::Reserve::reserved);
 }
 
@@ -218,7 +218,7 @@ TEST_CASE("index: a pin that fails part-way (a later key missing) leaves nothing
   Index s(2 * 100, 100);
   reserve_commit(s, 1);
   const kv::ChunkKey ks[] = {key(1), key(2)};  // key 2 was never stored
-  REQUIRE_FALSE(s.pin(ks).has_value());
+  REQUIRE_FALSE(s.read_lock(ks).has_value());
   REQUIRE(s.stats().pinned == 0);
   // So key 1 can still go when room is needed.
   reserve_commit(s, 3);
@@ -297,7 +297,7 @@ TEST_CASE("index: erase frees a committed object no one holds, and nothing else"
   std::uint32_t slot = 0;
   REQUIRE(s.reserve(key(3), false, &slot) == ObjectStore::Reserve::reserved);  // being written
   const kv::ChunkKey two[] = {key(2)};
-  REQUIRE(s.pin(two));
+  REQUIRE(s.read_lock(two));
   REQUIRE_FALSE(s.erase(key(2)));  // held
   REQUIRE_FALSE(s.erase(key(3)));  // being written
   REQUIRE_FALSE(s.erase(key(9)));  // absent
@@ -308,7 +308,7 @@ TEST_CASE("index: erase frees a committed object no one holds, and nothing else"
   // Its slot is free again: two more fit without an eviction.
   reserve_commit(s, 4);
   REQUIRE(s.stats().evictions == 0);
-  s.unpin(two);
+  s.read_unlock(two);
   REQUIRE(s.erase(key(2)));
   REQUIRE(s.stats().objects == 1);  // key 4
 }
@@ -356,7 +356,7 @@ TEST_CASE("index: a namespace drop frees what no one holds, and held objects go 
   for (const kv::ChunkKey& k : all) {
     const kv::ChunkKey one[] = {k};
     REQUIRE(s.lookup(one, 256).tokens == 0);
-    REQUIRE_FALSE(s.pin(one).has_value());
+    REQUIRE_FALSE(s.read_lock(one).has_value());
     REQUIRE(s.present_run(one) == 0);
   }
   const kv::ChunkKey other[] = {key_in(2, 0)};

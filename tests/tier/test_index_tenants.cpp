@@ -59,13 +59,13 @@ TEST_CASE("index: a tenant whose only victims are held or another's reserve is r
   for (int i = 10; i < 13; ++i) REQUIRE(t.put(i, t.b) == Index::Reserve::reserved);  // b's quota
   for (int i = 20; i < 23; ++i) REQUIRE(t.put(i, t.c) == Index::Reserve::reserved);
   const kv::ChunkKey held[] = {key(20), key(21), key(22)};
-  REQUIRE(t.idx.pin(held));
+  REQUIRE(t.idx.read_lock(held));
   // c can take neither a's nor b's (each at its quota) nor its own (held).
   REQUIRE(t.put(30, t.c) == Index::Reserve::full);
   // a, at its quota, evicts its own.
   REQUIRE(t.put(31, t.a) == Index::Reserve::reserved);
   REQUIRE(t.book.used(t.a) == 4096);
-  t.idx.unpin(held);
+  t.idx.read_unlock(held);
   REQUIRE(t.put(30, t.c) == Index::Reserve::reserved);
   REQUIRE(t.book.used(t.b) == 3072);
 }
@@ -100,10 +100,10 @@ TEST_CASE("index: a tenant past its quota takes its own objects before what othe
   // a's own all held: then c's, which no quota keeps.
   std::vector<kv::ChunkKey> mine;
   for (int i = 23; i < 30; ++i) mine.push_back(key(i));
-  REQUIRE(t.idx.pin(mine));
+  REQUIRE(t.idx.read_lock(mine));
   REQUIRE(t.put(40, t.a) == Index::Reserve::reserved);
   REQUIRE(t.book.evicted(t.c) == 1);
-  t.idx.unpin(mine);
+  t.idx.read_unlock(mine);
 }
 
 TEST_CASE("index: a tenant at exactly its quota takes its own objects for a new one, not another's", "[tier][index]") {

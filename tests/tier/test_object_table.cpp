@@ -262,7 +262,7 @@ TEST_CASE("object table: slots aligned to 4 KiB are laid out and found again ali
   Index& idx = *c.index(kOdd);
   for (int i = 0; i < 3; ++i) {
     const kv::ChunkKey k[] = {key(i)};
-    auto slots = idx.pin(k);
+    auto slots = idx.read_lock(k);
     REQUIRE(slots);
     REQUIRE(c.offset_of(idx, (*slots)[0]) == offsets[static_cast<std::size_t>(i)]);
   }

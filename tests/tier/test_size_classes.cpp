@@ -57,8 +57,8 @@ TEST_CASE("size classes: one index per object size, slabs given only when a clas
     for (const auto& [b, e] : ranges) REQUIRE((at + idx.object_bytes() <= b || at >= e));
     ranges.insert({at, at + idx.object_bytes()});
   };
-  for (int i = 1; i <= 10; ++i) place(*small, small->pin(std::vector{key(i)})->front());
-  place(*big, big->pin(std::vector{key(1, 1)})->front());
+  for (int i = 1; i <= 10; ++i) place(*small, small->read_lock(std::vector{key(i)})->front());
+  place(*big, big->read_lock(std::vector{key(1, 1)})->front());
   REQUIRE(c.index(kSlab + 1) == nullptr);  // larger than a slab
   REQUIRE(c.stats().objects == 11);
 }
