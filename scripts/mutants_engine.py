@@ -77,6 +77,10 @@ MUTANTS = [
      "  if (false) specs.push_back(draft_spec(r, *spec));",
      [("test_engine", "engine: the draft model*")], "the engine's second registration is never saved"),
 
+    ("tier-kept-on-clean-close", "src/connector/transfer_table.cpp",
+     "    return;\n  }\n  tier_.reset();\n",
+     "    return;\n  }\n  hip::keep_for_process_life(std::move(tier_));\n",
+     [("test_connector_faults", "F13: close() counts*")], "a clean close leaks the tier: its arena stays pinned until exit"),
     ("F14-timer", "src/connector/transfer_table.cpp",
      "  live.deadline->async_wait([self = shared_from_this(), id = t->id]",
      "  if (transfers.size() == 1) live.deadline->async_wait([self = shared_from_this(), id = t->id]",

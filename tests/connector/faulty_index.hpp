@@ -1,10 +1,11 @@
-// An index plane double for the Connector's fault tests.
+// Index plane doubles for the Connector's fault tests.
 #pragma once
 
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <stdexcept>
 #include <vector>
@@ -53,6 +54,16 @@ class FaultyIndex final : public reactor::LocalIndex {
   reactor::Reactor& reactor_;
   Fault fault_;
   Poisoned poisoned_;
+};
+
+// LocalIndex that notes its own end: whether close() freed the tier.
+class NotedIndex final : public reactor::LocalIndex {
+ public:
+  explicit NotedIndex(std::shared_ptr<std::atomic<bool>> freed) : LocalIndex(64ull << 20), freed_(std::move(freed)) {}
+  ~NotedIndex() override { freed_->store(true); }
+
+ private:
+  std::shared_ptr<std::atomic<bool>> freed_;
 };
 
 inline reactor::ConnectorOptions over_faulty_index(reactor::ConnectorOptions o, FaultyIndex::Fault fault,
