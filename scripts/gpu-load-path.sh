@@ -5,6 +5,10 @@
 # geometry's paths beside the one kvstrand measured) and bench_transfer by
 # the measured path and by the built-in rule.
 #
+# RUNS (default 1): bench_gather, bench_transfer by the measured path and
+# bench_step that many times, so the "three runs, one lease" is one
+# command: RUNS=3 scripts/gpu-load-path.sh PACK OUT.
+#
 # With BASE (another pack, e.g. of b4cfd90), bench_step and bench_transfer
 # of both, alternating, twice: the step thread, the load and the saves
 # against that base in the same lease.
@@ -34,6 +38,12 @@ run connector_load_path 60 "$pack/tests/test_connector_load_path"
 run gather 150 "$pack/bench/bench_gather"
 for path in measure rule; do
   run "transfer_$path" 120 "$pack/bench/bench_transfer" --iterations 200 --seconds 1 --clients 1 --load-path "$path"
+done
+run step 90 "$pack/bench/bench_step"
+for ((n = 2; n <= ${RUNS:-1}; n++)); do
+  run "gather_$n" 150 "$pack/bench/bench_gather"
+  run "transfer_measure_$n" 120 "$pack/bench/bench_transfer" --iterations 200 --seconds 1 --clients 1 --load-path measure
+  run "step_$n" 90 "$pack/bench/bench_step"
 done
 if [[ -n $base ]]; then
   base=$(cd "$base" && pwd)
