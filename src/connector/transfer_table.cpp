@@ -110,12 +110,13 @@ asio::awaitable<void> TransferTable::run(std::shared_ptr<TransferTable> self, st
   // into, or out of, blocks the engine was told about).
   HostTier::Copy copy = co_await self->tier_->prepare(t->kind, t->spec, t->deadline);
   if (!t->terminal()) {
-    if (hip::Stream* stream = self->tier_->post(copy)) {
+    // A load's copies-queued event is the one recorded after its copies:
+    // the poller awaits it, and the engine may order its own stream after
+    // it (Connector::order_after_load) once it is published here.
+    hip::Event* queued = t->queued_notice != nullptr ? t->queued_event : nullptr;
+    if (self->tier_->post(copy, queued) != nullptr) {
       t->state = TransferState::pending;
-      // A load's copies are queued: the engine may now order its own stream
-      // after them (Connector::order_after_load).
-      if (t->queued_notice != nullptr && t->queued_event->record(*stream).ok())
-        t->queued_notice->store(t->queued_event, std::memory_order_release);
+      if (copy.recorded(queued)) t->queued_notice->store(t->queued_event, std::memory_order_release);
     }
   }
   TierOutcome o = co_await self->tier_->complete(std::move(copy));
@@ -181,8 +182,8 @@ void TransferTable::deliver(Transfer& t) {
   // A save frees its source blocks once its copy out of them is known to
   // have ended (done, failed, or never queued). Never after a deadline
   // failure or a shutdown that cut the wait short: the copy may still run.
-  const bool source_safe = t.kind == TransferKind::save && t.error != TransferErrc::deadline_exceeded &&
-                           t.error != std::errc::operation_canceled;
+  const bool may_still_copy = t.error == TransferErrc::deadline_exceeded || t.error == std::errc::operation_canceled;
+  const bool source_safe = t.kind == TransferKind::save && !may_still_copy;
   const EndReceipt receipt = mailbox_->push_end([&](TransferEnd& e) {
     e.kind = t.kind;
     e.ok = t.state == TransferState::done;
@@ -192,8 +193,13 @@ void TransferTable::deliver(Transfer& t) {
     e.spec = t.engine_spec;
   });
   // No record after the end (the transfer is terminal); the engine may
-  // wait on the event until it has taken the end.
-  if (t.queued_event != nullptr) queued_events_.give_back(std::exchange(t.queued_event, nullptr), receipt);
+  // wait on the event until it has taken the end. A load failed by its
+  // deadline (or cut short by shutdown) keeps its event for good: its
+  // DeviceCopy may still be awaiting that event, and another load's record
+  // of it would end that wait while the copy still runs. The Connector is
+  // fail-stopped then; no load needs it again.
+  if (t.queued_event != nullptr && !may_still_copy)
+    queued_events_.give_back(std::exchange(t.queued_event, nullptr), receipt);
   check_fences();
 }
 

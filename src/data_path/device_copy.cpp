@@ -10,13 +10,19 @@ namespace kvstrand::reactor {
 
 namespace asio = boost::asio;
 
-DeviceCopy DeviceCopy::post(Reactor& reactor, hip::Stream& stream, hip::CopyKind kind, std::vector<hip::Segment> segs) {
+DeviceCopy DeviceCopy::post(Reactor& reactor, hip::Stream& stream, hip::CopyKind kind, std::vector<hip::Segment> segs,
+                            hip::Event* after) {
   DeviceCopy c(reactor, stream);
   if (hip::Status s = hip::copy_batch(stream, kind, segs); !s.ok()) {
     c.failure_ = Failure{TransferErrc::device_error, s.describe()};
     return c;
   }
   c.queued_ = true;
+  if (after != nullptr) {
+    if (after->record(stream).ok()) c.lent_ = after;
+    else c.failure_ = Failure{TransferErrc::device_error, "event record failed"};
+    return c;
+  }
   auto lease = reactor.events().acquire();
   if (!lease.ok()) {
     c.failure_ = Failure{TransferErrc::device_error, lease.status().describe()};
@@ -30,7 +36,8 @@ DeviceCopy DeviceCopy::post(Reactor& reactor, hip::Stream& stream, hip::CopyKind
 
 asio::awaitable<CopyEnd> DeviceCopy::wait() {
   if (!queued_) co_return CopyEnd{failure_};
-  if (!event_) {
+  const hip::Event* event = lent_ != nullptr ? lent_ : event_ ? &event_->event() : nullptr;
+  if (event == nullptr) {
     // The copy is queued but has no event to await (only a broken runtime
     // gets here). The strand never waits on the device: poll the stream
     // until it has drained instead, with the strand free in between; the
@@ -47,7 +54,7 @@ asio::awaitable<CopyEnd> DeviceCopy::wait() {
     }
     co_return CopyEnd{failure_};
   }
-  std::error_code ec = co_await reactor_->poller().ready(event_->event());
+  std::error_code ec = co_await reactor_->poller().ready(*event);
   if (ec == std::errc::operation_canceled)  // shutdown: the copy may still be running
     co_return CopyEnd{Failure{ec, "reactor shut down before the copy was seen complete"}, false};
   if (ec) co_return CopyEnd{Failure{TransferErrc::device_error, "device: " + ec.message()}};

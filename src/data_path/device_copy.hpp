@@ -26,8 +26,15 @@ class DeviceCopy {
  public:
   // On the strand. Queues the copy on `stream`. queued(): whether anything
   // was queued (false: it failed at once, and wait() says why).
-  static DeviceCopy post(Reactor& reactor, hip::Stream& stream, hip::CopyKind kind, std::vector<hip::Segment> segs);
+  // `after`: an event of the caller's to record after the copy and await,
+  // instead of one from the pool (a load's copies-queued event: one record
+  // serves the engine's stream and the poller). No one may record it again
+  // before wait() completed.
+  static DeviceCopy post(Reactor& reactor, hip::Stream& stream, hip::CopyKind kind, std::vector<hip::Segment> segs,
+                         hip::Event* after = nullptr);
   bool queued() const noexcept { return queued_; }
+  // Whether `e` was recorded after the copy (the `after` given to post).
+  bool recorded(const hip::Event* e) const noexcept { return e != nullptr && lent_ == e; }
   hip::Stream& stream() const noexcept { return *stream_; }
   // On the strand: completes once the copy is seen to end (or the wait is
   // cut short by shutdown: seen == false).
@@ -40,6 +47,7 @@ class DeviceCopy {
   bool queued_ = false;
   Failure failure_;                              // why it was not queued, or why it has no event
   std::optional<hip::EventPool::Lease> event_;  // recorded after the copy
+  hip::Event* lent_ = nullptr;                   // or the caller's, recorded instead
 };
 
 }  // namespace kvstrand::reactor

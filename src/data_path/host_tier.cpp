@@ -118,17 +118,17 @@ asio::awaitable<void> HostTier::prepare_load(Copy& c) {
   if (s.with_state) c.images_.back() = true;
 }
 
-hip::Stream* HostTier::post(Copy& c) {
+hip::Stream* HostTier::post(Copy& c, hip::Event* after) {
   if (!c.to_post()) return nullptr;
   c.posted_ = true;
   const kv::TransferSpec& s = *c.spec_;
   const Registration& reg = *regs_[s.registration];
   if (c.kind_ == TransferKind::save) {
     c.copy_ = DeviceCopy::post(reactor_, *save_stream_, hip::CopyKind::device_to_host,
-                               segments(reg, s, c.places_.objects, true, c.images_));
+                               segments(reg, s, c.places_.objects, true, c.images_), after);
   } else {
     c.copy_ = DeviceCopy::post(reactor_, *load_stream_, hip::CopyKind::host_to_device,
-                               segments(reg, s, c.held_.objects, false, c.images_));
+                               segments(reg, s, c.held_.objects, false, c.images_), after);
   }
   return c.copy_->queued() ? &c.copy_->stream() : nullptr;
 }

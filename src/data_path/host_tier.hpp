@@ -79,6 +79,8 @@ class HostTier {
     // Whether post() has anything to queue (false: complete() has the
     // outcome already: a failure, or a save with nothing new to store).
     bool to_post() const noexcept { return !outcome_.error && !posted_ && has_copy_; }
+    // Whether `e` (post()'s `after`) was recorded after the queued copies.
+    bool recorded(const hip::Event* e) const noexcept { return copy_ && copy_->recorded(e); }
 
    private:
     friend class HostTier;
@@ -97,8 +99,10 @@ class HostTier {
   // Reserves (a save) or holds (a load) what the copy needs.
   boost::asio::awaitable<Copy> prepare(TransferKind kind, const kv::TransferSpec& spec, Clock::time_point deadline);
   // Queues the copies; returns the stream they are on (null: nothing was
-  // queued, complete() says why). Never waits.
-  hip::Stream* post(Copy& c);
+  // queued, complete() says why). Never waits. `after` (a load's
+  // copies-queued event, or null): recorded after the copies and awaited by
+  // complete(), in place of an event from the pool (DeviceCopy::post).
+  hip::Stream* post(Copy& c, hip::Event* after = nullptr);
   // Awaits what post() queued, then publishes (a save) or releases (a
   // load); without post(), gives back what prepare() took.
   boost::asio::awaitable<TierOutcome> complete(Copy c);
