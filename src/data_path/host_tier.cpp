@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "data_path/registration.hpp"
 #include "hip/keep_for_process_life.hpp"
 #include "index_plane/transfer_error.hpp"
 
