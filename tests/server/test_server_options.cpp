@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -19,14 +20,19 @@ using server::ServerOptions;
 
 namespace {
 
-// A directory of this process's own for the files the tests write.
+// A directory of this process's own for the files the tests write, removed
+// at exit (CTest runs each case as a process of its own: one directory each).
 const std::string& scratch_dir() {
-  static const std::string dir = [] {
-    std::string t = "/tmp/kvstrand-options.XXXXXX";
-    REQUIRE(::mkdtemp(t.data()) != nullptr);
-    return t;
-  }();
-  return dir;
+  struct Scratch {
+    std::string path = "/tmp/kvstrand-options.XXXXXX";
+    Scratch() { REQUIRE(::mkdtemp(path.data()) != nullptr); }
+    ~Scratch() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  };
+  static const Scratch dir;
+  return dir.path;
 }
 
 // Every field of the options, as text: two options are the same when this is.
