@@ -347,6 +347,12 @@ TEST_CASE("server: a supervisor's NOTIFY_SOCKET hears READY=1 once it listens, a
   g = curl(port, "/readyz");
   REQUIRE(g.code == 200);
   REQUIRE(g.body == "ready\n");
+  // And stays ready: the filler is done once every slab is (a slab filled
+  // past the arena's end would report a fill error, one fill delay later).
+  std::this_thread::sleep_for(700ms);
+  g = curl(port, "/readyz");
+  INFO(g.body);
+  REQUIRE(g.code == 200);
   srv.signal(SIGTERM);
   srv.wait();
 }
