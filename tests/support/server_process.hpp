@@ -88,8 +88,19 @@ class ServerProcess {
     }
   }
 
+  // Removed when this test process exits: a server a case SIGKILLs (or
+  // starts without a ServerProcess) leaves its socket file behind.
   static std::string fresh_socket_path() {
-    return "/tmp/kvstrand-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter()++) + ".sock";
+    struct Made {
+      std::vector<std::string> paths;
+      ~Made() {
+        for (const std::string& p : paths) ::unlink(p.c_str());
+      }
+    };
+    static Made made;
+    std::string p = "/tmp/kvstrand-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter()++) + ".sock";
+    made.paths.push_back(p);
+    return p;
   }
 
   static int connect_to(const std::string& path) {
