@@ -131,15 +131,16 @@ def test_kv_events_name_vllms_group_index(block_server):
     vllm.shutdown()
 
 
+@pytest.mark.parametrize("tp", [1, 2])
 def test_with_tier_events_from_the_server_vllms_block_hashes_reach_its_subscribers_and_the_engine_announces_none(
-        tmp_path):
+        tmp_path, tp):
     pytest.importorskip("zmq", reason="the subscriber needs pyzmq (Debian's python3-zmq), which this Python lacks")
     from kv_event_subscriber import Subscriber, free_port
     port, replay = free_port(), free_port()
     endpoint, replay_endpoint = f"tcp://127.0.0.1:{port}", f"tcp://127.0.0.1:{replay}"
     server = Server(extra=["--events", endpoint, "--events-replay", replay_endpoint])
     sub = Subscriber(endpoint, replay_endpoint, "", "map")
-    vllm = MiniVllm(server.socket, caching=False, kv_events=True, tier_events="server")
+    vllm = MiniVllm(server.socket, tp=tp, caching=False, kv_events=True, tier_events="server")
     try:
         a = vllm.add("a", PREFIX + list(range(40)))
         vllm.run()
@@ -151,7 +152,10 @@ def test_with_tier_events_from_the_server_vllms_block_hashes_reach_its_subscribe
             if sum(len(e["block_hashes"]) for e in stored) >= len(hashes) or time.monotonic() > end:
                 break
             time.sleep(0.05)
-        assert [h for e in stored for h in e["block_hashes"]] == hashes
+        # Every rank's save has committed (run() returned): any second
+        # announcement of a block (another rank's object) is in the replay too.
+        stored = [e for batch in sub.replay(0).values() for e in batch if e["type"] == "BlockStored"]
+        assert [h for e in stored for h in e["block_hashes"]] == hashes  # each block once, whatever the TP
         assert all(e["medium"] == "CPU" and e["block_size"] == 16 and e["group_idx"] == 0 for e in stored)
         assert all(e["kv_cache_spec_kind"] == "full_attention" and e.get("kv_cache_spec_sliding_window") is None
                    for e in stored)

@@ -153,7 +153,10 @@ class WorkerSide:
             keys=[kvstrand.ChunkKey(self.namespaces[part.group], self.kv_rank, h) for h in part.chunk_hashes],
             blocks=list(part.block_ids), tier_lease=tier_lease,
             with_state=with_state, state_slots=list(part.state_slots) if with_state else [],
-            chunk_events=list(part.chunk_events))
+            # One rank describes a chunk: every TP rank saves its own object of
+            # it, and the server announces each described object (one
+            # BlockStored per rank, and as many descriptions held, otherwise).
+            chunk_events=list(part.chunk_events) if self.kv_rank == 0 else [])
 
     def _part_ended(self, live, group, why=None):
         """One group's load ended (landed, or failed with `why`); the load
