@@ -301,6 +301,10 @@ common::HttpRoutes debug_routes(ServerState state) {
       p.counter("kvstrand_server_event_descriptions_refused_total",
                 "Chunk event descriptions refused as malformed: those objects are stored, never announced",
                 st.events->refused());
+      p.gauge("kvstrand_server_event_descriptions", "Distinct chunk event descriptions held (each once, however many objects "
+              "of the arena and the disk carry it)", static_cast<double>(st.events->descriptions().size()));
+      p.gauge("kvstrand_server_event_description_bytes", "Bytes of the chunk event descriptions held",
+              static_cast<double>(st.events->descriptions().bytes()));
     }
     if (st.disk != nullptr) {
       const DiskStats d = st.disk->stats();

@@ -6,30 +6,34 @@ struct TierEvents::Watched : tier::Index::Listener {
   TierEvents* owner = nullptr;
   const tier::Index* index = nullptr;
   const std::string* medium = nullptr;
-  std::vector<std::string> descriptions;  // by slot
-  std::vector<bool> announced;            // by slot: BlockStored was sent
+  std::vector<DescriptionPool::Id> ids;  // by slot: its description in owner->pool_
+  std::vector<bool> announced;           // by slot: BlockStored was sent
 
   void grow(std::uint32_t slot) {
-    if (slot >= descriptions.size()) {
-      descriptions.resize(slot + 1);
+    if (slot >= ids.size()) {
+      ids.resize(slot + 1, DescriptionPool::kNone);
       announced.resize(slot + 1, false);
     }
   }
+  void set(std::uint32_t slot, DescriptionPool::Id id) {  // id already held for the slot
+    grow(slot);
+    owner->pool_.release(ids[slot]);
+    ids[slot] = id;
+  }
   void reserved(std::uint32_t slot, const kv::ChunkKey&, bool) override {
     // A new object in the slot: no description until one is given.
-    grow(slot);
-    descriptions[slot].clear();
+    set(slot, DescriptionPool::kNone);
     announced[slot] = false;
   }
   void committed(std::uint32_t slot) override {
     grow(slot);
-    if (descriptions[slot].empty()) return;
-    owner->publisher_->stored(descriptions[slot], *medium);
+    if (ids[slot] == DescriptionPool::kNone) return;
+    owner->publisher_->stored(owner->pool_.at(ids[slot]), *medium);
     announced[slot] = true;
   }
   void freed(std::uint32_t slot) override {
-    if (slot >= descriptions.size()) return;
-    if (announced[slot]) owner->publisher_->removed(descriptions[slot], *medium);
+    if (slot >= ids.size()) return;
+    if (announced[slot]) owner->publisher_->removed(owner->pool_.at(ids[slot]), *medium);
     announced[slot] = false;
     // Kept until the slot is reserved again: a dropped object still held is
     // freed a second time at its release, and says nothing more then.
@@ -60,22 +64,25 @@ TierEvents::Watched* TierEvents::of(const tier::Index& index) const {
   return it == watched_.end() ? nullptr : it->second.get();
 }
 
-void TierEvents::describe(const tier::Index& index, std::uint32_t slot, std::string description) {
+void TierEvents::describe(const tier::Index& index, std::uint32_t slot, std::string_view description) {
   Watched* w = of(index);
   if (w == nullptr) return;
-  w->grow(slot);
-  w->descriptions[slot] = std::move(description);
+  w->set(slot, pool_.hold(description));
 }
 
 std::string_view TierEvents::description(const tier::Index& index, std::uint32_t slot) const {
   const Watched* w = of(index);
-  if (w == nullptr || slot >= w->descriptions.size()) return {};
-  return w->descriptions[slot];
+  if (w == nullptr || slot >= w->ids.size()) return {};
+  return pool_.at(w->ids[slot]);
 }
 
 void TierEvents::copy(const tier::Index& from, std::uint32_t from_slot, const tier::Index& to, std::uint32_t to_slot) {
-  const std::string_view d = description(from, from_slot);
-  if (!d.empty()) describe(to, to_slot, std::string(d));
+  const Watched* f = of(from);
+  Watched* t = of(to);
+  if (f == nullptr || t == nullptr || from_slot >= f->ids.size() || f->ids[from_slot] == DescriptionPool::kNone) return;
+  // The copy holds the same description: one in memory for both.
+  pool_.hold(f->ids[from_slot]);
+  t->set(to_slot, f->ids[from_slot]);
 }
 
 void TierEvents::announce_recovered(
@@ -86,8 +93,7 @@ void TierEvents::announce_recovered(
       if (!index->readable_at(s)) continue;
       auto it = found.find(index->key_at(s));
       if (it == found.end()) continue;
-      w->grow(s);
-      w->descriptions[s] = it->second;
+      w->set(s, pool_.hold(it->second));
       w->committed(s);
     }
   }

@@ -12,7 +12,9 @@
 // A server's first batch is AllBlocksCleared, then every described object
 // it found at its start (announce_recovered).
 //
-// On the server's strand. Memory: each described object's description.
+// On the server's strand. Memory: 4 B and a bit a slot of every watched
+// index, and each distinct description once (DescriptionPool), however
+// many objects hold it (an arena object and its disk copy share one).
 #pragma once
 
 #include <cstdint>
@@ -24,6 +26,7 @@
 #include <vector>
 
 #include <kvstrand/chunk_keys.hpp>
+#include "server/description_pool.hpp"
 #include "server/event_publisher.hpp"
 #include "tier/index.hpp"
 #include "tier/size_classes.hpp"
@@ -40,7 +43,7 @@ class TierEvents {
   // Every index of `classes`, made now or later, on `medium`.
   void watch(tier::SizeClasses& classes, std::string medium);
   // Slot `slot` of `index`, just reserved, is described (before its commit).
-  void describe(const tier::Index& index, std::uint32_t slot, std::string description);
+  void describe(const tier::Index& index, std::uint32_t slot, std::string_view description);
   // The description of `slot` of `index`; empty when it has none.
   std::string_view description(const tier::Index& index, std::uint32_t slot) const;
   void copy(const tier::Index& from, std::uint32_t from_slot, const tier::Index& to, std::uint32_t to_slot);
@@ -52,6 +55,8 @@ class TierEvents {
   EventPublisher& publisher() noexcept { return *publisher_; }
   const EventPublisher& publisher() const noexcept { return *publisher_; }
   std::uint64_t refused() const noexcept { return refused_; }
+  // The descriptions held, and their bytes (/metrics).
+  const DescriptionPool& descriptions() const noexcept { return pool_; }
   void count_refused() noexcept { ++refused_; }
 
  private:
@@ -59,6 +64,7 @@ class TierEvents {
   Watched* of(const tier::Index& index) const;
 
   std::shared_ptr<EventPublisher> publisher_;
+  DescriptionPool pool_;  // before watched_: what they hold is released into it
   std::map<const tier::Index*, std::unique_ptr<Watched>> watched_;
   std::vector<std::unique_ptr<std::string>> media_;
   std::uint64_t refused_ = 0;

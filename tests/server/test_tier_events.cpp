@@ -1,0 +1,127 @@
+// TierEvents: what the server announces of the objects of the indexes it
+// watches (the arena's, the disk's), and what it holds for that: an
+// object's description, held once for the object and its copy on another
+// tier, dropped when its slot takes another object. The events' bytes:
+// test_kv_event_codec; to a subscriber: tests/python/test_server_events.py.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/strand.hpp>
+#include <memory>
+#include <string>
+
+#include "server/tier_events.hpp"
+#include "tier/size_classes.hpp"
+
+using namespace kvstrand;
+using server::DescriptionPool;
+using tier::Index;
+
+namespace {
+
+constexpr std::uint64_t kSlab = 4096;
+constexpr std::uint64_t kObject = 512;
+
+kv::ChunkKey key(int i) {
+  kv::ChunkKey k;
+  k.hash[0] = static_cast<std::byte>(i);
+  k.hash[1] = static_cast<std::byte>(i >> 8);
+  return k;
+}
+
+// Two watched tiers (arena "CPU", disk "DISK") and a publisher bound to a
+// socket no one reads: what it announced is in its counters.
+struct Rig {
+  boost::asio::io_context io;
+  std::shared_ptr<server::EventPublisher> publisher;
+  std::unique_ptr<server::TierEvents> events;
+  tier::SizeClasses arena{kSlab}, disk{kSlab};
+  Index* a = nullptr;
+  Index* d = nullptr;
+
+  Rig() {
+    server::EventOptions o;
+    o.endpoint = "ipc:///tmp/kvstrand-test-tier-events-" + std::to_string(::getpid());
+    auto p = server::EventPublisher::open(boost::asio::make_strand(io), o);
+    REQUIRE(p.has_value());
+    publisher = *p;
+    events = std::make_unique<server::TierEvents>(publisher);
+    events->watch(arena, "CPU");
+    events->watch(disk, "DISK");
+    for (std::uint32_t s = 0; s < 4; ++s) {
+      arena.add_slab(s);
+      disk.add_slab(s);
+    }
+    a = arena.index(kObject);
+    d = disk.index(kObject);
+    REQUIRE((a != nullptr && d != nullptr));
+  }
+  ~Rig() {
+    events.reset();
+    publisher.reset();  // never started: nothing to close on the strand
+    ::unlink(("/tmp/kvstrand-test-tier-events-" + std::to_string(::getpid())).c_str());
+  }
+  std::uint32_t reserve(tier::SizeClasses& c, Index& idx, int k) {
+    c.make_room(idx, 1);
+    std::uint32_t slot = 0;
+    REQUIRE(idx.reserve(key(k), false, &slot) == Index::Reserve::reserved);
+    return slot;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a described object is announced at its commit and at its end, one without a description never",
+          "[events]") {
+  Rig r;
+  const std::uint32_t described = r.reserve(r.arena, *r.a, 1);
+  r.events->describe(*r.a, described, "chunk 1");
+  r.reserve(r.arena, *r.a, 2);  // no description (an older client)
+  CHECK(r.publisher->stats().stored == 0);  // not before its commit
+  r.a->commit(key(1));
+  r.a->commit(key(2));
+  CHECK(r.publisher->stats().stored == 1);
+  REQUIRE(r.a->erase(key(1)));
+  REQUIRE(r.a->erase(key(2)));
+  CHECK(r.publisher->stats().removed == 1);
+}
+
+TEST_CASE("an object and its copy on the disk hold one description, each announced on its medium", "[events]") {
+  Rig r;
+  const std::uint32_t as = r.reserve(r.arena, *r.a, 1);
+  r.events->describe(*r.a, as, "chunk 1");
+  r.a->commit(key(1));
+  const std::uint32_t ds = r.reserve(r.disk, *r.d, 1);
+  r.events->copy(*r.a, as, *r.d, ds);
+  r.d->commit(key(1));
+  CHECK(r.publisher->stats().stored == 2);
+  const DescriptionPool& pool = r.events->descriptions();
+  CHECK(pool.size() == 1);
+  CHECK(r.events->description(*r.d, ds) == "chunk 1");
+  // The same chunk saved again under another key: the same bytes, held once.
+  const std::uint32_t again = r.reserve(r.arena, *r.a, 2);
+  r.events->describe(*r.a, again, "chunk 1");
+  r.a->commit(key(2));
+  CHECK(pool.size() == 1);
+  CHECK(pool.bytes() == 7);
+
+  // The arena's objects leave and their slots take others: the disk's copy
+  // keeps its description, and it alone holds it then.
+  REQUIRE(r.a->erase(key(1)));
+  REQUIRE(r.a->erase(key(2)));
+  for (int k = 3; k < 3 + 2 * static_cast<int>(kSlab / kObject); ++k) r.reserve(r.arena, *r.a, k);
+  CHECK(r.events->description(*r.a, as).empty());
+  CHECK(r.events->description(*r.d, ds) == "chunk 1");
+  CHECK(pool.size() == 1);
+  REQUIRE(r.d->erase(key(1)));
+  CHECK(r.publisher->stats().removed == 3);  // the arena's two, the disk's one
+  for (int k = 1; k < 1 + 4 * static_cast<int>(kSlab / kObject); ++k) {
+    r.disk.make_room(*r.d, 1);
+    std::uint32_t slot = 0;
+    if (r.d->reserve(key(k), false, &slot) != Index::Reserve::reserved) break;
+  }
+  CHECK(pool.size() == 0);  // every slot that held it took another object
+  CHECK(pool.bytes() == 0);
+}
