@@ -114,6 +114,7 @@ bench: build
 	./build/bench/bench_step
 	./build/bench/bench_transfer
 	./build/bench/bench_index
+	./build/bench/bench_descriptions
 	./build/bench/bench_node --start-tier 4G --scaling-tier 2G
 	./build/bench/bench_l2
 	./build/bench/bench_disk --gib 2
