@@ -12,7 +12,9 @@ installed into a staging prefix laid out as the wheel is:
 
 KVSTRAND_GPU selects the device backend (auto: cuda or hip where a device
 and its SDK are present, else sim), as for a CMake build; KVSTRAND_CUDA_ROOT
-names a CUDA toolkit elsewhere than /usr/local/cuda. `pip install -v .`
+names a CUDA toolkit elsewhere than /usr/local/cuda; KVSTRAND_BUILD_TYPE
+the CMake build type (default Release: what an engine should run; the
+suite's README check builds None, no optimisation, in half the time). `pip install -v .`
 shows CMake's progress (the backend it chose among its first lines).
 """
 
@@ -50,7 +52,7 @@ class BuildWithCMake(build_py):
         build = os.path.abspath(os.environ.get("KVSTRAND_BUILD_DIR") or os.path.join(ROOT, "build-wheel"))
         stage = os.path.join(build, "stage")
         configure = [
-            "cmake", "-S", ROOT, "-B", build, "-Wno-dev", "-DCMAKE_BUILD_TYPE=Release",
+            "cmake", "-S", ROOT, "-B", build, "-Wno-dev", "-DCMAKE_BUILD_TYPE=" + os.environ.get("KVSTRAND_BUILD_TYPE", "Release"),
             "-DKVSTRAND_GPU=" + os.environ.get("KVSTRAND_GPU", "auto"),
             "-DKVSTRAND_TESTS=OFF", "-DKVSTRAND_BENCH=OFF", "-DKVSTRAND_EXAMPLES=OFF", "-DKVSTRAND_PYTHON=ON",
             "-DKVSTRAND_PYTHON_EXECUTABLE=" + sys.executable,

@@ -17,7 +17,10 @@ has no build of any kind), except:
   server are never touched;
 - `make test` is not run: this check runs inside it;
 - the environment shortens `make demo` (DEMO_ARGS: one arm, a few seconds)
-  and `make python-demo` (PYTHON_DEMO_ARGS, where the block does not set it);
+  and `make python-demo` (PYTHON_DEMO_ARGS, where the block does not set it),
+  and has pip's build compile without optimisation (KVSTRAND_BUILD_TYPE=None,
+  setup.py: the same sources in half the time; it was most of `make test`'s
+  testing time);
 - processes a block starts in the background are stopped after it.
 """
 import os
@@ -83,6 +86,7 @@ def main():
         env["DEMO_ARGS"] = "--arms tier --seconds 2 --prompts 64 --time-scale 0 --out " + os.path.join(work, "demo")
         env["PYTHON_DEMO_ARGS"] = "--requests 16"
         env["JOBS"] = env.get("JOBS", "2")
+        env["KVSTRAND_BUILD_TYPE"] = env.get("KVSTRAND_BUILD_TYPE", "None")
         ran = 0
         clone = None
         for section in sys.argv[2:] or SECTIONS:
