@@ -320,7 +320,7 @@ MUTANTS = [
      "the embedded index checks the first chunk's image flag, not the last's"),
     # ... a lease handed off.
     ("export-keeps-lease", "src/connector/connector.cpp",
-     "  post_after_submissions([table = table_, lease] { table->tier().forget_lease(lease); });\n", "",
+     "  post_after_submissions([table = table_, lease] { table->tier().index().forget_lease(lease); });\n", "",
      [("test_remote_index", "node tier: an exported lease is the adopter's alone*")],
      "the exporter still holds an exported lease: closing it releases the adopter's"),
     # Engine and server in any order.

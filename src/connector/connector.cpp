@@ -143,7 +143,7 @@ std::uint64_t Connector::invalidate(std::uint32_t registration) {
   if (registration >= admission_.registrations().size())
     throw TransferRefused(TransferErrc::not_registered, "invalidate: no registration " + std::to_string(registration));
   IndexPlane::Dropped d = reactor_->call([table = table_, registration]() -> asio::awaitable<IndexPlane::Dropped> {
-    co_return co_await table->tier().drop(registration);
+    co_return co_await table->tier().index().drop(registration);
   });
   if (d.failure) throw TransferRefused(d.failure.ec, "invalidate: " + d.failure.why);
   return d.objects;
@@ -280,7 +280,7 @@ std::vector<std::byte> Connector::export_lease(std::uint64_t lease) {
     throw TransferRefused(TransferErrc::bad_spec, "export_lease: only the node tier (server_socket) leases what a "
                                                   "lookup found; the embedded tier's hits cannot leave this process");
   std::vector<std::byte> bytes = proto::encode_lease_handoff(proto::LeaseHandoff{lease, lookups_.take(lease)});
-  post_after_submissions([table = table_, lease] { table->tier().forget_lease(lease); });
+  post_after_submissions([table = table_, lease] { table->tier().index().forget_lease(lease); });
   return bytes;
 }
 
@@ -391,7 +391,7 @@ std::vector<TransferInfo> Connector::transfers() {
 
 tier::Index::Stats Connector::tier_stats() {
   if (stopped_) return {};
-  return reactor_->call([table = table_]() -> asio::awaitable<tier::Index::Stats> { co_return table->tier().stats(); });
+  return reactor_->call([table = table_]() -> asio::awaitable<tier::Index::Stats> { co_return table->tier().index().stats(); });
 }
 
 void* Connector::load_stream_native() {
@@ -408,7 +408,7 @@ Connector::TierStreams Connector::tier_streams() {
 
 Connector::ArenaMappings Connector::arena_mappings() {
   if (stopped_) return {};
-  return reactor_->call([table = table_]() -> asio::awaitable<ArenaMappings> { co_return table->tier().server_link(); });
+  return reactor_->call([table = table_]() -> asio::awaitable<ArenaMappings> { co_return table->tier().index().server_link(); });
 }
 
 PollerStats Connector::poller_stats() {

@@ -167,10 +167,10 @@ void TransferTable::set_fail_stop(std::error_code code, const std::string& what)
 
 // Bytes a transfer moves: its blocks, and the images it carries.
 std::uint64_t TransferTable::bytes_of(const Transfer& t) const {
-  if (t.spec.registration >= regs_.size()) return 0;
-  const kv::Layout& l = regs_[t.spec.registration].layout;
-  return t.spec.blocks.size() * l.bytes_per_block() +
-         std::uint64_t{images_of(regs_[t.spec.registration], t.spec)} * l.checkpoint.image_bytes;
+  const Registration* reg = tier_ ? tier_->index().registrations().find(t.spec.registration) : nullptr;
+  if (reg == nullptr) return 0;
+  const kv::Layout& l = reg->layout;
+  return t.spec.blocks.size() * l.bytes_per_block() + std::uint64_t{images_of(*reg, t.spec)} * l.checkpoint.image_bytes;
 }
 
 // Hands the transfer's end to the engine's thread, which frees or reuses
@@ -321,8 +321,9 @@ void TransferTable::start_lookup(std::uint64_t id, std::uint32_t registration, s
 asio::awaitable<void> TransferTable::answer_lookup(std::shared_ptr<TransferTable> self, std::uint64_t id,
                                                    std::uint32_t registration, std::vector<kv::ChunkKey> keys) {
   const std::size_t asked = keys.size();
-  HostTier::LookupResult r = co_await self->tier_->lookup(registration, std::move(keys));
-  const std::uint32_t ct = self->regs_.at(registration).layout.chunk_tokens;
+  IndexPlane::LookupResult r = co_await self->tier_->index().lookup(registration, std::move(keys));
+  const Registration* reg = self->tier_->index().registrations().find(registration);
+  const std::uint32_t ct = reg ? reg->layout.chunk_tokens : 0;
   if (ct > 0) self->metrics_.lookup_answered(asked, r.hit.tokens / ct);
   const bool hit = r.hit.tokens > 0;
   self->mailbox_->push(LookupOutcome{id, std::move(r.hit), r.lease, registration});
@@ -344,7 +345,7 @@ void TransferTable::start_adopt(std::uint64_t id, std::uint32_t registration, st
 asio::awaitable<void> TransferTable::answer_adopt(std::shared_ptr<TransferTable> self, std::uint64_t id,
                                                   std::uint32_t registration, std::uint64_t lease,
                                                   std::vector<kv::ChunkKey> keys) {
-  HostTier::LookupResult r = co_await self->tier_->adopt(registration, lease, std::move(keys));
+  IndexPlane::LookupResult r = co_await self->tier_->index().adopt(registration, lease, std::move(keys));
   const bool hit = r.hit.tokens > 0;
   self->mailbox_->push(LookupOutcome{id, std::move(r.hit), r.lease, registration});
   if (hit) self->reactor_.poller().kick();
@@ -352,7 +353,7 @@ asio::awaitable<void> TransferTable::answer_adopt(std::shared_ptr<TransferTable>
 
 void TransferTable::start_release(std::uint64_t lease) {
   auto release = [](std::shared_ptr<TransferTable> self, std::uint64_t l) -> asio::awaitable<void> {
-    co_await self->tier_->release_lookup(l);
+    co_await self->tier_->index().release_lookup(l);
   };
   // The completion holds the table too: the gate it leaves is the table's.
   (void)gate_.spawn(release(shared_from_this(), lease),
@@ -361,12 +362,7 @@ void TransferTable::start_release(std::uint64_t lease) {
 
 // ---- registrations and close -------------------------------------------------------
 
-asio::awaitable<Failure> TransferTable::attach(Registration reg) {
-  regs_.push_back(std::move(reg));
-  Failure r = co_await tier_->attach(regs_.back());
-  if (r) regs_.pop_back();  // a tier keeps only what it attached
-  co_return r;
-}
+asio::awaitable<Failure> TransferTable::attach(Registration reg) { co_return co_await tier_->attach(std::move(reg)); }
 
 void TransferTable::release_tier() {
   if (!stuck_.empty()) {
@@ -390,7 +386,7 @@ asio::awaitable<void> TransferTable::settle(std::shared_ptr<TransferTable> self)
   // A lookup waiting on the server ends with the tier's drain. A transfer
   // whose copy was never seen to end stays inside the gate for good (it is
   // kept as stuck): waiting for it would only spend the bound.
-  co_await self->tier_->drain();
+  co_await self->tier_->index().drain();
   const auto left = self->stuck_.empty() ? until - Clock::now() : Clock::duration{};
   const bool emptied = co_await self->gate_.close(left);
   if (!emptied && self->stuck_.empty())

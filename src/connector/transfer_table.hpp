@@ -164,7 +164,6 @@ class TransferTable : public std::enable_shared_from_this<TransferTable> {
   std::shared_ptr<HandoffQueue<Submission>> submissions_;
   // The strand's registrations, by id: the one table the tier and its
   // index plane read (a deque: they keep pointers to them).
-  std::deque<Registration> regs_;
   // A load's "copies queued" event; none if the device cannot make one:
   // order_after_load then answers not_queued_yet and the engine waits for
   // finished().

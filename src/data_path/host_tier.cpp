@@ -40,7 +40,7 @@ HostTier::~HostTier() {
   if (load_stream_) hip::keep_for_process_life(std::move(*load_stream_));
 }
 
-asio::awaitable<Failure> HostTier::attach(const Registration& reg) {
+asio::awaitable<Failure> HostTier::attach(Registration reg) {
   if (!save_stream_) {
     auto saves = hip::Stream::create();
     auto loads = hip::Stream::create();
@@ -50,26 +50,13 @@ asio::awaitable<Failure> HostTier::attach(const Registration& reg) {
     save_stream_.emplace(std::move(saves).value());
     load_stream_.emplace(std::move(loads).value());
   }
-  Failure f = co_await index_->attach(reg);
-  if (!f) regs_.push_back(&reg);
-  co_return f;
-}
-
-asio::awaitable<HostTier::LookupResult> HostTier::lookup(std::uint32_t registration, std::vector<kv::ChunkKey> keys) {
-  if (registration >= regs_.size()) co_return LookupResult{};
-  co_return co_await index_->lookup(registration, std::move(keys));
-}
-
-asio::awaitable<HostTier::LookupResult> HostTier::adopt(std::uint32_t registration, std::uint64_t lease,
-                                                       std::vector<kv::ChunkKey> keys) {
-  if (registration >= regs_.size()) co_return LookupResult{};
-  co_return co_await index_->adopt(registration, lease, std::move(keys));
+  co_return co_await index_->attach(std::move(reg));
 }
 
 asio::awaitable<HostTier::Copy> HostTier::prepare(TransferKind kind, const kv::TransferSpec& spec,
                                                   Clock::time_point deadline) {
   Copy c(kind, spec, deadline);
-  if (spec.registration >= regs_.size()) {  // the Connector refuses such a spec before posting it
+  if (index_->registrations().find(spec.registration) == nullptr) {  // the Connector refuses such a spec before posting it
     c.outcome_.fail(not_attached(spec.registration));
     co_return c;
   }
@@ -84,7 +71,7 @@ asio::awaitable<HostTier::Copy> HostTier::prepare(TransferKind kind, const kv::T
 asio::awaitable<void> HostTier::prepare_save(Copy& c) {
   const kv::TransferSpec& s = *c.spec_;
   if (!index_->stores(s.registration)) co_return;  // another rank stores the one copy
-  const Registration& reg = *regs_[s.registration];
+  const Registration& reg = index_->registrations().at(s.registration);
   c.images_.assign(s.keys.size(), false);
   for (std::size_t i = 0; i < s.keys.size(); ++i)
     c.images_[i] = s.with_state && s.state_slots[i * reg.state_part_count()] >= 0;
@@ -123,7 +110,7 @@ hip::Stream* HostTier::post(Copy& c, hip::Event* after) {
   if (!c.to_post()) return nullptr;
   c.posted_ = true;
   const kv::TransferSpec& s = *c.spec_;
-  const Registration& reg = *regs_[s.registration];
+  const Registration& reg = index_->registrations().at(s.registration);
   if (c.kind_ == TransferKind::save) {
     c.copy_ = DeviceCopy::post(reactor_, *save_stream_, hip::CopyKind::device_to_host,
                                segments(reg, s, c.places_.objects, true, c.images_), after);

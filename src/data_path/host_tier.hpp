@@ -59,17 +59,13 @@ class HostTier {
   HostTier(const HostTier&) = delete;
   HostTier& operator=(const HostTier&) = delete;
 
-  // Adds a registration; the tier numbers them in the order attached (0,
-  // 1, ...), as specs and lookups name them. Each outlives the tier's use.
-  boost::asio::awaitable<Failure> attach(const Registration& reg);
-  boost::asio::awaitable<LookupResult> lookup(std::uint32_t registration, std::vector<kv::ChunkKey> keys);
-  boost::asio::awaitable<void> release_lookup(std::uint64_t lease) { co_await index_->release_lookup(lease); }
-  boost::asio::awaitable<LookupResult> adopt(std::uint32_t registration, std::uint64_t lease,
-                                             std::vector<kv::ChunkKey> keys);
-  void forget_lease(std::uint64_t lease) { index_->forget_lease(lease); }
-  boost::asio::awaitable<IndexPlane::Dropped> drop(std::uint32_t registration) {
-    co_return co_await index_->drop(registration);
-  }
+  // Adds a registration to the index plane (numbered in the order
+  // attached: 0, 1, ..., as specs and lookups name them), the copy streams
+  // made with the first.
+  boost::asio::awaitable<Failure> attach(Registration reg);
+  // The metadata plane under this data path: lookups, leases, drops, its
+  // registrations and figures go to it directly.
+  IndexPlane& index() const noexcept { return *index_; }
 
   // One save or load between its steps. Move-only; hand it back to
   // complete() whatever happened.
@@ -107,12 +103,6 @@ class HostTier {
   // load); without post(), gives back what prepare() took.
   boost::asio::awaitable<TierOutcome> complete(Copy c);
 
-  tier::Index::Stats stats() const { return index_->stats(); }
-  IndexPlane::ServerLink server_link() const { return index_->server_link(); }
-  const char* kind() const noexcept { return index_->kind(); }
-  // Before the reactor stops: a lookup waiting on the server ends.
-  boost::asio::awaitable<void> drain() { co_await index_->drain(); }
-
   // The streams the tier copies on, once a registration is attached (tests
   // hold them with the sim hooks).
   hip::Stream* save_stream() { return save_stream_ ? &*save_stream_ : nullptr; }
@@ -126,7 +116,6 @@ class HostTier {
 
   Reactor& reactor_;
   std::unique_ptr<IndexPlane> index_;
-  std::vector<const Registration*> regs_;  // by registration id
   std::optional<hip::Stream> save_stream_;
   std::optional<hip::Stream> load_stream_;
   std::vector<std::shared_ptr<void>> kept_;  // memory a copy never seen to end may touch

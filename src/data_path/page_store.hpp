@@ -68,9 +68,9 @@ class PageStore {
   kvstrand::PageStoreOptions options_;
   std::unique_ptr<Reactor> reactor_;
   std::unique_ptr<IndexPlane> index_;
-  // Registrations by id: each stays where it is (the index keeps a pointer).
-  // Added rarely (at start) and read by every call from any thread: one lock
-  // for both, this store's own, held only to find one.
+  // Registrations by id, the callers' copy (the index plane keeps its own
+  // on the strand). Added rarely (at start) and read by every call from any
+  // thread: one lock for both, this store's own, held only to find one.
   mutable std::mutex regs_mutex_;
   std::deque<Registration> regs_;
   std::vector<Leased> leased_;  // on the strand

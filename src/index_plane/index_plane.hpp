@@ -19,13 +19,11 @@
 #include <kvstrand/chunk_keys.hpp>
 #include <kvstrand/transfer_spec.hpp>
 #include "index_plane/failure.hpp"
+#include "index_plane/registrations.hpp"
 #include <kvstrand/hit_plan.hpp>
-#include <kvstrand/registration.hpp>
 #include "tier/index.hpp"
 
 namespace kvstrand::reactor {
-
-using kvstrand::Registration;
 
 class IndexPlane {
  public:
@@ -74,7 +72,12 @@ class IndexPlane {
 
   virtual ~IndexPlane() = default;
 
-  virtual boost::asio::awaitable<Failure> attach(const Registration& reg) = 0;
+  // Attaches `reg` as registration registrations().size(), or says why
+  // not (then it is not kept). One at a time: a Connector's register()
+  // waits for its own.
+  boost::asio::awaitable<Failure> attach(Registration reg);
+  // Every registration attached, by id: the one table the levels above read.
+  const Registrations& registrations() const noexcept { return registrations_; }
   virtual boost::asio::awaitable<LookupResult> lookup(std::uint32_t registration, std::vector<kv::ChunkKey> keys) = 0;
   // A lookup's lease that no load will name: free it now (F20).
   virtual boost::asio::awaitable<void> release_lookup(std::uint64_t /*lease*/) { co_return; }
@@ -119,6 +122,14 @@ class IndexPlane {
   // "local" (embedded), "node" (kvstrand-server), or what a test double says.
   virtual const char* kind() const noexcept = 0;
   virtual boost::asio::awaitable<void> drain() { co_return; }
+
+ protected:
+  // This plane's own part of attaching registration `id` (already in
+  // registrations(); taken out again where this fails).
+  virtual boost::asio::awaitable<Failure> attach_registration(std::uint32_t id) = 0;
+
+ private:
+  Registrations registrations_;
 };
 
 }  // namespace kvstrand::reactor

@@ -10,8 +10,8 @@ namespace kvstrand::reactor {
 
 namespace asio = boost::asio;
 
-asio::awaitable<Failure> LocalIndex::attach(const Registration& reg) {
-  const std::uint64_t object_bytes = reg.object_bytes();
+asio::awaitable<Failure> LocalIndex::attach_registration(std::uint32_t id) {
+  const std::uint64_t object_bytes = registrations().at(id).object_bytes();
   if (!arena_) {
     // At least 16 slabs where objects allow (room for other registrations'
     // sizes), at most kSlabBytes each, never smaller than this object.
@@ -31,19 +31,18 @@ asio::awaitable<Failure> LocalIndex::attach(const Registration& reg) {
   tier::Index* index = classes_->index(object_bytes);
   if (index == nullptr)
     co_return Failure{TransferErrc::tier_full,
-                      "registration " + std::to_string(regs_.size()) + "'s objects (" + std::to_string(object_bytes) +
+                      "registration " + std::to_string(id) + "'s objects (" + std::to_string(object_bytes) +
                           " B) do not fit the arena's " + std::to_string(classes_->slab_bytes()) +
                           " B slabs (sized by the first registration: register the group with the largest objects "
                           "first), or too many object sizes"};
-  regs_.push_back(Attached{&reg, index});
+  indexes_.push_back(index);
   co_return Failure{};
 }
 
 asio::awaitable<IndexPlane::LookupResult> LocalIndex::lookup(std::uint32_t registration,
                                                             std::vector<kv::ChunkKey> keys) {
-  if (registration >= regs_.size()) co_return LookupResult{};
-  const Attached& a = regs_[registration];
-  co_return LookupResult{a.index->lookup(keys, a.reg->layout.chunk_tokens), 0};
+  if (registration >= indexes_.size()) co_return LookupResult{};
+  co_return LookupResult{indexes_[registration]->lookup(keys, registrations().at(registration).layout.chunk_tokens), 0};
 }
 
 asio::awaitable<IndexPlane::Places> LocalIndex::reserve(std::uint32_t registration,
@@ -51,7 +50,7 @@ asio::awaitable<IndexPlane::Places> LocalIndex::reserve(std::uint32_t registrati
                                                        const std::vector<bool>& images,
                                                        const std::vector<std::string>& /*events: a server's only*/,
                                                        Clock::time_point) {
-  tier::Index& index = *regs_.at(registration).index;
+  tier::Index& index = *index_of(registration);
   Places p;
   p.objects.assign(keys.size(), nullptr);
   p.memory = arena_;
@@ -69,7 +68,7 @@ asio::awaitable<IndexPlane::Places> LocalIndex::reserve(std::uint32_t registrati
 
 asio::awaitable<Failure> LocalIndex::commit(std::uint32_t registration, const std::vector<kv::ChunkKey>& keys,
                                             const Places& places, bool copied, Clock::time_point) {
-  tier::Index& index = *regs_.at(registration).index;
+  tier::Index& index = *index_of(registration);
   for (std::size_t i = 0; i < keys.size(); ++i) {
     if (places.objects[i] == nullptr) continue;
     if (copied) {
@@ -83,8 +82,8 @@ asio::awaitable<Failure> LocalIndex::commit(std::uint32_t registration, const st
 
 asio::awaitable<IndexPlane::Held> LocalIndex::hold(const kv::TransferSpec& s, Clock::time_point) {
   Held h;
-  if (s.registration >= regs_.size()) co_return h;
-  tier::Index& index = *regs_[s.registration].index;
+  if (s.registration >= indexes_.size()) co_return h;
+  tier::Index& index = *indexes_[s.registration];
   auto slots = index.read_lock(s.keys);  // read locks: all of them or none
   if (!slots) co_return h;
   h.hold = 1;
@@ -95,13 +94,13 @@ asio::awaitable<IndexPlane::Held> LocalIndex::hold(const kv::TransferSpec& s, Cl
 }
 
 void LocalIndex::release(const kv::TransferSpec& s, const Held& held) {
-  if (held.hold != 0) regs_.at(s.registration).index->read_unlock(s.keys);
+  if (held.hold != 0) index_of(s.registration)->read_unlock(s.keys);
 }
 
 asio::awaitable<IndexPlane::Dropped> LocalIndex::drop(std::uint32_t registration) {
   Dropped d;
-  if (classes_ && registration < regs_.size())
-    d.objects = classes_->drop_namespace(kv::namespace_of(regs_[registration].reg->layout));
+  if (classes_ && registration < indexes_.size())
+    d.objects = classes_->drop_namespace(kv::namespace_of(registrations().at(registration).layout));
   co_return d;
 }
 

@@ -19,7 +19,6 @@ class LocalIndex : public IndexPlane {  // not final: tests' index doubles deriv
  public:
   explicit LocalIndex(std::uint64_t capacity_bytes) : capacity_(capacity_bytes) {}
 
-  boost::asio::awaitable<Failure> attach(const Registration& reg) override;
   boost::asio::awaitable<LookupResult> lookup(std::uint32_t registration, std::vector<kv::ChunkKey> keys) override;
   boost::asio::awaitable<Places> reserve(std::uint32_t registration, const std::vector<kv::ChunkKey>& keys,
                                          const std::vector<bool>& images, const std::vector<std::string>& events,
@@ -39,17 +38,17 @@ class LocalIndex : public IndexPlane {  // not final: tests' index doubles deriv
   // (register the group with the largest objects first).
   static constexpr std::uint64_t kSlabBytes = 64ull << 20;
 
+ protected:
+  boost::asio::awaitable<Failure> attach_registration(std::uint32_t id) override;
+
  private:
-  struct Attached {
-    const Registration* reg = nullptr;
-    tier::Index* index = nullptr;  // its objects' size class
-  };
+  tier::Index* index_of(std::uint32_t registration) const { return indexes_.at(registration); }
   std::byte* object(const tier::Index& index, std::uint32_t slot) const {
     return arena_->data() + classes_->offset_of(index, slot);
   }
 
   std::uint64_t capacity_;
-  std::vector<Attached> regs_;  // by registration id
+  std::vector<tier::Index*> indexes_;  // by registration id: its objects' size class
   std::shared_ptr<hip::PinnedBuffer> arena_;
   std::optional<tier::SizeClasses> classes_;
 };

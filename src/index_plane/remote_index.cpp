@@ -22,7 +22,8 @@ namespace kvstrand::reactor {
 namespace asio = boost::asio;
 using namespace proto;
 
-RemoteIndex::RemoteIndex(Reactor& reactor, RemoteIndexOptions options) : session_(reactor, std::move(options)) {}
+RemoteIndex::RemoteIndex(Reactor& reactor, RemoteIndexOptions options)
+    : session_(reactor, std::move(options), registrations()) {}
 
 RemoteIndex::~RemoteIndex() = default;
 
@@ -30,7 +31,7 @@ RemoteIndex::~RemoteIndex() = default;
 
 IndexPlane::LookupResult RemoteIndex::take_lease(std::uint32_t registration, const std::vector<kv::ChunkKey>& keys,
                                         LookupReply& r) {
-  const std::uint32_t ct = session_.registration(registration).layout.chunk_tokens;
+  const std::uint32_t ct = registrations().at(registration).layout.chunk_tokens;
   const std::size_t n = ct ? r.hit.tokens / ct : 0;
   if (r.lease == 0 || n == 0) return LookupResult{r.hit, 0};
   if (n > keys.size() || r.offsets.size() != n) {
@@ -49,6 +50,7 @@ IndexPlane::LookupResult RemoteIndex::take_lease(std::uint32_t registration, con
 }
 
 asio::awaitable<IndexPlane::LookupResult> RemoteIndex::lookup(std::uint32_t registration, std::vector<kv::ChunkKey> keys) {
+  if (registrations().find(registration) == nullptr) co_return LookupResult{};  // not attached: a miss
   if (Failure r = co_await session_.usable(registration); r) co_return LookupResult{};  // unreachable: a miss, recompute
   Request req = Lookup{session_.server_registration(registration), keys};
   std::pair<std::error_code, Reply> res = co_await session_.calls().call(std::move(req), Clock::now() + session_.request_timeout());
@@ -58,6 +60,7 @@ asio::awaitable<IndexPlane::LookupResult> RemoteIndex::lookup(std::uint32_t regi
 
 asio::awaitable<IndexPlane::LookupResult> RemoteIndex::adopt(std::uint32_t registration, std::uint64_t lease,
                                                    std::vector<kv::ChunkKey> keys) {
+  if (registrations().find(registration) == nullptr) co_return LookupResult{};  // not attached: a miss
   if (Failure r = co_await session_.usable(registration); r) co_return LookupResult{};
   Request req = Adopt{session_.server_registration(registration), lease, keys};
   std::pair<std::error_code, Reply> res = co_await session_.calls().call(std::move(req), Clock::now() + session_.request_timeout());
@@ -79,7 +82,7 @@ asio::awaitable<IndexPlane::Dropped> RemoteIndex::drop(std::uint32_t registratio
     co_return d;
   }
   Reply reply;
-  d.failure = co_await exchange(Drop{kv::namespace_of(session_.registration(registration).layout)},
+  d.failure = co_await exchange(Drop{kv::namespace_of(registrations().at(registration).layout)},
                                 Clock::now() + session_.request_timeout(), &reply);
   if (!d.failure) {
     const auto& r = std::get<DropReply>(reply.payload);
@@ -115,7 +118,7 @@ asio::awaitable<Failure> RemoteIndex::exchange(Request req, Clock::time_point de
 }
 
 bool RemoteIndex::stores(std::uint32_t registration) const {
-  return kv::writes_to_tier(session_.registration(registration).layout);
+  return kv::writes_to_tier(registrations().at(registration).layout);
 }
 
 asio::awaitable<IndexPlane::Places> RemoteIndex::reserve(std::uint32_t registration,
@@ -125,7 +128,7 @@ asio::awaitable<IndexPlane::Places> RemoteIndex::reserve(std::uint32_t registrat
                                                         Clock::time_point deadline) {
   Places p;
   if ((p.failure = co_await session_.usable(registration))) co_return p;
-  const std::uint64_t object_bytes = session_.registration(registration).object_bytes();
+  const std::uint64_t object_bytes = registrations().at(registration).object_bytes();
   Reserve req;
   req.registration = session_.server_registration(registration);
   req.keys = keys;
@@ -198,7 +201,7 @@ asio::awaitable<Failure> RemoteIndex::commit(std::uint32_t, const std::vector<kv
 
 asio::awaitable<IndexPlane::Held> RemoteIndex::hold(const kv::TransferSpec& s, Clock::time_point deadline) {
   Held h;
-  const Registration& reg = session_.registration(s.registration);
+  const Registration& reg = registrations().at(s.registration);
   const std::uint64_t object_bytes = reg.object_bytes();
   const std::uint32_t ct = reg.layout.chunk_tokens;
   Lease lease;
@@ -270,7 +273,7 @@ void RemoteIndex::release(const kv::TransferSpec&, const Held& held) {
   session_.release_hold(held.hold, std::static_pointer_cast<ArenaMapping>(held.memory));
 }
 
-asio::awaitable<Failure> RemoteIndex::attach(const Registration& reg) { return session_.attach(reg); }
+asio::awaitable<Failure> RemoteIndex::attach_registration(std::uint32_t id) { return session_.attach(id); }
 
 asio::awaitable<void> RemoteIndex::drain() {
   // Leases no load named go back with the session's end (best effort: a

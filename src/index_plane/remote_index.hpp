@@ -42,7 +42,6 @@ class RemoteIndex final : public IndexPlane {
   RemoteIndex(Reactor& reactor, RemoteIndexOptions options);
   ~RemoteIndex() override;
 
-  boost::asio::awaitable<Failure> attach(const Registration& reg) override;
   boost::asio::awaitable<LookupResult> lookup(std::uint32_t registration, std::vector<kv::ChunkKey> keys) override;
   boost::asio::awaitable<void> release_lookup(std::uint64_t lease) override;
   boost::asio::awaitable<LookupResult> adopt(std::uint32_t registration, std::uint64_t lease,
@@ -69,6 +68,9 @@ class RemoteIndex final : public IndexPlane {
   // pinned, server restarts whose named arena was kept as it was (no new
   // mapping, no pinning again), and how much of the current arena is pinned.
   ServerLink server_link() const override { return session_.link(); }
+
+ protected:
+  boost::asio::awaitable<Failure> attach_registration(std::uint32_t id) override;
 
  private:
   struct Lease {

@@ -33,8 +33,8 @@ std::error_code status_error(Status s) {
   }
 }
 
-ServerSession::ServerSession(Reactor& reactor, ServerSessionOptions options)
-    : reactor_(reactor), opt_(std::move(options)), gate_(reactor.strand()),
+ServerSession::ServerSession(Reactor& reactor, ServerSessionOptions options, const Registrations& registrations)
+    : reactor_(reactor), opt_(std::move(options)), gate_(reactor.strand()), regs_(registrations),
       calls_(reactor.strand(), gate_, [this](const Reply& r) { late_reply(r); },
              [this](const std::string& why) { connection_lost(why); }),
       connect_ended_(reactor.strand()), pinning_(reactor.strand(), gate_, opt_.device) {}
@@ -71,16 +71,15 @@ asio::awaitable<void> ServerSession::close() {
                  kCloseBound.count());
 }
 
-asio::awaitable<Failure> ServerSession::attach(const Registration& reg) {
-  regs_.push_back(&reg);
-  refused_.emplace_back();
+asio::awaitable<Failure> ServerSession::attach(std::uint32_t id) {
+  refused_.resize(id + 1);
   // The handshake registers every registration; connected, only this one.
   // (One co_await a statement: GCC 12, docs/development.md.)
   Failure r;
-  attaching_ = regs_.size() - 1;
+  attaching_ = id;
   if (connected_) {
     const Clock::time_point until = Clock::now() + opt_.request_timeout;
-    r = co_await register_one(regs_.size() - 1, until);
+    r = co_await register_one(id, until);
   } else {
     r = co_await ensure_connected();
   }
@@ -91,14 +90,13 @@ asio::awaitable<Failure> ServerSession::attach(const Registration& reg) {
     // registered when one answers. The tier is a cache: its absence costs
     // hits, never the engine (lookups miss, saves end tier_unavailable).
     if (r) {
-      spdlog::debug("kvstrand: node tier: registration {} kept until the server answers", regs_.size() - 1);
+      spdlog::debug("kvstrand: node tier: registration {} kept until the server answers", id);
       keep_attaching();
     }
     co_return Failure{};
   }
-  regs_.pop_back();
   refused_.pop_back();
-  if (server_regs_.size() > regs_.size()) server_regs_.pop_back();
+  if (server_regs_.size() > id) server_regs_.resize(id);
   co_return r;
 }
 
@@ -289,7 +287,7 @@ Failure ServerSession::unreachable(const std::string& why) const {
 
 asio::awaitable<Failure> ServerSession::register_one(std::size_t i, Clock::time_point until) {
   // Requests and results are named variables (GCC 12, docs/development.md).
-  kv::Layout sent = regs_[i]->layout;
+  kv::Layout sent = regs_.at(static_cast<std::uint32_t>(i)).layout;
   // A 2.3 server refuses bytes after the layout. Its keys still keep the
   // tenant apart (the name is in their namespace); only its quota is lost.
   if (server_minor_ < 4 && !sent.tenant.empty()) {
@@ -312,11 +310,11 @@ asio::awaitable<Failure> ServerSession::register_one(std::size_t i, Clock::time_
     refusal = Failure{status_error(reg.second.status), "kvstrand-server at " + opt_.socket + " refused registration " +
                                                        std::to_string(i) + ": " + reg.second.message};
     if (refusal.ec == TransferErrc::tier_unavailable) refusal.ec = TransferErrc::bad_spec;  // it answered
-  } else if (const auto& rr = std::get<RegisterReply>(reg.second.payload); rr.object_bytes != regs_[i]->object_bytes()) {
+  } else if (const auto& rr = std::get<RegisterReply>(reg.second.payload); rr.object_bytes != regs_.at(static_cast<std::uint32_t>(i)).object_bytes()) {
     refusal = Failure{TransferErrc::bad_spec, "kvstrand-server at " + opt_.socket + " stores registration " +
                                                   std::to_string(i) + "'s objects in " +
                                                   std::to_string(rr.object_bytes) + " B, its layout in " +
-                                                  std::to_string(regs_[i]->object_bytes()) + " B"};
+                                                  std::to_string(regs_.at(static_cast<std::uint32_t>(i)).object_bytes()) + " B"};
   } else {
     server_regs_[i] = rr.registration;
   }

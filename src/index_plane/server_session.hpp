@@ -57,21 +57,21 @@ class ServerSession {
  public:
   using Clock = std::chrono::steady_clock;
 
-  ServerSession(Reactor& reactor, ServerSessionOptions options);
+  // `registrations`: the index plane's table, read as it grows (attach()).
+  ServerSession(Reactor& reactor, ServerSessionOptions options, const Registrations& registrations);
   ~ServerSession();
   ServerSession(const ServerSession&) = delete;
   ServerSession& operator=(const ServerSession&) = delete;
 
-  // Adds a registration (its id: the next index): registered now where a
-  // server answers. Its refusal by an answering server is returned (and
-  // the registration forgotten); no server answering is no failure (kept,
-  // registered when one answers).
-  boost::asio::awaitable<Failure> attach(const Registration& reg);
+  // Registration `id`, just added to the table (the last): registered now
+  // where a server answers. Its refusal by an answering server is returned
+  // (and the session forgets it, as the table does); no server answering
+  // is no failure (kept, registered when one answers).
+  boost::asio::awaitable<Failure> attach(std::uint32_t id);
   // Connected, and `registration` taken by this server (else why not): a
   // request's way in, turned away at once between attempts.
   boost::asio::awaitable<Failure> usable(std::uint32_t registration);
 
-  const Registration& registration(std::uint32_t id) const { return *regs_.at(id); }
   // The server's id of a registration this session registered.
   std::uint32_t server_registration(std::uint32_t id) const { return server_regs_.at(id); }
   std::uint8_t server_minor() const noexcept { return server_minor_; }
@@ -136,7 +136,7 @@ class ServerSession {
   Reactor& reactor_;
   ServerSessionOptions opt_;
   common::Gate gate_;  // every coroutine this session starts runs inside it
-  std::vector<const Registration*> regs_;  // by registration id
+  const Registrations& regs_;               // the index plane's
   std::vector<Failure> refused_;            // by registration id: the server's refusal on this connection
   std::optional<std::size_t> attaching_;    // the registration attach() is registering (its refusal: returned)
   Failure down_;                            // why no server answers (empty while attached)
