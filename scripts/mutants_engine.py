@@ -4,6 +4,11 @@ Catch filter) or ("pytest:FILE", "-k" expression)], what it breaks."""
 
 MUTANTS = [
     # Several registrations, native streams, lease handoff.
+    ("registration-refused-kept", "src/index_plane/index_plane.cpp",
+     "  if (f) registrations_.regs_.pop_back();  // a plane keeps only what it attached",
+     "  (void)f;",
+     [("test_connector", "connector: a registration the tier refuses*")],
+     "a refused registration keeps its place: the next one's copies use its layout"),
     ("order-no-wait", "src/connector/connector.cpp",
      "  if (hip::Status s = stream.wait(*ev); !s.ok())",
      "  if (hip::Status s = hip::Status{}; !s.ok())",

@@ -52,6 +52,29 @@ bool refused(Post&& post) {
 
 }  // namespace
 
+TEST_CASE("connector: a registration the tier refuses takes no id: the next one's round trip lands byte for byte",
+          "[reactor][gpu]") {
+  if (!device_present()) return;
+  Rig rig;
+  // Objects of 256 KiB: larger than the arena's slabs (a sixteenth of the
+  // rig's 1.6 MB tier, sized by the first registration).
+  kv::Layout big = rig.layout;
+  big.layout_name = "rig-big";
+  big.planes = {{"k", 64 << 10}};
+  big.checkpoint = {};
+  hip::DeviceBuffer plane = must(hip::DeviceBuffer::allocate(4 * (64 << 10)));
+  reactor::Registration reg;
+  reg.layout = big;
+  reg.planes = {{plane.data(), 4}};
+  try {
+    rig.conn->register_layout(reg);
+    FAIL("a registration whose objects do not fit a slab was taken");
+  } catch (const TransferRefused& e) {
+    REQUIRE(e.code() == TransferErrc::tier_full);
+  }
+  rig.two_group_round_trip();  // registration 1 is the next one, in every table
+}
+
 TEST_CASE("connector: save then evict then load into other blocks restores KV and state byte for byte", "[reactor][gpu]") {
   if (!device_present()) return;
   Rig rig;
