@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 
+#include "object_fixtures.hpp"
 #include "server/tier_events.hpp"
 #include "tier/size_classes.hpp"
 
@@ -24,12 +25,7 @@ namespace {
 constexpr std::uint64_t kSlab = 4096;
 constexpr std::uint64_t kObject = 512;
 
-kv::ChunkKey key(int i) {
-  kv::ChunkKey k;
-  k.hash[0] = static_cast<std::byte>(i);
-  k.hash[1] = static_cast<std::byte>(i >> 8);
-  return k;
-}
+kv::ChunkKey key(int i) { return test::key(static_cast<std::uint8_t>(i)); }
 
 // Two watched tiers (arena "CPU", disk "DISK") and a publisher bound to a
 // socket no one reads: what it announced is in its counters.

@@ -1,5 +1,5 @@
 // Chunk keys and objects for the stored-object format's tests
-// (test_object_header, test_chunk_value): distinct, reproducible bytes.
+// (test_object_header, test_chunk_value) and test_tier_events: distinct, reproducible bytes.
 #pragma once
 
 #include <cstddef>
