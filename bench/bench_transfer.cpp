@@ -473,7 +473,9 @@ int main(int argc, char** argv) {
   if (!std::filesystem::exists(binary)) die(binary + " not built (or pass --no-server)");
   Server server(binary);
   {
-    auto conn = connect_when_up(server.socket, pool, l, idle_spin);
+    // The same --load-path as the embedded tier's (a Connector's choice is
+    // process-wide: a default one here put the node tier on the built-in rule).
+    auto conn = connect_when_up(server.socket, pool, l, idle_spin, load_path);
     served = report("node tier (kvstrand-server)", measure_loads(*conn, pool, l, iterations));
     conn->close();
   }

@@ -98,9 +98,11 @@ inline kv::TransferSpec save_spec(const kv::Layout& l, std::uint64_t prompt, std
 struct NodeClient {
   std::unique_ptr<reactor::Connector> conn;
   NodeClient(const std::string& socket, Pool& pool, const kv::Layout& l,
-             std::chrono::microseconds idle_spin = reactor::ConnectorOptions{}.reactor_idle_spin) {
+             std::chrono::microseconds idle_spin = reactor::ConnectorOptions{}.reactor_idle_spin,
+             std::string load_path = reactor::ConnectorOptions{}.load_path) {
     reactor::ConnectorOptions o;
     o.reactor_idle_spin = idle_spin;
+    o.load_path = std::move(load_path);  // process-wide: a Connector's choice is every one's after it
     o.server_socket = socket;
     o.server_request_timeout = std::chrono::seconds(10);
     conn = std::make_unique<reactor::Connector>(o);

@@ -59,7 +59,8 @@ struct Server {
 };
 
 inline std::unique_ptr<reactor::Connector> connect_when_up(const std::string& socket, Pool& pool, const kv::Layout& l,
-                                                          std::chrono::microseconds idle_spin) {
+                                                          std::chrono::microseconds idle_spin,
+                                                          std::string load_path = reactor::ConnectorOptions{}.load_path) {
   const auto end = Clock::now() + 10s;
   // A Connector started before the server keeps its registration and
   // attaches at its next request after the server is up (at most every 2 s);
@@ -71,7 +72,7 @@ inline std::unique_ptr<reactor::Connector> connect_when_up(const std::string& so
   }
   for (;;) {
     try {
-      NodeClient c(socket, pool, l, idle_spin);
+      NodeClient c(socket, pool, l, idle_spin, load_path);
       // Measured in steady state: the arena pinned for this device first.
       if (c.wait_pinned(120s) < 0) die("the arena was not pinned within 120 s");
       return std::move(c.conn);
