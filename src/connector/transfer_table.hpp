@@ -12,7 +12,6 @@
 #include <boost/asio/steady_timer.hpp>
 #include <atomic>
 #include <chrono>
-#include <deque>
 #include <list>
 #include <map>
 #include <memory>
@@ -162,8 +161,6 @@ class TransferTable : public std::enable_shared_from_this<TransferTable> {
   // completion holds the table, so the gate outlives what it counts.
   common::Gate gate_;
   std::shared_ptr<HandoffQueue<Submission>> submissions_;
-  // The strand's registrations, by id: the one table the tier and its
-  // index plane read (a deque: they keep pointers to them).
   // A load's "copies queued" event; none if the device cannot make one:
   // order_after_load then answers not_queued_yet and the engine waits for
   // finished().
