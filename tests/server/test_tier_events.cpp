@@ -121,3 +121,48 @@ TEST_CASE("an object and its copy on the disk hold one description, each announc
   CHECK(pool.size() == 0);  // every slot that held it took another object
   CHECK(pool.bytes() == 0);
 }
+
+TEST_CASE("objects stored before the events watched their index (a restarted server's) say nothing, asked, copied "
+          "from or freed",
+          "[events]") {
+  boost::asio::io_context io;
+  server::EventOptions o;
+  o.endpoint = "ipc:///tmp/kvstrand-test-tier-events-before-" + std::to_string(::getpid());
+  auto p = server::EventPublisher::open(boost::asio::make_strand(io), o);
+  REQUIRE(p.has_value());
+  tier::SizeClasses arena(kSlab), disk(kSlab);
+  for (std::uint32_t s = 0; s < 4; ++s) {
+    arena.add_slab(s);
+    disk.add_slab(s);
+  }
+  // Stored, and described on the disk, before the arena is watched: the
+  // events know the disk's slots and none of the arena's.
+  Index& a = *arena.index(kObject);
+  std::vector<std::uint32_t> slots;
+  for (int k = 0; k < 4; ++k) {
+    arena.make_room(a, 1);
+    std::uint32_t slot = 0;
+    REQUIRE(a.reserve(key(k), false, &slot) == Index::Reserve::reserved);
+    a.commit(key(k));
+    slots.push_back(slot);
+  }
+  {
+    server::TierEvents events(*p);
+    events.watch(disk, "DISK");
+    Index& d = *disk.index(kObject);
+    disk.make_room(d, 1);
+    std::uint32_t ds = 0;
+    REQUIRE(d.reserve(key(9), false, &ds) == Index::Reserve::reserved);
+    events.describe(d, ds, "chunk 9");
+    events.watch(arena, "CPU");
+    for (const std::uint32_t s : slots) {
+      CHECK(events.description(a, s).empty());
+      events.copy(a, s, d, ds);  // nothing to copy: the disk's slot keeps its own
+      CHECK(events.description(d, ds) == "chunk 9");
+    }
+    for (int k = 0; k < 4; ++k) REQUIRE(a.erase(key(k)));
+    CHECK((*p)->stats().removed == 0);
+    CHECK(events.descriptions().size() == 1);
+  }
+  ::unlink(o.endpoint.substr(6).c_str());
+}
