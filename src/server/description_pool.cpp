@@ -4,11 +4,14 @@
 #include <xxhash.h>
 
 #include <cstring>
+#include <random>
 
 namespace kvstrand::server {
 
-std::uint32_t DescriptionPool::hash_of(std::string_view d) noexcept {
-  return static_cast<std::uint32_t>(XXH3_64bits(d.data(), d.size()));
+DescriptionPool::DescriptionPool() : seed_((std::uint64_t{std::random_device{}()} << 32) | std::random_device{}()) {}
+
+std::uint32_t DescriptionPool::hash_of(std::string_view d) const noexcept {
+  return static_cast<std::uint32_t>(XXH3_64bits_withSeed(d.data(), d.size(), seed_));
 }
 
 std::string_view DescriptionPool::at(Id id) const noexcept {

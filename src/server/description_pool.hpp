@@ -20,7 +20,7 @@ class DescriptionPool {
   using Id = std::uint32_t;
   static constexpr Id kNone = 0;
 
-  DescriptionPool() = default;
+  DescriptionPool();
   DescriptionPool(const DescriptionPool&) = delete;
   DescriptionPool& operator=(const DescriptionPool&) = delete;
 
@@ -44,11 +44,15 @@ class DescriptionPool {
     std::uint32_t holders = 0;      // 0: free (its id on free_)
     std::uint32_t hash = 0;         // of the bytes: a probe compares bytes only where it matches
   };
-  static std::uint32_t hash_of(std::string_view d) noexcept;
+  std::uint32_t hash_of(std::string_view d) const noexcept;
   std::size_t slot_of(std::string_view d, std::uint32_t hash) const noexcept;  // where d is, or the empty one to take
   void grow();
   void unlink(Id id) noexcept;
 
+  // The hash's seed, this process's own: descriptions come from clients, and
+  // ones made to collide in the table would make every probe a long walk
+  // on the server's strand.
+  std::uint64_t seed_;
   std::vector<Entry> entries_;  // by id - 1
   std::vector<Id> free_;
   // Open addressing (linear probes, at most half full): ids by hash.
