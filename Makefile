@@ -99,10 +99,11 @@ BACKEND_TARGETS = kvstrand test_device_runtime test_public_api
 # A compile and link check, never run here: build type None (no -O, no -g)
 # compiles in half the time of Release; build-cuda stays gpu-pack's Release.
 # One directory for both backends: the cuda configure after the hip build
-# recompiles backend_gpu.cpp (and the kernel) and relinks, nothing more.
+# recompiles backend_gpu.cpp (and the kernel; both outside the unity
+# batches) and relinks, nothing more.
 check-backends:
 	@scripts/bootstrap.sh --hip
-	$(CONFIGURE) -B build-backends -DKVSTRAND_GPU=hip -DCMAKE_BUILD_TYPE=None -DKVSTRAND_PYTHON=OFF
+	$(CONFIGURE) -B build-backends -DKVSTRAND_GPU=hip -DCMAKE_BUILD_TYPE=None -DKVSTRAND_PYTHON=OFF $(UNITY)
 	cmake --build build-backends -j $(JOBS) --target $(BACKEND_TARGETS)
 	$(CONFIGURE) -B build-backends -DKVSTRAND_GPU=cuda
 	cmake --build build-backends -j $(JOBS) --target $(BACKEND_TARGETS)

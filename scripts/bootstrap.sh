@@ -18,7 +18,7 @@
 #                                 msgpack (a KV event subscriber)
 set -euo pipefail
 
-pkgs=(make cmake ninja-build g++ libboost1.81-dev libspdlog-dev catch2 libssl-dev libcli11-dev gnuplot-nox
+pkgs=(make cmake ninja-build g++ mold libboost1.81-dev libspdlog-dev catch2 libssl-dev libcli11-dev gnuplot-nox
       libhiredis-dev redis-server redis-tools libxxhash-dev liburing-dev libzmq3-dev libtomlplusplus-dev
       python3 python3-dev pybind11-dev python3-numpy)
 case "${1:-}" in
