@@ -25,12 +25,15 @@
 // probe (hip/load_path_probe.hpp) runs, and each geometry's line names the
 // path kvstrand would take for it, beside every path's figure.
 //
-// usage: bench_gather
+// usage: bench_gather [--probe-rounds R] [--probe-copies C]
+//   the probe's rounds and copies a round (hip/load_path_probe.hpp), where
+//   not its defaults: to compare how the probe times against these rows.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -45,7 +48,7 @@ namespace {
 using kvstrand::hip::kernel::KernelSegment;
 
 // kvstrand's own choice of load path on this host (bench/load_path_choice.cpp).
-extern "C" const char* kvstrand_bench_measure_load_paths();
+extern "C" const char* kvstrand_bench_measure_load_paths(int rounds, int copies_per_round);
 extern "C" const char* kvstrand_bench_load_path_for(const std::uint64_t* sizes, std::size_t count);
 
 // The kernel shipped before the flat-tile one (docs/performance-history.md, twenty-second run), kept as this bench's "before" row.
@@ -294,7 +297,17 @@ std::vector<std::uint64_t> repeat(std::uint64_t size, std::size_t count) { retur
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  int probe_rounds = 0, probe_copies = 0;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if ((a == "--probe-rounds" || a == "--probe-copies") && i + 1 < argc) {
+      (a == "--probe-rounds" ? probe_rounds : probe_copies) = std::atoi(argv[++i]);
+    } else {
+      std::fprintf(stderr, "usage: bench_gather [--probe-rounds R] [--probe-copies C]\n");
+      return 2;
+    }
+  }
   Bench b;
   if (!ok(cudaHostAlloc(&b.host, kArena, 0), "cudaHostAlloc") || !ok(cudaMalloc(&b.dev, kArena), "cudaMalloc")) return 1;
   // Each byte is its own offset's low byte, so a misplaced copy shows.
@@ -307,7 +320,7 @@ int main() {
 
   // What kvstrand measures at a Connector's start (load_path=measure),
   // before any row: each geometry's line names the path it would take.
-  std::printf("kvstrand's load paths %s\n", kvstrand_bench_measure_load_paths());
+  std::printf("kvstrand's load paths %s\n", kvstrand_bench_measure_load_paths(probe_rounds, probe_copies));
   std::vector<std::uint64_t> reference = repeat(147'968, 28 * 5);
   reference.push_back(1ull << 20);
   b.geometry("reference load (bench_transfer's)", reference, true);

@@ -16,10 +16,14 @@ std::optional<kvstrand::hip::LoadPaths> g_paths;
 std::string g_said;
 }  // namespace
 
-// Measures (the default probe, on the current device); what it found, in
-// one line, or why it could not.
-extern "C" const char* kvstrand_bench_measure_load_paths() {
-  auto got = kvstrand::hip::measure_load_paths();
+// Measures (the default probe, or with these rounds and copies a round
+// where they are above 0, on the current device); what it found, in one
+// line, or why it could not.
+extern "C" const char* kvstrand_bench_measure_load_paths(int rounds, int copies_per_round) {
+  kvstrand::hip::LoadPathProbeOptions o;
+  if (rounds > 0) o.rounds = rounds;
+  if (copies_per_round > 0) o.copies_per_round = copies_per_round;
+  auto got = kvstrand::hip::measure_load_paths(o);
   if (!got.ok()) {
     g_said = "not measured: " + got.status().describe();
     return g_said.c_str();
