@@ -1,7 +1,9 @@
 // The server's memory per object with KV events on (issue 66): the size
 // classes' index, and TierEvents' per slot and per description, filled as
 // kvstrand-server fills them (a reserve, its chunk's description, a
-// commit), at N objects of 512 B (--objects, default 1M). Each object is
+// commit; the slot then keeps BlockRemoved's part of the description
+// alone, TierEvents::keep_removal_only), at N objects of 512 B (--objects,
+// default 1M). Each object is
 // its own chunk, described as kvstrand.vllm describes one (block_hashes:
 // 64-bit ints, vLLM's default; parent_block_hash; token_ids from a 128k
 // vocabulary; block_size 16; lora_id, lora_name, group_idx), for chunks of
@@ -9,7 +11,9 @@
 // - the index alone (no --events);
 // - --events, objects without a description (an older client);
 // - each chunk size, the arena alone, and with every object's copy on the
-//   disk too (the disk's index beside the arena's: 2 objects a chunk).
+//   disk too (the disk's index beside the arena's: 2 objects a chunk);
+// - the baseline, in the same run: 256-token chunks with every description
+//   kept whole (as the server kept them before keep_removal_only).
 // Per row: the heap the indexes and TierEvents hold (malloc's own count,
 // the publisher's replay buffer held to 1 MiB), bytes per object and per
 // chunk, and the descriptions' own bytes per chunk (the floor: what the
@@ -74,6 +78,7 @@ struct Row {
   const char* what;
   std::uint32_t tokens = 0;  // 0: no description
   bool events = true, disk = false;
+  bool whole = false;  // descriptions kept whole (the baseline)
 };
 
 struct Figures {
@@ -128,12 +133,21 @@ Figures run(const Row& row, std::uint64_t n) {
       events->describe(a, slot, desc);
     }
     a.commit(k);
-    if (d != nullptr) {  // the disk's write-behind: its copy, described as the arena's object is
+    // The disk's write-behind item holds the whole description past the
+    // arena slot's trim.
+    const server::DescriptionPool::Id item =
+        events && d != nullptr ? events->hold_whole(a, slot) : server::DescriptionPool::kNone;
+    if (events && !row.whole) events->keep_removal_only(a, {&slot, 1});
+    if (d != nullptr) {  // the disk's write-behind: its copy, described as the arena's object was
       disk.make_room(*d, 1);
       std::uint32_t dslot = 0;
       if (d->reserve(k, false, &dslot) != tier::Index::Reserve::reserved) std::exit(1);
-      if (events) events->copy(a, slot, *d, dslot);
+      if (events) {
+        events->describe(*d, dslot, item);
+        events->release(item);
+      }
       d->commit(k);
+      if (events && !row.whole) events->keep_removal_only(*d, {&dslot, 1});
     }
   }
   const double held = static_cast<double>(heap() - before);
@@ -164,10 +178,12 @@ int main(int argc, char** argv) {
       {"64-token chunks, arena + disk", 64, true, true},
       {"256-token chunks, arena", 256, true, false},
       {"256-token chunks, arena + disk", 256, true, true},
+      {"256-token, arena, kept whole", 256, true, false, true},
+      {"256-token, arena + disk, kept whole", 256, true, true, true},
   };
   for (const Row& r : rows) {
     const Figures f = run(r, n);
-    std::printf("  %-32s %7.1f B/object %7.1f B/chunk | description %6.1f B/chunk\n", r.what, f.per_object,
+    std::printf("  %-36s %7.1f B/object %7.1f B/chunk | description %6.1f B/chunk\n", r.what, f.per_object,
                 f.per_chunk, f.description);
     std::fflush(stdout);
   }

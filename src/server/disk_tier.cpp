@@ -53,6 +53,12 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
     unsigned block = 0;            // its header block in the pool
     int pending = 0;
     int error = 0;                 // the first failure: -errno, or 1 for a short transfer
+    // With --events: a write's item's description (held by the item, given
+    // back at its done) and whether its header block took it; a read's, as
+    // its header block kept it.
+    DescriptionPool::Id item_description = DescriptionPool::kNone;
+    bool description_on_disk = false;
+    std::string description;
   };
 
   Impl(common::Strand s, DiskOptions o, std::byte* a, std::uint64_t slab, std::uint32_t slabs, tier::SizeClasses& c)
@@ -154,7 +160,8 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
       const kv::ChunkKey& key = idx.key_at(slot);
       tier::Index* d = disk.index(idx.object_bytes());
       if (d != nullptr && d->present(key)) continue;  // on disk already
-      if (queue.push(idx, slot) == WriteBehind::Push::full) ++st.write_dropped;
+      const DescriptionPool::Id whole = events ? events->hold_whole(idx, slot) : DescriptionPool::kNone;
+      if (queue.push(idx, slot, whole) == WriteBehind::Push::full) ++st.write_dropped;
     }
     pump();
   }
@@ -197,9 +204,10 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
       queue.done(q);
       return;
     }
-    if (events) events->copy(*q.index, q.slot, *d, dslot);
+    if (events) events->describe(*d, dslot, q.description);
     Job j;
     j.read = false;
+    j.item_description = q.description;
     j.arena_index = q.index;
     j.disk_index = d;
     j.key = key;
@@ -219,7 +227,8 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
       // Its tenant kept with it (by tag): a restarted server's quotas hold at once.
       const std::uint64_t tag = disk_tenants ? disk_tenants->tag(j.disk_index->tenant_at(j.disk_slot)) : 0;
       tier::write_object_header(j.key, j.image, {object, object_bytes}, block_at(j.block), tag);
-      if (events) write_description(events->description(*j.disk_index, j.disk_slot), block_at(j.block));
+      if (events)
+        j.description_on_disk = write_description(events->description(*j.disk_index, j.disk_slot), block_at(j.block));
     }
     const std::uint64_t at = disk.offset_of(*j.disk_index, j.disk_slot);
     auto [fd, off] = place(at);
@@ -249,6 +258,7 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
     // strand does): the disk is kept busy meanwhile.
     std::array<std::byte, tier::kObjectHeaderBytes> header;
     std::memcpy(header.data(), block_at(j.block), header.size());
+    if (j.read && events) j.description = read_description(block_at(j.block));
     free_blocks.push_back(j.block);
     pump();
     if (j.read)
@@ -266,6 +276,9 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
       if (!j.disk_index->present(key)) {
         clear_header(*j.disk_index, j.disk_slot);
         ring->flush();
+      } else if (events && j.description_on_disk) {
+        // Its header block keeps the whole description for a promotion.
+        events->keep_removal_only(*j.disk_index, {&j.disk_slot, 1});
       }
       ++st.written;
       st.written_bytes += j.arena_index->object_bytes();
@@ -273,7 +286,7 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
       j.disk_index->abort(key);
       io_failed(false, j.error);
     }
-    queue.done({j.arena_index, key, j.arena_slot, j.image});
+    queue.done({j.arena_index, key, j.arena_slot, j.image, j.item_description});
   }
 
   void read_done(Job& j, std::span<const std::byte> header) {
@@ -294,7 +307,11 @@ struct DiskTier::Impl : std::enable_shared_from_this<DiskTier::Impl> {
       }
     }
     if (good) {
+      // Announced with the whole description its header block kept (the
+      // disk's slot holds a part only).
+      if (events && !j.description.empty()) events->describe(*j.arena_index, j.arena_slot, j.description);
       j.arena_index->commit(key);
+      if (events) events->keep_removal_only(*j.arena_index, {&j.arena_slot, 1});
       ++st.promoted;
       st.read_bytes += object_bytes;
     } else {
@@ -506,7 +523,9 @@ void DiskTier::tenant_namespaces(const std::string& name, std::set<kv::Digest>& 
 }
 void DiskTier::set_events(TierEvents* events) {
   impl_->events = events;
-  if (events) events->watch(impl_->disk, events->publisher().options().disk_medium);
+  if (!events) return;
+  events->watch(impl_->disk, events->publisher().options().disk_medium);
+  impl_->queue.set_descriptions(events->shared_descriptions());
 }
 std::unordered_map<kv::ChunkKey, std::string, tier::ChunkKeyHash> DiskTier::take_recovered_descriptions() {
   return std::exchange(impl_->recovered_descriptions, {});

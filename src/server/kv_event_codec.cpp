@@ -137,6 +137,23 @@ void encode_removed(msgpack::Writer& w, std::string_view description, std::strin
   encode(w, "BlockRemoved", kRemoved, description, medium, f);
 }
 
+std::optional<std::string> removal_part(std::string_view description) {
+  const auto m = msgpack::read_map(description);
+  if (!m) return std::nullopt;
+  std::uint32_t n = 0;
+  for (const Field& f : kRemoved) n += f.name != "medium" && !lookup(*m, f.name).empty() ? 1 : 0;
+  msgpack::Writer w;
+  w.map(n);
+  for (const Field& f : kRemoved) {
+    if (f.name == "medium") continue;
+    if (const std::string_view v = lookup(*m, f.name); !v.empty()) {
+      w.str(f.name);
+      w.raw(v);
+    }
+  }
+  return w.take();
+}
+
 void encode_cleared(msgpack::Writer& w, EventFormat f) {
   if (f == EventFormat::array) {
     w.array(1);

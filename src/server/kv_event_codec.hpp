@@ -47,6 +47,12 @@ void encode_stored(msgpack::Writer& w, std::string_view description, std::string
 void encode_removed(msgpack::Writer& w, std::string_view description, std::string_view medium, EventFormat f);
 void encode_cleared(msgpack::Writer& w, EventFormat f);
 
+// What BlockRemoved takes of a description (its block_hashes, and its
+// group_idx where given), as a description of its own: all the server keeps
+// of one once BlockStored has gone out and no level below still needs the
+// whole (TierEvents::keep_removal_only). Nothing when it is not a map.
+std::optional<std::string> removal_part(std::string_view description);
+
 // A whole batch: `events`, `count` events encoded by the above, at `ts`
 // (seconds since the epoch).
 std::string encode_batch(double ts, std::string_view events, std::uint32_t count, EventFormat f);

@@ -132,7 +132,7 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
                                                   opt.mac ? &*opt.mac : nullptr));
         is_value.push_back(true);
         if (events != nullptr)
-          if (std::string_view d = events->description(*q.index, q.slot); !d.empty()) {
+          if (std::string_view d = events->text(q.description); !d.empty()) {
             items.emplace_back(l2::redis_description_key_of(q.key), std::string(d));
             is_value.push_back(false);
           }
@@ -157,8 +157,10 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
   }
 
   void committed(tier::Index& idx, std::span<const std::uint32_t> slots) {
-    for (std::uint32_t slot : slots)
-      if (queue.push(idx, slot) == WriteBehind::Push::full) ++st.write_dropped;
+    for (std::uint32_t slot : slots) {
+      const DescriptionPool::Id whole = events ? events->hold_whole(idx, slot) : DescriptionPool::kNone;
+      if (queue.push(idx, slot, whole) == WriteBehind::Push::full) ++st.write_dropped;
+    }
     wake.notify();
   }
 
@@ -352,7 +354,15 @@ struct L2Tier::Impl : std::enable_shared_from_this<L2Tier::Impl> {
       }
       ++stored;
     }
-    if (res.id != 0) idx.commit(res.id, true);
+    if (res.id != 0) {
+      std::vector<std::uint32_t> slots;
+      if (events != nullptr)
+        for (std::size_t i = 0; i < stored; ++i)
+          if (res.chunks[i] == tier::Index::Chunk::reserved) slots.push_back(res.slots[i]);
+      idx.commit(res.id, true);
+      // Announced: each keeps BlockRemoved's part alone (Redis keeps the whole).
+      if (events != nullptr) events->keep_removal_only(idx, slots);
+    }
     co_return Promoted{stored, why};
   }
 
@@ -436,7 +446,10 @@ void L2Tier::stop() {
 
 void L2Tier::committed(tier::Index& index, std::span<const std::uint32_t> slots) { impl_->committed(index, slots); }
 
-void L2Tier::set_events(TierEvents* events) { impl_->events = events; }
+void L2Tier::set_events(TierEvents* events) {
+  impl_->events = events;
+  if (events) impl_->queue.set_descriptions(events->shared_descriptions());
+}
 
 std::size_t L2Tier::drop(const kv::Digest& ns) { return impl_->drop(ns); }
 

@@ -335,11 +335,15 @@ Reply RequestService::commit(const Client& c, const Commit& m) {
   // Only its owner commits it: another's commit would publish bytes its
   // writer has not finished (or never began) copying.
   if (idx != nullptr && idx->owner_of(m.hold) != c.owner) idx = nullptr;
-  const std::vector<std::uint32_t> slots =
-      !levels_.empty() && idx && m.ok ? idx->hold_slots(m.hold) : std::vector<std::uint32_t>{};
+  const std::vector<std::uint32_t> slots = (!levels_.empty() || events_ != nullptr) && idx && m.ok
+                                              ? idx->hold_slots(m.hold)
+                                              : std::vector<std::uint32_t>{};
   if (!idx || !idx->commit(m.hold, m.ok)) return fail(Status::unknown_hold, "no reservation " + std::to_string(m.hold));
   if (!slots.empty())
     for (LowerLevel* level : levels_) level->committed(*idx, slots);
+  // Announced, and the levels hold what they write behind: the slots keep
+  // BlockRemoved's part of their descriptions alone.
+  if (events_ != nullptr) events_->keep_removal_only(*idx, slots);
   return Reply{};
 }
 

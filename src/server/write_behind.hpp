@@ -4,14 +4,18 @@
 // cannot free or reuse its slot meanwhile. Bounded in objects and in bytes
 // (the bytes of those queued and of those taken but not yet done): what
 // does not fit is refused at once, never waited for; a commit's reply
-// never waits on a level below. One strand.
+// never waits on a level below. With --events, each item holds its
+// object's whole description (the level's BlockStored needs it, and the
+// arena's slot keeps only a part once the commit is announced). One strand.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <span>
 
+#include "server/description_pool.hpp"
 #include "tier/index.hpp"
 
 namespace kvstrand::server {
@@ -23,6 +27,7 @@ class WriteBehind {
     kv::ChunkKey key;
     std::uint32_t slot;
     bool image;
+    DescriptionPool::Id description = DescriptionPool::kNone;  // held by the item
   };
   enum class Push { queued, full, not_committed };
 
@@ -30,14 +35,16 @@ class WriteBehind {
   WriteBehind(const WriteBehind&) = delete;
   WriteBehind& operator=(const WriteBehind&) = delete;
 
-  // Queues `slot` of `index`, read-locked; full: past a bound, nothing locked.
-  Push push(tier::Index& index, std::uint32_t slot) {
-    if (items_.size() >= max_objects_ || bytes_ + index.object_bytes() > max_bytes_) return Push::full;
-    const kv::ChunkKey& key = index.key_at(slot);
-    if (!index.read_lock(key)) return Push::not_committed;
-    items_.push_back(Item{&index, key, slot, index.image_at(slot)});
-    bytes_ += index.object_bytes();
-    return Push::queued;
+  // Where the items' descriptions are held (with --events).
+  void set_descriptions(std::shared_ptr<DescriptionPool> pool) { pool_ = std::move(pool); }
+
+  // Queues `slot` of `index`, read-locked, with `description` (held for it,
+  // given back at its done, or at once where it is not queued); full: past
+  // a bound, nothing locked.
+  Push push(tier::Index& index, std::uint32_t slot, DescriptionPool::Id description = DescriptionPool::kNone) {
+    const Push p = queue(index, slot, description);
+    if (p != Push::queued && pool_) pool_->release(description);
+    return p;
   }
 
   bool empty() const noexcept { return items_.empty(); }
@@ -52,10 +59,12 @@ class WriteBehind {
     items_.pop_front();
     return it;
   }
-  // A taken item's write ended (or was given up): unlocked, uncounted.
+  // A taken item's write ended (or was given up): unlocked, uncounted, its
+  // description given back.
   void done(const Item& it) {
     it.index->read_unlock(it.key);
     bytes_ -= it.index->object_bytes();
+    if (pool_) pool_->release(it.description);
   }
 
   // Every queued object of namespace `ns` off the queue, unlocked (a drop:
@@ -74,6 +83,16 @@ class WriteBehind {
   }
 
  private:
+  Push queue(tier::Index& index, std::uint32_t slot, DescriptionPool::Id description) {
+    if (items_.size() >= max_objects_ || bytes_ + index.object_bytes() > max_bytes_) return Push::full;
+    const kv::ChunkKey& key = index.key_at(slot);
+    if (!index.read_lock(key)) return Push::not_committed;
+    items_.push_back(Item{&index, key, slot, index.image_at(slot), description});
+    bytes_ += index.object_bytes();
+    return Push::queued;
+  }
+
+  std::shared_ptr<DescriptionPool> pool_;
   std::size_t max_objects_;
   std::uint64_t max_bytes_;
   std::deque<Item> items_;

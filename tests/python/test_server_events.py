@@ -187,6 +187,27 @@ def test_a_bad_description_stores_the_chunk_unannounced_and_is_counted(tmp_path)
         server.stop()
 
 
+def test_once_announced_and_on_the_disk_a_chunk_keeps_only_its_hashes_in_memory(tmp_path):
+    """BlockStored needs a chunk's whole description (its tokens), BlockRemoved
+    only its block hashes (and group): once both the arena's and the disk's
+    copies are announced, the server holds the hashes alone, once for both;
+    the disk's header block keeps the whole one."""
+    port = free_port()
+    server = Server(tier="8M", slab="2M", extra=["--events", f"tcp://127.0.0.1:{port}", "--disk", str(tmp_path),
+                                                 "--disk-bytes", "64M"])
+    engine = EventEngine(server, 1)
+    try:
+        for p in range(2):
+            engine.save(p)
+        assert written(server) == 16 and server.metric("disk_write_dropped_total") == 0
+        parts = [msgpack.packb({"block_hashes": hashes_of(1, p, c), "group_idx": 0}) for p in range(2) for c in range(8)]
+        assert server.metric("event_descriptions") == 16
+        assert server.metric("event_description_bytes") == sum(len(b) for b in parts)
+    finally:
+        engine.close()
+        server.stop()
+
+
 def test_a_server_without_events_takes_described_saves():
     server = Server(tier="4M", slab="2M")
     e = EventEngine(server, 0)
@@ -460,6 +481,13 @@ def test_a_chunk_the_disk_promotes_is_announced_on_cpu_again_and_one_dropped_und
             time.sleep(0.001)
         assert answer.hit.tokens == PROMPT_TOKENS and answer.lease != 0
         sub.receive(lambda s: count("BlockStored") == Counter({h: 2 for h in mine}))
+        # Announced whole each time: the second from the header block the read
+        # brought back (the disk's and the arena's slots keep the hashes alone).
+        for e in sub.events():
+            if e["type"] == "BlockStored" and key(e["block_hashes"]) in mine:
+                c = next(c for c in range(8) if key(hashes_of(0, 0, c)) == key(e["block_hashes"]))
+                assert e["token_ids"] == tokens[c * 64:(c + 1) * 64] and e["block_size"] == 16
+                assert e["parent_block_hash"] == (hashes_of(0, 0, c - 1)[-1] if c else None)
         # Dropped while the lease holds them: removed at the drop, and not again at the release.
         ns = kvstrand.namespace_of(a.layout).hex()
         subprocess.run([server_binary(), "--socket", server.socket, "--drop-namespace", ns], check=True,

@@ -13,6 +13,8 @@
 #include <string>
 
 #include "object_fixtures.hpp"
+#include "server/kv_event_codec.hpp"
+#include "server/msgpack.hpp"
 #include "server/tier_events.hpp"
 #include "tier/size_classes.hpp"
 
@@ -165,4 +167,64 @@ TEST_CASE("objects stored before the events watched their index (a restarted ser
     CHECK(events.descriptions().size() == 1);
   }
   ::unlink(o.endpoint.substr(6).c_str());
+}
+
+namespace {
+// A 256-token chunk's description as kvstrand.vllm sends one (its 16 block
+// hashes, its tokens): BlockStored needs all of it, BlockRemoved the hashes.
+std::string chunk_description(int chunk) {
+  server::msgpack::Writer w;
+  w.map(5);
+  w.str("block_hashes");
+  w.array(16);
+  for (int b = 0; b < 16; ++b) w.uint(static_cast<std::uint64_t>(chunk) << 32 | b);
+  w.str("parent_block_hash");
+  w.nil();
+  w.str("token_ids");
+  w.array(256);
+  for (int t = 0; t < 256; ++t) w.uint(100000 + chunk * 256 + t);
+  w.str("block_size");
+  w.uint(16);
+  w.str("group_idx");
+  w.uint(0);
+  return w.take();
+}
+}  // namespace
+
+TEST_CASE("once announced and handed to the levels below, a slot keeps only what BlockRemoved says of its chunk",
+          "[events]") {
+  Rig r;
+  const std::string whole = chunk_description(1);
+  const std::string part = server::removal_part(whole).value();
+  REQUIRE(part.size() * 4 < whole.size());
+  const std::uint32_t as = r.reserve(r.arena, *r.a, 1);
+  r.events->describe(*r.a, as, whole);
+  // Not announced yet: nothing to keep apart from it.
+  r.events->keep_removal_only(*r.a, {&as, 1});
+  CHECK(r.events->description(*r.a, as) == whole);
+  r.a->commit(key(1));
+  CHECK(r.publisher->stats().stored == 1);
+  // A level below writing it behind holds the whole one through the trim.
+  const DescriptionPool::Id item = r.events->hold_whole(*r.a, as);
+  REQUIRE(item != DescriptionPool::kNone);
+  r.events->keep_removal_only(*r.a, {&as, 1});
+  CHECK(r.events->description(*r.a, as) == part);
+  CHECK(r.events->hold_whole(*r.a, as) == DescriptionPool::kNone);
+  CHECK(r.events->text(item) == whole);
+  // The disk's copy takes the item's, announced whole on its medium.
+  const std::uint32_t ds = r.reserve(r.disk, *r.d, 1);
+  r.events->copy(*r.a, as, *r.d, ds);  // a part is no description to copy
+  CHECK(r.events->description(*r.d, ds).empty());
+  r.events->describe(*r.d, ds, item);
+  r.events->release(item);
+  r.d->commit(key(1));
+  CHECK(r.publisher->stats().stored == 2);
+  r.events->keep_removal_only(*r.d, {&ds, 1});
+  const DescriptionPool& pool = r.events->descriptions();
+  CHECK(pool.size() == 1);  // the part alone, shared by both
+  CHECK(pool.bytes() == part.size());
+  // Their removals are still announced, from the part.
+  REQUIRE(r.a->erase(key(1)));
+  REQUIRE(r.d->erase(key(1)));
+  CHECK(r.publisher->stats().removed == 2);
 }

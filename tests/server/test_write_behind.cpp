@@ -2,7 +2,10 @@
 // write behind, each pinned in the arena until its bytes are taken.
 #include <catch2/catch.hpp>
 
+#include <memory>
+
 #include "../tier/index_keys.hpp"
+#include "server/description_pool.hpp"
 #include "server/write_behind.hpp"
 
 using namespace kvstrand;
@@ -77,4 +80,25 @@ TEST_CASE("write-behind: a namespace drop and a close unpin what they take off t
   REQUIRE(q.empty());
   REQUIRE(idx.stats().pinned == 0);
   REQUIRE(q.bytes() == 0);
+}
+
+TEST_CASE("write-behind: an item's description is held from its push to its done, a refused one's given back at once",
+          "[server][disk][l2][events]") {
+  tier::Index idx(8 * 100, 100);
+  auto pool = std::make_shared<server::DescriptionPool>();
+  WriteBehind q(2, UINT64_MAX);
+  q.set_descriptions(pool);
+  const server::DescriptionPool::Id d = pool->hold("chunk 1");  // the slot's own hold
+  for (int i = 1; i <= 3; ++i) {
+    pool->hold(d);  // what a level takes for its item (TierEvents::hold_whole)
+    REQUIRE(q.push(idx, committed(idx, i), d) == (i <= 2 ? WriteBehind::Push::queued : WriteBehind::Push::full));
+  }
+  REQUIRE(pool->holders(d) == 3);  // the slot's, and two items'; the refused one's given back
+  q.done(q.take());
+  REQUIRE(pool->holders(d) == 2);
+  REQUIRE(q.items().front().description == d);
+  q.clear();
+  REQUIRE(pool->holders(d) == 1);
+  pool->release(d);
+  REQUIRE(pool->size() == 0);
 }
