@@ -35,8 +35,10 @@ TIMEOUT_S = 120
 
 
 def run(cmd, cwd, timeout=None):
+    # errors="replace": a test may print a peer's raw bytes (a failing
+    # assertion on a msgpack frame), which are no UTF-8.
     return subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=timeout)
+                          errors="replace", timeout=timeout)
 
 
 def test_command(build, scratch, binary, filt):
