@@ -2,7 +2,9 @@
 // descriptions (protocol 2.4's reserve, and an L2 value's description):
 // arbitrary bytes through the msgpack reader and description_problem. One
 // it accepts is encoded into a batch of each event format, which must read
-// back as one msgpack value whose events array holds the two events. It
+// back as one msgpack value whose events array holds the two events; and
+// the part of it the server keeps once announced (removal_part) must say
+// the same BlockRemoved as the whole. It
 // must never crash, read out of bounds or allocate without bound (ASan +
 // UBSan watch). Built and run by `make fuzz` with clang-14.
 #include <cstddef>
@@ -40,6 +42,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   (void)msgpack::read_map(in);
   (void)msgpack::array_items(in);
   if (description_problem(in)) return 0;
+  const auto part = removal_part(in);
+  if (!part) std::abort();
+  for (EventFormat f : {EventFormat::array, EventFormat::events_map, EventFormat::map}) {
+    msgpack::Writer whole, kept;
+    encode_removed(whole, in, "CPU", f);
+    encode_removed(kept, *part, "CPU", f);
+    if (whole.buffer() != kept.buffer()) std::abort();
+  }
   for (EventFormat f : {EventFormat::array, EventFormat::events_map, EventFormat::map}) {
     msgpack::Writer w;
     encode_stored(w, in, "CPU", f);

@@ -206,3 +206,23 @@ TEST_CASE("events: a description with a field vLLM's types would refuse is refus
   REQUIRE(big.size() > kMaxDescriptionBytes);
   REQUIRE(description_problem(big)->find("larger than") != std::string::npos);
 }
+
+TEST_CASE("events: the part of a description kept once announced says the same BlockRemoved, and no more",
+          "[server][events]") {
+  for (bool group : {false, true}) {
+    const std::string whole = description(group);
+    const auto part = removal_part(whole);
+    REQUIRE(part.has_value());
+    const auto m = msgpack::read_map(*part);
+    REQUIRE(m.has_value());
+    REQUIRE(m->size() == (group ? 2u : 1u));  // block_hashes, and group_idx where given
+    CHECK((*m)[0].first == "block_hashes");
+    for (EventFormat f : {EventFormat::array, EventFormat::events_map, EventFormat::map}) {
+      msgpack::Writer a, b;
+      encode_removed(a, whole, "CPU", f);
+      encode_removed(b, *part, "CPU", f);
+      CHECK(a.buffer() == b.buffer());
+    }
+  }
+  CHECK_FALSE(removal_part("chunk 1").has_value());  // no map: nothing to keep apart
+}
