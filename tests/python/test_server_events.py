@@ -187,19 +187,21 @@ def test_a_bad_description_stores_the_chunk_unannounced_and_is_counted(tmp_path)
         server.stop()
 
 
-def test_once_announced_and_on_the_disk_a_chunk_keeps_only_its_hashes_in_memory(tmp_path):
+@pytest.mark.parametrize("disk", [False, True])
+def test_once_announced_a_chunk_keeps_only_its_hashes_in_memory(tmp_path, disk):
     """BlockStored needs a chunk's whole description (its tokens), BlockRemoved
-    only its block hashes (and group): once both the arena's and the disk's
-    copies are announced, the server holds the hashes alone, once for both;
-    the disk's header block keeps the whole one."""
+    only its block hashes (and group): once the arena's copy (and the disk's)
+    is announced, the server holds the hashes alone, once for both; the
+    disk's header block keeps the whole one."""
     port = free_port()
-    server = Server(tier="8M", slab="2M", extra=["--events", f"tcp://127.0.0.1:{port}", "--disk", str(tmp_path),
-                                                 "--disk-bytes", "64M"])
+    extra = ["--events", f"tcp://127.0.0.1:{port}"] + (["--disk", str(tmp_path), "--disk-bytes", "64M"] if disk else [])
+    server = Server(tier="8M", slab="2M", extra=extra)
     engine = EventEngine(server, 1)
     try:
         for p in range(2):
-            engine.save(p)
-        assert written(server) == 16 and server.metric("disk_write_dropped_total") == 0
+            engine.save(p)  # each waits for its commit
+        if disk:
+            assert written(server) == 16 and server.metric("disk_write_dropped_total") == 0
         parts = [msgpack.packb({"block_hashes": hashes_of(1, p, c), "group_idx": 0}) for p in range(2) for c in range(8)]
         assert server.metric("event_descriptions") == 16
         assert server.metric("event_description_bytes") == sum(len(b) for b in parts)
