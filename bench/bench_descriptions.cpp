@@ -32,8 +32,8 @@
 #include <vector>
 
 #include "numbered_key.hpp"
-#include "server/msgpack.hpp"
-#include "server/tier_events.hpp"
+#include "server/events/msgpack.hpp"
+#include "server/events/tier_events.hpp"
 #include "tier/size_classes.hpp"
 
 using namespace kvstrand;

@@ -26,9 +26,9 @@
 #include <boost/asio/io_context.hpp>
 
 #include "common/strand.hpp"
-#include "server/disk_file.hpp"
-#include "server/disk_recovery.hpp"
-#include "server/disk_ring.hpp"
+#include "server/levels/disk_file.hpp"
+#include "server/levels/disk_recovery.hpp"
+#include "server/levels/disk_ring.hpp"
 #include "tier/object_header.hpp"
 #include "tier/size_classes.hpp"
 #include "numbered_key.hpp"

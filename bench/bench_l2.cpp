@@ -43,7 +43,7 @@
 #include "l2/chunk_value.hpp"
 #include "l2/redis_cluster.hpp"
 #include "reference_geometry.hpp"
-#include "server/l2_tier.hpp"
+#include "server/levels/l2_tier.hpp"
 #include "tier/arena.hpp"
 #include "tier/index.hpp"
 

@@ -7,7 +7,7 @@
 #include <stdexcept>
 
 #include "common/parse_bytes.hpp"
-#include "server/disk_file.hpp"
+#include "server/levels/disk_file.hpp"
 
 namespace kvstrand::server {
 

@@ -16,10 +16,10 @@
 #include "common/debug_http.hpp"
 #include "common/metrics.hpp"
 #include "server/arena_recovery.hpp"
-#include "server/disk_tier.hpp"
-#include "server/l2_tier.hpp"
+#include "server/levels/disk_tier.hpp"
+#include "server/levels/l2_tier.hpp"
 #include "server/session.hpp"
-#include "server/tier_events.hpp"
+#include "server/events/tier_events.hpp"
 #include "tier/arena.hpp"
 #include "tier/size_classes.hpp"
 

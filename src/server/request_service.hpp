@@ -20,9 +20,9 @@
 
 #include "common/metrics.hpp"
 #include "proto/protocol.hpp"
-#include "server/lower_level.hpp"
+#include "server/levels/lower_level.hpp"
 #include "server/peer_identity.hpp"
-#include "server/tier_events.hpp"
+#include "server/events/tier_events.hpp"
 #include "server/tier_history.hpp"
 #include "tier/index.hpp"
 #include "tier/size_classes.hpp"

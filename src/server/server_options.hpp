@@ -13,9 +13,9 @@
 #include <variant>
 
 #include "common/debug_http.hpp"
-#include "server/disk_tier.hpp"
-#include "server/event_publisher.hpp"
-#include "server/l2_tier.hpp"
+#include "server/levels/disk_tier.hpp"
+#include "server/events/event_publisher.hpp"
+#include "server/levels/l2_tier.hpp"
 #include "server/peer_identity.hpp"
 
 namespace kvstrand::server {

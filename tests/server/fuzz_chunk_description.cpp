@@ -13,8 +13,8 @@
 #include <string>
 #include <string_view>
 
-#include "server/kv_event_codec.hpp"
-#include "server/msgpack.hpp"
+#include "server/events/kv_event_codec.hpp"
+#include "server/events/msgpack.hpp"
 
 using namespace kvstrand::server;
 

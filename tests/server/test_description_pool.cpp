@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "server/description_pool.hpp"
+#include "server/events/description_pool.hpp"
 
 using kvstrand::server::DescriptionPool;
 

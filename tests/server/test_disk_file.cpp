@@ -1,4 +1,4 @@
-// kvstrand-server's disk-tier files (src/server/disk_file): striped over
+// kvstrand-server's disk-tier files (src/server/levels/disk_file): striped over
 // several, found again by a restarted server in each; a second server on the
 // same file, bad --disk flags, a symbolic link or a file kvstrand did not
 // make are refused naming the flag, and the file is left as it is.

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "server/kv_event_codec.hpp"
+#include "server/events/kv_event_codec.hpp"
 
 using namespace kvstrand::server;
 using namespace std::string_literals;

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "server/msgpack.hpp"
+#include "server/events/msgpack.hpp"
 
 using namespace kvstrand::server;
 using namespace std::string_literals;

@@ -13,9 +13,9 @@
 #include <string>
 
 #include "object_fixtures.hpp"
-#include "server/kv_event_codec.hpp"
-#include "server/msgpack.hpp"
-#include "server/tier_events.hpp"
+#include "server/events/kv_event_codec.hpp"
+#include "server/events/msgpack.hpp"
+#include "server/events/tier_events.hpp"
 #include "tier/size_classes.hpp"
 
 using namespace kvstrand;

@@ -5,8 +5,8 @@
 #include <memory>
 
 #include "../tier/index_keys.hpp"
-#include "server/description_pool.hpp"
-#include "server/write_behind.hpp"
+#include "server/events/description_pool.hpp"
+#include "server/levels/write_behind.hpp"
 
 using namespace kvstrand;
 using kvstrand::test::key;

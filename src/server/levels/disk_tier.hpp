@@ -42,9 +42,9 @@
 
 #include <kvstrand/chunk_keys.hpp>
 #include "common/strand.hpp"
-#include "server/lower_level.hpp"
+#include "server/levels/lower_level.hpp"
 #include "tier/index.hpp"
-#include "server/disk_file.hpp"
+#include "server/levels/disk_file.hpp"
 #include "tier/size_classes.hpp"
 
 namespace kvstrand::server {

@@ -15,7 +15,7 @@
 #include <memory>
 #include <span>
 
-#include "server/description_pool.hpp"
+#include "server/events/description_pool.hpp"
 #include "tier/index.hpp"
 
 namespace kvstrand::server {

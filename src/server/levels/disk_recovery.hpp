@@ -10,8 +10,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "server/disk_file.hpp"
-#include "server/disk_ring.hpp"
+#include "server/levels/disk_file.hpp"
+#include "server/levels/disk_ring.hpp"
 #include "tier/size_classes.hpp"
 
 namespace kvstrand::server {

@@ -1,4 +1,4 @@
-#include "server/disk_file.hpp"
+#include "server/levels/disk_file.hpp"
 
 #include <fcntl.h>
 #include <sys/file.h>

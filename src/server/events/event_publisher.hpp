@@ -41,7 +41,7 @@
 #include "common/expected.hpp"
 #include "common/gate.hpp"
 #include "common/strand.hpp"
-#include "server/kv_event_codec.hpp"
+#include "server/events/kv_event_codec.hpp"
 
 namespace kvstrand::server {
 

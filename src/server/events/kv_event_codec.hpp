@@ -20,7 +20,7 @@
 #include <string>
 #include <string_view>
 
-#include "server/msgpack.hpp"
+#include "server/events/msgpack.hpp"
 
 namespace kvstrand::server {
 

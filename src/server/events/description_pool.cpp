@@ -1,4 +1,4 @@
-#include "server/description_pool.hpp"
+#include "server/events/description_pool.hpp"
 
 #define XXH_INLINE_ALL  // header-only, as everywhere here: no libxxhash to link or carry
 #include <xxhash.h>

@@ -1,4 +1,4 @@
-#include "server/disk_recovery.hpp"
+#include "server/levels/disk_recovery.hpp"
 
 #include <algorithm>
 #include <chrono>

@@ -35,8 +35,8 @@
 #include <vector>
 
 #include <kvstrand/chunk_keys.hpp>
-#include "server/description_pool.hpp"
-#include "server/event_publisher.hpp"
+#include "server/events/description_pool.hpp"
+#include "server/events/event_publisher.hpp"
 #include "tier/index.hpp"
 #include "tier/size_classes.hpp"
 

@@ -1,4 +1,4 @@
-#include "server/kv_event_codec.hpp"
+#include "server/events/kv_event_codec.hpp"
 
 #include <array>
 #include <vector>

@@ -1,5 +1,5 @@
-#include "server/l2_tier.hpp"
-#include "server/write_behind.hpp"
+#include "server/levels/l2_tier.hpp"
+#include "server/levels/write_behind.hpp"
 #include "common/await_codes.hpp"
 
 #include <spdlog/spdlog.h>
@@ -15,8 +15,8 @@
 
 #include "l2/chunk_value.hpp"
 #include "common/gate.hpp"
-#include "server/kv_event_codec.hpp"
-#include "server/tier_events.hpp"
+#include "server/events/kv_event_codec.hpp"
+#include "server/events/tier_events.hpp"
 #include "common/log_escaped.hpp"
 #include "common/notifier.hpp"
 #include "tier/arena.hpp"

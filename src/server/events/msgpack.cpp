@@ -1,4 +1,4 @@
-#include "server/msgpack.hpp"
+#include "server/events/msgpack.hpp"
 
 #include <bit>
 #include <cstring>

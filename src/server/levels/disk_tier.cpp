@@ -1,5 +1,5 @@
-#include "server/disk_tier.hpp"
-#include "server/write_behind.hpp"
+#include "server/levels/disk_tier.hpp"
+#include "server/levels/write_behind.hpp"
 #include "common/await_codes.hpp"
 
 #include <fcntl.h>
@@ -21,10 +21,10 @@
 #include "common/notifier.hpp"
 #include "common/parse_bytes.hpp"
 #include "tier/object_header.hpp"
-#include "server/disk_file.hpp"
-#include "server/disk_recovery.hpp"
-#include "server/disk_ring.hpp"
-#include "server/tier_events.hpp"
+#include "server/levels/disk_file.hpp"
+#include "server/levels/disk_recovery.hpp"
+#include "server/levels/disk_ring.hpp"
+#include "server/events/tier_events.hpp"
 
 namespace kvstrand::server {
 

@@ -1,4 +1,4 @@
-#include "server/zmq_library.hpp"
+#include "server/events/zmq_library.hpp"
 
 #include <dlfcn.h>
 

@@ -35,7 +35,7 @@
 #include "l2/chunk_value.hpp"
 #include "l2/redis_cluster.hpp"
 #include "common/strand.hpp"
-#include "server/lower_level.hpp"
+#include "server/levels/lower_level.hpp"
 #include "tier/index.hpp"
 #include "tier/size_classes.hpp"
 

@@ -1,4 +1,4 @@
-#include "server/disk_ring.hpp"
+#include "server/levels/disk_ring.hpp"
 
 #include <liburing.h>
 #include <spdlog/spdlog.h>

@@ -1,6 +1,6 @@
-#include "server/tier_events.hpp"
+#include "server/events/tier_events.hpp"
 
-#include "server/kv_event_codec.hpp"
+#include "server/events/kv_event_codec.hpp"
 
 namespace kvstrand::server {
 

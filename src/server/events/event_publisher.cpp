@@ -1,4 +1,4 @@
-#include "server/event_publisher.hpp"
+#include "server/events/event_publisher.hpp"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -15,7 +15,7 @@
 
 #include "common/await_codes.hpp"
 #include "common/log_escaped.hpp"
-#include "server/zmq_library.hpp"
+#include "server/events/zmq_library.hpp"
 
 namespace kvstrand::server {
 
