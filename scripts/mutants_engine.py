@@ -47,7 +47,7 @@ MUTANTS = [
      "    if (std::find(purges.begin(), purges.end(), ns) == purges.end()) purges.push_back(ns);",
      "    (void)purges;",
      [("test_l2_drops", "*namespace drop*")], "a drop leaves L2's values for every other node to load"),
-    ("drop-cli-any-length", "src/server/drop_command.cpp",
+    ("drop-cli-any-length", "src/server/commands/drop_command.cpp",
      "  if (hex.size() != 2 * out->size()) return false;",
      "  if (hex.size() < 2 * out->size()) return false;",
      [("test_server_options", "*drop-namespace*")], "a namespace of more than 64 hex digits is taken"),

@@ -403,7 +403,7 @@ MUTANTS = [
     ("server-readyz-early", "src/server/debug_routes.cpp",
      "    else if (ready < all) why =", "    else if (false) why =",
      [("test_server", "server: a supervisor's NOTIFY_SOCKET*")], "/readyz says ready before the arena is whole"),
-    ("server-check-once", "src/server/server_check.cpp",
+    ("server-check-once", "src/server/commands/server_check.cpp",
      "    if (std::chrono::steady_clock::now() >= end) break;", "    break;",
      [("test_server", "server: --check exits 1*")], "--check-wait gives up at the first try"),
     # A node tier that survives its server.

@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <exception>
 
-#include "server/drop_command.hpp"
-#include "server/server_check.hpp"
+#include "server/commands/drop_command.hpp"
+#include "server/commands/server_check.hpp"
 #include "server/server_options.hpp"
 #include "server/systemd_notify.hpp"
 #include "server/tier_server.hpp"

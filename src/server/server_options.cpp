@@ -1,7 +1,7 @@
 #include "server/server_options.hpp"
 
 #include "server/config_file.hpp"
-#include "server/drop_command.hpp"
+#include "server/commands/drop_command.hpp"
 #include "server/tenant_options.hpp"
 
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-#include "server/drop_command.hpp"
+#include "server/commands/drop_command.hpp"
 
 #include <cstdio>
 

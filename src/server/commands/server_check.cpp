@@ -1,4 +1,4 @@
-#include "server/server_check.hpp"
+#include "server/commands/server_check.hpp"
 
 #include <cstdio>
 #include <thread>
