@@ -3,8 +3,12 @@
 // segments (apart from each other, in a shuffled order, so nothing
 // coalesces: as a paged pool's blocks lie), by
 // the gather kernel and by one DMA batch, the same bytes each way; each
-// path's rate is its best of a few rounds of back-to-back copies, the
-// stream synchronized around each round. Blocks the calling thread: never
+// path's rate is its best of a few single copies, each timed from its call
+// to its end as a load is: back-to-back copies would hide a DMA batch's
+// submission behind the copy before it, which a load pays (on an H100 the
+// back-to-back probe took the copy engines for 256 KiB segments, 6-8 %
+// behind the kernel in two runs of four; docs/performance-history.md,
+// thirty-first run). Blocks the calling thread: never
 // on the reactor strand. Uses the calling thread's current device.
 #pragma once
 
@@ -24,8 +28,8 @@ struct LoadPathProbeOptions {
   // The bytes each copy moves: about one reference load (141 segments of
   // ~148 KiB), so that every size runs at the rate a real load sees.
   std::uint64_t probe_bytes = 16ull << 20;
-  int rounds = 3;
-  int copies_per_round = 3;
+  int rounds = 5;
+  int copies_per_round = 1;  // more: back-to-back copies in a round (bench_gather --probe-copies)
 
   static std::vector<std::uint64_t> default_segment_sizes();
 };
