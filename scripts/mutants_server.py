@@ -42,7 +42,7 @@ MUTANTS = [
     ("events-never-trimmed", "src/server/request_service.cpp",
      "  if (events_ != nullptr) events_->keep_removal_only(*idx, slots);",
      "  (void)slots;",
-     [("pytest:test_server_events.py", "keeps_only")],
+     [("test_request_service", "*keeps BlockRemoved*"), ("pytest:test_server_events.py", "keeps_only")],
      "every arena object holds its whole description (a 256-token chunk's 1.3 KB) for its life"),
     ("events-disk-item-undescribed", "src/server/levels/disk_tier.cpp",
      "      const DescriptionPool::Id whole = events ? events->hold_whole(idx, slot) : DescriptionPool::kNone;\n      if (queue.push(idx, slot, whole)",

@@ -2,9 +2,16 @@
 // follow, its own registrations, its quotas, and what each request does to
 // the index (test_server runs the same through real processes). Tenants:
 // test_request_service_tenants.
+#include <unistd.h>
+
+#include <boost/asio/strand.hpp>
 #include <cstring>
+#include <string>
 
 #include "request_service_rig.hpp"
+#include "server/events/kv_event_codec.hpp"
+#include "server/events/msgpack.hpp"
+#include "server/events/tier_events.hpp"
 
 using namespace kvstrand;
 using namespace kvstrand::test;
@@ -382,4 +389,54 @@ TEST_CASE("request service: a drop's miss reason remembers the last 65,536 dropp
   REQUIRE(f.service.handle(c, Drop{first}).status == Status::ok);   // dropped again: remembered again
   (void)f.service.handle(c, Lookup{reg, keys(1, 1)});
   REQUIRE(f.service.lookup_misses().at(common::labels({{"reason", "dropped"}})) == 2);
+}
+
+TEST_CASE("request service: with --events a committed chunk's slot keeps BlockRemoved's part of its description, "
+          "with levels below or none",
+          "[server][events]") {
+  server::msgpack::Writer w;
+  w.map(3);
+  w.str("block_hashes");
+  w.array(1);
+  w.uint(42);
+  w.str("token_ids");
+  w.array(64);
+  for (int t = 0; t < 64; ++t) w.uint(1000 + t);
+  w.str("block_size");
+  w.uint(16);
+  const std::string description = w.take();
+  const std::string part = server::removal_part(description).value();
+  for (const bool below : {false, true}) {
+    boost::asio::io_context io;
+    server::EventOptions o;
+    o.endpoint = "ipc:///tmp/kvstrand-test-request-events-" + std::to_string(::getpid());
+    auto p = server::EventPublisher::open(boost::asio::make_strand(io), o);
+    REQUIRE(p.has_value());
+    {
+      tier::SizeClasses classes{kSlab};
+      FakeLevel level;
+      server::TierEvents events(*p);
+      events.watch(classes, "CPU");
+      RequestService service({64, 8 * kObject, 8 * kObject},
+                             server::ServerFacts{4 * kSlab, kSlab, false, [] { return 4 * kSlab; }, [] { return 2; },
+                                                 0x5eed, {}},
+                             classes, below ? std::vector<server::LowerLevel*>{&level} : std::vector<server::LowerLevel*>{});
+      for (std::uint32_t s = 0; s < 4; ++s) classes.add_slab(s);
+      service.set_events(&events);
+      Client c = client(1, 1);
+      REQUIRE(service.handle(c, Hello{}).status == Status::ok);
+      const Reply reg = service.handle(c, RegisterLayout{layout()});
+      REQUIRE(reg.status == Status::ok);
+      const Reply r = service.handle(c, Reserve{std::get<RegisterReply>(reg.payload).registration, keys(3, 1), {0},
+                                                {description}});
+      REQUIRE(r.status == Status::ok);
+      CHECK(events.descriptions().bytes() == description.size());  // whole until its BlockStored is out
+      REQUIRE(service.handle(c, Commit{std::get<ReserveReply>(r.payload).reservation, true}).status == Status::ok);
+      CHECK((*p)->stats().stored == 1);
+      CHECK(events.descriptions().size() == 1);
+      CHECK(events.descriptions().bytes() == part.size());
+      CHECK(level.committed_objects == (below ? 1u : 0u));
+    }
+    ::unlink(o.endpoint.substr(6).c_str());
+  }
 }
