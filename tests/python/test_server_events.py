@@ -31,12 +31,18 @@ def hashes_of(engine_id, prompt_id, chunk):
     return out
 
 
-def description(engine_id, prompt_id, chunk, tokens):
-    """What kvstrand.vllm sends for a chunk (docs/events.md), from vLLM's own values."""
+def extra_tokens(n):
+    """Token ids past a chunk's own 64: n of them, 5 bytes each in msgpack."""
+    return [200000 + i for i in range(n)]
+
+
+def description(engine_id, prompt_id, chunk, tokens, extra=0):
+    """What kvstrand.vllm sends for a chunk (docs/events.md), from vLLM's own values; `extra` more token ids
+    make one larger than a disk object's header block holds."""
     prev = hashes_of(engine_id, prompt_id, chunk - 1)[-1] if chunk else None
     return msgpack.packb({"block_hashes": hashes_of(engine_id, prompt_id, chunk), "parent_block_hash": prev,
-                          "token_ids": tokens[chunk * 64:(chunk + 1) * 64], "block_size": 16, "lora_id": None,
-                          "lora_name": None, "group_idx": 0}, use_bin_type=True)
+                          "token_ids": tokens[chunk * 64:(chunk + 1) * 64] + extra_tokens(extra), "block_size": 16,
+                          "lora_id": None, "lora_name": None, "group_idx": 0}, use_bin_type=True)
 
 
 class EventEngine:
@@ -50,14 +56,14 @@ class EventEngine:
         self.group = self.conn.register_layout(
             kvstrand.Registration(self.layout, [kvstrand.PlaneMemory(self.memory.address, BLOCKS)]))
 
-    def save(self, prompt_id, describe=True):
+    def save(self, prompt_id, describe=True, extra=0):
         tokens = [self.id * 100000 + prompt_id * 1000 + t for t in range(PROMPT_TOKENS)]
         keys = kvstrand.chunk_keys(self.layout, tokens)
         spec = kvstrand.TransferSpec(request=f"e{self.id}-p{prompt_id}", registration=self.group,
                                      tokens=kvstrand.TokenRange(0, PROMPT_TOKENS), keys=keys,
                                      blocks=list(range(PROMPT_TOKENS // 16)))
         if describe:
-            spec.chunk_events = [description(self.id, prompt_id, c, tokens) for c in range(len(keys))]
+            spec.chunk_events = [description(self.id, prompt_id, c, tokens, extra) for c in range(len(keys))]
         self.save_spec(spec)
 
     def save_spec(self, spec):
@@ -448,7 +454,11 @@ def test_a_value_another_node_wrote_to_l2_is_announced_once_promoted_into_this_n
         redis.wait()
 
 
-def test_a_chunk_the_disk_promotes_is_announced_on_cpu_again_and_one_dropped_under_a_lease_removed_once(tmp_path):
+@pytest.mark.parametrize("extra", [0, 1000])
+def test_a_chunk_the_disk_promotes_is_announced_on_cpu_again_and_one_dropped_under_a_lease_removed_once(tmp_path,
+                                                                                                     extra):
+    """extra=1000: each description (about 5.4 KB) is larger than a disk object's header block holds: the
+    disk's slot keeps it whole in memory, and the promotion announces it from there."""
     import subprocess
 
     from conftest import server_binary
@@ -466,7 +476,7 @@ def test_a_chunk_the_disk_promotes_is_announced_on_cpu_again_and_one_dropped_und
     try:
         sub.replay(0)
         time.sleep(0.3)  # the subscription reaches the server before the stores
-        a.save(0)
+        a.save(0, extra=extra)
         written(server)
         assert server.metric("disk_write_dropped_total") == 0  # a's 8 chunks are on the disk
         for p in range(1, 40):  # 312 objects more through the 256 of the arena: a's, the oldest, go
@@ -488,7 +498,7 @@ def test_a_chunk_the_disk_promotes_is_announced_on_cpu_again_and_one_dropped_und
         for e in sub.events():
             if e["type"] == "BlockStored" and key(e["block_hashes"]) in mine:
                 c = next(c for c in range(8) if key(hashes_of(0, 0, c)) == key(e["block_hashes"]))
-                assert e["token_ids"] == tokens[c * 64:(c + 1) * 64] and e["block_size"] == 16
+                assert e["token_ids"] == tokens[c * 64:(c + 1) * 64] + extra_tokens(extra) and e["block_size"] == 16
                 assert e["parent_block_hash"] == (hashes_of(0, 0, c - 1)[-1] if c else None)
         # Dropped while the lease holds them: removed at the drop, and not again at the release.
         ns = kvstrand.namespace_of(a.layout).hex()
