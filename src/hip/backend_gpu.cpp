@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "hip/backend.hpp"
+#include "hip/mapped_ranges.hpp"
 #include "hip/sim_hooks.hpp"
 #if defined(KVSTRAND_GPU_CUDA)
 #include "hip/segment_copy_kernel.hpp"
@@ -125,6 +126,35 @@ hipError_t mem_address_range(void** base, std::size_t* size, const void* ptr) {
 
 static_assert(sizeof(hipIpcMemHandle_t) <= IpcHandle::opaque_size, "IPC handle does not fit");
 
+#if defined(KVSTRAND_GPU_CUDA)
+// The kernel reads and writes host memory through the device's mapping of
+// it: only pinned memory the device can address counts (under unified
+// addressing, cudaHostAlloc'd memory has the same address on both sides).
+bool device_addressable(const void* p) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return (a.type == cudaMemoryTypeHost || a.type == cudaMemoryTypeDevice) && a.devicePointer == p;
+}
+#endif
+
+// What this process pinned that the kernel may read without asking again.
+// Never destroyed: memory may be unpinned from any thread until exit.
+MappedRanges& pinned_ranges() {
+  static auto* ranges = new MappedRanges;
+  return *ranges;
+}
+
+// Asked once per range, when it is pinned (the hip backend has no kernel).
+void note_pinned([[maybe_unused]] void* p, [[maybe_unused]] std::size_t bytes) {
+#if defined(KVSTRAND_GPU_CUDA)
+  if (device_addressable(p)) pinned_ranges().add(p, bytes);
+#endif
+}
+void forget_pinned(void* p) { pinned_ranges().remove(p); }
+
 }  // namespace
 
 namespace backend {
@@ -159,13 +189,23 @@ Status set_device(int ordinal) { return check(hipSetDevice(ordinal), "hipSetDevi
 Status device_malloc(void** out, std::size_t bytes) { return check(hipMalloc(out, bytes), "hipMalloc"); }
 Status device_free(void* p) { return check(hipFree(p), "hipFree"); }
 Status host_malloc(void** out, std::size_t bytes) {
-  return check(hipHostMalloc(out, bytes, hipHostMallocDefault), "hipHostMalloc");
+  Status s = check(hipHostMalloc(out, bytes, hipHostMallocDefault), "hipHostMalloc");
+  if (s.ok()) note_pinned(*out, bytes);
+  return s;
 }
-Status host_free(void* p) { return check(hipHostFree(p), "hipHostFree"); }
+Status host_free(void* p) {
+  forget_pinned(p);
+  return check(hipHostFree(p), "hipHostFree");
+}
 Status host_register(void* p, std::size_t bytes) {
-  return check(hipHostRegister(p, bytes, hipHostRegisterPortable | hipHostRegisterMapped), "hipHostRegister");
+  Status s = check(hipHostRegister(p, bytes, hipHostRegisterPortable | hipHostRegisterMapped), "hipHostRegister");
+  if (s.ok()) note_pinned(p, bytes);
+  return s;
 }
-Status host_unregister(void* p) { return check(hipHostUnregister(p), "hipHostUnregister"); }
+Status host_unregister(void* p) {
+  forget_pinned(p);
+  return check(hipHostUnregister(p), "hipHostUnregister");
+}
 
 Status stream_create(void** out) {
   hipStream_t s = nullptr;
@@ -204,21 +244,11 @@ Status memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind
 }
 
 #if defined(KVSTRAND_GPU_CUDA)
-// The kernel reads and writes host memory through the device's mapping of
-// it: only pinned memory the device can address counts (under unified
-// addressing, cudaHostAlloc'd memory has the same address on both sides).
-bool device_addressable(const void* p) {
-  cudaPointerAttributes a{};
-  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  return (a.type == cudaMemoryTypeHost || a.type == cudaMemoryTypeDevice) && a.devicePointer == p;
-}
-
 bool kernel_can_copy(std::span<const Segment> segs, CopyKind kind) {
   if (segs.size() < 2) return false;  // one contiguous run: the DMA engine is best
   if (kind == CopyKind::device_to_device) return true;
+  // An arena this process pinned was asked about once, when pinned.
+  if (pinned_ranges().host_sides_inside(segs, kind)) return true;
   // The host side of the first and the last segment (a batch's host side is
   // one tier arena in practice; both ends are checked to be safe).
   auto host = [kind](const Segment& g) { return kind == CopyKind::host_to_device ? g.src : g.dst; };
