@@ -46,7 +46,7 @@ TEST_CASE("MappedRanges: the host side is the source of a load and the destinati
   CHECK_FALSE(r.host_sides_inside({}, CopyKind::host_to_device));
 }
 
-TEST_CASE("MappedRanges: segments across two ranges, each inside one, are vouched for; one spanning both is not",
+TEST_CASE("MappedRanges: segments across two ranges, each inside one, are vouched for, one spanning both is not",
           "[hip]") {
   MappedRanges r;
   r.add(at(0x3000'0000), 1 << 20);
@@ -62,7 +62,7 @@ TEST_CASE("MappedRanges: segments across two ranges, each inside one, are vouche
   CHECK_FALSE(r.host_sides_inside(load(0x1010'0000 - 4096, {{0, 8192}}), CopyKind::host_to_device));
 }
 
-TEST_CASE("MappedRanges: a removed range is no longer vouched for; an overlapping add replaces the old", "[hip]") {
+TEST_CASE("MappedRanges: a removed range is no longer vouched for, an overlapping add replaces the old", "[hip]") {
   MappedRanges r;
   r.add(at(0x1000'0000), 1 << 20);
   r.remove(at(0x1000'0000));
