@@ -99,7 +99,7 @@ void start_figures(const std::string& tier) {
   c.conn->close();
 }
 
-reactor::Finished wait_any(reactor::Connector& c) {
+kvstrand::Finished wait_any(connector::Connector& c) {
   for (;;) {
     auto f = c.finished();
     if (!f.saves.empty() || !f.loads.empty()) return f;
@@ -113,7 +113,7 @@ int client(const std::string& socket, int index, std::int64_t start_ns, double s
   const kv::Layout l = reference_layout();
   Pool pool(128);
   NodeClient nc(socket, pool, l);
-  reactor::Connector& conn = *nc.conn;
+  connector::Connector& conn = *nc.conn;
   // The window measures steady state: the arena pinned for this GPU first.
   if (nc.wait_pinned(120s) < 0) die("the arena was not pinned within 120 s");
   if (Clock::now() > Clock::time_point(std::chrono::nanoseconds(start_ns)))

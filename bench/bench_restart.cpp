@@ -69,7 +69,7 @@ double first_answer(const std::string& socket, Clock::time_point t0) {
   }
 }
 
-reactor::Finished wait_for(reactor::Connector& c, bool lookups) {
+kvstrand::Finished wait_for(connector::Connector& c, bool lookups) {
   const auto t0 = Clock::now();
   for (;;) {
     auto f = c.finished();

@@ -123,8 +123,8 @@ struct Engine {
   }
 
   // The ops this step would post (built in both arms).
-  std::vector<reactor::Connector::Op> plan_step() {
-    std::vector<reactor::Connector::Op> ops;
+  std::vector<connector::Connector::Op> plan_step() {
+    std::vector<connector::Connector::Op> ops;
     for (int r = 0; r < kRequests; ++r) {
       Req& q = reqs[r];
       const std::uint32_t base = static_cast<std::uint32_t>(r) * kBlocksPerRequest;
@@ -135,7 +135,7 @@ struct Engine {
         s.tokens = {static_cast<std::uint32_t>(c) * 256, static_cast<std::uint32_t>(c + 1) * 256};
         s.keys = {keys[r][c]};
         for (std::uint32_t b = 0; b < 16; ++b) s.blocks.push_back(base + c * 16 + b);
-        ops.push_back({reactor::TransferKind::save, std::move(s), nullptr});
+        ops.push_back({kvstrand::TransferKind::save, std::move(s), nullptr});
         q.save_live = true;
       } else if (!q.load_live && q.saved > 0 && (rng() % 4 == 0)) {
         kv::TransferSpec s;
@@ -143,14 +143,14 @@ struct Engine {
         s.tokens = {0, 256};
         s.keys = {keys[r][0]};
         for (std::uint32_t b = 0; b < 16; ++b) s.blocks.push_back(kRequests * kBlocksPerRequest + static_cast<std::uint32_t>(r) * 16 + b);
-        ops.push_back({reactor::TransferKind::load, std::move(s), nullptr});
+        ops.push_back({kvstrand::TransferKind::load, std::move(s), nullptr});
         q.load_live = true;
       }
     }
     return ops;
   }
 
-  void settle(const reactor::Finished& f) {
+  void settle(const kvstrand::Finished& f) {
     for (const auto& o : f.saves) {
       Req& q = reqs[std::stoi(o.request.substr(1))];
       q.save_live = false;
@@ -299,11 +299,11 @@ class Arm {
         return 0;
       });
     if (kind == Kind::kvstrand || kind == Kind::kvstrand_http) {
-      reactor::ConnectorOptions opts;
+      connector::ConnectorOptions opts;
       opts.tier_bytes = kTierBytes;
       opts.reactor_idle_spin = setup.idle_spin;
       if (kind == Kind::kvstrand_http) opts.http = common::HttpOptions{};
-      conn_ = on_cpus(setup.kv_cpu, [&] { return std::make_unique<reactor::Connector>(opts); });
+      conn_ = on_cpus(setup.kv_cpu, [&] { return std::make_unique<connector::Connector>(opts); });
       if (kind == Kind::kvstrand_http)
         scraper_ = std::thread([this, port = conn_->http_port()] {
           while (!done_) {
@@ -314,7 +314,7 @@ class Arm {
             std::this_thread::sleep_for(std::chrono::milliseconds(250));
           }
         });
-      reactor::Registration reg;
+      kvstrand::Registration reg;
       reg.layout = engine_.layout;
       for (std::byte* p : setup.planes) reg.planes.push_back({p, setup.pool_blocks});
       conn_->register_layout(reg);
@@ -377,43 +377,44 @@ class Arm {
       engine_.settle(f);
     } else if (handoff_) {
       // The floor arms: each op handed to the other thread and back.
-      for (auto& op : ops) handoff_->post(op.kind == reactor::TransferKind::save, std::move(op.spec));
-      reactor::Finished f;
+      for (auto& op : ops) handoff_->post(op.kind == kvstrand::TransferKind::save, std::move(op.spec));
+      kvstrand::Finished f;
       handoff_->drain([&](bool save, kv::TransferSpec& spec) {
-        reactor::TransferOutcome o;
+        kvstrand::TransferOutcome o;
         o.request = spec.request;
-        o.kind = save ? reactor::TransferKind::save : reactor::TransferKind::load;
+        o.kind = save ? kvstrand::TransferKind::save : kvstrand::TransferKind::load;
         o.ok = true;
-        if (o.kind == reactor::TransferKind::save) o.blocks = std::move(spec.blocks);
-        (o.kind == reactor::TransferKind::save ? f.saves : f.loads).push_back(std::move(o));
+        if (o.kind == kvstrand::TransferKind::save) o.blocks = std::move(spec.blocks);
+        (o.kind == kvstrand::TransferKind::save ? f.saves : f.loads).push_back(std::move(o));
       });
       s_.completed += f.saves.size() + f.loads.size();
       engine_.settle(f);
     } else if (copier_) {
       // The copies arm: an op completes when the copier has moved its bytes.
       for (auto& op : ops) {
-        reactor::TransferOutcome o;
+        kvstrand::TransferOutcome o;
         o.request = op.spec.request;
         o.kind = op.kind;
         o.ok = true;
         copying_.push_back(std::move(o));
-        copier_->post(op.kind == reactor::TransferKind::save, op.spec.blocks.front());
+        copier_->post(op.kind == kvstrand::TransferKind::save, op.spec.blocks.front());
       }
-      reactor::Finished f;
+      kvstrand::Finished f;
       for (const std::size_t done = copier_->done(); s_.completed < done; ++s_.completed) {
-        (copying_.front().kind == reactor::TransferKind::save ? f.saves : f.loads).push_back(std::move(copying_.front()));
+        (copying_.front().kind == kvstrand::TransferKind::save ? f.saves : f.loads)
+            .push_back(std::move(copying_.front()));
         copying_.pop_front();
       }
       engine_.settle(f);
     } else {
       // Baseline: everything posted completes at once, with no kvstrand call.
-      reactor::Finished f;
+      kvstrand::Finished f;
       for (auto& op : ops) {
-        reactor::TransferOutcome o;
+        kvstrand::TransferOutcome o;
         o.request = op.spec.request;
         o.kind = op.kind;
         o.ok = true;
-        (op.kind == reactor::TransferKind::save ? f.saves : f.loads).push_back(std::move(o));
+        (op.kind == kvstrand::TransferKind::save ? f.saves : f.loads).push_back(std::move(o));
       }
       s_.completed += ops.size();
       engine_.settle(f);
@@ -422,9 +423,9 @@ class Arm {
   }
 
   Engine engine_;
-  std::unique_ptr<reactor::Connector> conn_;
+  std::unique_ptr<connector::Connector> conn_;
   std::optional<Copier> copier_;
-  std::deque<reactor::TransferOutcome> copying_;  // posted to the copier, in order
+  std::deque<kvstrand::TransferOutcome> copying_;  // posted to the copier, in order
   std::optional<bench::HandoffFloor> handoff_;
   std::atomic<bool> done_{false}, resting_{false};
   std::thread scraper_;

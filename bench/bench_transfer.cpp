@@ -99,7 +99,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-reactor::Finished wait_one(reactor::Connector& c) {
+kvstrand::Finished wait_one(connector::Connector& c) {
   for (;;) {
     auto f = c.finished();
     if (!f.saves.empty() || !f.loads.empty()) return f;
@@ -166,7 +166,7 @@ class SharedSource {
 };
 
 bool split = false;  // --split
-std::chrono::microseconds idle_spin = reactor::ConnectorOptions{}.reactor_idle_spin;  // --idle-spin
+std::chrono::microseconds idle_spin = connector::ConnectorOptions{}.reactor_idle_spin;  // --idle-spin
 std::chrono::milliseconds idle_before_lookup{0};                                     // --idle-ms
 
 // Saves prompt 0 once, then loads its tokens [64, 512) `iterations` times
@@ -178,7 +178,7 @@ std::chrono::milliseconds idle_before_lookup{0};                                
 // load's time above it is kvstrand's (the ring, the strand, the poller, the
 // mailbox). The same batch is then run from a SharedSource of 4 KiB pages
 // and, where huge pages are reserved, of huge pages.
-LoadFigures measure_loads(reactor::Connector& conn, Pool& pool, const kv::Layout& l, int iterations) {
+LoadFigures measure_loads(connector::Connector& conn, Pool& pool, const kv::Layout& l, int iterations) {
   std::mt19937 rng(1);
   auto scattered = [&](std::size_t n) {
     std::vector<kv::BlockId> v;
@@ -195,7 +195,7 @@ LoadFigures measure_loads(reactor::Connector& conn, Pool& pool, const kv::Layout
     conn.save(save_spec(l, 0, scattered(32)));
     auto f = wait_one(conn);
     if (f.saves[0].ok) break;
-    if (f.saves[0].error != reactor::TransferErrc::tier_full || Clock::now() > ready_by)
+    if (f.saves[0].error != kvstrand::TransferErrc::tier_full || Clock::now() > ready_by)
       die("save failed: " + f.saves[0].reason);
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -233,7 +233,7 @@ LoadFigures measure_loads(reactor::Connector& conn, Pool& pool, const kv::Layout
     auto us_since = [](Clock::time_point t) { return std::chrono::duration<double, std::micro>(Clock::now() - t).count(); };
     const auto t0 = Clock::now();
     conn.load(std::move(s));
-    reactor::Finished f;
+    kvstrand::Finished f;
     if (split) {
       double queued = -1, done = -1;
       for (;;) {
@@ -336,9 +336,9 @@ LoadRatios report(const char* path, const LoadFigures& f) {
 // `seconds`; GB/s of the saves completed, against one contiguous D2H copy of
 // one save's bytes (the limit the link gives a single copy).
 void save_throughput(Pool& pool, const kv::Layout& l, double seconds, const char* path) {
-  reactor::ConnectorOptions opts;
+  connector::ConnectorOptions opts;
   opts.tier_bytes = 2ull << 30;
-  reactor::Connector conn(opts);
+  connector::Connector conn(opts);
   conn.register_layout(pool.registration(l));
   const std::uint64_t bytes_per_save = 32 * kBlockBytes + 2 * kImageBytes;
   std::vector<kv::BlockId> blocks(32);
@@ -436,11 +436,11 @@ int main(int argc, char** argv) {
   Pool pool(pool_blocks);
   LoadRatios embedded, served, plain, dma, kernel;
   {
-    reactor::ConnectorOptions opts;
+    connector::ConnectorOptions opts;
     opts.tier_bytes = 64ull << 20;
     opts.reactor_idle_spin = idle_spin;
     opts.load_path = load_path;  // measure: the paths timed at its registration
-    reactor::Connector conn(opts);
+    connector::Connector conn(opts);
     conn.register_layout(pool.registration(l));
     hip::set_batch_path(hip::BatchPath::per_segment);
     plain = report("embedded, 1 copy/seg", measure_loads(conn, pool, l, iterations));

@@ -74,8 +74,8 @@ struct Pool {
     }
     (void)stream.synchronize();
   }
-  reactor::Registration registration(const kv::Layout& l) {
-    reactor::Registration reg;
+  kvstrand::Registration registration(const kv::Layout& l) {
+    kvstrand::Registration reg;
     reg.layout = l;
     for (auto& p : planes) reg.planes.push_back({p.data(), blocks});
     reg.state = {state.data(), 4};
@@ -96,16 +96,16 @@ inline kv::TransferSpec save_spec(const kv::Layout& l, std::uint64_t prompt, std
 
 // A Connector over the node tier.
 struct NodeClient {
-  std::unique_ptr<reactor::Connector> conn;
+  std::unique_ptr<connector::Connector> conn;
   NodeClient(const std::string& socket, Pool& pool, const kv::Layout& l,
-             std::chrono::microseconds idle_spin = reactor::ConnectorOptions{}.reactor_idle_spin,
-             std::string load_path = reactor::ConnectorOptions{}.load_path) {
-    reactor::ConnectorOptions o;
+             std::chrono::microseconds idle_spin = connector::ConnectorOptions{}.reactor_idle_spin,
+             std::string load_path = connector::ConnectorOptions{}.load_path) {
+    connector::ConnectorOptions o;
     o.reactor_idle_spin = idle_spin;
     o.load_path = std::move(load_path);  // process-wide: a Connector's choice is every one's after it
     o.server_socket = socket;
     o.server_request_timeout = std::chrono::seconds(10);
-    conn = std::make_unique<reactor::Connector>(o);
+    conn = std::make_unique<connector::Connector>(o);
     conn->register_layout(pool.registration(l));
   }
   // Seconds until the whole arena is pinned for this process's device (a

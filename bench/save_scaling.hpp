@@ -58,9 +58,9 @@ struct Server {
   }
 };
 
-inline std::unique_ptr<reactor::Connector> connect_when_up(const std::string& socket, Pool& pool, const kv::Layout& l,
-                                                          std::chrono::microseconds idle_spin,
-                                                          std::string load_path = reactor::ConnectorOptions{}.load_path) {
+inline std::unique_ptr<connector::Connector> connect_when_up(
+    const std::string& socket, Pool& pool, const kv::Layout& l, std::chrono::microseconds idle_spin,
+    std::string load_path = connector::ConnectorOptions{}.load_path) {
   const auto end = Clock::now() + 10s;
   // A Connector started before the server keeps its registration and
   // attaches at its next request after the server is up (at most every 2 s);

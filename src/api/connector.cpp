@@ -16,8 +16,8 @@ namespace kvstrand {
 namespace {
 
 // The same fields: the internal options add only what engines never set.
-reactor::ConnectorOptions internal(const ConnectorOptions& o) {
-  reactor::ConnectorOptions r;
+connector::ConnectorOptions internal(const ConnectorOptions& o) {
+  connector::ConnectorOptions r;
   static_cast<ConnectorOptions&>(r) = o;
   return r;
 }
@@ -47,7 +47,7 @@ struct Connector::Impl {
     return ev;
   }
 
-  reactor::Connector conn;
+  connector::Connector conn;
   hip::SharedEvents events;
 };
 
@@ -67,7 +67,7 @@ void Connector::load(kv::TransferSpec spec, Producer producer) {
 }
 
 void Connector::submit(std::vector<Op> ops) {
-  std::vector<reactor::Connector::Op> in;
+  std::vector<connector::Connector::Op> in;
   in.reserve(ops.size());
   // Ops after the same stream share one event: "what is queued on it now"
   // is one point for the whole step.

@@ -8,7 +8,7 @@ namespace kvstrand {
 
 struct PageStore::Impl {
   explicit Impl(PageStoreOptions o) : store(std::move(o)) {}
-  reactor::PageStore store;
+  data_path::PageStore store;
 };
 
 PageStore::PageStore(PageStoreOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}

@@ -4,7 +4,7 @@
 
 #include "index_plane/transfer_error.hpp"
 
-namespace kvstrand::reactor {
+namespace kvstrand::connector {
 
 void Admission::add(Registration registration) {
   InUse in_use;
@@ -12,8 +12,8 @@ void Admission::add(Registration registration) {
   for (const auto& p : registration.planes) blocks = std::max(blocks, p.num_blocks);
   in_use.reading.assign(blocks, 0);
   in_use.writing.assign(blocks, 0);
-  in_use.reading_slots.assign(state_slot_count(registration), 0);
-  in_use.writing_slots.assign(state_slot_count(registration), 0);
+  in_use.reading_slots.assign(data_path::state_slot_count(registration), 0);
+  in_use.writing_slots.assign(data_path::state_slot_count(registration), 0);
   in_use_.push_back(std::move(in_use));
   registrations_.push_back(std::move(registration));
 }
@@ -74,7 +74,7 @@ LiveTransfer& Admission::add_live(Op& op) {
     u.load = op.kind == TransferKind::load;
     u.counting = true;
     u.slots.clear();
-    any_slot_use(registrations_[op.spec.registration], op.spec, [&](std::int32_t slot) {
+    data_path::any_slot_use(registrations_[op.spec.registration], op.spec, [&](std::int32_t slot) {
       u.slots.push_back(slot);
       return false;
     });
@@ -104,7 +104,7 @@ std::optional<std::string> Admission::conflict(const Op& op) const {
     if (written || (load && u.reading[b] > 0)) return why("block " + std::to_string(b), written);
   }
   std::optional<std::string> refusal;
-  any_slot_use(registrations_[op.spec.registration], op.spec, [&](std::int32_t s) {
+  data_path::any_slot_use(registrations_[op.spec.registration], op.spec, [&](std::int32_t s) {
     const bool written = u.writing_slots[s] > 0;
     if (written || (load && u.reading_slots[s] > 0)) refusal = why("image slot " + std::to_string(s), written);
     return refusal.has_value();
@@ -123,7 +123,7 @@ void Admission::count(const Op& op, int delta) {
   InUse& in = in_use_[op.spec.registration];
   const bool load = op.kind == TransferKind::load;
   for (kv::BlockId b : op.spec.blocks) (load ? in.writing : in.reading)[b] += delta;
-  any_slot_use(registrations_[op.spec.registration], op.spec, [&](std::int32_t s) {
+  data_path::any_slot_use(registrations_[op.spec.registration], op.spec, [&](std::int32_t s) {
     (load ? in.writing_slots : in.reading_slots)[s] += delta;
     return false;
   });
@@ -173,4 +173,4 @@ void Admission::end(TransferEnd& e, Finished& f) {
   spare_.erase(live_, it);
 }
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::connector

@@ -23,7 +23,7 @@
 #include "connector/spare_nodes.hpp"
 #include "connector/transfer.hpp"
 
-namespace kvstrand::reactor {
+namespace kvstrand::connector {
 
 // One transfer as the engine posts it.
 struct Op {
@@ -114,4 +114,4 @@ class Admission {
   std::vector<InUse> in_use_;  // by registration
 };
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::connector

@@ -17,7 +17,7 @@
 #include "index_plane/local_index.hpp"
 #include "index_plane/remote_index.hpp"
 
-namespace kvstrand::reactor {
+namespace kvstrand::connector {
 
 namespace asio = boost::asio;
 
@@ -85,19 +85,20 @@ Connector::Connector(ConnectorOptions options)
   options_.reactor.device = options_.device;
   options_.reactor.poller.idle_spin = options_.reactor_idle_spin;
   options_.http = http_of(options_);
-  reactor_ = std::make_unique<Reactor>(options_.reactor);
+  reactor_ = std::make_unique<reactor::Reactor>(options_.reactor);
   mailbox_ = std::make_shared<Mailbox>();
-  std::unique_ptr<IndexPlane> index;
+  std::unique_ptr<index_plane::IndexPlane> index;
   if (options_.make_index) {
     index = options_.make_index(*reactor_);
   } else if (!options_.server_socket.empty()) {
-    index = std::make_unique<RemoteIndex>(
-        *reactor_, RemoteIndexOptions{options_.server_socket, options_.server_request_timeout, options_.device,
-                                   options_.server_uid, {}});
+    index = std::make_unique<index_plane::RemoteIndex>(
+        *reactor_,
+        index_plane::RemoteIndexOptions{
+            options_.server_socket, options_.server_request_timeout, options_.device, options_.server_uid, {}});
   } else {
-    index = std::make_unique<LocalIndex>(options_.tier_bytes);
+    index = std::make_unique<index_plane::LocalIndex>(options_.tier_bytes);
   }
-  auto tier = std::make_unique<HostTier>(*reactor_, std::move(index));
+  auto tier = std::make_unique<data_path::HostTier>(*reactor_, std::move(index));
   table_ = std::make_shared<TransferTable>(*reactor_, std::move(tier), mailbox_, options_.transfer_deadline);
   submissions_ = table_->submissions().get();
   reactor_->call([this]() -> asio::awaitable<void> {
@@ -116,9 +117,10 @@ std::uint32_t Connector::register_layout(Registration registration) {
   if (closed_) throw TransferRefused(TransferErrc::closed, "register_layout after close()");
   if (auto err = registration.check()) throw TransferRefused(TransferErrc::bad_spec, *err);
   const auto id = static_cast<std::uint32_t>(admission_.registrations().size());
-  Failure refused = reactor_->call([table = table_, reg = registration]() mutable -> asio::awaitable<Failure> {
-    return table->attach(std::move(reg));
-  });
+  index_plane::Failure refused =
+      reactor_->call([table = table_, reg = registration]() mutable -> asio::awaitable<index_plane::Failure> {
+        return table->attach(std::move(reg));
+      });
   // The tier's words, once; TransferRefused appends the code's own text.
   if (refused) throw TransferRefused(refused.ec, "register_layout: registration " + std::to_string(id) + ": " + refused.why);
   // The sizes its loads' segments will have, timed on this host's two load
@@ -142,9 +144,10 @@ std::uint64_t Connector::invalidate(std::uint32_t registration) {
   if (closed_) throw TransferRefused(TransferErrc::closed, "invalidate after close()");
   if (registration >= admission_.registrations().size())
     throw TransferRefused(TransferErrc::not_registered, "invalidate: no registration " + std::to_string(registration));
-  IndexPlane::Dropped d = reactor_->call([table = table_, registration]() -> asio::awaitable<IndexPlane::Dropped> {
-    co_return co_await table->tier().index().drop(registration);
-  });
+  index_plane::IndexPlane::Dropped d =
+      reactor_->call([table = table_, registration]() -> asio::awaitable<index_plane::IndexPlane::Dropped> {
+        co_return co_await table->tier().index().drop(registration);
+      });
   if (d.failure) throw TransferRefused(d.failure.ec, "invalidate: " + d.failure.why);
   return d.objects;
 }
@@ -194,7 +197,7 @@ void Connector::submit(std::vector<Op> ops) {
   // next tick (no lock, no wake-up), and one wake-up check for the batch,
   // however the loop ends. A full ring: the rest in a post, after the ring.
   struct Notify {
-    HandoffQueue<Submission>& ring;
+    reactor::HandoffQueue<Submission>& ring;
     ~Notify() { ring.notify(); }
   } notify{*submissions_};
   std::vector<Submission> rest;
@@ -411,9 +414,10 @@ Connector::ArenaMappings Connector::arena_mappings() {
   return reactor_->call([table = table_]() -> asio::awaitable<ArenaMappings> { co_return table->tier().index().server_link(); });
 }
 
-PollerStats Connector::poller_stats() {
+reactor::PollerStats Connector::poller_stats() {
   if (stopped_) return {};
-  return reactor_->call([r = reactor_.get()]() -> asio::awaitable<PollerStats> { co_return r->poller().stats(); });
+  return reactor_->call(
+      [r = reactor_.get()]() -> asio::awaitable<reactor::PollerStats> { co_return r->poller().stats(); });
 }
 
 hip::EventPool::Stats Connector::event_stats() {
@@ -421,4 +425,4 @@ hip::EventPool::Stats Connector::event_stats() {
   return reactor_->call([r = reactor_.get()]() -> asio::awaitable<hip::EventPool::Stats> { co_return r->events().stats(); });
 }
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::connector

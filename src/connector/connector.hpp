@@ -50,7 +50,7 @@
 #include "connector/transfer_table.hpp"
 #include "tier/index.hpp"
 
-namespace kvstrand::reactor {
+namespace kvstrand::connector {
 
 using common::DebugHttp;
 using common::HttpOptions;
@@ -62,13 +62,13 @@ using common::AtomicHistogram;
 // Connector passes its options through as they are.
 struct ConnectorOptions : kvstrand::ConnectorOptions {
   // The poller and event pool; its device is always `device` above.
-  ReactorOptions reactor;
+  reactor::ReactorOptions reactor;
   // The debug endpoint in full (allow_non_loopback): when set it is used
   // instead of debug_port / debug_address.
   std::optional<HttpOptions> http;
   // The index plane under the tier's data path (tests' doubles); when
   // empty, a LocalIndex of tier_bytes or, with server_socket, a RemoteIndex.
-  std::function<std::unique_ptr<IndexPlane>(Reactor&)> make_index;
+  std::function<std::unique_ptr<index_plane::IndexPlane>(reactor::Reactor&)> make_index;
 };
 
 // Refuses options kvstrand cannot serve, naming the option.
@@ -76,7 +76,7 @@ std::optional<kv::ConfigError> validate(const ConnectorOptions& options);
 
 class Connector {
  public:
-  using Op = reactor::Op;
+  using Op = connector::Op;
 
   // Throws std::invalid_argument naming the option for invalid options.
   explicit Connector(ConnectorOptions options = {});
@@ -206,12 +206,12 @@ class Connector {
 
   // The reactor, for engines that run their own coroutines beside kvstrand's
   // (never touching its state) and for tests.
-  Reactor& reactor() noexcept { return *reactor_; }
+  reactor::Reactor& reactor() noexcept { return *reactor_; }
 
   // Debug views (they hop to the strand and back: not for the step loop).
   std::vector<TransferInfo> transfers();
   tier::Index::Stats tier_stats();
-  PollerStats poller_stats();
+  reactor::PollerStats poller_stats();
   hip::EventPool::Stats event_stats();
   // The native stream the tier queues loads' copies on (null: a tier with
   // none, or none yet): what the sim's fault hooks hold or fail in tests of
@@ -227,7 +227,7 @@ class Connector {
   // The node tier's arena (how many times it was mapped and pinned, how
   // many server restarts kept it, how much is pinned) and its connection;
   // zeros for the embedded tier. Read on the strand.
-  using ArenaMappings = IndexPlane::ServerLink;
+  using ArenaMappings = index_plane::IndexPlane::ServerLink;
   ArenaMappings arena_mappings();
   // The debug endpoint's port (0 when it is off).
   std::uint16_t http_port() const noexcept { return http_ ? http_->port() : 0; }
@@ -247,7 +247,7 @@ class Connector {
   void post_after_submissions(F f);
 
   ConnectorOptions options_;
-  std::unique_ptr<Reactor> reactor_;
+  std::unique_ptr<reactor::Reactor> reactor_;
   std::shared_ptr<AtomicHistogram> step_calls_;  // only with the debug endpoint on
   std::unique_ptr<DebugHttp> http_;
   // The strand's half: reached only by the submission ring and posts (and,
@@ -255,7 +255,7 @@ class Connector {
   std::shared_ptr<TransferTable> table_;
   // table_'s submission ring, as this thread reaches it: a pointer of its
   // own, not read out of the table, whose lines the strand writes.
-  HandoffQueue<Submission>* submissions_ = nullptr;
+  reactor::HandoffQueue<Submission>* submissions_ = nullptr;
   std::shared_ptr<Mailbox> mailbox_;
   Drained drained_;  // finished()'s, reused: its vectors trade places with the mailbox's
   // The engine thread's half: what this thread posted and has not yet drained.
@@ -265,4 +265,4 @@ class Connector {
   bool stopped_ = false;  // the reactor thread has ended and the tier is released
 };
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::connector

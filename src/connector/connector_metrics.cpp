@@ -8,7 +8,7 @@
 #include "connector/connector.hpp"
 #include "index_plane/transfer_error.hpp"
 
-namespace kvstrand::reactor {
+namespace kvstrand::connector {
 
 namespace json = boost::json;
 
@@ -60,7 +60,7 @@ std::string transfers_json(const std::vector<TransferInfo>& live, std::string_vi
   return json::serialize(a);
 }
 
-std::string events_json(const hip::EventPool::Stats& e, const PollerStats& p) {
+std::string events_json(const hip::EventPool::Stats& e, const reactor::PollerStats& p) {
   json::object o{{"live", e.live},
                  {"in_use", e.in_use},
                  {"idle", e.idle},
@@ -165,4 +165,4 @@ std::string prometheus(const ConnectorMetrics& m, const Histogram& step_calls, c
   return p.str();
 }
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::connector

@@ -16,7 +16,7 @@
 #include "reactor/poller.hpp"
 #include "connector/transfer.hpp"
 
-namespace kvstrand::reactor {
+namespace kvstrand::connector {
 
 using common::AtomicHistogram;
 using common::Histogram;
@@ -42,7 +42,7 @@ struct ConnectorMetrics {
 std::string_view outcome_label(std::error_code ec);
 
 std::string transfers_json(const std::vector<TransferInfo>& live, std::string_view tier);
-std::string events_json(const hip::EventPool::Stats& events, const PollerStats& poller);
+std::string events_json(const hip::EventPool::Stats& events, const reactor::PollerStats& poller);
 std::string tier_json(std::string_view kind, const tier::Index::Stats& tier, const ConnectorMetrics& m);
 // What the process's loads follow (hip/load_path.hpp): null is the
 // backend's built-in rule.
@@ -50,4 +50,4 @@ std::string load_path_json(const hip::LoadPaths* paths);
 std::string prometheus(const ConnectorMetrics& m, const Histogram& step_calls, const tier::Index::Stats& tier,
                        const hip::EventPool::Stats& events, std::size_t live_transfers);
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::connector

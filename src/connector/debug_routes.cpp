@@ -3,14 +3,14 @@
 #include "common/debug_page.hpp"
 #include "connector/connector_metrics.hpp"
 
-namespace kvstrand::reactor {
+namespace kvstrand::connector {
 
 using common::HttpResponse;
 
 common::HttpRoutes debug_routes(std::shared_ptr<TransferTable> table,
                                 std::shared_ptr<common::AtomicHistogram> step_calls) {
   common::HttpRoutes routes;
-  Reactor* r = &table->reactor();
+  reactor::Reactor* r = &table->reactor();
   routes["/healthz"] = [table] {
     if (!table->failed()) return HttpResponse{200, "text/plain", "ok\n"};
     return HttpResponse{503, "text/plain", "fail-stop: " + table->fail_stop() + "\n"};
@@ -36,4 +36,4 @@ common::HttpRoutes debug_routes(std::shared_ptr<TransferTable> table,
   return routes;
 }
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::connector

@@ -9,9 +9,9 @@
 #include "common/metrics.hpp"
 #include "connector/transfer_table.hpp"
 
-namespace kvstrand::reactor {
+namespace kvstrand::connector {
 
 common::HttpRoutes debug_routes(std::shared_ptr<TransferTable> table,
                                 std::shared_ptr<common::AtomicHistogram> step_calls);
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::connector

@@ -4,7 +4,7 @@
 
 #include "index_plane/transfer_error.hpp"
 
-namespace kvstrand::reactor {
+namespace kvstrand::connector {
 
 std::uint64_t LookupBook::start() {
   if (live_ >= max_live_)
@@ -47,4 +47,4 @@ void LookupBook::answered(const Finished& f, const std::vector<Registration>& re
   }
 }
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::connector

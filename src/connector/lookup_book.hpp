@@ -14,7 +14,7 @@
 #include <kvstrand/finished.hpp>
 #include "data_path/registration.hpp"
 
-namespace kvstrand::reactor {
+namespace kvstrand::connector {
 
 class LookupBook {
  public:
@@ -49,4 +49,4 @@ class LookupBook {
   std::size_t live_ = 0;  // asked, answer not yet drained
 };
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::connector

@@ -13,7 +13,7 @@ std::vector<const TransferOutcome*> Finished::failed_loads() const {
 
 }  // namespace kvstrand
 
-namespace kvstrand::reactor {
+namespace kvstrand::connector {
 
 void Mailbox::push(LookupOutcome l) {
   std::lock_guard lk(m_);
@@ -50,4 +50,4 @@ std::optional<FailStopState> Mailbox::fail_stop() const {
   return fail_;
 }
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::connector

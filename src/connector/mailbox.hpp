@@ -22,7 +22,7 @@
 #include "reactor/spsc_ring.hpp"
 #include "connector/transfer.hpp"
 
-namespace kvstrand::reactor {
+namespace kvstrand::connector {
 
 using kvstrand::Finished;
 using kvstrand::LoadOrder;
@@ -132,7 +132,7 @@ class Mailbox {
   std::vector<TransferKey> terminal() const;
 
  private:
-  SpscRing<TransferEnd> ends_;
+  reactor::SpscRing<TransferEnd> ends_;
   mutable std::mutex m_;
   // Written under m_: true while overflow_ or lookups_ is not empty or
   // fail_ is set.
@@ -144,4 +144,4 @@ class Mailbox {
   std::optional<FailStopState> fail_;
 };
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::connector

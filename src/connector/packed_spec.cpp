@@ -3,7 +3,7 @@
 #include <cstring>
 #include <type_traits>
 
-namespace kvstrand::reactor {
+namespace kvstrand::connector {
 
 namespace {
 
@@ -107,4 +107,4 @@ kv::TransferSpec unpack(std::span<const std::uint32_t> packed) {
   return s;
 }
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::connector

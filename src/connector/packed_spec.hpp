@@ -18,7 +18,7 @@
 
 #include <kvstrand/transfer_spec.hpp>
 
-namespace kvstrand::reactor {
+namespace kvstrand::connector {
 
 // The words of one packed spec: inline up to kInline (a transfer of a few
 // chunks: a one-chunk save of 16 blocks is 46), in a heap buffer beyond;
@@ -49,4 +49,4 @@ void pack(const kv::TransferSpec& spec, PackedSpec& into);
 // The spec `pack` wrote.
 kv::TransferSpec unpack(std::span<const std::uint32_t> packed);
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::connector

@@ -22,7 +22,7 @@
 #include "hip/event.hpp"
 #include "connector/mailbox.hpp"
 
-namespace kvstrand::reactor {
+namespace kvstrand::connector {
 
 class QueuedEvents {
  public:
@@ -66,4 +66,4 @@ class QueuedEvents {
   std::deque<std::pair<hip::Event*, EndReceipt>> in_ring_, in_overflow_;
 };
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::connector

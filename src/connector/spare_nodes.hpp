@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-namespace kvstrand::reactor {
+namespace kvstrand::connector {
 
 template <class Map>
 class SpareNodes {
@@ -48,4 +48,4 @@ class SpareNodes {
   std::vector<typename Map::node_type> spare_;
 };
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::connector

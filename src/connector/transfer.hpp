@@ -18,7 +18,7 @@
 #include <kvstrand/finished.hpp>
 #include <kvstrand/transfer_spec.hpp>
 
-namespace kvstrand::reactor {
+namespace kvstrand::connector {
 
 using kvstrand::TransferKind;
 using kvstrand::to_string;
@@ -95,4 +95,4 @@ struct Transfer {
   bool terminal() const noexcept { return state == TransferState::done || state == TransferState::failed; }
 };
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::connector

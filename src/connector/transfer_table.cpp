@@ -12,7 +12,7 @@
 #include "reactor/handoff_queue.hpp"
 #include "index_plane/transfer_error.hpp"
 
-namespace kvstrand::reactor {
+namespace kvstrand::connector {
 
 using common::LogEscaped;
 
@@ -31,13 +31,17 @@ const char* to_string(TransferState s) noexcept {
   return "?";
 }
 
-TransferTable::TransferTable(Reactor& r, std::unique_ptr<HostTier> t, std::shared_ptr<Mailbox> m,
+TransferTable::TransferTable(reactor::Reactor& r, std::unique_ptr<data_path::HostTier> t, std::shared_ptr<Mailbox> m,
                              std::chrono::milliseconds d)
-    : reactor_(r), tier_(std::move(t)), mailbox_(std::move(m)), deadline_(d), gate_(r.strand()),
+    : reactor_(r),
+      tier_(std::move(t)),
+      mailbox_(std::move(m)),
+      deadline_(d),
+      gate_(r.strand()),
       // The table outlives every tick that polls the queue: the poller drops
       // it when the reactor stops, before the Connector lets the table go.
-      submissions_(std::make_shared<HandoffQueue<Submission>>(kSubmissionSlots, r.poller(),
-                                                            [this](Submission& p) { start(p); })),
+      submissions_(std::make_shared<reactor::HandoffQueue<Submission>>(kSubmissionSlots, r.poller(),
+                                                                       [this](Submission& p) { start(p); })),
       queued_events_(*mailbox_) {}
 
 // The submission stays in the ring's slot for the engine's thread to
@@ -108,7 +112,7 @@ asio::awaitable<void> TransferTable::run(std::shared_ptr<TransferTable> self, st
   // copy is queued only while the transfer still wants it (its deadline
   // may pass while the tier waits for its index: then no byte is copied
   // into, or out of, blocks the engine was told about).
-  HostTier::Copy copy = co_await self->tier_->prepare(t->kind, t->spec, t->deadline);
+  data_path::HostTier::Copy copy = co_await self->tier_->prepare(t->kind, t->spec, t->deadline);
   if (!t->terminal()) {
     // A load's copies-queued event is the one recorded after its copies:
     // the poller awaits it, and the engine may order its own stream after
@@ -119,7 +123,7 @@ asio::awaitable<void> TransferTable::run(std::shared_ptr<TransferTable> self, st
       if (copy.recorded(queued)) t->queued_notice->store(t->queued_event, std::memory_order_release);
     }
   }
-  TierOutcome o = co_await self->tier_->complete(std::move(copy));
+  data_path::TierOutcome o = co_await self->tier_->complete(std::move(copy));
   // The index gave up at the transfer's deadline (a server that did not
   // answer by then): the transfer fails as its deadline's own timer fails
   // it, fail-stop included, whichever of the two the strand ran first.
@@ -170,7 +174,8 @@ std::uint64_t TransferTable::bytes_of(const Transfer& t) const {
   const Registration* reg = tier_ ? tier_->index().registrations().find(t.spec.registration) : nullptr;
   if (reg == nullptr) return 0;
   const kv::Layout& l = reg->layout;
-  return t.spec.blocks.size() * l.bytes_per_block() + std::uint64_t{images_of(*reg, t.spec)} * l.checkpoint.image_bytes;
+  return t.spec.blocks.size() * l.bytes_per_block() +
+         std::uint64_t{data_path::images_of(*reg, t.spec)} * l.checkpoint.image_bytes;
 }
 
 // Hands the transfer's end to the engine's thread, which frees or reuses
@@ -321,7 +326,7 @@ void TransferTable::start_lookup(std::uint64_t id, std::uint32_t registration, s
 asio::awaitable<void> TransferTable::answer_lookup(std::shared_ptr<TransferTable> self, std::uint64_t id,
                                                    std::uint32_t registration, std::vector<kv::ChunkKey> keys) {
   const std::size_t asked = keys.size();
-  IndexPlane::LookupResult r = co_await self->tier_->index().lookup(registration, std::move(keys));
+  index_plane::IndexPlane::LookupResult r = co_await self->tier_->index().lookup(registration, std::move(keys));
   const Registration* reg = self->tier_->index().registrations().find(registration);
   const std::uint32_t ct = reg ? reg->layout.chunk_tokens : 0;
   if (ct > 0) self->metrics_.lookup_answered(asked, r.hit.tokens / ct);
@@ -345,7 +350,7 @@ void TransferTable::start_adopt(std::uint64_t id, std::uint32_t registration, st
 asio::awaitable<void> TransferTable::answer_adopt(std::shared_ptr<TransferTable> self, std::uint64_t id,
                                                   std::uint32_t registration, std::uint64_t lease,
                                                   std::vector<kv::ChunkKey> keys) {
-  IndexPlane::LookupResult r = co_await self->tier_->index().adopt(registration, lease, std::move(keys));
+  index_plane::IndexPlane::LookupResult r = co_await self->tier_->index().adopt(registration, lease, std::move(keys));
   const bool hit = r.hit.tokens > 0;
   self->mailbox_->push(LookupOutcome{id, std::move(r.hit), r.lease, registration});
   if (hit) self->reactor_.poller().kick();
@@ -362,7 +367,9 @@ void TransferTable::start_release(std::uint64_t lease) {
 
 // ---- registrations and close -------------------------------------------------------
 
-asio::awaitable<Failure> TransferTable::attach(Registration reg) { co_return co_await tier_->attach(std::move(reg)); }
+asio::awaitable<index_plane::Failure> TransferTable::attach(Registration reg) {
+  co_return co_await tier_->attach(std::move(reg));
+}
 
 void TransferTable::release_tier() {
   if (!stuck_.empty()) {
@@ -393,4 +400,4 @@ asio::awaitable<void> TransferTable::settle(std::shared_ptr<TransferTable> self)
     spdlog::warn("kvstrand: close: {} lookup(s) or release(s) still running at close's bound", self->gate_.inside());
 }
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::connector

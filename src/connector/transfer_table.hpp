@@ -33,9 +33,11 @@
 #include "connector/transfer.hpp"
 
 namespace kvstrand::reactor {
-
 template <class T>
 class HandoffQueue;
+}  // namespace kvstrand::reactor
+
+namespace kvstrand::connector {
 
 // One transfer as the submission ring carries it, written into the ring's
 // slot by the engine's thread and read there by the strand, once: the spec
@@ -67,7 +69,8 @@ class TransferTable : public std::enable_shared_from_this<TransferTable> {
  public:
   using Handler = boost::asio::any_completion_handler<void(std::error_code)>;
 
-  TransferTable(Reactor& r, std::unique_ptr<HostTier> t, std::shared_ptr<Mailbox> m, std::chrono::milliseconds d);
+  TransferTable(reactor::Reactor& r, std::unique_ptr<data_path::HostTier> t, std::shared_ptr<Mailbox> m,
+                std::chrono::milliseconds d);
 
   // Transfers of submit() not yet taken by the strand; more wait in posts.
   static constexpr std::size_t kSubmissionSlots = 256;
@@ -76,11 +79,11 @@ class TransferTable : public std::enable_shared_from_this<TransferTable> {
   // else the engine thread posts polls it first (Connector's
   // post_after_submissions): the strand sees the engine's calls in the order
   // they were made.
-  const std::shared_ptr<HandoffQueue<Submission>>& submissions() const noexcept { return submissions_; }
+  const std::shared_ptr<reactor::HandoffQueue<Submission>>& submissions() const noexcept { return submissions_; }
 
   // A registration kept here (its id: the next) and attached to the tier;
   // the tier's refusal forgets it again.
-  boost::asio::awaitable<Failure> attach(Registration reg);
+  boost::asio::awaitable<index_plane::Failure> attach(Registration reg);
   // Takes one submission off the ring: the transfer starts inside the gate.
   void start(Submission& p);
   // Completes `h` once every transfer of `requests` (all of them: `all`) is
@@ -107,8 +110,8 @@ class TransferTable : public std::enable_shared_from_this<TransferTable> {
   std::size_t live_count() const noexcept { return transfers_.size() + stuck_.size(); }
   // Transfers failed by their deadline whose copy was never seen to end.
   std::size_t stuck_count() const noexcept { return stuck_.size(); }
-  Reactor& reactor() const noexcept { return reactor_; }
-  HostTier& tier() const noexcept { return *tier_; }
+  reactor::Reactor& reactor() const noexcept { return reactor_; }
+  data_path::HostTier& tier() const noexcept { return *tier_; }
   const ConnectorMetrics& metrics() const noexcept { return metrics_; }
   // The fail-stop's words, once set (empty until then).
   const std::string& fail_stop() const noexcept { return fail_what_; }
@@ -152,15 +155,15 @@ class TransferTable : public std::enable_shared_from_this<TransferTable> {
   void fence_timed_out(std::uint64_t id, std::chrono::milliseconds timeout);
   void close_timed_out(std::uint64_t id, std::chrono::milliseconds bound);
 
-  Reactor& reactor_;
-  std::unique_ptr<HostTier> tier_;
+  reactor::Reactor& reactor_;
+  std::unique_ptr<data_path::HostTier> tier_;
   std::shared_ptr<Mailbox> mailbox_;
   std::chrono::milliseconds deadline_;
   // Every coroutine the Connector starts (transfers, lookups, adoptions,
   // lease releases) runs inside it; close() closes it. Each one's
   // completion holds the table, so the gate outlives what it counts.
   common::Gate gate_;
-  std::shared_ptr<HandoffQueue<Submission>> submissions_;
+  std::shared_ptr<reactor::HandoffQueue<Submission>> submissions_;
   // A load's "copies queued" event; none if the device cannot make one:
   // order_after_load then answers not_queued_yet and the engine waits for
   // finished().
@@ -186,4 +189,4 @@ constexpr std::chrono::milliseconds close_bound(std::chrono::milliseconds transf
   return transfer_deadline + std::chrono::milliseconds(2000);
 }
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::connector

@@ -6,28 +6,29 @@
 
 #include "index_plane/transfer_error.hpp"
 
-namespace kvstrand::reactor {
+namespace kvstrand::data_path {
 
 namespace asio = boost::asio;
 
-DeviceCopy DeviceCopy::post(Reactor& reactor, hip::Stream& stream, hip::CopyKind kind, std::vector<hip::Segment> segs,
-                            hip::Event* after) {
+DeviceCopy DeviceCopy::post(reactor::Reactor& reactor, hip::Stream& stream, hip::CopyKind kind,
+                            std::vector<hip::Segment> segs, hip::Event* after) {
   DeviceCopy c(reactor, stream);
   if (hip::Status s = hip::copy_batch(stream, kind, segs); !s.ok()) {
-    c.failure_ = Failure{TransferErrc::device_error, s.describe()};
+    c.failure_ = index_plane::Failure{TransferErrc::device_error, s.describe()};
     return c;
   }
   c.queued_ = true;
   if (after != nullptr) {
     if (after->record(stream).ok()) c.lent_ = after;
-    else c.failure_ = Failure{TransferErrc::device_error, "event record failed"};
+    else
+      c.failure_ = index_plane::Failure{TransferErrc::device_error, "event record failed"};
     return c;
   }
   auto lease = reactor.events().acquire();
   if (!lease.ok()) {
-    c.failure_ = Failure{TransferErrc::device_error, lease.status().describe()};
+    c.failure_ = index_plane::Failure{TransferErrc::device_error, lease.status().describe()};
   } else if (!lease->record(stream).ok()) {
-    c.failure_ = Failure{TransferErrc::device_error, "event record failed"};
+    c.failure_ = index_plane::Failure{TransferErrc::device_error, "event record failed"};
   } else {
     c.event_.emplace(std::move(lease).value());
   }
@@ -50,15 +51,16 @@ asio::awaitable<CopyEnd> DeviceCopy::wait() {
       boost::system::error_code ec;
       co_await poll.async_wait(asio::redirect_error(asio::use_awaitable, ec));
       if (ec)  // shutdown: the copy may still be running
-        co_return CopyEnd{Failure{std::make_error_code(std::errc::operation_canceled), failure_.why}, false};
+        co_return CopyEnd{index_plane::Failure{std::make_error_code(std::errc::operation_canceled), failure_.why},
+                          false};
     }
     co_return CopyEnd{failure_};
   }
   std::error_code ec = co_await reactor_->poller().ready(*event);
   if (ec == std::errc::operation_canceled)  // shutdown: the copy may still be running
-    co_return CopyEnd{Failure{ec, "reactor shut down before the copy was seen complete"}, false};
-  if (ec) co_return CopyEnd{Failure{TransferErrc::device_error, "device: " + ec.message()}};
+    co_return CopyEnd{index_plane::Failure{ec, "reactor shut down before the copy was seen complete"}, false};
+  if (ec) co_return CopyEnd{index_plane::Failure{TransferErrc::device_error, "device: " + ec.message()}};
   co_return CopyEnd{};
 }
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::data_path

@@ -13,10 +13,10 @@
 #include "index_plane/failure.hpp"
 #include "reactor/reactor.hpp"
 
-namespace kvstrand::reactor {
+namespace kvstrand::data_path {
 
 struct CopyEnd {
-  Failure failure;
+  index_plane::Failure failure;
   // False when the wait ended without the copy being known complete
   // (shutdown): the caller must then leave every buffer it references alone.
   bool seen = true;
@@ -30,8 +30,8 @@ class DeviceCopy {
   // instead of one from the pool (a load's copies-queued event: one record
   // serves the engine's stream and the poller). No one may record it again
   // before wait() completed.
-  static DeviceCopy post(Reactor& reactor, hip::Stream& stream, hip::CopyKind kind, std::vector<hip::Segment> segs,
-                         hip::Event* after = nullptr);
+  static DeviceCopy post(reactor::Reactor& reactor, hip::Stream& stream, hip::CopyKind kind,
+                         std::vector<hip::Segment> segs, hip::Event* after = nullptr);
   bool queued() const noexcept { return queued_; }
   // Whether `e` was recorded after the copy (the `after` given to post).
   bool recorded(const hip::Event* e) const noexcept { return e != nullptr && lent_ == e; }
@@ -41,13 +41,13 @@ class DeviceCopy {
   boost::asio::awaitable<CopyEnd> wait();
 
  private:
-  DeviceCopy(Reactor& r, hip::Stream& s) : reactor_(&r), stream_(&s) {}
-  Reactor* reactor_;
+  DeviceCopy(reactor::Reactor& r, hip::Stream& s) : reactor_(&r), stream_(&s) {}
+  reactor::Reactor* reactor_;
   hip::Stream* stream_;
   bool queued_ = false;
-  Failure failure_;                              // why it was not queued, or why it has no event
+  index_plane::Failure failure_;                // why it was not queued, or why it has no event
   std::optional<hip::EventPool::Lease> event_;  // recorded after the copy
   hip::Event* lent_ = nullptr;                   // or the caller's, recorded instead
 };
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::data_path

@@ -8,20 +8,20 @@
 #include "hip/keep_for_process_life.hpp"
 #include "index_plane/transfer_error.hpp"
 
-namespace kvstrand::reactor {
+namespace kvstrand::data_path {
 
 namespace asio = boost::asio;
 
 namespace {
-Failure unwanted() {
+index_plane::Failure unwanted() {
   return {TransferErrc::deadline_exceeded, "the transfer ended (its deadline) before its copy was queued"};
 }
-Failure not_attached(std::uint32_t registration) {
+index_plane::Failure not_attached(std::uint32_t registration) {
   return {TransferErrc::bad_spec, "registration " + std::to_string(registration) + " is not attached"};
 }
 }  // namespace
 
-HostTier::HostTier(Reactor& reactor, std::unique_ptr<IndexPlane> index)
+HostTier::HostTier(reactor::Reactor& reactor, std::unique_ptr<index_plane::IndexPlane> index)
     : reactor_(reactor), index_(std::move(index)) {}
 
 HostTier::~HostTier() {
@@ -40,13 +40,14 @@ HostTier::~HostTier() {
   if (load_stream_) hip::keep_for_process_life(std::move(*load_stream_));
 }
 
-asio::awaitable<Failure> HostTier::attach(Registration reg) {
+asio::awaitable<index_plane::Failure> HostTier::attach(Registration reg) {
   if (!save_stream_) {
     auto saves = hip::Stream::create();
     auto loads = hip::Stream::create();
     for (const hip::Status& s : {saves.status(), loads.status()})
-      if (!s.ok()) co_return Failure{TransferErrc::device_error, std::string("the ") + index_->kind() +
-                                                                     " tier's copy streams: " + s.describe()};
+      if (!s.ok())
+        co_return index_plane::Failure{TransferErrc::device_error,
+                                       std::string("the ") + index_->kind() + " tier's copy streams: " + s.describe()};
     save_stream_.emplace(std::move(saves).value());
     load_stream_.emplace(std::move(loads).value());
   }
@@ -152,7 +153,7 @@ asio::awaitable<void> HostTier::complete_save(Copy& c) {
   }
   const bool copied = !copy.failure;
   if (!copied) c.outcome_.fail(std::move(copy.failure));
-  Failure committed = co_await index_->commit(s.registration, s.keys, c.places_, copied, c.deadline_);
+  index_plane::Failure committed = co_await index_->commit(s.registration, s.keys, c.places_, copied, c.deadline_);
   if (copied && committed) c.outcome_.fail({committed.ec, "copied, but not committed: " + committed.why});
 }
 
@@ -173,4 +174,4 @@ asio::awaitable<void> HostTier::complete_load(Copy& c) {
   if (copy.failure) c.outcome_.fail(std::move(copy.failure));
 }
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::data_path

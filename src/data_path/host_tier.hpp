@@ -32,7 +32,7 @@
 #include "reactor/reactor.hpp"
 #include <kvstrand/finished.hpp>
 
-namespace kvstrand::reactor {
+namespace kvstrand::data_path {
 
 using kvstrand::TransferKind;
 
@@ -43,7 +43,7 @@ struct TierOutcome {
   std::error_code error;
   std::string reason;  // with error: what happened, for the engine (a save's refused chunks are counted here)
 
-  void fail(Failure f) {
+  void fail(index_plane::Failure f) {
     error = f.ec;
     reason = std::move(f.why);
   }
@@ -51,10 +51,10 @@ struct TierOutcome {
 
 class HostTier {
  public:
-  using LookupResult = IndexPlane::LookupResult;
+  using LookupResult = index_plane::IndexPlane::LookupResult;
   using Clock = std::chrono::steady_clock;
 
-  HostTier(Reactor& reactor, std::unique_ptr<IndexPlane> index);
+  HostTier(reactor::Reactor& reactor, std::unique_ptr<index_plane::IndexPlane> index);
   ~HostTier();
   HostTier(const HostTier&) = delete;
   HostTier& operator=(const HostTier&) = delete;
@@ -62,10 +62,10 @@ class HostTier {
   // Adds a registration to the index plane (numbered in the order
   // attached: 0, 1, ..., as specs and lookups name them), the copy streams
   // made with the first.
-  boost::asio::awaitable<Failure> attach(Registration reg);
+  boost::asio::awaitable<index_plane::Failure> attach(Registration reg);
   // The metadata plane under this data path: lookups, leases, drops, its
   // registrations and figures go to it directly.
-  IndexPlane& index() const noexcept { return *index_; }
+  index_plane::IndexPlane& index() const noexcept { return *index_; }
 
   // One save or load between its steps. Move-only; hand it back to
   // complete() whatever happened.
@@ -88,8 +88,8 @@ class HostTier {
     bool has_copy_ = false;
     bool posted_ = false;
     std::vector<bool> images_;
-    IndexPlane::Places places_;  // a save's
-    IndexPlane::Held held_;      // a load's
+    index_plane::IndexPlane::Places places_;  // a save's
+    index_plane::IndexPlane::Held held_;      // a load's
     std::optional<DeviceCopy> copy_;
   };
   // Reserves (a save) or holds (a load) what the copy needs.
@@ -114,11 +114,11 @@ class HostTier {
   boost::asio::awaitable<void> complete_save(Copy& c);
   boost::asio::awaitable<void> complete_load(Copy& c);
 
-  Reactor& reactor_;
-  std::unique_ptr<IndexPlane> index_;
+  reactor::Reactor& reactor_;
+  std::unique_ptr<index_plane::IndexPlane> index_;
   std::optional<hip::Stream> save_stream_;
   std::optional<hip::Stream> load_stream_;
   std::vector<std::shared_ptr<void>> kept_;  // memory a copy never seen to end may touch
 };
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::data_path

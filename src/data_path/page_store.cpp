@@ -16,7 +16,7 @@
 #include "index_plane/remote_index.hpp"
 #include "tier/object_format.hpp"
 
-namespace kvstrand::reactor {
+namespace kvstrand::data_path {
 
 namespace asio = boost::asio;
 
@@ -35,9 +35,10 @@ PageStore::PageStore(kvstrand::PageStoreOptions options) : options_(std::move(op
   if (!options_.reads_tenant.empty())
     if (auto why = kv::tenant_problem(options_.reads_tenant))
       throw std::invalid_argument("invalid option 'reads_tenant': " + *why);
-  reactor_ = std::make_unique<Reactor>(ReactorOptions{});
-  index_ = std::make_unique<RemoteIndex>(*reactor_, RemoteIndexOptions{options_.server_socket, options_.request_timeout, 0,
-                                                                    options_.server_uid, options_.reads_tenant});
+  reactor_ = std::make_unique<reactor::Reactor>(reactor::ReactorOptions{});
+  index_ = std::make_unique<index_plane::RemoteIndex>(
+      *reactor_, index_plane::RemoteIndexOptions{options_.server_socket, options_.request_timeout, 0,
+                                                 options_.server_uid, options_.reads_tenant});
   if (options_.copy_threads > 0) copiers_ = std::make_unique<asio::thread_pool>(options_.copy_threads);
   expiry_ = std::make_unique<asio::steady_timer>(reactor_->strand());
   expiry_done_ = asio::co_spawn(reactor_->strand(), expire_loop(), asio::use_future);
@@ -87,7 +88,8 @@ std::uint32_t PageStore::register_layout(const Registration& registration) {
     id = static_cast<std::uint32_t>(regs_.size());
     reg = &regs_.emplace_back(registration);
   }
-  Failure refused = reactor_->call([this, reg]() -> asio::awaitable<Failure> { co_return co_await index_->attach(*reg); });
+  index_plane::Failure refused = reactor_->call(
+      [this, reg]() -> asio::awaitable<index_plane::Failure> { co_return co_await index_->attach(*reg); });
   if (refused) {
     std::lock_guard lock(regs_mutex_);
     regs_.pop_back();  // the index keeps only what it attached
@@ -178,7 +180,7 @@ std::size_t PageStore::exists(std::uint32_t registration, std::span<const kv::Ch
   std::vector<kv::ChunkKey> asked(keys.begin(), keys.end());
   return reactor_->call([&]() -> asio::awaitable<std::size_t> {
     co_await expire(false);
-    const IndexPlane::LookupResult r = co_await index_->lookup(registration, asked);
+    const index_plane::IndexPlane::LookupResult r = co_await index_->lookup(registration, asked);
     std::uint32_t ct = 0;
     {
       std::lock_guard lock(regs_mutex_);
@@ -200,7 +202,7 @@ std::size_t PageStore::get(std::uint32_t registration, std::span<const kv::Chunk
                            std::span<const std::uint32_t> pages) {
   if (!fits(registration, keys, pages)) return 0;
   kv::TransferSpec s = spec(registration, keys, pages);
-  IndexPlane::Held held = reactor_->call([&]() -> asio::awaitable<IndexPlane::Held> {
+  index_plane::IndexPlane::Held held = reactor_->call([&]() -> asio::awaitable<index_plane::IndexPlane::Held> {
     co_await expire(false);
     // The lease exists() took from the same first key, if any: its objects
     // cannot have moved. A get of fewer keys ends the whole lease; one of
@@ -249,7 +251,7 @@ std::vector<bool> PageStore::set(std::uint32_t registration, std::span<const kv:
   const kv::TransferSpec s = spec(registration, keys, pages);
   const std::vector<bool> no_images(keys.size(), false);
   const auto deadline = Clock::now() + options_.request_timeout;
-  IndexPlane::Places places = reactor_->call([&]() -> asio::awaitable<IndexPlane::Places> {
+  index_plane::IndexPlane::Places places = reactor_->call([&]() -> asio::awaitable<index_plane::IndexPlane::Places> {
     co_return co_await index_->reserve(registration, s.keys, no_images, {}, deadline);
   });
   if (places.failure) {
@@ -266,9 +268,9 @@ std::vector<bool> PageStore::set(std::uint32_t registration, std::span<const kv:
   std::size_t reserved = 0;
   for (std::byte* o : places.objects) reserved += o != nullptr;
   if (reserved != 0) copy(*reg, s, places.objects, true);
-  Failure committed;
+  index_plane::Failure committed;
   if (places.hold != 0)
-    committed = reactor_->call([&]() -> asio::awaitable<Failure> {
+    committed = reactor_->call([&]() -> asio::awaitable<index_plane::Failure> {
       co_return co_await index_->commit(registration, s.keys, places, true, deadline);
     });
   if (committed) {
@@ -298,8 +300,8 @@ std::uint64_t PageStore::invalidate(std::uint32_t registration) {
     if (registration >= regs_.size())
       throw TransferRefused(TransferErrc::not_registered, "invalidate: no registration " + std::to_string(registration));
   }
-  IndexPlane::Dropped d = reactor_->call(
-      [&]() -> asio::awaitable<IndexPlane::Dropped> { co_return co_await index_->drop(registration); });
+  index_plane::IndexPlane::Dropped d = reactor_->call(
+      [&]() -> asio::awaitable<index_plane::IndexPlane::Dropped> { co_return co_await index_->drop(registration); });
   if (d.failure) throw TransferRefused(d.failure.ec, "invalidate: " + d.failure.why);
   return d.objects;
 }
@@ -317,4 +319,4 @@ kvstrand::PageStoreStats PageStore::stats() const {
   return s;
 }
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::data_path

@@ -27,7 +27,7 @@
 #include "index_plane/index_plane.hpp"
 #include "reactor/reactor.hpp"
 
-namespace kvstrand::reactor {
+namespace kvstrand::data_path {
 
 class PageStore {
  public:
@@ -66,8 +66,8 @@ class PageStore {
   bool fits(std::uint32_t registration, std::span<const kv::ChunkKey> keys, std::span<const std::uint32_t> pages) const;
 
   kvstrand::PageStoreOptions options_;
-  std::unique_ptr<Reactor> reactor_;
-  std::unique_ptr<IndexPlane> index_;
+  std::unique_ptr<reactor::Reactor> reactor_;
+  std::unique_ptr<index_plane::IndexPlane> index_;
   // Registrations by id, the callers' copy (the index plane keeps its own
   // on the strand). Added rarely (at start) and read by every call from any
   // thread: one lock for both, this store's own, held only to find one.
@@ -85,4 +85,4 @@ class PageStore {
   mutable Counters counters_;
 };
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::data_path

@@ -37,8 +37,8 @@ std::optional<std::string> Registration::check() const {
   }
   std::uint64_t image = 0;
   for (std::size_t p = 0; p < state_part_count(); ++p) {
-    const StateMemory& m = reactor::state_part(*this, p);
-    const std::uint64_t bytes = reactor::state_part_bytes(*this, p);
+    const StateMemory& m = tier::state_part(*this, p);
+    const std::uint64_t bytes = tier::state_part_bytes(*this, p);
     const std::string name = state_parts.empty() ? "state" : "state_parts[" + std::to_string(p) + "]";
     if (m.base == nullptr || m.slots == 0 || bytes == 0)
       return "register_layout: " + name + " has no device memory (base, slots and slot_bytes are needed)";
@@ -81,7 +81,7 @@ std::optional<std::string> check_common(const Registration& r, const kv::Transfe
   const std::size_t parts = r.state_part_count();
   for (std::size_t i = 0; i < s.state_slots.size(); ++i) {
     const std::int32_t slot = s.state_slots[i];
-    if (slot >= 0 && static_cast<std::uint32_t>(slot) >= reactor::state_part(r, i % parts).slots)
+    if (slot >= 0 && static_cast<std::uint32_t>(slot) >= tier::state_part(r, i % parts).slots)
       return "state slot " + std::to_string(slot) + " is outside the state memory" +
              (parts > 1 ? " state_parts[" + std::to_string(i % parts) + "]" : std::string());
   }
@@ -120,7 +120,7 @@ std::optional<std::string> Registration::check_load(const kv::TransferSpec& s) c
 
 }  // namespace kvstrand
 
-namespace kvstrand::reactor {
+namespace kvstrand::data_path {
 
 std::vector<hip::Segment> segments(const Registration& reg, const kv::TransferSpec& s,
                                    const std::vector<std::byte*>& objects, bool save, const std::vector<bool>& images) {
@@ -145,4 +145,4 @@ std::uint32_t images_of(const Registration& reg, const kv::TransferSpec& s) {
   return n / static_cast<std::uint32_t>(reg.state_part_count());
 }
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::data_path

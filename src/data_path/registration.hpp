@@ -11,7 +11,7 @@
 #include "hip/copy.hpp"
 #include "tier/object_format.hpp"
 
-namespace kvstrand::reactor {
+namespace kvstrand::data_path {
 
 using kvstrand::PlaneMemory;
 using kvstrand::Registration;
@@ -47,4 +47,4 @@ bool any_slot_use(const Registration& reg, const kv::TransferSpec& s, F&& f) {
 // Images the spec moves (chunks with a slot named, each in every memory).
 std::uint32_t images_of(const Registration& reg, const kv::TransferSpec& s);
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::data_path

@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
-namespace kvstrand::reactor {
+namespace kvstrand::index_plane {
 
 common::Expected<std::unique_ptr<ArenaMapping>> ArenaMapping::map(int fd, std::uint64_t bytes,
                                                                   std::uint64_t slab_bytes, uid_t server_uid,
@@ -60,4 +60,4 @@ ArenaMapping::~ArenaMapping() {
   if (base_) ::munmap(base_, bytes_);
 }
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::index_plane

@@ -16,7 +16,7 @@
 
 #include "hip/host_registration.hpp"
 
-namespace kvstrand::reactor {
+namespace kvstrand::index_plane {
 
 class ArenaMapping {
  public:
@@ -69,4 +69,4 @@ class ArenaMapping {
   bool read_only_ = false;
 };
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::index_plane

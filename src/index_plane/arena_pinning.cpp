@@ -12,7 +12,7 @@
 #include "hip/device.hpp"
 #include "index_plane/transfer_error.hpp"
 
-namespace kvstrand::reactor {
+namespace kvstrand::index_plane {
 
 namespace asio = boost::asio;
 using common::LogEscaped;
@@ -112,4 +112,4 @@ asio::awaitable<void> ArenaPinning::pin_slab(std::shared_ptr<ArenaMapping> m, st
   progress_.notify();
 }
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::index_plane

@@ -20,7 +20,7 @@
 #include "common/strand.hpp"
 #include "index_plane/arena_mapping.hpp"
 
-namespace kvstrand::reactor {
+namespace kvstrand::index_plane {
 
 class ArenaPinning {
  public:
@@ -67,4 +67,4 @@ class ArenaPinning {
   boost::asio::thread_pool pool_{kThreads};  // last: joined before the rest goes
 };
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::index_plane

@@ -6,7 +6,7 @@
 #include <string>
 #include <system_error>
 
-namespace kvstrand::reactor {
+namespace kvstrand::index_plane {
 
 struct Failure {
   std::error_code ec;
@@ -14,4 +14,4 @@ struct Failure {
   explicit operator bool() const noexcept { return static_cast<bool>(ec); }
 };
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::index_plane

@@ -1,6 +1,6 @@
 #include "index_plane/index_plane.hpp"
 
-namespace kvstrand::reactor {
+namespace kvstrand::index_plane {
 
 boost::asio::awaitable<Failure> IndexPlane::attach(Registration reg) {
   registrations_.regs_.push_back(std::move(reg));
@@ -10,4 +10,4 @@ boost::asio::awaitable<Failure> IndexPlane::attach(Registration reg) {
   co_return f;
 }
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::index_plane

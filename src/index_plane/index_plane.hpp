@@ -23,7 +23,7 @@
 #include <kvstrand/hit_plan.hpp>
 #include "tier/index.hpp"
 
-namespace kvstrand::reactor {
+namespace kvstrand::index_plane {
 
 class IndexPlane {
  public:
@@ -132,4 +132,4 @@ class IndexPlane {
   Registrations registrations_;
 };
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::index_plane

@@ -6,7 +6,7 @@
 
 #include <kvstrand/namespace_id.hpp>
 
-namespace kvstrand::reactor {
+namespace kvstrand::index_plane {
 
 namespace asio = boost::asio;
 
@@ -106,4 +106,4 @@ asio::awaitable<IndexPlane::Dropped> LocalIndex::drop(std::uint32_t registration
 
 tier::Index::Stats LocalIndex::stats() const { return classes_ ? classes_->stats() : tier::Index::Stats{}; }
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::index_plane

@@ -13,7 +13,7 @@
 #include "tier/index.hpp"
 #include "tier/size_classes.hpp"
 
-namespace kvstrand::reactor {
+namespace kvstrand::index_plane {
 
 class LocalIndex : public IndexPlane {  // not final: tests' index doubles derive from it
  public:
@@ -53,4 +53,4 @@ class LocalIndex : public IndexPlane {  // not final: tests' index doubles deriv
   std::optional<tier::SizeClasses> classes_;
 };
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::index_plane

@@ -12,7 +12,7 @@
 
 #include <kvstrand/registration.hpp>
 
-namespace kvstrand::reactor {
+namespace kvstrand::index_plane {
 
 using kvstrand::Registration;
 
@@ -31,4 +31,4 @@ class Registrations {
   std::deque<Registration> regs_;
 };
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::index_plane

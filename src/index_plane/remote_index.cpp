@@ -17,12 +17,12 @@
 #include <kvstrand/namespace_id.hpp>
 #include "index_plane/transfer_error.hpp"
 
-namespace kvstrand::reactor {
+namespace kvstrand::index_plane {
 
 namespace asio = boost::asio;
 using namespace proto;
 
-RemoteIndex::RemoteIndex(Reactor& reactor, RemoteIndexOptions options)
+RemoteIndex::RemoteIndex(reactor::Reactor& reactor, RemoteIndexOptions options)
     : session_(reactor, std::move(options), registrations()) {}
 
 RemoteIndex::~RemoteIndex() = default;
@@ -283,4 +283,4 @@ asio::awaitable<void> RemoteIndex::drain() {
   co_await session_.close();
 }
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::index_plane

@@ -31,7 +31,7 @@
 #include "reactor/reactor.hpp"
 #include "index_plane/server_session.hpp"
 
-namespace kvstrand::reactor {
+namespace kvstrand::index_plane {
 
 // With `reads` set, nothing is stored.
 using RemoteIndexOptions = ServerSessionOptions;
@@ -39,7 +39,7 @@ using RemoteIndexOptions = ServerSessionOptions;
 
 class RemoteIndex final : public IndexPlane {
  public:
-  RemoteIndex(Reactor& reactor, RemoteIndexOptions options);
+  RemoteIndex(reactor::Reactor& reactor, RemoteIndexOptions options);
   ~RemoteIndex() override;
 
   boost::asio::awaitable<LookupResult> lookup(std::uint32_t registration, std::vector<kv::ChunkKey> keys) override;
@@ -91,4 +91,4 @@ class RemoteIndex final : public IndexPlane {
   std::map<std::uint64_t, Lease> leases_;  // by lease id, until a load or a release names it
 };
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::index_plane

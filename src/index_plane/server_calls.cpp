@@ -8,7 +8,7 @@
 #include "common/log_escaped.hpp"
 #include "index_plane/transfer_error.hpp"
 
-namespace kvstrand::reactor {
+namespace kvstrand::index_plane {
 
 namespace asio = boost::asio;
 using namespace proto;
@@ -135,4 +135,4 @@ asio::awaitable<void> ServerCalls::read_loop(std::shared_ptr<channel::FramedConn
   }
 }
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::index_plane

@@ -30,7 +30,7 @@
 #include "common/strand.hpp"
 #include "proto/protocol.hpp"
 
-namespace kvstrand::reactor {
+namespace kvstrand::index_plane {
 
 class ServerCalls {
  public:
@@ -83,4 +83,4 @@ class ServerCalls {
   std::map<std::uint64_t, proto::Type> abandoned_;  // timed out: what their replies grant goes to `late`
 };
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::index_plane

@@ -14,7 +14,7 @@
 #include "common/log_escaped.hpp"
 #include "index_plane/transfer_error.hpp"
 
-namespace kvstrand::reactor {
+namespace kvstrand::index_plane {
 
 namespace asio = boost::asio;
 using local = asio::local::stream_protocol;
@@ -33,11 +33,17 @@ std::error_code status_error(Status s) {
   }
 }
 
-ServerSession::ServerSession(Reactor& reactor, ServerSessionOptions options, const Registrations& registrations)
-    : reactor_(reactor), opt_(std::move(options)), gate_(reactor.strand()), regs_(registrations),
-      calls_(reactor.strand(), gate_, [this](const Reply& r) { late_reply(r); },
-             [this](const std::string& why) { connection_lost(why); }),
-      connect_ended_(reactor.strand()), pinning_(reactor.strand(), gate_, opt_.device) {}
+ServerSession::ServerSession(reactor::Reactor& reactor, ServerSessionOptions options,
+                             const Registrations& registrations)
+    : reactor_(reactor),
+      opt_(std::move(options)),
+      gate_(reactor.strand()),
+      regs_(registrations),
+      calls_(
+          reactor.strand(), gate_, [this](const Reply& r) { late_reply(r); },
+          [this](const std::string& why) { connection_lost(why); }),
+      connect_ended_(reactor.strand()),
+      pinning_(reactor.strand(), gate_, opt_.device) {}
 
 ServerSession::~ServerSession() = default;
 
@@ -362,4 +368,4 @@ bool ServerSession::current(const std::shared_ptr<void>& arena) const {
   return arena && arena_ && !arena.owner_before(arena_) && !arena_.owner_before(arena);
 }
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::index_plane

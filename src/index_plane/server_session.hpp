@@ -38,7 +38,7 @@
 #include "reactor/reactor.hpp"
 #include "index_plane/server_calls.hpp"
 
-namespace kvstrand::reactor {
+namespace kvstrand::index_plane {
 
 struct ServerSessionOptions {
   std::string socket;
@@ -58,7 +58,7 @@ class ServerSession {
   using Clock = std::chrono::steady_clock;
 
   // `registrations`: the index plane's table, read as it grows (attach()).
-  ServerSession(Reactor& reactor, ServerSessionOptions options, const Registrations& registrations);
+  ServerSession(reactor::Reactor& reactor, ServerSessionOptions options, const Registrations& registrations);
   ~ServerSession();
   ServerSession(const ServerSession&) = delete;
   ServerSession& operator=(const ServerSession&) = delete;
@@ -133,7 +133,7 @@ class ServerSession {
   // How long close() waits for the reader, the writer and pinning to end.
   static constexpr std::chrono::milliseconds kCloseBound{1000};
 
-  Reactor& reactor_;
+  reactor::Reactor& reactor_;
   ServerSessionOptions opt_;
   common::Gate gate_;  // every coroutine this session starts runs inside it
   const Registrations& regs_;               // the index plane's
@@ -170,4 +170,4 @@ class ServerSession {
   ArenaPinning pinning_;
 };
 
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::index_plane

@@ -4,9 +4,9 @@
 
 #include <kvstrand/errors.hpp>
 
-namespace kvstrand::reactor {
+namespace kvstrand::index_plane {
 using kvstrand::FailStop;
 using kvstrand::TransferErrc;
 using kvstrand::TransferRefused;
 using kvstrand::transfer_category;
-}  // namespace kvstrand::reactor
+}  // namespace kvstrand::index_plane

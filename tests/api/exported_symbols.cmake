@@ -1,7 +1,7 @@
 # cmake -DLIBRARY=libkvstrand.so -P exported_symbols.cmake
 #
 # Fails when the library's dynamic symbol table names an internal namespace
-# (the reactor, the device runtime, the index, the wire protocol) or a
+# (the engine side's four, the device runtime, the index, the wire protocol) or a
 # library compiled into it (Boost, spdlog, fmt), or lacks the public API.
 cmake_policy(SET CMP0007 NEW)
 execute_process(COMMAND nm -DC --defined-only ${LIBRARY} OUTPUT_VARIABLE symbols RESULT_VARIABLE rc)
@@ -12,7 +12,7 @@ string(REPLACE "\n" ";" lines "${symbols}")
 set(inside "")
 set(public 0)
 foreach(line IN LISTS lines)
-  if(line MATCHES "kvstrand::(reactor|hip|tier|proto|common|python)::|kvstrand::proto::|boost::|spdlog::|fmt::")
+  if(line MATCHES "kvstrand::(reactor|connector|data_path|index_plane|hip|tier|proto|common|channel|l2|python)::|kvstrand::proto::|boost::|spdlog::|fmt::")
     list(APPEND inside "${line}")
   elseif(line MATCHES "kvstrand::Connector::Connector\\(|kvstrand::kv::chunk_keys\\(|kvstrand::sim::hold_stream\\(")
     math(EXPR public "${public} + 1")

@@ -45,8 +45,8 @@ int tcp_connect(std::uint16_t port) {
   return fd;
 }
 
-reactor::ConnectorOptions with_http(std::chrono::milliseconds deadline = 60s) {
-  reactor::ConnectorOptions o;
+connector::ConnectorOptions with_http(std::chrono::milliseconds deadline = 60s) {
+  connector::ConnectorOptions o;
   o.http = common::HttpOptions{};
   o.transfer_deadline = deadline;
   return o;
@@ -62,8 +62,8 @@ void eventually(Pred p, std::chrono::seconds within = 10s) {
 }
 
 // A Connector of kvstrand-server `srv`'s.
-reactor::ConnectorOptions on_server(const ServerProcess& srv) {
-  reactor::ConnectorOptions o;
+connector::ConnectorOptions on_server(const ServerProcess& srv) {
+  connector::ConnectorOptions o;
   o.server_socket = srv.socket_path();
   return o;
 }
@@ -87,9 +87,9 @@ TEST_CASE("debug http: a connector's endpoints answer curl, promtool accepts /me
   const auto port = rig.conn->http_port();
   REQUIRE(port != 0);
   rig.conn->save(rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8)));
-  REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
+  REQUIRE(rig.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
   rig.conn->lookup(rig.keys(1, 0, 3));
-  rig.wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); });
+  rig.wait_for([](const kvstrand::Finished& f) { return !f.lookups.empty(); });
 
   auto g = curl(port, "/healthz");
   REQUIRE(g.code == 200);
@@ -166,11 +166,11 @@ TEST_CASE("debug http: a non-loopback address is refused unless allowed, naming 
   REQUIRE_FALSE(common::validate(o).has_value());
   o.address = "localhost-ish";
   REQUIRE(common::validate(o)->option == "http.address");
-  reactor::ConnectorOptions c;
+  connector::ConnectorOptions c;
   c.http = common::HttpOptions{};
   c.http->address = "10.1.2.3";
   try {
-    reactor::Connector conn(c);
+    connector::Connector conn(c);
     FAIL("a non-loopback endpoint was accepted");
   } catch (const std::invalid_argument& err) {
     REQUIRE(std::string(err.what()).find("http.allow_non_loopback") != std::string::npos);
@@ -204,9 +204,9 @@ TEST_CASE("debug http: slow, malformed and surplus clients cannot stall transfer
   for (int i = 0; i < 40; ++i) {
     const std::string req = "r" + std::to_string(i);
     rig.conn->save(rig.save_spec(req, 100 + i, 0, 1, Rig::block_range(0, 4)));
-    REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
+    REQUIRE(rig.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
     rig.conn->load(rig.load_spec(req, 100 + i, 0, 1, Rig::block_range(8, 4), 3));
-    REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.loads.empty(); }).loads[0].ok);
+    REQUIRE(rig.wait_for([](const kvstrand::Finished& f) { return !f.loads.empty(); }).loads[0].ok);
   }
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   INFO("40 round trips with 36 bad clients connected: " << ms << " ms");
@@ -255,7 +255,7 @@ TEST_CASE("debug http: /debug renders in headless Chromium with no console error
   }
   Rig rig(with_http());
   rig.conn->save(rig.save_spec("a", 1, 0, 1, Rig::block_range(0, 4)));
-  rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); });
+  rig.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); });
   const std::string url = "http://127.0.0.1:" + std::to_string(rig.conn->http_port()) + "/debug";
   const std::string shot = sibling_binary("debug-page.png");
   std::filesystem::remove(shot);
@@ -281,9 +281,9 @@ TEST_CASE("debug http: kvstrand-server --http serves sessions, holds, tier (read
   REQUIRE(srv.ready());
   Rig rig(on_server(srv));
   rig.conn->save(rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8)));
-  REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
+  REQUIRE(rig.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
   rig.conn->lookup(rig.keys(1, 0, 2));  // takes a lease on the server
-  rig.wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); });
+  rig.wait_for([](const kvstrand::Finished& f) { return !f.lookups.empty(); });
 
   eventually([&] { return curl(port, "/healthz").code == 200; });
   auto sessions = boost::json::parse(curl(port, "/debug/sessions").body).as_array();
@@ -334,10 +334,10 @@ TEST_CASE("debug http: kvstrand-server's /debug shows a person the hit rate and 
   const auto rounds = [&](int n) {
     for (int i = 0; i < n; ++i, ++seed) {
       rig.conn->save(rig.save_spec("a", seed, 0, 2, Rig::block_range(0, 8)));
-      REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
+      REQUIRE(rig.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
       for (const auto& keys : {rig.keys(seed - 1 == 0 ? seed : seed - 1, 0, 2), rig.keys(seed, 0, 3)}) {
         rig.conn->lookup(keys);
-        const auto f = rig.wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); });
+        const auto f = rig.wait_for([](const kvstrand::Finished& f) { return !f.lookups.empty(); });
         if (f.lookups[0].lease != 0) rig.conn->release_lookup(f.lookups[0].lease);
       }
       std::this_thread::sleep_for(700ms);

@@ -22,7 +22,7 @@ namespace kvstrand::test {
 // request timer, when the strand runs it first: `Fault::deadline`). The test
 // adds the keys before it posts those saves; the ring's hand-off orders the
 // two threads.
-class FaultyIndex final : public reactor::LocalIndex {
+class FaultyIndex final : public index_plane::LocalIndex {
  public:
   enum class Fault { hang, raise, deadline };
   using Poisoned = std::shared_ptr<std::vector<kv::ChunkKey>>;
@@ -36,7 +36,7 @@ class FaultyIndex final : public reactor::LocalIndex {
       if (fault_ == Fault::raise) throw std::runtime_error("injected: an index bug");
       if (fault_ == Fault::deadline) {
         Places late;
-        late.failure = {reactor::TransferErrc::deadline_exceeded, "injected: no answer by the deadline"};
+        late.failure = {kvstrand::TransferErrc::deadline_exceeded, "injected: no answer by the deadline"};
         co_return late;
       }
       boost::asio::steady_timer forever(reactor_.strand(), std::chrono::hours(1));
@@ -57,7 +57,7 @@ class FaultyIndex final : public reactor::LocalIndex {
 };
 
 // LocalIndex that notes its own end: whether close() freed the tier.
-class NotedIndex final : public reactor::LocalIndex {
+class NotedIndex final : public index_plane::LocalIndex {
  public:
   explicit NotedIndex(std::shared_ptr<std::atomic<bool>> freed) : LocalIndex(64ull << 20), freed_(std::move(freed)) {}
   ~NotedIndex() override { freed_->store(true); }
@@ -66,8 +66,8 @@ class NotedIndex final : public reactor::LocalIndex {
   std::shared_ptr<std::atomic<bool>> freed_;
 };
 
-inline reactor::ConnectorOptions over_faulty_index(reactor::ConnectorOptions o, FaultyIndex::Fault fault,
-                                            FaultyIndex::Poisoned poisoned) {
+inline connector::ConnectorOptions over_faulty_index(connector::ConnectorOptions o, FaultyIndex::Fault fault,
+                                                     FaultyIndex::Poisoned poisoned) {
   o.make_index = [fault, poisoned](reactor::Reactor& r) { return std::make_unique<FaultyIndex>(r, fault, poisoned); };
   return o;
 }

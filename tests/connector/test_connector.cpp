@@ -15,10 +15,10 @@
 using namespace kvstrand;
 using namespace kvstrand::test;
 using namespace std::chrono_literals;
-using reactor::FailStop;
-using reactor::TransferErrc;
-using reactor::TransferRefused;
-using reactor::TransferState;
+using connector::TransferState;
+using kvstrand::FailStop;
+using kvstrand::TransferErrc;
+using kvstrand::TransferRefused;
 namespace asio = boost::asio;
 
 namespace {
@@ -63,7 +63,7 @@ TEST_CASE("connector: a registration the tier refuses takes no id: the next one'
   big.planes = {{"k", 64 << 10}};
   big.checkpoint = {};
   hip::DeviceBuffer plane = must(hip::DeviceBuffer::allocate(4 * (64 << 10)));
-  reactor::Registration reg;
+  kvstrand::Registration reg;
   reg.layout = big;
   reg.planes = {{plane.data(), 4}};
   try {
@@ -120,7 +120,7 @@ TEST_CASE("connector: each registration is its own pool: same block ids in two g
   try {
     rig.conn->load(same);  // group 0's blocks 0..3 are being saved from
     FAIL("a load into blocks a live save reads was posted");
-  } catch (const reactor::TransferRefused& e) {
+  } catch (const kvstrand::TransferRefused& e) {
     REQUIRE(e.code() == TransferErrc::blocks_in_use);
     REQUIRE(std::string(e.what()).find("registration 0") != std::string::npos);
   }
@@ -128,13 +128,13 @@ TEST_CASE("connector: each registration is its own pool: same block ids in two g
   try {
     rig.conn->load(same);
     FAIL("a spec naming no registration was posted");
-  } catch (const reactor::TransferRefused& e) {
+  } catch (const kvstrand::TransferRefused& e) {
     REQUIRE(e.code() == TransferErrc::bad_spec);
     REQUIRE(std::string(e.what()).find("registration 2 does not exist") != std::string::npos);
   }
-  REQUIRE_THROWS_AS(rig.conn->lookup(rig.keys(1, 0, 1), 2), reactor::TransferRefused);
+  REQUIRE_THROWS_AS(rig.conn->lookup(rig.keys(1, 0, 1), 2), kvstrand::TransferRefused);
   require_ok(hip::sim::release_stream(rig.save_stream()));
-  auto f = rig.wait_for([](const reactor::Finished& f) { return f.saves.size() == 1 && f.loads.size() == 1; });
+  auto f = rig.wait_for([](const kvstrand::Finished& f) { return f.saves.size() == 1 && f.loads.size() == 1; });
   REQUIRE(f.saves[0].registration == 0);
   REQUIRE(f.loads[0].registration == rig.swa->id);
 }
@@ -143,9 +143,9 @@ namespace {
 
 // order_after_load(request) on the engine's stream, asked until the load's
 // copies are queued (or 2 s have passed).
-reactor::LoadOrder order_once_queued(Rig& rig, const std::string& request) {
-  reactor::LoadOrder order = reactor::LoadOrder::not_queued_yet;
-  for (int i = 0; i < 10000 && order == reactor::LoadOrder::not_queued_yet; ++i) {
+kvstrand::LoadOrder order_once_queued(Rig& rig, const std::string& request) {
+  kvstrand::LoadOrder order = kvstrand::LoadOrder::not_queued_yet;
+  for (int i = 0; i < 10000 && order == kvstrand::LoadOrder::not_queued_yet; ++i) {
     order = rig.conn->order_after_load(request, rig.engine_stream);
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
@@ -159,15 +159,15 @@ TEST_CASE("connector: order_after_load makes the engine's stream wait on the dev
   if (!device_present() || !sim_hooks_present()) return;
   Rig rig;
   rig.conn->save(rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8)));
-  auto f = rig.wait_for([](const reactor::Finished& f) { return f.saves.size() == 1; });
+  auto f = rig.wait_for([](const kvstrand::Finished& f) { return f.saves.size() == 1; });
   REQUIRE(f.saves[0].ok);
   const auto saved = rig.snapshot(Rig::block_range(0, 8), {1});
   rig.randomize(5);
-  REQUIRE(rig.conn->order_after_load("a", rig.engine_stream) == reactor::LoadOrder::no_live_load);
+  REQUIRE(rig.conn->order_after_load("a", rig.engine_stream) == kvstrand::LoadOrder::no_live_load);
   // The tier's load stream is held: the load's copies are queued, not run.
   require_ok(hip::sim::hold_stream(rig.load_stream()));
   rig.conn->load(rig.load_spec("a", 1, 0, 2, Rig::block_range(20, 8), 9));
-  REQUIRE(order_once_queued(rig, "a") == reactor::LoadOrder::ordered);
+  REQUIRE(order_once_queued(rig, "a") == kvstrand::LoadOrder::ordered);
   // Work the engine queues now runs after the copies: a read of the
   // destination (pinned memory, so the read itself is asynchronous).
   const std::uint64_t n = 8 * Rig::kPlaneBlockBytes;
@@ -179,9 +179,9 @@ TEST_CASE("connector: order_after_load makes the engine's stream wait on the dev
   require_ok(rig.engine_stream.synchronize());
   REQUIRE(std::vector<std::byte>(host.data(), host.data() + n) ==
           std::vector<std::byte>(saved.begin(), saved.begin() + static_cast<std::ptrdiff_t>(n)));
-  f = rig.wait_for([](const reactor::Finished& f) { return f.loads.size() == 1; });
+  f = rig.wait_for([](const kvstrand::Finished& f) { return f.loads.size() == 1; });
   REQUIRE(f.loads[0].ok);
-  REQUIRE(rig.conn->order_after_load("a", rig.engine_stream) == reactor::LoadOrder::no_live_load);
+  REQUIRE(rig.conn->order_after_load("a", rig.engine_stream) == kvstrand::LoadOrder::no_live_load);
 }
 
 TEST_CASE("connector: a load's copies-queued event is recorded for no other load before its end is drained",
@@ -190,7 +190,7 @@ TEST_CASE("connector: a load's copies-queued event is recorded for no other load
   Rig rig;
   rig.conn->save(rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8)));
   rig.conn->save(rig.save_spec("b", 2, 0, 2, Rig::block_range(8, 8)));
-  rig.wait_for([](const reactor::Finished& f) { return f.saves.size() == 2; });
+  rig.wait_for([](const kvstrand::Finished& f) { return f.saves.size() == 2; });
   // a's load ends; its end waits, not drained.
   rig.conn->load(rig.load_spec("a", 1, 0, 2, Rig::block_range(20, 8), 9));
   for (int i = 0; i < 10000 && !rig.conn->finished_pending(); ++i)
@@ -199,19 +199,19 @@ TEST_CASE("connector: a load's copies-queued event is recorded for no other load
   // b's copies are queued and held; its event is recorded.
   require_ok(hip::sim::hold_stream(rig.load_stream()));
   rig.conn->load(rig.load_spec("b", 2, 0, 2, Rig::block_range(30, 8), 10));
-  REQUIRE(order_once_queued(rig, "b") == reactor::LoadOrder::ordered);
+  REQUIRE(order_once_queued(rig, "b") == kvstrand::LoadOrder::ordered);
   // Ordering after a's load waits for a's copies, which have run: had b's
   // load been lent a's event, the engine's stream would wait for b's held
   // copies.
   auto probe = must(hip::Stream::create());
-  REQUIRE(rig.conn->order_after_load("a", probe) == reactor::LoadOrder::ordered);
+  REQUIRE(rig.conn->order_after_load("a", probe) == kvstrand::LoadOrder::ordered);
   // The probe completes once the sim's stream thread ran (a loaded host, a
   // sanitizer: not within a fixed 50 ms); b's copies stay held throughout,
   // so a probe lent b's event would never complete.
   for (int i = 0; i < 5000 && !probe.query().ok(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   REQUIRE(probe.query().ok());
   require_ok(hip::sim::release_stream(rig.load_stream()));
-  auto f = rig.wait_for([](const reactor::Finished& f) { return f.loads.size() == 2; });
+  auto f = rig.wait_for([](const kvstrand::Finished& f) { return f.loads.size() == 2; });
   REQUIRE(f.loads[0].ok);
   REQUIRE(f.loads[1].ok);
 }
@@ -222,13 +222,13 @@ TEST_CASE("connector: a load starting mid-chunk (the HBM frontier) takes the rig
   const auto src = Rig::block_range(0, 8);  // chunks 0 and 1
   const auto tail_before = rig.snapshot({4, 5, 6, 7}, {1});
   rig.conn->save(rig.save_spec("a", 3, 0, 2, src));
-  rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); });
+  rig.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); });
   rig.randomize(4);
   // HBM holds tokens [0, 96): load [96, 128) = the last two blocks of chunk 1.
   kv::TransferSpec s = rig.load_spec("a", 3, 1, 2, {30, 31}, 3);
   s.tokens = {96, 128};
   rig.conn->load(s);
-  auto f = rig.wait_for([](const reactor::Finished& f) { return !f.loads.empty(); });
+  auto f = rig.wait_for([](const kvstrand::Finished& f) { return !f.loads.empty(); });
   REQUIRE(f.loads[0].ok);
   const auto after = rig.snapshot({30, 31}, {3});
   // Compare plane by plane: blocks 6 and 7 of the original, then the image.
@@ -246,15 +246,15 @@ TEST_CASE("connector: a stored key is not rewritten", "[reactor][gpu]") {
   const auto src = Rig::block_range(0, 4);
   const auto first = rig.snapshot(src, {0});
   rig.conn->save(rig.save_spec("a", 5, 0, 1, src));
-  rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); });
+  rig.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); });
   rig.randomize(6);
   rig.conn->save(rig.save_spec("b", 5, 0, 1, src));  // same key, other bytes
-  auto f = rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); });
+  auto f = rig.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); });
   REQUIRE(f.saves[0].ok);
   REQUIRE(f.saves[0].request == "b");
   REQUIRE(f.saves[0].blocks == src);  // a save's outcome names its source blocks
   rig.conn->load(rig.load_spec("c", 5, 0, 1, Rig::block_range(10, 4), 0));
-  f = rig.wait_for([](const reactor::Finished& f) { return !f.loads.empty(); });
+  f = rig.wait_for([](const kvstrand::Finished& f) { return !f.loads.empty(); });
   REQUIRE(f.loads[0].ok);
   REQUIRE(rig.snapshot(Rig::block_range(10, 4), {0}) == first);
 }
@@ -264,7 +264,7 @@ TEST_CASE("connector: a load of chunks the tier lacks fails with exactly its blo
   Rig rig;
   const auto dst = std::vector<kv::BlockId>{3, 1, 4, 15};
   rig.conn->load(rig.load_spec("x", 99, 0, 1, dst, 0));
-  auto f = rig.wait_for([](const reactor::Finished& f) { return !f.loads.empty(); });
+  auto f = rig.wait_for([](const kvstrand::Finished& f) { return !f.loads.empty(); });
   REQUIRE_FALSE(f.loads[0].ok);
   REQUIRE(f.loads[0].error == TransferErrc::missing_chunk);
   REQUIRE(f.failed_loads().size() == 1);
@@ -275,10 +275,10 @@ TEST_CASE("connector: a load of chunks the tier lacks fails with exactly its blo
 TEST_CASE("connector: refusals are typed and post nothing", "[reactor]") {
   if (!device_present()) return;
   SECTION("options") {
-    REQUIRE_THROWS_WITH(reactor::Connector(with_deadline(0ms)), Catch::Contains("transfer_deadline"));
+    REQUIRE_THROWS_WITH(connector::Connector(with_deadline(0ms)), Catch::Contains("transfer_deadline"));
   }
   SECTION("before registration, duplicates, bad specs, after close") {
-    reactor::Connector bare;
+    connector::Connector bare;
     Rig rig;
     try {
       bare.save(rig.save_spec("a", 1, 0, 1, Rig::block_range(0, 4)));
@@ -310,7 +310,7 @@ TEST_CASE("connector: refusals are typed and post nothing", "[reactor]") {
       require_ok(hip::sim::release_stream(rig.save_stream()));
       require_ok(hip::sim::release_stream(rig.load_stream()));
     }
-    rig.wait_for([](const reactor::Finished& f) { return f.saves.size() == 1 && f.loads.size() == 1; });
+    rig.wait_for([](const kvstrand::Finished& f) { return f.saves.size() == 1 && f.loads.size() == 1; });
     rig.conn->save(rig.save_spec("a", 1, 1, 2, Rig::block_range(4, 4)));  // drained: no longer live
     rig.conn->close();
     REQUIRE_THROWS_AS(rig.conn->save(rig.save_spec("c", 1, 0, 1, Rig::block_range(0, 4))), TransferRefused);
@@ -332,7 +332,7 @@ TEST_CASE("connector: the producer event may be recorded again on its stream, an
   std::this_thread::sleep_for(20ms);
   REQUIRE(rig.conn->transfers().size() == 1);  // still waiting for the engine's stream
   require_ok(hip::sim::release_stream(rig.engine_stream));
-  auto f = rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); });
+  auto f = rig.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); });
   REQUIRE(f.saves[0].ok);
 }
 
@@ -343,7 +343,7 @@ TEST_CASE("connector: the producer event is let go once seen complete, not kept 
   auto producer = std::make_shared<hip::Event>(must(hip::Event::create()));
   require_ok(producer->record(rig.engine_stream));
   rig.conn->save(rig.save_spec("r", 1, 0, 1, Rig::block_range(0, 4)), producer);
-  auto f = rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); });
+  auto f = rig.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); });
   REQUIRE(f.saves[0].ok);
   // The strand dropped it when it saw it complete; the ring's slot, reused
   // only after 255 more submits, holds no reference either: an engine that
@@ -357,19 +357,19 @@ TEST_CASE("connector: a batch submitted to a sleeping reactor is taken with noth
   // submit() puts a batch into the ring and checks once, at its end, whether
   // the reactor sleeps: nothing but that check wakes it here (finished()
   // only reads).
-  reactor::ConnectorOptions o;
+  connector::ConnectorOptions o;
   o.reactor_idle_spin = 0us;
   Rig rig(o);
   for (int round = 0; round < 5; ++round) {
     std::this_thread::sleep_for(5ms);  // the reactor is asleep again
-    std::vector<reactor::Connector::Op> ops;
+    std::vector<connector::Connector::Op> ops;
     for (int i = 0; i < 3; ++i)
-      ops.push_back({reactor::TransferKind::save,
+      ops.push_back({kvstrand::TransferKind::save,
                      rig.save_spec("b" + std::to_string(round * 3 + i), 200 + round * 3 + i, 0, 1,
                                    Rig::block_range(static_cast<std::uint32_t>(4 * i), 4)),
                      nullptr});
     rig.conn->submit(std::move(ops));
-    auto f = rig.wait_for([](const reactor::Finished& f) { return f.saves.size() == 3; });
+    auto f = rig.wait_for([](const kvstrand::Finished& f) { return f.saves.size() == 3; });
     for (const auto& s : f.saves) REQUIRE(s.ok);
   }
 }
@@ -379,13 +379,13 @@ TEST_CASE("connector: more ends than the ring holds wait behind it, none lost, e
   // Every save ends before the engine drains any: the mailbox's ring fills
   // and the rest wait behind its lock.
   Rig rig;
-  const int n = static_cast<int>(reactor::Mailbox::kEndSlots) + 44;
-  std::vector<reactor::Connector::Op> ops;
+  const int n = static_cast<int>(connector::Mailbox::kEndSlots) + 44;
+  std::vector<connector::Connector::Op> ops;
   std::vector<std::string> requests;
   for (int i = 0; i < n; ++i) {
     requests.push_back("o" + std::to_string(i));
-    ops.push_back({reactor::TransferKind::save,
-                   rig.save_spec(requests.back(), 1000 + i, 0, 1, Rig::block_range(0, 4)), nullptr});
+    ops.push_back({kvstrand::TransferKind::save, rig.save_spec(requests.back(), 1000 + i, 0, 1, Rig::block_range(0, 4)),
+                   nullptr});
   }
   rig.conn->submit(std::move(ops));
   rig.conn->fence(requests, 10s);  // every one has ended
@@ -397,16 +397,16 @@ TEST_CASE("connector: more ends than the ring holds wait behind it, none lost, e
   REQUIRE(rig.conn->finished().saves.empty());
   // The ring goes on after it: the next one ends through it.
   rig.conn->save(rig.save_spec("after", 5000, 0, 1, Rig::block_range(0, 4)));
-  f = rig.wait_for([](const reactor::Finished& f) { return f.saves.size() == 1; });
+  f = rig.wait_for([](const kvstrand::Finished& f) { return f.saves.size() == 1; });
   REQUIRE(f.saves[0].request == "after");
 }
 
 TEST_CASE("connector: a device the reactor cannot select is refused at construction, naming it", "[reactor]") {
   if (!device_present()) return;
-  reactor::ConnectorOptions o;
+  connector::ConnectorOptions o;
   o.device = 4096;
   try {
-    reactor::Connector c(o);
+    connector::Connector c(o);
     FAIL("a connector was made for a device that does not exist");
   } catch (const std::invalid_argument& e) {
     INFO(e.what());
@@ -418,16 +418,16 @@ TEST_CASE("connector: a device the reactor cannot select is refused at construct
 TEST_CASE("connector: max_live_transfers and max_live_lookups refuse what would pass them, posting nothing",
           "[reactor][sim]") {
   if (!sim_hooks_present()) return;
-  reactor::ConnectorOptions opts;
+  connector::ConnectorOptions opts;
   opts.max_live_transfers = 3;
   opts.max_live_lookups = 1;
   Rig rig(opts);
   require_ok(hip::sim::hold_stream(rig.save_stream()));
   rig.conn->save(rig.save_spec("a", 1, 0, 1, Rig::block_range(0, 4)));
   rig.conn->save(rig.save_spec("b", 2, 0, 1, Rig::block_range(4, 4)));
-  std::vector<reactor::Connector::Op> two;
-  two.push_back({reactor::TransferKind::save, rig.save_spec("c", 3, 0, 1, Rig::block_range(8, 4)), nullptr});
-  two.push_back({reactor::TransferKind::save, rig.save_spec("d", 4, 0, 1, Rig::block_range(12, 4)), nullptr});
+  std::vector<connector::Connector::Op> two;
+  two.push_back({kvstrand::TransferKind::save, rig.save_spec("c", 3, 0, 1, Rig::block_range(8, 4)), nullptr});
+  two.push_back({kvstrand::TransferKind::save, rig.save_spec("d", 4, 0, 1, Rig::block_range(12, 4)), nullptr});
   try {
     rig.conn->submit(std::move(two));
     FAIL("a batch past max_live_transfers was posted");
@@ -441,7 +441,7 @@ TEST_CASE("connector: max_live_transfers and max_live_lookups refuse what would 
   REQUIRE_THROWS_AS(rig.conn->lookup(rig.keys(9, 0, 1)), TransferRefused);
   require_ok(hip::sim::release_stream(rig.save_stream()));
   // Drained, there is room again.
-  rig.wait_for([](const reactor::Finished& f) { return f.saves.size() == 3 && f.lookups.size() == 1; });
+  rig.wait_for([](const kvstrand::Finished& f) { return f.saves.size() == 3 && f.lookups.size() == 1; });
   rig.conn->save(rig.save_spec("d", 4, 0, 1, Rig::block_range(12, 4)));
   rig.conn->lookup(rig.keys(9, 0, 1));
 }
@@ -451,7 +451,7 @@ TEST_CASE("connector: a save and a load of the same blocks at once are refused (
   if (!sim_hooks_present()) return;
   Rig rig;
   rig.conn->save(rig.save_spec("stored", 1, 0, 1, Rig::block_range(0, 4)));
-  rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); });
+  rig.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); });
   require_ok(hip::sim::hold_stream(rig.save_stream()));
   require_ok(hip::sim::hold_stream(rig.load_stream()));
   rig.conn->load(rig.load_spec("in", 1, 0, 1, Rig::block_range(8, 4), 9));  // writes 8..11 and image slot 9
@@ -463,15 +463,15 @@ TEST_CASE("connector: a save and a load of the same blocks at once are refused (
   auto h = rig.save_spec("h", 6, 0, 1, Rig::block_range(56, 4));
   h.state_slots = {9};  // slot 9 is being loaded into
   REQUIRE(refused([&] { rig.conn->save(h); }));
-  std::vector<reactor::Connector::Op> batch;  // within one batch too, and nothing of it is posted
-  batch.push_back({reactor::TransferKind::save, rig.save_spec("d", 4, 0, 1, Rig::block_range(48, 4)), nullptr});
-  batch.push_back({reactor::TransferKind::load, rig.load_spec("e", 1, 0, 1, Rig::block_range(48, 4), 2), nullptr});
+  std::vector<connector::Connector::Op> batch;  // within one batch too, and nothing of it is posted
+  batch.push_back({kvstrand::TransferKind::save, rig.save_spec("d", 4, 0, 1, Rig::block_range(48, 4)), nullptr});
+  batch.push_back({kvstrand::TransferKind::load, rig.load_spec("e", 1, 0, 1, Rig::block_range(48, 4), 2), nullptr});
   REQUIRE(refused([&] { rig.conn->submit(std::move(batch)); }));
   rig.conn->save(rig.save_spec("f", 5, 0, 1, Rig::block_range(16, 4)));  // two saves may read the same blocks
   REQUIRE(rig.conn->transfers().size() == 3);
   require_ok(hip::sim::release_stream(rig.save_stream()));
   require_ok(hip::sim::release_stream(rig.load_stream()));
-  rig.wait_for([](const reactor::Finished& f) { return f.saves.size() == 2 && f.loads.size() == 1; });
+  rig.wait_for([](const kvstrand::Finished& f) { return f.saves.size() == 2 && f.loads.size() == 1; });
   rig.conn->save(rig.save_spec("a", 3, 0, 1, {20, 21, 22, 11}));  // drained: the blocks are free again
 }
 
@@ -500,10 +500,10 @@ TEST_CASE("connector: a refused batch leaves no claim behind: its blocks are fre
           "[reactor][sim]") {
   Rig rig;
   // Two saves claim blocks 48..55; the third op, a load into 52..55, conflicts.
-  std::vector<reactor::Connector::Op> batch;
-  batch.push_back({reactor::TransferKind::save, rig.save_spec("d", 4, 0, 1, Rig::block_range(48, 4)), nullptr});
-  batch.push_back({reactor::TransferKind::save, rig.save_spec("e", 5, 0, 1, Rig::block_range(52, 4)), nullptr});
-  batch.push_back({reactor::TransferKind::load, rig.load_spec("f", 1, 0, 1, Rig::block_range(52, 4), 2), nullptr});
+  std::vector<connector::Connector::Op> batch;
+  batch.push_back({kvstrand::TransferKind::save, rig.save_spec("d", 4, 0, 1, Rig::block_range(48, 4)), nullptr});
+  batch.push_back({kvstrand::TransferKind::save, rig.save_spec("e", 5, 0, 1, Rig::block_range(52, 4)), nullptr});
+  batch.push_back({kvstrand::TransferKind::load, rig.load_spec("f", 1, 0, 1, Rig::block_range(52, 4), 2), nullptr});
   REQUIRE(refused([&] { rig.conn->submit(std::move(batch)); }));
   REQUIRE(rig.conn->transfers().empty());
   // Nothing of it was posted, and nothing of it is still counted: loads may write every block it named.
@@ -516,11 +516,11 @@ TEST_CASE("connector: a lookup that hits leaves the reactor polling for the load
   // A hit's load is the engine's next call. If the reactor has gone to
   // sleep meanwhile, the load pays a cross-CPU wake-up: the answer must set
   // the poller spinning again for reactor_idle_spin.
-  reactor::ConnectorOptions o;
+  connector::ConnectorOptions o;
   o.reactor_idle_spin = 1s;
   Rig rig(o);
   rig.conn->save(rig.save_spec("a", 1, 0, 1, Rig::block_range(0, 4)));
-  REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
+  REQUIRE(rig.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
   // Asleep: no spin ticks across 100 ms (the save's window ends within 1 s).
   auto asleep = [&] {
     const auto before = rig.conn->poller_stats().spin_ticks;
@@ -530,6 +530,6 @@ TEST_CASE("connector: a lookup that hits leaves the reactor polling for the load
   const auto give_up = std::chrono::steady_clock::now() + 20s;
   while (!asleep()) REQUIRE(std::chrono::steady_clock::now() < give_up);
   rig.conn->lookup(rig.keys(1, 0, 1));
-  REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); }).lookups[0].hit.tokens > 0);
+  REQUIRE(rig.wait_for([](const kvstrand::Finished& f) { return !f.lookups.empty(); }).lookups[0].hit.tokens > 0);
   REQUIRE_FALSE(asleep());
 }

@@ -16,16 +16,16 @@
 using namespace kvstrand;
 using namespace kvstrand::test;
 using namespace std::chrono_literals;
-using reactor::FailStop;
-using reactor::TransferErrc;
-using reactor::TransferRefused;
-using reactor::TransferState;
+using connector::TransferState;
+using kvstrand::FailStop;
+using kvstrand::TransferErrc;
+using kvstrand::TransferRefused;
 namespace asio = boost::asio;
 
 TEST_CASE("F1: a fence covers transfers in every state, and returns only when they are terminal", "[reactor][sim][fault]") {
   if (!sim_hooks_present()) return;
   for (const TransferState state : {TransferState::waiting_producer, TransferState::pending}) {
-    INFO("state " << reactor::to_string(state));
+    INFO("state " << connector::to_string(state));
     Rig rig;
     auto producer = std::make_shared<hip::Event>(must(hip::Event::create()));
     hip::Stream* held = &rig.engine_stream;
@@ -54,7 +54,7 @@ TEST_CASE("F1: a fence sees a transfer posted just before it, still queued", "[r
   // Submissions reach the strand through a ring it polls: with a reactor
   // that sleeps between calls (each submit wakes it) and with one that
   // keeps polling (no wake-up), the fence is ordered after the save.
-  reactor::ConnectorOptions o;
+  connector::ConnectorOptions o;
   SECTION("the reactor asleep at every submit") { o.reactor_idle_spin = 0us; }
   SECTION("the reactor polling between calls") { o.reactor_idle_spin = 1s; }
   Rig rig(o);
@@ -91,7 +91,7 @@ TEST_CASE("F23 and F13: a retrieve that never completes ends at its deadline, fa
   if (!sim_hooks_present()) return;
   Rig rig(with_deadline(150ms));
   rig.conn->save(rig.save_spec("a", 1, 0, 1, Rig::block_range(0, 4)));
-  rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); });
+  rig.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); });
   require_ok(hip::sim::hold_stream(rig.load_stream()));
   rig.conn->load(rig.load_spec("a", 1, 0, 1, Rig::block_range(8, 4), 0));
   FailStop e = wait_for_fail_stop(*rig.conn);
@@ -128,7 +128,7 @@ TEST_CASE("F13: close() counts the copies it never saw end, and the memory they 
   // A close that saw every copy end frees the tier (its index plane, its
   // arena): only the stuck case above keeps it for the process's life.
   auto freed = std::make_shared<std::atomic<bool>>(false);
-  reactor::ConnectorOptions o;
+  connector::ConnectorOptions o;
   o.make_index = [freed](reactor::Reactor&) { return std::make_unique<NotedIndex>(freed); };
   Rig clean(o);
   clean.round_trip();
@@ -191,7 +191,7 @@ TEST_CASE("F23: a fail-stopped connector closes within close_bound while its cop
   // close() on another thread, so that a close that waits on the device
   // fails this test instead of hanging it.
   auto closing = std::async(std::launch::async, [&] { rig.conn->close(); });
-  const bool in_bound = closing.wait_for(reactor::close_bound(deadline) + 1s) == std::future_status::ready;
+  const bool in_bound = closing.wait_for(connector::close_bound(deadline) + 1s) == std::future_status::ready;
   // Let the copy run now (the tier's memory it writes was left allocated),
   // and wait for it to end before the rig frees the planes it reads.
   hip::Stream& wedged = rig.save_stream();
@@ -211,7 +211,7 @@ TEST_CASE("F14: a stuck submit delays no other transfer's deadline or completion
   const auto posted_1 = std::chrono::steady_clock::now();
   rig.conn->save(rig.save_spec("stuck-1", 1, 0, 1, Rig::block_range(0, 4)));  // never returns
   rig.conn->save(rig.save_spec("fine", 2, 0, 1, Rig::block_range(4, 4)));
-  auto f = rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); });
+  auto f = rig.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); });
   REQUIRE(f.saves[0].request == "fine");  // completed while the other is stuck
   REQUIRE(f.saves[0].ok);
   std::this_thread::sleep_for(100ms);
@@ -250,11 +250,11 @@ TEST_CASE("connector: an exception escaping a transfer's coroutine fails that tr
   if (!device_present()) return;
   auto throws = std::make_shared<std::vector<kv::ChunkKey>>();
   // A 60 s deadline: the failure must not wait for it.
-  Rig rig(over_faulty_index(reactor::ConnectorOptions{}, FaultyIndex::Fault::raise, throws));
+  Rig rig(over_faulty_index(connector::ConnectorOptions{}, FaultyIndex::Fault::raise, throws));
   throws->push_back(rig.keys(1, 0, 1).front());
   rig.conn->save(rig.save_spec("throws", 1, 0, 1, Rig::block_range(0, 4)));
   rig.conn->save(rig.save_spec("fine", 2, 0, 1, Rig::block_range(4, 4)));
-  reactor::Finished all;
+  kvstrand::Finished all;
   const auto end = std::chrono::steady_clock::now() + 10s;
   while (all.saves.size() < 2) {
     INFO("a save that threw never ended: its exception was swallowed");
@@ -282,7 +282,7 @@ TEST_CASE("F14: an index that gives up at the deadline fails the transfer as the
   if (!device_present()) return;
   auto late = std::make_shared<std::vector<kv::ChunkKey>>();
   // A 60 s deadline: the index's answer comes long before its timer.
-  Rig rig(over_faulty_index(reactor::ConnectorOptions{}, FaultyIndex::Fault::deadline, late));
+  Rig rig(over_faulty_index(connector::ConnectorOptions{}, FaultyIndex::Fault::deadline, late));
   late->push_back(rig.keys(1, 0, 1).front());
   rig.conn->save(rig.save_spec("late", 1, 0, 1, Rig::block_range(0, 4)));
   FailStop e = wait_for_fail_stop(*rig.conn);
@@ -299,7 +299,7 @@ TEST_CASE("F5: a completion is observed with no new work arriving", "[reactor][s
   require_ok(hip::sim::set_stream_delay(rig.save_stream(), 30ms));  // past the poller's spin
   rig.conn->save(rig.save_spec("a", 1, 0, 1, Rig::block_range(0, 4)));
   // Nothing else is posted: only finished() reads are made.
-  auto f = rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); });
+  auto f = rig.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); });
   REQUIRE(f.saves[0].ok);
   REQUIRE(rig.conn->poller_stats().timer_ticks > 0);
 }
@@ -317,14 +317,14 @@ TEST_CASE("F17: a load completes while a continuous backlog of saves keeps arriv
   bool load_done = false, load_posted = false;
   int step = 0, saves_posted = 0, saves_done = 0, steps_after_load = -1, backlog_at_load = 0, backlog_at_done = 0;
   for (; step < 400 && !load_done; ++step) {
-    std::vector<reactor::Connector::Op> ops;
+    std::vector<connector::Connector::Op> ops;
     for (int k = 0; k < 2; ++k, ++saves_posted)
-      ops.push_back({reactor::TransferKind::save,
+      ops.push_back({kvstrand::TransferKind::save,
                      rig.save_spec("s" + std::to_string(saves_posted), 1000 + saves_posted, 0, 2,
                                    Rig::block_range((saves_posted % 7) * 8, 8)),  // never the load's 60..63
                      nullptr});
     if (!load_posted && saves_posted - saves_done >= 20) {
-      ops.push_back({reactor::TransferKind::load, rig.load_spec("L", 7, 0, 1, Rig::block_range(60, 4), 9), nullptr});
+      ops.push_back({kvstrand::TransferKind::load, rig.load_spec("L", 7, 0, 1, Rig::block_range(60, 4), 9), nullptr});
       load_posted = true;
       backlog_at_load = saves_posted - saves_done;
     }
@@ -392,7 +392,7 @@ TEST_CASE("F18: the step thread never waits on the reactor unless it asks to", "
   REQUIRE(returned);  // with the reactor blocked
   REQUIRE(saves_seen == 1);  // c's, delivered before the block; nothing of the blocked strand's
   REQUIRE_FALSE(other_seen);
-  auto f = rig.wait_for([](const reactor::Finished& f) { return f.saves.size() == 1 && f.loads.size() == 1; });
+  auto f = rig.wait_for([](const kvstrand::Finished& f) { return f.saves.size() == 1 && f.loads.size() == 1; });
   REQUIRE(f.saves[0].ok);
 }
 
@@ -402,7 +402,7 @@ TEST_CASE("F27: an object an in-flight load reads is never evicted for a save", 
   const auto before = rig.snapshot(Rig::block_range(0, 8), {1});
   rig.conn->save(rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8)));  // 2 objects
   rig.conn->save(rig.save_spec("b", 2, 0, 2, Rig::block_range(8, 8)));  // 2 more: full
-  rig.wait_for([](const reactor::Finished& f) { return f.saves.size() == 2; });
+  rig.wait_for([](const kvstrand::Finished& f) { return f.saves.size() == 2; });
   require_ok(hip::sim::hold_stream(rig.load_stream()));
   rig.conn->load(rig.load_spec("a", 1, 0, 2, Rig::block_range(40, 8), 5));  // reads a's objects
   wait_for_state(*rig.conn, TransferState::pending);
@@ -410,7 +410,7 @@ TEST_CASE("F27: an object an in-flight load reads is never evicted for a save", 
   // Needs 4 objects: only b's 2 may be evicted; a's are being read.
   rig.conn->save(rig.save_spec("c", 3, 0, 4, Rig::block_range(16, 16)));
   require_ok(hip::sim::release_stream(rig.load_stream()));
-  auto f = rig.wait_for([](const reactor::Finished& f) { return f.saves.size() == 1 && f.loads.size() == 1; });
+  auto f = rig.wait_for([](const kvstrand::Finished& f) { return f.saves.size() == 1 && f.loads.size() == 1; });
   REQUIRE(f.loads[0].ok);
   REQUIRE(rig.snapshot(Rig::block_range(40, 8), {5}) == before);  // a's bytes, intact
   REQUIRE_FALSE(f.saves[0].ok);
@@ -424,7 +424,7 @@ TEST_CASE("F11: close with transfers in flight loses no completion and raises no
   SECTION("in flight") {
     Rig rig;
     rig.conn->save(rig.save_spec("a", 1, 0, 1, Rig::block_range(0, 4)));
-    rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); });
+    rig.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); });
     require_ok(hip::sim::set_stream_delay(rig.save_stream(), 20ms));
     require_ok(hip::sim::set_stream_delay(rig.load_stream(), 20ms));
     rig.conn->save(rig.save_spec("b", 2, 0, 2, Rig::block_range(4, 8)));
@@ -438,7 +438,7 @@ TEST_CASE("F11: close with transfers in flight loses no completion and raises no
     REQUIRE(f.loads[0].ok);
   }
   SECTION("before registration") {
-    reactor::Connector c;
+    connector::Connector c;
     c.close();
     c.close();
     REQUIRE(c.finished().empty());

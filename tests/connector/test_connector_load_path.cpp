@@ -32,7 +32,7 @@ TEST_CASE("connector: load_path=measure on a host whose copy engines are slow fo
   LoadPathReset reset;
   hip::forget_load_paths();
   require_ok(hip::sim::set_load_path_cost(LoadPath::dma_batch, 5us, 0ns));
-  reactor::ConnectorOptions o;
+  connector::ConnectorOptions o;
   o.load_path = "measure";
   o.http = common::HttpOptions{};
   Rig rig(o);  // its registration measures here, once for the process
@@ -67,7 +67,7 @@ TEST_CASE("connector: load_path=dma-batch sends every load to the copy engines, 
           "[reactor][load_path]") {
   if (!device_present() || !sim_hooks_present()) return;
   LoadPathReset reset;
-  reactor::ConnectorOptions o;
+  connector::ConnectorOptions o;
   o.load_path = "dma-batch";
   Rig rig(o);
   REQUIRE(hip::load_paths() != nullptr);
@@ -84,10 +84,10 @@ TEST_CASE("connector: load_path=dma-batch sends every load to the copy engines, 
     Rig plain;
     CHECK(hip::load_paths() == nullptr);
   }
-  reactor::ConnectorOptions bad;
+  connector::ConnectorOptions bad;
   bad.load_path = "fastest";
   try {
-    reactor::Connector c(bad);
+    connector::Connector c(bad);
     FAIL("load_path=fastest was accepted");
   } catch (const std::invalid_argument& e) {
     CHECK(std::string(e.what()).find("load_path") != std::string::npos);

@@ -12,14 +12,14 @@
 using namespace kvstrand;
 using namespace kvstrand::test;
 using namespace std::chrono_literals;
-using reactor::TransferErrc;
-using reactor::TransferRefused;
+using kvstrand::TransferErrc;
+using kvstrand::TransferRefused;
 
 TEST_CASE("node tier: an engine started 2 s before its server registers, misses, then saves and hits once the "
           "server is up", "[server][reactor][fault]") {
   if (!device_present()) return;
   const std::string path = ServerProcess::fresh_socket_path();
-  reactor::ConnectorOptions o;
+  connector::ConnectorOptions o;
   o.server_socket = path;
   o.server_request_timeout = 2s;
   Rig rig(o);  // no server yet: registered all the same (before: TransferRefused, tier_unavailable)
@@ -27,7 +27,7 @@ TEST_CASE("node tier: an engine started 2 s before its server registers, misses,
   // back off (before: a connect for every request).
   for (int i = 0; i < 100; ++i) REQUIRE(lookup_tokens(rig, rig.keys(1, 0, 2)) == 0);
   rig.conn->save(rig.save_spec("early", 1, 0, 2, Rig::block_range(0, 8)));
-  auto f = rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); });
+  auto f = rig.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); });
   REQUIRE_FALSE(f.saves[0].ok);
   REQUIRE(f.saves[0].error == TransferErrc::tier_unavailable);
   std::this_thread::sleep_for(2s);
@@ -37,14 +37,14 @@ TEST_CASE("node tier: an engine started 2 s before its server registers, misses,
   const auto before = rig.snapshot(src, {1});
   REQUIRE(save_until_ok(rig, rig.save_spec("a", 1, 0, 2, src)));  // attached within the backoff (2 s at most)
   rig.conn->lookup(rig.keys(1, 0, 2));
-  const auto hit = rig.wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); }).lookups[0];
+  const auto hit = rig.wait_for([](const kvstrand::Finished& f) { return !f.lookups.empty(); }).lookups[0];
   REQUIRE(hit.hit.tokens == 128);
   rig.randomize(2);
   const auto dst = Rig::block_range(30, 8);
   kv::TransferSpec load = rig.load_spec("a", 1, 0, 2, dst, 6);
   load.tier_lease = hit.lease;
   rig.conn->load(load);
-  f = rig.wait_for([](const reactor::Finished& f) { return !f.loads.empty(); });
+  f = rig.wait_for([](const kvstrand::Finished& f) { return !f.loads.empty(); });
   INFO(f.loads[0].reason);
   REQUIRE(f.loads[0].ok);
   REQUIRE(rig.snapshot(dst, {6}) == before);
@@ -85,7 +85,7 @@ TEST_CASE("node tier: a server SIGKILLed and restarted while an engine registers
   std::string failed;
   std::thread engine([&] {
     for (int i = 0; i < 30; ++i) {
-      reactor::Registration reg;  // lookup-only registrations of 30 other layouts
+      kvstrand::Registration reg;  // lookup-only registrations of 30 other layouts
       reg.layout = rig.layout;
       reg.layout.layout_name = "rig-" + std::to_string(i);
       try {
@@ -133,7 +133,7 @@ TEST_CASE("node tier: a registration a restarted server refuses runs without the
   bool refused = false;
   for (int attempt = 0; attempt < 50 && !refused; ++attempt) {
     rig.conn->save(rig.save_spec("b" + std::to_string(attempt), 1, 0, 2, Rig::block_range(0, 8)));
-    auto f = rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); });
+    auto f = rig.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); });
     REQUIRE_FALSE(f.saves[0].ok);
     refused = f.saves[0].error == TransferErrc::bad_spec;
     if (refused) REQUIRE(f.saves[0].reason.find("--chunk-tokens") != std::string::npos);
@@ -148,7 +148,7 @@ TEST_CASE("node tier: a registration a restarted server refuses runs without the
   REQUIRE(ready_and_full(srv));
   for (int attempt = 0; attempt < 100 && rig.conn->arena_mappings().reconnects == reconnects; ++attempt) {
     rig.conn->save(rig.save_spec("r" + std::to_string(attempt), 1, 0, 2, Rig::block_range(0, 8)));
-    rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); });
+    rig.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); });
     std::this_thread::sleep_for(100ms);
   }
   REQUIRE(rig.conn->arena_mappings().reconnects > reconnects);
@@ -181,7 +181,7 @@ TEST_CASE("node tier: the same connector reconnects to a server restarted on its
   const std::string path = srv->socket_path();
   Rig rig(remote(*srv));
   rig.conn->save(rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8)));
-  REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
+  REQUIRE(rig.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
 
   srv->kill(SIGKILL);  // the tier (and what it held) is gone
   srv->restart(kServerFlags);
@@ -193,7 +193,7 @@ TEST_CASE("node tier: an engine idle since before its server started attaches an
           "request of its own, and again after the server restarts", "[server][reactor][fault]") {
   if (!device_present()) return;
   const std::string path = ServerProcess::fresh_socket_path();
-  reactor::ConnectorOptions o;
+  connector::ConnectorOptions o;
   o.server_socket = path;
   o.server_request_timeout = 2s;
   Rig rig(o);  // no server yet; and no request is made until the arena is pinned
@@ -222,7 +222,7 @@ TEST_CASE("node tier: an engine idle since before its server started attaches an
   REQUIRE(pinned(2));
   // And it serves at once: the first save after all that is ok.
   rig.conn->save(rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8)));
-  auto f = rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); });
+  auto f = rig.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); });
   INFO(f.saves[0].reason);
   REQUIRE(f.saves[0].ok);
 }
@@ -238,13 +238,13 @@ TEST_CASE("node tier: a server run by another user is not spoken to unless serve
                        "8M", "--chunk-tokens", "64", "--log-level", "info"});
   REQUIRE(theirs.wait_for_output("listening on", 30s));
   auto save = [&](std::int64_t server_uid) {
-    reactor::ConnectorOptions o;
+    connector::ConnectorOptions o;
     o.server_socket = path;
     o.server_request_timeout = 2s;
     o.server_uid = server_uid;
     Rig rig(o);
     rig.conn->save(rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8)));
-    return rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); }).saves[0];
+    return rig.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); }).saves[0];
   };
   const auto refused = save(-1);
   INFO(refused.reason);

@@ -54,28 +54,28 @@ void require_same(const kv::TransferSpec& a, const kv::TransferSpec& b) {
 }  // namespace
 
 TEST_CASE("packed spec: every field comes back, for requests of every length modulo 4", "[reactor]") {
-  reactor::PackedSpec buf;
+  connector::PackedSpec buf;
   for (const std::string& request : {std::string("r"), std::string("ab"), std::string("abc"), std::string("abcd"),
                                      std::string("cmpl-5f0e9c1a-2b7d-4e8a-9c3f-0d1e2f3a4b5c-0")}) {
     INFO(request);
     const kv::TransferSpec s = full(request, 3);
-    reactor::pack(s, buf);
-    require_same(reactor::unpack(buf.words()), s);
+    connector::pack(s, buf);
+    require_same(connector::unpack(buf.words()), s);
   }
 }
 
 TEST_CASE("packed spec: an empty spec, and a small one packed over a larger one, come back exactly",
           "[reactor]") {
-  reactor::PackedSpec buf;
-  reactor::pack(kv::TransferSpec{}, buf);
-  require_same(reactor::unpack(buf.words()), kv::TransferSpec{});
+  connector::PackedSpec buf;
+  connector::pack(kv::TransferSpec{}, buf);
+  require_same(connector::unpack(buf.words()), kv::TransferSpec{});
 
-  reactor::pack(full("a-long-request-name-that-is-not-short-string-optimised", 8), buf);
+  connector::pack(full("a-long-request-name-that-is-not-short-string-optimised", 8), buf);
   kv::TransferSpec small = full("x", 1);
   small.with_state = false;
   small.state_slots.clear();
   small.lease = 0;
   small.chunk_events.clear();
-  reactor::pack(small, buf);
-  require_same(reactor::unpack(buf.words()), small);
+  connector::pack(small, buf);
+  require_same(connector::unpack(buf.words()), small);
 }

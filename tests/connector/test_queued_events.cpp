@@ -8,10 +8,10 @@
 
 using namespace kvstrand;
 using namespace kvstrand::test;
-using reactor::EndReceipt;
-using reactor::Mailbox;
-using reactor::QueuedEvents;
-using reactor::TransferEnd;
+using connector::EndReceipt;
+using connector::Mailbox;
+using connector::QueuedEvents;
+using connector::TransferEnd;
 
 namespace {
 
@@ -60,7 +60,7 @@ TEST_CASE("queued events: one given back with an end behind the lock (the ring f
   std::set<hip::Event*> lent{q.lend(), q.lend()};
   REQUIRE_FALSE(lent.contains(a));  // neither end taken
   REQUIRE_FALSE(lent.contains(b));
-  reactor::Drained d;
+  connector::Drained d;
   m.drain_locked(d);  // what waits behind the lock: the last end only
   REQUIRE(d.ends.size() == 1);
   REQUIRE(m.taken(r));

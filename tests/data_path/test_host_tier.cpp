@@ -13,15 +13,15 @@
 using namespace kvstrand;
 using namespace kvstrand::test;
 using namespace std::chrono_literals;
-using reactor::FailStop;
-using reactor::TransferErrc;
+using kvstrand::FailStop;
+using kvstrand::TransferErrc;
 namespace asio = boost::asio;
 
 namespace {
 
 // LocalIndex, except that while `late` is set a load's hold and a save's
 // reserve answer only after `delay`.
-class LateIndex final : public reactor::LocalIndex {
+class LateIndex final : public index_plane::LocalIndex {
  public:
   LateIndex(reactor::Reactor& r, std::uint64_t bytes, std::atomic<bool>& late, std::chrono::milliseconds delay)
       : LocalIndex(bytes), reactor_(r), late_(late), delay_(delay) {}
@@ -52,8 +52,8 @@ class LateIndex final : public reactor::LocalIndex {
 
 // A 150 ms transfer deadline, over a HostTier whose index answers 400 ms
 // late while `late` is set.
-reactor::ConnectorOptions over_late_index(std::atomic<bool>& late) {
-  reactor::ConnectorOptions o;
+connector::ConnectorOptions over_late_index(std::atomic<bool>& late) {
+  connector::ConnectorOptions o;
   o.transfer_deadline = 150ms;
   o.make_index = [&late](reactor::Reactor& r) { return std::make_unique<LateIndex>(r, 64ull << 20, late, 400ms); };
   return o;
@@ -66,7 +66,7 @@ TEST_CASE("host tier: a load whose index answers after its deadline never copies
   std::atomic<bool> late{false};
   Rig rig(over_late_index(late));
   rig.conn->save(rig.save_spec("a", 1, 0, 1, Rig::block_range(0, 4)));
-  auto f = rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); });
+  auto f = rig.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); });
   REQUIRE(f.saves[0].ok);
 
   const auto dst = Rig::block_range(8, 4);
@@ -105,7 +105,7 @@ TEST_CASE("host tier: a save whose device copy failed commits nothing: no half-w
   Rig rig;
   require_ok(hip::sim::fail_copies(rig.save_stream(), hip::sim::FailAt::execute));
   rig.conn->save(rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8)));
-  auto f = rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); });
+  auto f = rig.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); });
   REQUIRE_FALSE(f.saves[0].ok);
   INFO(f.saves[0].reason);
   REQUIRE(f.saves[0].reason.find("injected") != std::string::npos);
@@ -113,22 +113,22 @@ TEST_CASE("host tier: a save whose device copy failed commits nothing: no half-w
   REQUIRE(s.objects == 0);
   REQUIRE(s.writing == 0);  // given back, not left reserved
   rig.conn->lookup(rig.keys(1, 0, 2));
-  REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); }).lookups[0].hit.tokens == 0);
+  REQUIRE(rig.wait_for([](const kvstrand::Finished& f) { return !f.lookups.empty(); }).lookups[0].hit.tokens == 0);
 }
 
 TEST_CASE("host tier: a load whose device copy failed unpins what it pinned", "[reactor][sim][fault]") {
   if (!sim_hooks_present()) return;
   Rig rig;
   rig.conn->save(rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8)));
-  REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
+  REQUIRE(rig.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
   require_ok(hip::sim::fail_copies(rig.load_stream(), hip::sim::FailAt::execute));
   rig.conn->load(rig.load_spec("b", 1, 0, 2, Rig::block_range(16, 8), 3));
-  auto f = rig.wait_for([](const reactor::Finished& f) { return !f.loads.empty(); });
+  auto f = rig.wait_for([](const kvstrand::Finished& f) { return !f.loads.empty(); });
   REQUIRE_FALSE(f.loads[0].ok);
   REQUIRE(rig.conn->tier_stats().pinned == 0);
   // And the next load of the same chunks pins and copies them again.
   rig.conn->load(rig.load_spec("c", 1, 0, 2, Rig::block_range(16, 8), 3));
-  REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.loads.empty(); }).loads[0].ok);
+  REQUIRE(rig.wait_for([](const kvstrand::Finished& f) { return !f.loads.empty(); }).loads[0].ok);
   REQUIRE(rig.conn->tier_stats().pinned == 0);
 }
 
@@ -145,14 +145,14 @@ TEST_CASE("host tier: a load with state needs an image stored at its last chunk'
   const auto saved = rig.snapshot(src, {1});
   rig.conn->save(first_only);
   rig.conn->save(last_only);
-  auto f = rig.wait_for([](const reactor::Finished& f) { return f.saves.size() == 2; });
+  auto f = rig.wait_for([](const kvstrand::Finished& f) { return f.saves.size() == 2; });
   REQUIRE((f.saves[0].ok && f.saves[1].ok));
 
   rig.randomize(3);
   const auto dst = Rig::block_range(20, 12);
   const auto untouched = rig.snapshot(dst, {7});
   rig.conn->load(rig.load_spec("a", 1, 0, 3, dst, 7));
-  f = rig.wait_for([](const reactor::Finished& f) { return !f.loads.empty(); });
+  f = rig.wait_for([](const kvstrand::Finished& f) { return !f.loads.empty(); });
   INFO(f.loads[0].reason);
   REQUIRE_FALSE(f.loads[0].ok);
   REQUIRE(f.loads[0].error == TransferErrc::missing_chunk);
@@ -160,7 +160,7 @@ TEST_CASE("host tier: a load with state needs an image stored at its last chunk'
   REQUIRE(rig.snapshot(dst, {7}) == untouched);  // neither the blocks nor the state slot
 
   rig.conn->load(rig.load_spec("b", 2, 0, 3, dst, 7));
-  f = rig.wait_for([](const reactor::Finished& f) { return !f.loads.empty(); });
+  f = rig.wait_for([](const kvstrand::Finished& f) { return !f.loads.empty(); });
   INFO(f.loads[0].reason);
   REQUIRE(f.loads[0].ok);
   REQUIRE(rig.snapshot(dst, {7}) == saved);  // slot 7 holds the image taken from slot 1

@@ -17,7 +17,7 @@
 using namespace kvstrand;
 using namespace kvstrand::test;
 using namespace std::chrono_literals;
-using Store = reactor::PageStore;
+using Store = data_path::PageStore;
 
 namespace {
 

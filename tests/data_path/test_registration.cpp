@@ -15,7 +15,7 @@
 #include "data_path/registration.hpp"
 
 using namespace kvstrand;
-using reactor::Registration;
+using kvstrand::Registration;
 
 namespace {
 
@@ -209,8 +209,8 @@ TEST_CASE("registration: an image kept in two state memories takes one slot in e
   SECTION("segments: each memory's slot to its place in the image, after the blocks") {
     std::vector<std::byte> objects(2 * r.object_bytes());
     std::vector<std::byte*> at{objects.data(), objects.data() + r.object_bytes()};
-    const auto save = reactor::segments(r, spec({0, 128}, {0, 1, 2, 3, 4, 5, 6, 7}, 2, {-1, -1, 5, 3}), at, true,
-                                        {false, true});
+    const auto save =
+        data_path::segments(r, spec({0, 128}, {0, 1, 2, 3, 4, 5, 6, 7}, 2, {-1, -1, 5, 3}), at, true, {false, true});
     REQUIRE(save.size() == 8 * 2 + 2);  // two planes' blocks, then the one image in two pieces
     const auto& first = save[save.size() - 2];
     const auto& second = save.back();
@@ -220,20 +220,20 @@ TEST_CASE("registration: an image kept in two state memories takes one slot in e
     REQUIRE(second.src == fake(0x40000000 + 3 * 32));
     REQUIRE(second.dst == at[1] + r.image_offset() + 96);
     REQUIRE(second.bytes == 32);
-    const auto load = reactor::segments(r, spec({0, 64}, {0, 1, 2, 3}, 1, {2, 1}), {at[0]}, false, {true});
+    const auto load = data_path::segments(r, spec({0, 64}, {0, 1, 2, 3}, 1, {2, 1}), {at[0]}, false, {true});
     REQUIRE(load.back().src == at[0] + r.image_offset() + 96);
     REQUIRE(load.back().dst == fake(0x40000000 + 1 * 32));
   }
   SECTION("the Connector counts the slots of every memory apart") {
-    REQUIRE(reactor::state_slot_count(r) == 12);
+    REQUIRE(data_path::state_slot_count(r) == 12);
     const auto s = spec({0, 128}, {0, 1, 2, 3, 4, 5, 6, 7}, 2, {1, 1, 5, 3});
     std::vector<std::int32_t> used;
-    reactor::any_slot_use(r, s, [&](std::int32_t slot) {
+    data_path::any_slot_use(r, s, [&](std::int32_t slot) {
       used.push_back(slot);
       return false;
     });
     REQUIRE(used == std::vector<std::int32_t>{1, 9, 5, 11});
-    REQUIRE(reactor::images_of(r, s) == 2);
+    REQUIRE(data_path::images_of(r, s) == 2);
   }
 }
 
@@ -261,7 +261,7 @@ TEST_CASE("registration: a paged layout's load, as planned and coalesced, is a g
   REQUIRE(!r.check_load(s));
   const std::vector<std::byte*> objects{static_cast<std::byte*>(fake(0x200000000)), static_cast<std::byte*>(fake(0x900000000)),
                                         static_cast<std::byte*>(fake(0x500000000)), static_cast<std::byte*>(fake(0x300000000))};
-  const auto planned = hip::coalesce(reactor::segments(r, s, objects, false, {false, false, false, false}));
+  const auto planned = hip::coalesce(data_path::segments(r, s, objects, false, {false, false, false, false}));
   std::vector<hip::kernel::KernelSegment> table;
   for (const hip::Segment& g : planned)
     table.push_back({reinterpret_cast<std::uint64_t>(g.src), reinterpret_cast<std::uint64_t>(g.dst), g.bytes});

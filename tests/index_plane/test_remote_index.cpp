@@ -20,9 +20,9 @@
 using namespace kvstrand;
 using namespace kvstrand::test;
 using namespace std::chrono_literals;
-using reactor::FailStop;
-using reactor::TransferErrc;
-using reactor::TransferRefused;
+using kvstrand::FailStop;
+using kvstrand::TransferErrc;
+using kvstrand::TransferRefused;
 
 TEST_CASE("node tier: save, lookup, load through the server restore KV and state byte for byte", "[server][reactor][gpu]") {
   if (!device_present()) return;
@@ -61,7 +61,7 @@ void leased_load_without_server(int signal) {
   auto spec = rig.load_spec("a", 1, 0, 2, dst, 3);
   spec.tier_lease = lease;
   rig.conn->load(spec);
-  const auto f = rig.wait_for([](const reactor::Finished& f) { return !f.loads.empty(); });
+  const auto f = rig.wait_for([](const kvstrand::Finished& f) { return !f.loads.empty(); });
   INFO(f.loads[0].reason);
   REQUIRE(f.loads[0].ok);
   REQUIRE(rig.snapshot(dst, {3}) == before);
@@ -86,11 +86,11 @@ TEST_CASE("node tier: a server SIGKILLed during a store: the store fails cleanly
   require_ok(hip::sim::hold_stream(rig.save_stream()));  // the copy waits until released
   rig.conn->save(rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8)));
   const auto end = std::chrono::steady_clock::now() + 10s;
-  while (rig.conn->transfers().empty() || rig.conn->transfers()[0].state != reactor::TransferState::pending)
+  while (rig.conn->transfers().empty() || rig.conn->transfers()[0].state != connector::TransferState::pending)
     REQUIRE(std::chrono::steady_clock::now() < end);  // reserved; the copy is queued
   srv->kill(SIGKILL);
   require_ok(hip::sim::release_stream(rig.save_stream()));
-  auto f = rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); });
+  auto f = rig.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); });
   REQUIRE_FALSE(f.saves[0].ok);  // copied, never committed: not stored, and no fail-stop
   REQUIRE(f.saves[0].error == TransferErrc::tier_unavailable);
 
@@ -140,7 +140,7 @@ void hold_of_restarted_server_is_never_released(std::vector<std::string> flags) 
   rig.conn->release_lookup(hit.lease);      // not sendable now: queued for the next connection
   rig.conn->lookup(rig.keys(1, 0, 2));      // which this makes
   // A hit where the arena kept the rig's objects (named): its own new lease, given back.
-  const auto again = rig.wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); }).lookups[0];
+  const auto again = rig.wait_for([](const kvstrand::Finished& f) { return !f.lookups.empty(); }).lookups[0];
   if (again.lease != 0) rig.conn->release_lookup(again.lease);
   std::this_thread::sleep_for(200ms);       // a release, had one been sent, has been served
   const StatsReply st = stats(srv.socket_path());
@@ -176,7 +176,7 @@ TEST_CASE("node tier: a save reserved on a server that restarted is never commit
   require_ok(hip::sim::hold_stream(rig.save_stream()));  // reserved; the copy waits
   rig.conn->save(rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8)));
   const auto end = std::chrono::steady_clock::now() + 10s;
-  while (rig.conn->transfers().empty() || rig.conn->transfers()[0].state != reactor::TransferState::pending)
+  while (rig.conn->transfers().empty() || rig.conn->transfers()[0].state != connector::TransferState::pending)
     REQUIRE(std::chrono::steady_clock::now() < end);
 
   srv.restart(kServerFlags);
@@ -191,7 +191,7 @@ TEST_CASE("node tier: a save reserved on a server that restarted is never commit
     std::this_thread::sleep_for(10ms);
   }
   require_ok(hip::sim::release_stream(rig.save_stream()));
-  const auto f = rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); });
+  const auto f = rig.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); });
   CHECK_FALSE(f.saves[0].ok);
   CHECK(f.saves[0].reason.find("restarted") != std::string::npos);
   // The other process's reservation was not committed under it: still its own to commit.
@@ -225,7 +225,7 @@ TEST_CASE("node tier: a lease its server lost (killed, restarted) ends its load 
   auto spec = rig.load_spec("a", 1, 0, 2, dst, 6);
   spec.tier_lease = hit.lease;
   rig.conn->load(spec);
-  const auto f = rig.wait_for([](const reactor::Finished& f) { return !f.loads.empty(); });
+  const auto f = rig.wait_for([](const kvstrand::Finished& f) { return !f.loads.empty(); });
   INFO(f.loads[0].reason);
   if (f.loads[0].ok) {
     // Copied from the mapping the lease was granted in, which this process
@@ -262,7 +262,7 @@ TEST_CASE("node tier: a load whose lookup the server never answers ends at its d
   REQUIRE(ready_and_full(srv));
   Rig rig(remote(srv, 400ms));
   rig.conn->save(rig.save_spec("a", 1, 0, 1, Rig::block_range(0, 4)));
-  REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
+  REQUIRE(rig.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
   srv.kill(SIGSTOP);
   rig.conn->load(rig.load_spec("a", 1, 0, 1, Rig::block_range(20, 4), 3));
   const std::error_code code = wait_fail_stop(rig);
@@ -285,10 +285,10 @@ TEST_CASE("node tier: close() while the stopped server holds a lookup answers it
   rig.conn->close();
   const auto took = std::chrono::steady_clock::now() - t0;
   srv.kill(SIGCONT);
-  REQUIRE(took < reactor::close_bound(1s));
+  REQUIRE(took < connector::close_bound(1s));
   // Every lookup id gets its answer, also across close(): the engine may be
   // deferring a request on it.
-  const reactor::Finished f = rig.conn->finished();
+  const kvstrand::Finished f = rig.conn->finished();
   REQUIRE(f.lookups.size() == 1);
   REQUIRE(f.lookups[0].id == id);
   REQUIRE(f.lookups[0].hit.tokens == 0);
@@ -307,7 +307,7 @@ TEST_CASE("node tier: invalidate is refused, naming the protocol, by a server ol
           "[server][reactor]") {
   if (!device_present()) return;
   WrongReplyServer srv(WrongReplyServer::speaking_minor(2));
-  reactor::ConnectorOptions o;
+  connector::ConnectorOptions o;
   o.server_socket = srv.socket_path();
   Rig rig(o);
   try {
@@ -327,13 +327,13 @@ TEST_CASE("node tier: chunk events go to a 2.4 server with the reserve, and neve
   for (std::uint8_t minor : {std::uint8_t{3}, std::uint8_t{4}}) {
     INFO("server 2." << int(minor));
     WrongReplyServer srv(WrongReplyServer::speaking_minor(minor));
-    reactor::ConnectorOptions o;
+    connector::ConnectorOptions o;
     o.server_socket = srv.socket_path();
     Rig rig(o);
     kv::TransferSpec s = rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8));
     s.chunk_events.assign(s.keys.size(), std::string("\x81\xa1x\x01", 4));
     rig.conn->save(std::move(s));
-    const auto f = rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); });
+    const auto f = rig.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); });
     REQUIRE(f.saves[0].ok);
     REQUIRE(srv.described() == (minor >= 4 ? 1 : 0));
   }
@@ -345,11 +345,11 @@ TEST_CASE("node tier: a layout's tenant is told to a 2.4 server, never to a 2.3 
   for (std::uint8_t minor : {std::uint8_t{3}, std::uint8_t{4}}) {
     INFO("server 2." << int(minor));
     WrongReplyServer srv(WrongReplyServer::speaking_minor(minor));
-    reactor::ConnectorOptions o;
+    connector::ConnectorOptions o;
     o.server_socket = srv.socket_path();
     Rig rig(o, 64, "team-a");
     rig.conn->save(rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8)));
-    const auto f = rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); });
+    const auto f = rig.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); });
     REQUIRE(f.saves[0].ok);
     REQUIRE(srv.tenants() == (minor >= 4 ? 1 : 0));
   }
@@ -361,7 +361,7 @@ TEST_CASE("node tier: a lookup whose hit is not loaded gives its lease back at o
   REQUIRE(ready_and_full(srv));
   Rig rig(remote(srv));
   rig.conn->save(rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8)));
-  REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
+  REQUIRE(rig.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
   auto locks = [&] {
     Client c(srv.socket_path());
     REQUIRE(c.call(proto::Hello{proto::kMajor, proto::kMinor, "t", {}}).has_value());
@@ -369,7 +369,7 @@ TEST_CASE("node tier: a lookup whose hit is not loaded gives its lease back at o
   };
   const auto keys = rig.keys(1, 0, 2);
   rig.conn->lookup(keys);
-  auto looked = rig.wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); });
+  auto looked = rig.wait_for([](const kvstrand::Finished& f) { return !f.lookups.empty(); });
   REQUIRE(looked.lookups[0].hit.tokens == 128);
   REQUIRE(locks() == 1);  // held for a load that will not come, and no clock frees it
   rig.conn->release_lookup(looked.lookups[0].lease);
@@ -380,28 +380,28 @@ TEST_CASE("node tier: a lookup whose hit is not loaded gives its lease back at o
   }
   // The object is unlocked, not gone: a later lookup and load still work.
   rig.conn->lookup(keys);
-  REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); }).lookups[0].hit.tokens == 128);
+  REQUIRE(rig.wait_for([](const kvstrand::Finished& f) { return !f.lookups.empty(); }).lookups[0].hit.tokens == 128);
   rig.conn->load(rig.load_spec("a", 1, 0, 2, Rig::block_range(30, 8), 4));
-  REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.loads.empty(); }).loads[0].ok);
+  REQUIRE(rig.wait_for([](const kvstrand::Finished& f) { return !f.loads.empty(); }).loads[0].ok);
 }
 
 TEST_CASE("node tier: a reply of another type than its request is a protocol error: the request fails with it",
           "[server][reactor][fault]") {
   if (!device_present()) return;
   WrongReplyServer srv(WrongReplyServer::wrong_types());
-  reactor::ConnectorOptions o;
+  connector::ConnectorOptions o;
   o.server_socket = srv.socket_path();
   o.server_request_timeout = 2s;
   Rig rig(o);
   rig.conn->save(rig.save_spec("a", 1, 0, 1, Rig::block_range(0, 4)));
-  const auto f = rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); });
+  const auto f = rig.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); });
   INFO(f.saves[0].reason);
   REQUIRE_FALSE(f.saves[0].ok);
   REQUIRE(f.saves[0].error == TransferErrc::tier_unavailable);  // not an exception escaping the coroutine
   REQUIRE(f.saves[0].reason.find("protocol error: a lookup reply to reserve request") != std::string::npos);
   // The lookup's answer (a reserve reply, on a new connection) is a miss, not a throw.
   rig.conn->lookup(rig.keys(1, 0, 1));
-  REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); }).lookups[0].hit.tokens == 0);
+  REQUIRE(rig.wait_for([](const kvstrand::Finished& f) { return !f.lookups.empty(); }).lookups[0].hit.tokens == 0);
 }
 
 TEST_CASE("node tier: an arena offset the server grants past the arena is refused, and nothing is copied",
@@ -410,16 +410,16 @@ TEST_CASE("node tier: an arena offset the server grants past the arena is refuse
   for (std::uint64_t past : {std::uint64_t{0}, std::uint64_t{1}}) {
     INFO("offsets " << past << " B past the last object that fits");
     WrongReplyServer srv(WrongReplyServer::offsets_past(past));
-    reactor::ConnectorOptions o;
+    connector::ConnectorOptions o;
     o.server_socket = srv.socket_path();
     o.server_request_timeout = 2s;
     Rig rig(o);
     rig.conn->save(rig.save_spec("s", 1, 0, 1, Rig::block_range(0, 4)));
-    const auto saved = rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); }).saves[0];
+    const auto saved = rig.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); }).saves[0];
     const auto dst = Rig::block_range(8, 4);
     const auto before = rig.snapshot(dst, {3});
     rig.conn->load(rig.load_spec("l", 1, 0, 1, dst, 3));
-    const auto loaded = rig.wait_for([](const reactor::Finished& f) { return !f.loads.empty(); }).loads[0];
+    const auto loaded = rig.wait_for([](const kvstrand::Finished& f) { return !f.loads.empty(); }).loads[0];
     INFO("save: " << saved.reason << "; load: " << loaded.reason);
     if (past == 0) {  // the last object of the arena: inside, used
       REQUIRE(saved.ok);
@@ -440,15 +440,15 @@ TEST_CASE("node tier: a registration with no memory looks up and exports a lease
   REQUIRE(ready_and_full(srv));
   Rig rig(remote(srv));
   rig.conn->save(rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8)));
-  REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
+  REQUIRE(rig.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
 
   // A scheduler: the same layout, no device memory.
-  reactor::Connector scheduler(remote(srv));
+  connector::Connector scheduler(remote(srv));
   Registration plan_only;
   plan_only.layout = rig.layout;
   REQUIRE(scheduler.register_layout(plan_only) == 0);
   const std::uint64_t id = scheduler.lookup(rig.keys(1, 0, 2));
-  reactor::Finished f;
+  kvstrand::Finished f;
   const auto end = std::chrono::steady_clock::now() + 10s;
   while (f.lookups.empty() && std::chrono::steady_clock::now() < end) {
     f = scheduler.finished();
@@ -499,25 +499,25 @@ TEST_CASE("node tier: a partial hit's exported lease names only the hit's chunks
   // Four chunks asked, two stored: the hand-off names the two it holds.
   rig.conn->release_lookup(hit.lease);
   rig.conn->lookup(rig.keys(1, 0, 4));
-  auto partial = rig.wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); }).lookups[0];
+  auto partial = rig.wait_for([](const kvstrand::Finished& f) { return !f.lookups.empty(); }).lookups[0];
   REQUIRE(partial.hit.tokens == 128);
   const std::vector<std::byte> bytes = rig.conn->export_lease(partial.lease);
   const auto handoff = proto::decode_lease_handoff(bytes);
   REQUIRE(handoff);
   REQUIRE(handoff->keys == rig.keys(1, 0, 2));
   // An adopter of it gets the two chunks (a hand-off of four would be refused as another lease's).
-  reactor::Connector adopter(remote(srv));
-  reactor::Finished f = adopt_in(adopter, rig.layout, bytes);
+  connector::Connector adopter(remote(srv));
+  kvstrand::Finished f = adopt_in(adopter, rig.layout, bytes);
   REQUIRE(f.lookups[0].hit.tokens == 128);
 
   // A load that names its lookup's lease ends it: it cannot be exported or named again.
   rig.conn->lookup(rig.keys(1, 0, 2));
-  auto looked = rig.wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); }).lookups[0];
+  auto looked = rig.wait_for([](const kvstrand::Finished& f) { return !f.lookups.empty(); }).lookups[0];
   REQUIRE(looked.lease != 0);
   auto load = rig.load_spec("b", 1, 0, 2, Rig::block_range(30, 8), 4);
   load.tier_lease = looked.lease;
   rig.conn->load(load);
-  REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.loads.empty(); }).loads[0].ok);
+  REQUIRE(rig.wait_for([](const kvstrand::Finished& f) { return !f.loads.empty(); }).loads[0].ok);
   try {
     rig.conn->export_lease(looked.lease);
     FAIL("a lease a load named was exported");
@@ -529,12 +529,12 @@ TEST_CASE("node tier: a partial hit's exported lease names only the hit's chunks
 TEST_CASE("node tier: a release that could not be sent while disconnected is sent on reconnecting to the same server",
           "[server][reactor][fault]") {
   WrongReplyServer srv(WrongReplyServer::offsets_past(0));  // answers lookups with lease 9
-  reactor::ConnectorOptions o;
+  connector::ConnectorOptions o;
   o.server_socket = srv.socket_path();
   o.server_request_timeout = 2s;
   Rig rig(o);
   rig.conn->lookup(rig.keys(1, 0, 2));
-  const auto looked = rig.wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); }).lookups[0];
+  const auto looked = rig.wait_for([](const kvstrand::Finished& f) { return !f.lookups.empty(); }).lookups[0];
   REQUIRE(looked.lease == 9);
   srv.hold_accepts(true);  // the client's next connection waits for its hello reply
   srv.drop();
@@ -558,8 +558,8 @@ TEST_CASE("node tier: an exported lease is the adopter's alone: the exporter's c
   const auto looked = save_and_look_up(*exporter, Rig::block_range(0, 8));
   REQUIRE(looked.lease != 0);
   const std::vector<std::byte> bytes = exporter->conn->export_lease(looked.lease);
-  reactor::Connector adopter(remote(srv));
-  reactor::Finished f = adopt_in(adopter, exporter->layout, bytes);
+  connector::Connector adopter(remote(srv));
+  kvstrand::Finished f = adopt_in(adopter, exporter->layout, bytes);
   REQUIRE(f.lookups[0].hit.tokens == 128);
   REQUIRE(stats(srv.socket_path()).leases == 1);
   // The exporter gave the lease away: its close releases the leases it

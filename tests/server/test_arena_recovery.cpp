@@ -19,7 +19,7 @@
 using namespace kvstrand;
 using namespace kvstrand::test;
 using namespace std::chrono_literals;
-using reactor::TransferErrc;
+using kvstrand::TransferErrc;
 
 namespace {
 
@@ -27,8 +27,8 @@ std::vector<std::string> flags(const ArenaFile& a) {
   return {"--tier-bytes", "32M", "--slab-bytes", "8M", "--chunk-tokens", "64", "--arena-path", a.path};
 }
 
-reactor::ConnectorOptions remote(const std::string& socket) {
-  reactor::ConnectorOptions o;
+connector::ConnectorOptions remote(const std::string& socket) {
+  connector::ConnectorOptions o;
   o.server_socket = socket;
   o.transfer_deadline = 60s;
   o.server_request_timeout = 2s;
@@ -58,7 +58,7 @@ std::uint32_t hit(Rig& rig, std::uint64_t seed, std::uint32_t first, std::uint32
   std::uint32_t tokens = 0;
   for (int i = 0; i < tries; ++i) {
     rig.conn->lookup(rig.keys(seed, first, last));
-    const auto f = rig.wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); });
+    const auto f = rig.wait_for([](const kvstrand::Finished& f) { return !f.lookups.empty(); });
     tokens = f.lookups[0].hit.tokens;
     if (f.lookups[0].lease != 0) rig.conn->release_lookup(f.lookups[0].lease);
     if (tokens > 0) break;
@@ -69,7 +69,7 @@ std::uint32_t hit(Rig& rig, std::uint64_t seed, std::uint32_t first, std::uint32
 
 bool saved(Rig& rig, const kv::TransferSpec& spec) {
   rig.conn->save(spec);
-  const auto f = rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); });
+  const auto f = rig.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); });
   INFO(f.saves[0].reason);
   return f.saves[0].ok;
 }
@@ -78,7 +78,7 @@ void require_loads_exact(Rig& rig, const std::string& req, std::uint64_t seed, c
                          const std::vector<std::byte>& expect) {
   rig.randomize(99);
   rig.conn->load(rig.load_spec(req, seed, 0, 2, dst, 6));
-  const auto f = rig.wait_for([](const reactor::Finished& f) { return !f.loads.empty(); });
+  const auto f = rig.wait_for([](const kvstrand::Finished& f) { return !f.loads.empty(); });
   INFO(f.loads[0].reason);
   REQUIRE(f.loads[0].ok);
   REQUIRE(rig.snapshot(dst, {6}) == expect);
@@ -86,7 +86,7 @@ void require_loads_exact(Rig& rig, const std::string& req, std::uint64_t seed, c
 
 void wait_pending(Rig& rig) {
   const auto end = std::chrono::steady_clock::now() + 10s;
-  while (rig.conn->transfers().empty() || rig.conn->transfers()[0].state != reactor::TransferState::pending)
+  while (rig.conn->transfers().empty() || rig.conn->transfers()[0].state != connector::TransferState::pending)
     REQUIRE(std::chrono::steady_clock::now() < end);
 }
 
@@ -121,10 +121,10 @@ TEST_CASE("arena recovery: a server SIGKILLed mid-store and mid-load under two c
   srv->restart(flags(file));
   require_ok(hip::sim::release_stream(a.save_stream()));
   require_ok(hip::sim::release_stream(b.load_stream()));
-  auto fa = a.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); });
+  auto fa = a.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); });
   REQUIRE_FALSE(fa.saves[0].ok);  // copied, never committed: not stored
   REQUIRE(fa.saves[0].error == TransferErrc::tier_unavailable);
-  auto fb = b.wait_for([](const reactor::Finished& f) { return !f.loads.empty(); });
+  auto fb = b.wait_for([](const kvstrand::Finished& f) { return !f.loads.empty(); });
   INFO(fb.loads[0].reason);
   REQUIRE(fb.loads[0].ok);  // its lease's bytes, still mapped here
   REQUIRE(b.snapshot(Rig::block_range(30, 8), {6}) == b_before);
@@ -214,7 +214,7 @@ TEST_CASE("arena recovery: a corrupted table entry drops its object only", "[ser
   r.randomize(5);
   const auto dst = Rig::block_range(40, 4);
   r.conn->load(r.load_spec("l", 1, 0, 1, dst, 6));
-  const auto f = r.wait_for([](const reactor::Finished& f) { return !f.loads.empty(); });
+  const auto f = r.wait_for([](const kvstrand::Finished& f) { return !f.loads.empty(); });
   INFO(f.loads[0].reason);
   REQUIRE(f.loads[0].ok);
   REQUIRE(r.snapshot(dst, {6}) == before);

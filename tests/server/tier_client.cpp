@@ -92,9 +92,9 @@ struct Client {
   std::vector<hip::DeviceBuffer> planes;
   std::optional<hip::DeviceBuffer> state;
   std::optional<hip::PinnedBuffer> staging;
-  std::unique_ptr<reactor::Connector> conn;
+  std::unique_ptr<connector::Connector> conn;
   std::uint64_t lease = 0;  // the last lookup's
-  reactor::Finished pending;  // outcomes drained but not yet asked for
+  kvstrand::Finished pending;  // outcomes drained but not yet asked for
   std::uint64_t saves = 0, loads = 0, verified = 0, mismatches = 0;
 
   explicit Client(const std::string& socket) {
@@ -110,12 +110,12 @@ struct Client {
       planes.push_back(must(hip::DeviceBuffer::allocate(kBlocks * kBlockBytes), "plane"));
     state.emplace(must(hip::DeviceBuffer::allocate(kSlots * kImageBytes), "state"));
     staging.emplace(must(hip::PinnedBuffer::allocate(kBlocks * kBlockBytes), "pinned"));
-    reactor::ConnectorOptions o;
+    connector::ConnectorOptions o;
     o.server_socket = socket;
     o.server_request_timeout = 5s;
     o.transfer_deadline = 30s;
-    conn = std::make_unique<reactor::Connector>(o);
-    reactor::Registration reg;
+    conn = std::make_unique<connector::Connector>(o);
+    kvstrand::Registration reg;
     reg.layout = layout;
     for (auto& p : planes) reg.planes.push_back({p.data(), kBlocks});
     reg.state = {state->data(), kSlots};
@@ -161,7 +161,7 @@ struct Client {
     }
   }
 
-  reactor::TransferOutcome save(std::uint64_t prompt, const std::string& req) {
+  kvstrand::TransferOutcome save(std::uint64_t prompt, const std::string& req) {
     write_prompt(prompt, kChunks);
     kv::TransferSpec s;
     s.request = req;
@@ -293,7 +293,7 @@ int run_stall_save(const std::string& socket) {
   const auto end = std::chrono::steady_clock::now() + 20s;
   for (;;) {
     auto live = c.conn->transfers();
-    if (!live.empty() && live[0].state == reactor::TransferState::pending) break;  // reserved, copy queued
+    if (!live.empty() && live[0].state == connector::TransferState::pending) break;  // reserved, copy queued
     if (std::chrono::steady_clock::now() > end) die("the save never reached its copy");
     std::this_thread::sleep_for(5ms);
   }

@@ -14,19 +14,19 @@
 namespace kvstrand::test {
 
 // A Connector's options with its transfer deadline set.
-inline reactor::ConnectorOptions with_deadline(std::chrono::milliseconds d) {
-  reactor::ConnectorOptions o;
+inline connector::ConnectorOptions with_deadline(std::chrono::milliseconds d) {
+  connector::ConnectorOptions o;
   o.transfer_deadline = d;
   return o;
 }
 
-inline bool has_state(reactor::Connector& c, reactor::TransferState s) {
+inline bool has_state(connector::Connector& c, connector::TransferState s) {
   for (const auto& t : c.transfers())
     if (t.state == s) return true;
   return false;
 }
 
-inline void wait_for_state(reactor::Connector& c, reactor::TransferState s) {
+inline void wait_for_state(connector::Connector& c, connector::TransferState s) {
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (!has_state(c, s)) {
     REQUIRE(std::chrono::steady_clock::now() < end);
@@ -45,10 +45,10 @@ struct Rig {
   std::vector<hip::DeviceBuffer> planes;
   std::optional<hip::DeviceBuffer> state;
   // The tier's streams, once registered (the sim's hooks hold them).
-  reactor::Connector::TierStreams streams;
-  std::unique_ptr<reactor::Connector> conn;
+  connector::Connector::TierStreams streams;
+  std::unique_ptr<connector::Connector> conn;
 
-  explicit Rig(reactor::ConnectorOptions opts = {}, std::uint64_t tier_objects = 64, std::string tenant = {}) {
+  explicit Rig(connector::ConnectorOptions opts = {}, std::uint64_t tier_objects = 64, std::string tenant = {}) {
     layout.model_id = "rig";
     layout.layout_name = "rig";
     layout.planes = {{"k", kPlaneBlockBytes}, {"v", kPlaneBlockBytes}, {"idx", kPlaneBlockBytes}};
@@ -63,9 +63,9 @@ struct Rig {
     randomize(1);
     if (!opts.make_index && opts.server_socket.empty()) {
       const std::uint64_t bytes = tier_objects * layout.object_bytes(true);
-      opts.make_index = [bytes](reactor::Reactor&) { return std::make_unique<reactor::LocalIndex>(bytes); };
+      opts.make_index = [bytes](reactor::Reactor&) { return std::make_unique<index_plane::LocalIndex>(bytes); };
     }
-    conn = std::make_unique<reactor::Connector>(opts);
+    conn = std::make_unique<connector::Connector>(opts);
     conn->register_layout(registration());
     streams = conn->tier_streams();
   }
@@ -88,8 +88,8 @@ struct Rig {
   hip::Stream& load_stream() { return *streams.load; }
   Rig& operator=(const Rig&) = delete;
 
-  reactor::Registration registration() {
-    reactor::Registration reg;
+  kvstrand::Registration registration() {
+    kvstrand::Registration reg;
     reg.layout = layout;
     for (auto& p : planes) reg.planes.push_back({p.data(), kBlocks});
     reg.state = {state->data(), kSlots};
@@ -159,14 +159,14 @@ struct Rig {
     const auto before = snapshot(src, {2});
     conn->save(save_spec("a", 1, 0, 3, src));
     // The outcome and the source-safe notice are two mailbox entries: wait for both.
-    auto f = wait_for([](const reactor::Finished& f) { return !f.saves.empty() && !f.source_safe.empty(); });
+    auto f = wait_for([](const kvstrand::Finished& f) { return !f.saves.empty() && !f.source_safe.empty(); });
     INFO(f.saves[0].reason);
     REQUIRE(f.saves[0].ok);
     REQUIRE(f.source_safe.size() == 1);
     REQUIRE(f.source_safe[0].blocks == src);
 
     const auto id = conn->lookup(keys(1, 0, 4));  // one more key than stored
-    f = wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); });
+    f = wait_for([](const kvstrand::Finished& f) { return !f.lookups.empty(); });
     REQUIRE(f.lookups[0].id == id);
     REQUIRE(f.lookups[0].hit.tokens == 192);
     REQUIRE(f.lookups[0].hit.checkpoints == std::vector<std::uint32_t>{64, 128, 192});
@@ -177,7 +177,7 @@ struct Rig {
     auto spec = load_spec("a", 1, 0, 3, dst, 7);
     spec.tier_lease = lease;
     conn->load(spec);
-    f = wait_for([](const reactor::Finished& f) { return !f.loads.empty(); });
+    f = wait_for([](const kvstrand::Finished& f) { return !f.loads.empty(); });
     INFO(f.loads[0].reason);
     REQUIRE(f.loads[0].ok);
     // Destination blocks hold the saved blocks; slot 7 the image saved at the end (slot 2).
@@ -190,10 +190,10 @@ struct Rig {
   void invalidate_round() {
     const auto src = Rig::block_range(0, 12);
     conn->save(save_spec("a", 1, 0, 3, src));
-    REQUIRE(wait_for([](const reactor::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
+    REQUIRE(wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
     auto hit = [&] {
       conn->lookup(keys(1, 0, 3));
-      const auto f = wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); });
+      const auto f = wait_for([](const kvstrand::Finished& f) { return !f.lookups.empty(); });
       if (f.lookups[0].lease != 0) conn->release_lookup(f.lookups[0].lease);
       return f.lookups[0].hit.tokens;
     };
@@ -201,13 +201,13 @@ struct Rig {
     REQUIRE(conn->invalidate() == 3);
     REQUIRE(hit() == 0);
     conn->save(save_spec("b", 1, 0, 3, src));
-    REQUIRE(wait_for([](const reactor::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
+    REQUIRE(wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
     REQUIRE(hit() == 192);
     try {
       conn->invalidate(7);
       FAIL("invalidate of no registration returned");
-    } catch (const reactor::TransferRefused& e) {
-      REQUIRE(e.code() == reactor::TransferErrc::not_registered);
+    } catch (const kvstrand::TransferRefused& e) {
+      REQUIRE(e.code() == kvstrand::TransferErrc::not_registered);
     }
   }
 
@@ -232,7 +232,7 @@ struct Rig {
     l.checkpoint = {};
     swa.emplace(Group{l, kv::namespace_of(l), must(hip::DeviceBuffer::allocate(kSwaBlocks * kSwaBlockBytes)), 0});
     write_device(engine_stream, swa->plane.data(), random_bytes(swa->plane.size(), 77));
-    reactor::Registration reg;
+    kvstrand::Registration reg;
     reg.layout = l;
     reg.planes = {{swa->plane.data(), kSwaBlocks}};
     swa->id = conn->register_layout(reg);
@@ -270,8 +270,8 @@ struct Rig {
     s2.keys = swa_keys(1, 2);
     s2.blocks = swa_src;
     // One request, one save per group, in one submit: not duplicates.
-    conn->submit({{reactor::TransferKind::save, s1, nullptr}, {reactor::TransferKind::save, s2, nullptr}});
-    auto f = wait_for([](const reactor::Finished& f) { return f.saves.size() == 2 && f.source_safe.size() == 2; });
+    conn->submit({{kvstrand::TransferKind::save, s1, nullptr}, {kvstrand::TransferKind::save, s2, nullptr}});
+    auto f = wait_for([](const kvstrand::Finished& f) { return f.saves.size() == 2 && f.source_safe.size() == 2; });
     for (const auto& o : f.saves) {
       INFO(o.reason);
       REQUIRE(o.ok);
@@ -280,7 +280,7 @@ struct Rig {
 
     const auto l1 = conn->lookup(keys(1, 0, 4));
     const auto l2 = conn->lookup(swa_keys(1, 4), swa->id);
-    f = wait_for([](const reactor::Finished& f) { return f.lookups.size() == 2; });
+    f = wait_for([](const kvstrand::Finished& f) { return f.lookups.size() == 2; });
     const auto& a = f.lookups[0].id == l1 ? f.lookups[0] : f.lookups[1];
     const auto& b = f.lookups[0].id == l2 ? f.lookups[0] : f.lookups[1];
     REQUIRE(a.registration == 0);
@@ -305,8 +305,8 @@ struct Rig {
     d2.keys = swa_keys(1, 2);
     d2.blocks = swa_dst;
     d2.tier_lease = b.lease;
-    conn->submit({{reactor::TransferKind::load, d1, nullptr}, {reactor::TransferKind::load, d2, nullptr}});
-    f = wait_for([](const reactor::Finished& f) { return f.loads.size() == 2; });
+    conn->submit({{kvstrand::TransferKind::load, d1, nullptr}, {kvstrand::TransferKind::load, d2, nullptr}});
+    f = wait_for([](const kvstrand::Finished& f) { return f.loads.size() == 2; });
     for (const auto& o : f.loads) {
       INFO(o.reason);
       REQUIRE(o.ok);
@@ -323,8 +323,8 @@ struct Rig {
 
   // Polls finished() until `pred` holds for the accumulated outcomes, or 10 s.
   template <class Pred>
-  reactor::Finished wait_for(Pred pred) {
-    reactor::Finished all;
+  kvstrand::Finished wait_for(Pred pred) {
+    kvstrand::Finished all;
     const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (std::chrono::steady_clock::now() < end) {
       auto f = conn->finished();
@@ -341,12 +341,12 @@ struct Rig {
 };
 
 // Raises the connector's fail-stop within 10 s, or fails the test.
-inline reactor::FailStop wait_for_fail_stop(reactor::Connector& c) {
+inline kvstrand::FailStop wait_for_fail_stop(connector::Connector& c) {
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (std::chrono::steady_clock::now() < end) {
     try {
       c.finished();
-    } catch (const reactor::FailStop& e) {
+    } catch (const kvstrand::FailStop& e) {
       return e;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));

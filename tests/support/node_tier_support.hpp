@@ -15,11 +15,11 @@
 namespace kvstrand::test {
 
 using namespace std::chrono_literals;
-using reactor::FailStop;
-using reactor::TransferErrc;
+using kvstrand::FailStop;
+using kvstrand::TransferErrc;
 
-inline reactor::ConnectorOptions remote(const ServerProcess& srv, std::chrono::milliseconds deadline = 60s) {
-  reactor::ConnectorOptions o;
+inline connector::ConnectorOptions remote(const ServerProcess& srv, std::chrono::milliseconds deadline = 60s) {
+  connector::ConnectorOptions o;
   o.server_socket = srv.socket_path();
   o.transfer_deadline = deadline;
   o.server_request_timeout = 2s;
@@ -32,19 +32,20 @@ inline const std::vector<std::string> kServerFlags = {"--tier-bytes", "32M", "--
 // lookup's outcome (its lease held by this process).
 auto save_and_look_up(Rig& rig, const auto& src) {
   rig.conn->save(rig.save_spec("a", 1, 0, 2, src));
-  REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
+  REQUIRE(rig.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
   rig.conn->lookup(rig.keys(1, 0, 2));
-  return rig.wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); }).lookups[0];
+  return rig.wait_for([](const kvstrand::Finished& f) { return !f.lookups.empty(); }).lookups[0];
 }
 
 // `adopter` as a scheduler of `layout` (a registration without memory)
 // adopts the hand-off; what its finished() then holds: the one lookup.
-inline reactor::Finished adopt_in(reactor::Connector& adopter, const kv::Layout& layout, const std::vector<std::byte>& handoff) {
+inline kvstrand::Finished adopt_in(connector::Connector& adopter, const kv::Layout& layout,
+                                   const std::vector<std::byte>& handoff) {
   Registration plan_only;
   plan_only.layout = layout;
   adopter.register_layout(plan_only);
   adopter.adopt_lease(handoff);
-  reactor::Finished f;
+  kvstrand::Finished f;
   for (auto end = std::chrono::steady_clock::now() + 10s; f.lookups.empty() && std::chrono::steady_clock::now() < end;
        std::this_thread::sleep_for(5ms))
     f = adopter.finished();
@@ -73,8 +74,8 @@ inline bool save_until_ok(Rig& rig, kv::TransferSpec spec, std::chrono::millisec
   const auto end = std::chrono::steady_clock::now() + within;
   for (int attempt = 0; std::chrono::steady_clock::now() < end; ++attempt) {
     spec.request = "until-ok-" + std::to_string(attempt);
-    rig.conn->submit({{reactor::TransferKind::save, spec, nullptr}});
-    auto f = rig.wait_for([](const reactor::Finished& f) { return !f.saves.empty(); });
+    rig.conn->submit({{kvstrand::TransferKind::save, spec, nullptr}});
+    auto f = rig.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); });
     if (f.saves[0].ok) return true;
     INFO(f.saves[0].reason);
     REQUIRE(f.saves[0].error == TransferErrc::tier_unavailable);
@@ -85,7 +86,7 @@ inline bool save_until_ok(Rig& rig, kv::TransferSpec spec, std::chrono::millisec
 
 inline std::uint32_t lookup_tokens(Rig& rig, std::vector<kv::ChunkKey> keys, std::uint32_t registration = 0) {
   rig.conn->lookup(std::move(keys), registration);
-  return rig.wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); }).lookups[0].hit.tokens;
+  return rig.wait_for([](const kvstrand::Finished& f) { return !f.lookups.empty(); }).lookups[0].hit.tokens;
 }
 
 // After its server restarted (prompt 1 was saved to the old one): saves
@@ -97,11 +98,11 @@ inline void serves_anew_after_restart(Rig& rig) {
   const auto before = rig.snapshot(src, {1});
   REQUIRE(save_until_ok(rig, rig.save_spec("b", 2, 0, 2, src)));
   rig.conn->lookup(rig.keys(1, 0, 2));
-  REQUIRE(rig.wait_for([](const reactor::Finished& f) { return !f.lookups.empty(); }).lookups[0].hit.tokens == 0);
+  REQUIRE(rig.wait_for([](const kvstrand::Finished& f) { return !f.lookups.empty(); }).lookups[0].hit.tokens == 0);
   rig.randomize(3);
   const auto dst = Rig::block_range(30, 8);
   rig.conn->load(rig.load_spec("b", 2, 0, 2, dst, 6));  // no lease: the tier holds what it loads
-  auto f = rig.wait_for([](const reactor::Finished& f) { return !f.loads.empty(); });
+  auto f = rig.wait_for([](const kvstrand::Finished& f) { return !f.loads.empty(); });
   INFO(f.loads[0].reason);
   REQUIRE(f.loads[0].ok);
   REQUIRE(rig.snapshot(dst, {6}) == before);
