@@ -89,7 +89,7 @@ test-tsan: bootstrap
 
 test-sanitize: test-asan test-tsan
 
-# Only src/hip/backend_gpu.cpp (and the cuda kernel) differ between
+# Only src/device/backend_gpu.cpp (and the cuda kernel) differ between
 # backends: every other file compiles the same for sim, hip and cuda. So the
 # check compiles the backend, links it into the installable library and
 # links two programs against them: the device-runtime probe (every backend

@@ -10,7 +10,7 @@
 // shuffled order, on both sides, so nothing coalesces.
 //
 // Rows, each the median of 50 runs after 10 warm-up runs, as a ratio to
-// the contiguous copy: the shipped kernel (hip::kernel::segment_copy); where
+// the contiguous copy: the shipped kernel (device::kernel::segment_copy); where
 // it stages a table in device memory (over 1,024 segments), the same tiles
 // in launch parameters only, 1,024 a launch (what it did before); the
 // kernel before that (one 2-D grid of at most 160 segments a launch, a
@@ -22,11 +22,11 @@
 // gather with the DMA batch taking the largest segments up to a quarter or
 // a half of the bytes, the kernel the rest). Last, the shipped kernel's
 // bytes, both ways, are checked for every geometry. First, kvstrand's own
-// probe (hip/load_path_probe.hpp) runs, and each geometry's line names the
+// probe (device/load_path_probe.hpp) runs, and each geometry's line names the
 // path kvstrand would take for it, beside every path's figure.
 //
 // usage: bench_gather [--probe-rounds R] [--probe-copies C]
-//   the probe's rounds and copies a round (hip/load_path_probe.hpp), where
+//   the probe's rounds and copies a round (device/load_path_probe.hpp), where
 //   not its defaults: to compare how the probe times against these rows.
 #include <cuda_runtime.h>
 
@@ -40,12 +40,12 @@
 #include <string>
 #include <vector>
 
-#include "hip/segment_copy_kernel.hpp"
-#include "hip/segment_grid.hpp"
+#include "device/segment_copy_kernel.hpp"
+#include "device/segment_grid.hpp"
 
 namespace {
 
-using kvstrand::hip::kernel::KernelSegment;
+using kvstrand::device::kernel::KernelSegment;
 
 // kvstrand's own choice of load path on this host (bench/load_path_choice.cpp).
 extern "C" const char* kvstrand_bench_measure_load_paths(int rounds, int copies_per_round);
@@ -136,7 +136,7 @@ struct Bench {
   // plane by plane: on the device, plane p's tensor of `pool` blocks, the
   // load's blocks at distinct random ids in it; on the host, chunk objects
   // of 16 blocks at shuffled places, plane p's blocks at its offset in each.
-  // A grid (hip/segment_grid.hpp), which the shipped kernel sends as one.
+  // A grid (device/segment_grid.hpp), which the shipped kernel sends as one.
   void paged(const std::string& name, std::size_t planes, std::size_t blocks, std::uint64_t block_bytes,
              std::size_t pool) {
     std::vector<std::uint64_t> ids(pool);
@@ -162,7 +162,7 @@ struct Bench {
       std::vector<KernelSegment> segs;
       for (std::size_t i = 0; i < sizes.size(); ++i)
         segs.push_back({reinterpret_cast<std::uint64_t>(host + h[i]), reinterpret_cast<std::uint64_t>(dev + d[i]), sizes[i]});
-      const double us = median_us([&] { kvstrand::hip::kernel::segment_copy(segs.data(), static_cast<int>(segs.size()), s); });
+      const double us = median_us([&] { kvstrand::device::kernel::segment_copy(segs.data(), static_cast<int>(segs.size()), s); });
       std::printf("  %-46s %8.1f us %5.1f GB/s  ratio %.3f\n", what, us, bytes / us / 1e3, us / contiguous);
     };
     as_planned_but("host side in order (device as planned)", in_order, dat);
@@ -198,14 +198,14 @@ struct Bench {
     };
     const KernelSegment whole{reinterpret_cast<std::uint64_t>(host), reinterpret_cast<std::uint64_t>(dev), bytes};
     row("kernel, one contiguous range (the SMs' floor)",
-        median_us([&] { kvstrand::hip::kernel::segment_copy(&whole, 1, s); }));
-    row("shipped kernel (segment_copy)", median_us([&] { kvstrand::hip::kernel::segment_copy(segs.data(), n, s); }));
-    const bool grid = n > 256 && kvstrand::hip::find_grid(segs.data(), segs.size(), 384, 768).has_value();
+        median_us([&] { kvstrand::device::kernel::segment_copy(&whole, 1, s); }));
+    row("shipped kernel (segment_copy)", median_us([&] { kvstrand::device::kernel::segment_copy(segs.data(), n, s); }));
+    const bool grid = n > 256 && kvstrand::device::find_grid(segs.data(), segs.size(), 384, 768).has_value();
     if (grid)  // where the shipped kernel sends a grid: the same segments as listed
-      row("as listed (no grid)", median_us([&] { kvstrand::hip::kernel::segment_copy_listed(segs.data(), n, s); }));
+      row("as listed (no grid)", median_us([&] { kvstrand::device::kernel::segment_copy_listed(segs.data(), n, s); }));
     if (n > 1024)  // where the shipped kernel stages a table in device memory: the launches it replaced
       row("in launch parameters only, 1,024 a launch",
-          median_us([&] { kvstrand::hip::kernel::segment_copy_in_parameters(segs.data(), n, s); }));
+          median_us([&] { kvstrand::device::kernel::segment_copy_in_parameters(segs.data(), n, s); }));
     row("the kernel before (2-D grid, stride loop)", median_us([&] { before_segment_copy(segs.data(), n, s); }));
 #if CUDART_VERSION >= 12080
     cudaMemcpyAttributes attr{};
@@ -233,7 +233,7 @@ struct Bench {
     {
       const std::uint64_t half = (bytes / 2) & ~std::uint64_t{4095};
       const KernelSegment first{reinterpret_cast<std::uint64_t>(host), reinterpret_cast<std::uint64_t>(dev), half};
-      row("one range, half by kernel, half by copy, at once", at_once([&] { kvstrand::hip::kernel::segment_copy(&first, 1, s); },
+      row("one range, half by kernel, half by copy, at once", at_once([&] { kvstrand::device::kernel::segment_copy(&first, 1, s); },
                                                                      [&] {
                                                                        cudaMemcpyAsync(dev + half, host + half, bytes - half,
                                                                                        cudaMemcpyHostToDevice, s2);
@@ -258,7 +258,7 @@ struct Bench {
       }
       if (dma_len.empty() || rest.empty()) continue;
       const std::string what = "kernel + DMA batch at once, DMA " + std::to_string(dma_bytes * 100 / bytes) + " %";
-      row(what.c_str(), at_once([&] { kvstrand::hip::kernel::segment_copy(rest.data(), static_cast<int>(rest.size()), s); },
+      row(what.c_str(), at_once([&] { kvstrand::device::kernel::segment_copy(rest.data(), static_cast<int>(rest.size()), s); },
                                 [&] {
                                   cudaMemcpyBatchAsync(dma_dst.data(), dma_src.data(), dma_len.data(), dma_len.size(),
                                                        &attr, &attr_index, 1, s2);
@@ -283,10 +283,10 @@ struct Bench {
       }
       return wrong;
     };
-    const std::size_t wrong = wrong_after([&] { kvstrand::hip::kernel::segment_copy(segs.data(), n, s); });
-    const std::size_t wrong_params = wrong_after([&] { kvstrand::hip::kernel::segment_copy_in_parameters(segs.data(), n, s); });
+    const std::size_t wrong = wrong_after([&] { kvstrand::device::kernel::segment_copy(segs.data(), n, s); });
+    const std::size_t wrong_params = wrong_after([&] { kvstrand::device::kernel::segment_copy_in_parameters(segs.data(), n, s); });
     const std::size_t wrong_listed =
-        grid ? wrong_after([&] { kvstrand::hip::kernel::segment_copy_listed(segs.data(), n, s); }) : 0;
+        grid ? wrong_after([&] { kvstrand::device::kernel::segment_copy_listed(segs.data(), n, s); }) : 0;
     std::printf("  shipped kernel (%s): %zu bytes copied wrong; in parameters only: %zu%s\n", grid ? "a grid" : "as listed",
                 wrong, wrong_params, grid ? (", as listed: " + std::to_string(wrong_listed)).c_str() : "");
     if (wrong + wrong_params + wrong_listed != 0) ++failures;

@@ -29,7 +29,7 @@
 #include <thread>
 #include <vector>
 
-#include "hip/device.hpp"
+#include "device/device.hpp"
 #include "common/parse_bytes.hpp"
 #include "proto/protocol.hpp"
 #include "connector/connector.hpp"
@@ -232,15 +232,15 @@ int main(int argc, char** argv) {
     else if (a == "--start-ns") start_ns = std::stoll(value());
     else die("unknown argument " + a + " (see the file header)");
   }
-  auto n = hip::device_count();
-  if (!n.ok() || *n == 0) die(std::string("no ") + hip::backend_name() + " device");
+  auto n = device::device_count();
+  if (!n.ok() || *n == 0) die(std::string("no ") + device::backend_name() + " device");
   if (!client_socket.empty()) {
-    (void)hip::select_device(0);  // the one device CUDA_VISIBLE_DEVICES shows
+    (void)device::select_device(0);  // the one device CUDA_VISIBLE_DEVICES shows
     return client(client_socket, index, start_ns, seconds, in_flight);
   }
   if (gpus < 1) gpus = *n;
   std::printf("bench_node: backend %s, %d GPU(s) (%d visible), %.1f s windows, %d transfers in flight per client\n",
-              hip::backend_name(), gpus, *n, seconds, in_flight);
+              device::backend_name(), gpus, *n, seconds, in_flight);
   std::fflush(stdout);
   if (!start_tier.empty() && start_tier != "0") start_figures(start_tier);
   Server srv(scaling_tier);

@@ -21,9 +21,9 @@
 #include <thread>
 #include <vector>
 
-#include "hip/device.hpp"
-#include "hip/event.hpp"
-#include "hip/stream.hpp"
+#include "device/device.hpp"
+#include "device/event.hpp"
+#include "device/stream.hpp"
 #include "reactor/poller.hpp"
 #include "percentile.hpp"
 
@@ -47,7 +47,7 @@ void busy_then_mark(void* p) {
   w->finished_ns.store(Clock::now().time_since_epoch().count(), std::memory_order_release);
 }
 
-void die(const hip::Status& s) {
+void die(const device::Status& s) {
   std::fprintf(stderr, "bench_poller: %s\n", s.describe().c_str());
   std::exit(1);
 }
@@ -56,13 +56,13 @@ void die(const hip::Status& s) {
 
 int main(int argc, char** argv) {
   const int iterations = argc > 1 ? std::max(10, std::atoi(argv[1])) : 1000;
-  if (auto n = hip::device_count(); !n.ok() || *n == 0) {
-    std::fprintf(stderr, "bench_poller: no %s device\n", hip::backend_name());
+  if (auto n = device::device_count(); !n.ok() || *n == 0) {
+    std::fprintf(stderr, "bench_poller: no %s device\n", device::backend_name());
     return 1;
   }
-  if (auto s = hip::select_device(0); !s.ok()) die(s);
-  auto stream = hip::Stream::create();
-  auto event = hip::Event::create();
+  if (auto s = device::select_device(0); !s.ok()) die(s);
+  auto stream = device::Stream::create();
+  auto event = device::Event::create();
   if (!stream.ok()) die(stream.status());
   if (!event.ok()) die(event.status());
 
@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
   const std::vector<int> scenarios_us = {0, 50, 500, 5000};
   std::vector<double> all;
   std::printf("bench_poller: backend %s, %d iterations per scenario, idle strand between waits\n",
-              hip::backend_name(), iterations);
+              device::backend_name(), iterations);
   for (int work_us : scenarios_us) {
     const int n = work_us >= 5000 ? std::max(10, iterations / 10) : iterations;
     std::vector<double> lat;
@@ -93,7 +93,7 @@ int main(int argc, char** argv) {
         if (auto s = event->record(*stream); !s.ok()) die(s);
         std::error_code ec = co_await poller.ready(*event);
         const auto resumed = Clock::now().time_since_epoch().count();
-        if (ec) die(hip::Status(hip::Errc::backend_error, "poller.ready", ec.message()));
+        if (ec) die(device::Status(device::Errc::backend_error, "poller.ready", ec.message()));
         lat.push_back(static_cast<double>(resumed - w.finished_ns.load(std::memory_order_acquire)) / 1000.0);
       }
     };

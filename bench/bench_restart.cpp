@@ -34,7 +34,7 @@
 #include <thread>
 #include <vector>
 
-#include "hip/device.hpp"
+#include "device/device.hpp"
 #include "proto/protocol.hpp"
 #include "reference_geometry.hpp"
 #include "bench_server.hpp"
@@ -191,10 +191,10 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (auto n = hip::device_count(); !n.ok() || *n == 0)
-    die("no device for the " + std::string(hip::backend_name()) + " backend");
+  if (auto n = device::device_count(); !n.ok() || *n == 0)
+    die("no device for the " + std::string(device::backend_name()) + " backend");
   std::printf("bench_restart: --tier-bytes %s in slabs of 1G, objects of %.1f MB (%s backend)\n", tier.c_str(),
-              static_cast<double>(16 * kBlockBytes + kImageBytes) / 1e6, hip::backend_name());
+              static_cast<double>(16 * kBlockBytes + kImageBytes) / 1e6, device::backend_name());
   std::fflush(stdout);
   Arm arms[2];
   for (int named = 1; named >= 0; --named) {

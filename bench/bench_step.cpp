@@ -73,12 +73,12 @@
 #include <thread>
 #include <vector>
 
-#include "hip/device.hpp"
-#include "hip/copy.hpp"
-#include "hip/device_buffer.hpp"
-#include "hip/event.hpp"
-#include "hip/pinned_buffer.hpp"
-#include "hip/stream.hpp"
+#include "device/device.hpp"
+#include "device/copy.hpp"
+#include "device/device_buffer.hpp"
+#include "device/event.hpp"
+#include "device/pinned_buffer.hpp"
+#include "device/stream.hpp"
 #include <kvstrand/chunk_keys.hpp>
 #include <kvstrand/namespace_id.hpp>
 #include "connector/connector.hpp"
@@ -171,9 +171,9 @@ struct Engine {
 class Copier {
  public:
   Copier(std::size_t max_ops, std::vector<std::byte*> planes, std::size_t host_bytes)
-      : stream_(hip::Stream::create().value()),
-        event_(hip::Event::create().value()),
-        host_(hip::PinnedBuffer::allocate(host_bytes).value()),
+      : stream_(device::Stream::create().value()),
+        event_(device::Event::create().value()),
+        host_(device::PinnedBuffer::allocate(host_bytes).value()),
         planes_(std::move(planes)),
         ops_(max_ops),
         thread_([this] { loop(); }) {}
@@ -208,8 +208,8 @@ class Copier {
         for (std::byte* plane : planes_) {
           if (at + kPlaneBytes > host_.size()) at = 0;
           std::byte* dev = plane + ops_[done].first_block * kPlaneBlockBytes;
-          (void)(ops_[done].save ? hip::copy_d2h(stream_, host_.data() + at, dev, kPlaneBytes)
-                                 : hip::copy_h2d(stream_, dev, host_.data() + at, kPlaneBytes));
+          (void)(ops_[done].save ? device::copy_d2h(stream_, host_.data() + at, dev, kPlaneBytes)
+                                 : device::copy_h2d(stream_, dev, host_.data() + at, kPlaneBytes));
           at += kPlaneBytes;
         }
       (void)event_.record(stream_);
@@ -222,9 +222,9 @@ class Copier {
     bool save = false;
     std::uint32_t first_block = 0;
   };
-  hip::Stream stream_;
-  hip::Event event_;
-  hip::PinnedBuffer host_;
+  device::Stream stream_;
+  device::Event event_;
+  device::PinnedBuffer host_;
   std::vector<std::byte*> planes_;
   std::vector<PostedOp> ops_;  // in posting order
   std::atomic<std::size_t> posted_{0}, done_{0};
@@ -452,11 +452,11 @@ int main(int argc, char** argv) {
     else
       steps = std::max(100, std::atoi(argv[i]));
   }
-  if (auto n = hip::device_count(); !n.ok() || *n == 0) {
-    std::fprintf(stderr, "bench_step: no %s device\n", hip::backend_name());
+  if (auto n = device::device_count(); !n.ok() || *n == 0) {
+    std::fprintf(stderr, "bench_step: no %s device\n", device::backend_name());
     return 1;
   }
-  (void)hip::select_device(0);
+  (void)device::select_device(0);
   if (pin >= 0) {
     // After the device's own threads exist, so they keep every CPU; each
     // arm's kvstrand threads are made by this thread and would inherit the
@@ -470,12 +470,12 @@ int main(int argc, char** argv) {
     }
   }
   const std::uint32_t pool_blocks = kRequests * kBlocksPerRequest + 16 * 16;
-  std::vector<hip::DeviceBuffer> planes;
-  for (int p = 0; p < 5; ++p) planes.push_back(hip::DeviceBuffer::allocate(pool_blocks * kPlaneBlockBytes).value());
+  std::vector<device::DeviceBuffer> planes;
+  for (int p = 0; p < 5; ++p) planes.push_back(device::DeviceBuffer::allocate(pool_blocks * kPlaneBlockBytes).value());
 
   std::printf("bench_step: backend %s, %d requests, %d steps an arm in %d rounds, 200 us forward pass between steps, "
               "reactor idle spin %lld us, step thread %s\n",
-              hip::backend_name(), kRequests, steps, rounds, static_cast<long long>(idle_spin.count()),
+              device::backend_name(), kRequests, steps, rounds, static_cast<long long>(idle_spin.count()),
               pin >= 0 ? ("pinned to CPU " + std::to_string(pin)).c_str() : "not pinned");
   if (kv_cpu >= 0) std::printf("kvstrand's threads (and the copies arm's copier) on CPU %d only\n", kv_cpu);
   Arm::Setup setup;

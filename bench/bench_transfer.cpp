@@ -75,14 +75,14 @@
 #include <thread>
 #include <vector>
 
-#include "hip/copy.hpp"
-#include "hip/load_path.hpp"
-#include "hip/device.hpp"
-#include "hip/device_buffer.hpp"
-#include "hip/event.hpp"
-#include "hip/host_registration.hpp"
-#include "hip/pinned_buffer.hpp"
-#include "hip/stream.hpp"
+#include "device/copy.hpp"
+#include "device/load_path.hpp"
+#include "device/device.hpp"
+#include "device/device_buffer.hpp"
+#include "device/event.hpp"
+#include "device/host_registration.hpp"
+#include "device/pinned_buffer.hpp"
+#include "device/stream.hpp"
 #include <kvstrand/chunk_keys.hpp>
 #include <kvstrand/namespace_id.hpp>
 #include "percentile.hpp"
@@ -144,7 +144,7 @@ class SharedSource {
     }
     std::unique_ptr<SharedSource> m(new SharedSource(static_cast<std::byte*>(p), bytes));
     std::memset(m->data_, 0x33, bytes);
-    auto reg = hip::HostRegistration::register_range(m->data_, bytes);
+    auto reg = device::HostRegistration::register_range(m->data_, bytes);
     if (!reg.ok()) {
       *why = reg.status().describe();
       return nullptr;
@@ -162,7 +162,7 @@ class SharedSource {
   SharedSource(std::byte* p, std::size_t n) : data_(p), bytes_(n) {}
   std::byte* data_;
   std::size_t bytes_;
-  std::optional<hip::HostRegistration> reg_;
+  std::optional<device::HostRegistration> reg_;
 };
 
 bool split = false;  // --split
@@ -201,16 +201,16 @@ LoadFigures measure_loads(connector::Connector& conn, Pool& pool, const kv::Layo
   }
 
   const std::size_t load_bytes = 28 * kBlockBytes + kImageBytes;
-  auto stream = must(hip::Stream::create(), "stream");
-  auto src = must(hip::PinnedBuffer::allocate(load_bytes), "pinned");
+  auto stream = must(device::Stream::create(), "stream");
+  auto src = must(device::PinnedBuffer::allocate(load_bytes), "pinned");
   std::memset(src.data(), 0x33, src.size());
   std::string why_not;
   const auto shared = SharedSource::make(load_bytes, false, &why_not);
   if (!shared) die("shared memory source: " + why_not);
   LoadFigures fig;
   const auto huge = SharedSource::make(load_bytes, true, &fig.no_huge);
-  auto dst = must(hip::DeviceBuffer::allocate(load_bytes), "device");
-  auto ev = must(hip::Event::create(), "event");
+  auto dst = must(device::DeviceBuffer::allocate(load_bytes), "device");
+  auto ev = must(device::Event::create(), "event");
   const auto keys = prompt_keys(l, 0);
   for (int i = 0; i < iterations; ++i) {
     kv::TransferSpec s;
@@ -257,7 +257,7 @@ LoadFigures measure_loads(connector::Connector& conn, Pool& pool, const kv::Layo
     // One contiguous copy of the load's bytes, timed into `into`.
     auto contiguous = [&](std::vector<double>& into) {
       const auto t1 = Clock::now();
-      (void)hip::copy_h2d(stream, dst.data(), src.data(), load_bytes);
+      (void)device::copy_h2d(stream, dst.data(), src.data(), load_bytes);
       (void)ev.record(stream);
       (void)ev.synchronize();
       into.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t1).count());
@@ -265,7 +265,7 @@ LoadFigures measure_loads(connector::Connector& conn, Pool& pool, const kv::Layo
     contiguous(fig.copy_us);
     // The load's batch alone from `from`, timed into `into`.
     auto batch_from = [&](std::byte* from, std::vector<double>& into) {
-      std::vector<hip::Segment> segs;
+      std::vector<device::Segment> segs;
       const std::uint64_t plane_bytes = kBlockBytes / 5;
       std::uint64_t at = 0;
       for (std::size_t p = 0; p < pool.planes.size(); ++p)
@@ -275,7 +275,7 @@ LoadFigures measure_loads(connector::Connector& conn, Pool& pool, const kv::Layo
         }
       segs.push_back({from + at, pool.state.data() + 2 * kImageBytes, kImageBytes});
       const auto t2 = Clock::now();
-      if (auto st = hip::copy_batch(stream, hip::CopyKind::host_to_device, segs); !st.ok()) die("batch: " + st.message());
+      if (auto st = device::copy_batch(stream, device::CopyKind::host_to_device, segs); !st.ok()) die("batch: " + st.message());
       (void)ev.record(stream);
       (void)ev.synchronize();
       into.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t2).count());
@@ -364,14 +364,14 @@ void save_throughput(Pool& pool, const kv::Layout& l, double seconds, const char
   const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
   conn.close();
   // The limit: one contiguous D2H copy of the same bytes, awaited by event.
-  auto stream = must(hip::Stream::create(), "stream");
-  auto host = must(hip::PinnedBuffer::allocate(bytes_per_save), "pinned");
-  auto dev = must(hip::DeviceBuffer::allocate(bytes_per_save), "device");
-  auto ev = must(hip::Event::create(), "event");
+  auto stream = must(device::Stream::create(), "stream");
+  auto host = must(device::PinnedBuffer::allocate(bytes_per_save), "pinned");
+  auto dev = must(device::DeviceBuffer::allocate(bytes_per_save), "device");
+  auto ev = must(device::Event::create(), "event");
   std::vector<double> us;
   for (int i = 0; i < 50; ++i) {
     const auto c0 = Clock::now();
-    (void)hip::copy_d2h(stream, host.data(), dev.data(), bytes_per_save);
+    (void)device::copy_d2h(stream, host.data(), dev.data(), bytes_per_save);
     (void)ev.record(stream);
     (void)ev.synchronize();
     us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - c0).count());
@@ -418,20 +418,20 @@ int main(int argc, char** argv) {
     else if (a == "--start-ns") start_ns = std::stoll(value());
     else die("unknown argument " + a + " (see the file header)");
   }
-  if (auto n = hip::device_count(); !n.ok() || *n == 0) die(std::string("no ") + hip::backend_name() + " device");
-  (void)hip::select_device(0);
+  if (auto n = device::device_count(); !n.ok() || *n == 0) die(std::string("no ") + device::backend_name() + " device");
+  (void)device::select_device(0);
   if (client_path != "fastest" && client_path != "per-segment" && client_path != "dma-batch")
     die("--client-path: fastest, per-segment or dma-batch");
   if (!client_socket.empty()) {
-    if (client_path == "per-segment") hip::set_batch_path(hip::BatchPath::per_segment);
-    if (client_path == "dma-batch") hip::set_batch_path(hip::BatchPath::dma_batch);
+    if (client_path == "per-segment") device::set_batch_path(device::BatchPath::per_segment);
+    if (client_path == "dma-batch") device::set_batch_path(device::BatchPath::dma_batch);
     return save_client(client_socket, client_index, start_ns, seconds, idle_spin);
   }
   if (raw_fd >= 0) return raw_client(raw_fd, client_index, start_ns, seconds);
 
   const kv::Layout l = reference_layout();
   std::printf("bench_transfer: backend %s, pool %u blocks x 739840 B, load of 28 blocks + 1 MiB image, %d loads\n",
-              hip::backend_name(), pool_blocks, iterations);
+              device::backend_name(), pool_blocks, iterations);
   std::fflush(stdout);
   Pool pool(pool_blocks);
   LoadRatios embedded, served, plain, dma, kernel;
@@ -442,26 +442,26 @@ int main(int argc, char** argv) {
     opts.load_path = load_path;  // measure: the paths timed at its registration
     connector::Connector conn(opts);
     conn.register_layout(pool.registration(l));
-    hip::set_batch_path(hip::BatchPath::per_segment);
+    device::set_batch_path(device::BatchPath::per_segment);
     plain = report("embedded, 1 copy/seg", measure_loads(conn, pool, l, iterations));
-    hip::set_batch_path(hip::BatchPath::dma_batch);
+    device::set_batch_path(device::BatchPath::dma_batch);
     dma = report("embedded, DMA batch", measure_loads(conn, pool, l, iterations));
-    hip::set_batch_path(hip::BatchPath::kernel);
+    device::set_batch_path(device::BatchPath::kernel);
     kernel = report("embedded, kernel", measure_loads(conn, pool, l, iterations));
-    hip::set_batch_path(hip::BatchPath::fastest);
+    device::set_batch_path(device::BatchPath::fastest);
     embedded = report("embedded", measure_loads(conn, pool, l, iterations));
     conn.close();
   }
-  const hip::LoadPaths* chosen = hip::load_paths();
+  const device::LoadPaths* chosen = device::load_paths();
   const std::string chosen_path =
-      chosen ? hip::to_string(chosen->path_for(kBlockBytes / 5)) : std::string("the built-in rule");
+      chosen ? device::to_string(chosen->path_for(kBlockBytes / 5)) : std::string("the built-in rule");
   std::printf("  (the embedded tier batches by: %s; DMA batch: one cudaMemcpyBatchAsync a batch where the backend has it, "
               "else one copy a segment; kernel: the gather kernel where the backend has it; loads' path %s)\n",
-              hip::fastest_batch_path(), chosen ? chosen->describe().c_str() : "not measured (one path here)");
-  hip::set_batch_path(hip::BatchPath::dma_batch);
+              device::fastest_batch_path(), chosen ? chosen->describe().c_str() : "not measured (one path here)");
+  device::set_batch_path(device::BatchPath::dma_batch);
   save_throughput(pool, l, seconds, "DMA batch");
-  hip::set_batch_path(hip::BatchPath::fastest);
-  save_throughput(pool, l, seconds, hip::fastest_batch_path());
+  device::set_batch_path(device::BatchPath::fastest);
+  save_throughput(pool, l, seconds, device::fastest_batch_path());
   if (!use_server) {
     std::printf("load latency ratio to one contiguous copy: embedded %.2f by %s (one copy a segment: %.2f, DMA batch: "
                 "%.2f, kernel: %.2f); the batch alone %.2f (from shared 4 KiB pages %.2f)\n",
@@ -481,7 +481,7 @@ int main(int argc, char** argv) {
   }
   std::printf("  save scaling, %.1f s window, 2 saves in flight per client, 25.8 MB each, clients' batch path %s; "
               "raw: one contiguous D2H copy per save into one shared pinned arena, the same run:\n",
-              seconds, client_path == "fastest"     ? hip::fastest_batch_path()
+              seconds, client_path == "fastest"     ? device::fastest_batch_path()
                         : client_path == "dma-batch" ? "one batched DMA call a batch"
                                                      : "one copy a segment");
   std::vector<int> counts;

@@ -1,4 +1,4 @@
-// kvstrand's load path as measured on this host (hip/load_path.hpp), for
+// kvstrand's load path as measured on this host (device/load_path.hpp), for
 // bench_gather to print beside its own rows: bench_gather is CUDA C++17
 // and cannot include kvstrand's C++20 headers, so it calls these.
 #include <cstddef>
@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "hip/load_path.hpp"
-#include "hip/load_path_probe.hpp"
+#include "device/load_path.hpp"
+#include "device/load_path_probe.hpp"
 
 namespace {
-std::optional<kvstrand::hip::LoadPaths> g_paths;
+std::optional<kvstrand::device::LoadPaths> g_paths;
 std::string g_said;
 }  // namespace
 
@@ -20,10 +20,10 @@ std::string g_said;
 // where they are above 0, on the current device); what it found, in one
 // line, or why it could not.
 extern "C" const char* kvstrand_bench_measure_load_paths(int rounds, int copies_per_round) {
-  kvstrand::hip::LoadPathProbeOptions o;
+  kvstrand::device::LoadPathProbeOptions o;
   if (rounds > 0) o.rounds = rounds;
   if (copies_per_round > 0) o.copies_per_round = copies_per_round;
-  auto got = kvstrand::hip::measure_load_paths(o);
+  auto got = kvstrand::device::measure_load_paths(o);
   if (!got.ok()) {
     g_said = "not measured: " + got.status().describe();
     return g_said.c_str();
@@ -36,7 +36,7 @@ extern "C" const char* kvstrand_bench_measure_load_paths(int rounds, int copies_
 // The path a load of these segment sizes takes (LoadPaths::path_for).
 extern "C" const char* kvstrand_bench_load_path_for(const std::uint64_t* sizes, std::size_t count) {
   if (!g_paths) return "not measured";
-  std::vector<kvstrand::hip::Segment> segs(count);
+  std::vector<kvstrand::device::Segment> segs(count);
   for (std::size_t i = 0; i < count; ++i) segs[i].bytes = sizes[i];
-  return kvstrand::hip::to_string(g_paths->path_for(std::span<const kvstrand::hip::Segment>(segs)));
+  return kvstrand::device::to_string(g_paths->path_for(std::span<const kvstrand::device::Segment>(segs)));
 }

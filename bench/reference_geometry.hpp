@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "hip/copy.hpp"
-#include "hip/device_buffer.hpp"
-#include "hip/pinned_buffer.hpp"
-#include "hip/stream.hpp"
+#include "device/copy.hpp"
+#include "device/device_buffer.hpp"
+#include "device/pinned_buffer.hpp"
+#include "device/stream.hpp"
 #include <kvstrand/chunk_keys.hpp>
 #include <kvstrand/namespace_id.hpp>
 #include "connector/connector.hpp"
@@ -34,7 +34,7 @@ constexpr std::uint64_t kImageBytes = 1 << 20;
 }
 
 template <class T>
-T must(hip::Result<T> r, const char* what) {
+T must(device::Result<T> r, const char* what) {
   if (!r.ok()) die(std::string(what) + ": " + r.status().describe());
   return std::move(r).value();
 }
@@ -61,16 +61,16 @@ inline std::vector<kv::ChunkKey> prompt_keys(const kv::Layout& l, std::uint64_t 
 // The device side of an engine: the planes of a block pool and state slots.
 struct Pool {
   std::uint32_t blocks;
-  std::vector<hip::DeviceBuffer> planes;
-  hip::DeviceBuffer state = must(hip::DeviceBuffer::allocate(4 * kImageBytes), "state");
+  std::vector<device::DeviceBuffer> planes;
+  device::DeviceBuffer state = must(device::DeviceBuffer::allocate(4 * kImageBytes), "state");
 
   explicit Pool(std::uint32_t n) : blocks(n) {
-    auto stream = must(hip::Stream::create(), "stream");
-    auto fill = must(hip::PinnedBuffer::allocate(static_cast<std::size_t>(n) * (kBlockBytes / 5)), "pinned");
+    auto stream = must(device::Stream::create(), "stream");
+    auto fill = must(device::PinnedBuffer::allocate(static_cast<std::size_t>(n) * (kBlockBytes / 5)), "pinned");
     std::memset(fill.data(), 0x5a, fill.size());
     for (int p = 0; p < 5; ++p) {
-      planes.push_back(must(hip::DeviceBuffer::allocate(fill.size()), "plane"));
-      (void)hip::copy_h2d(stream, planes.back().data(), fill.data(), fill.size());  // touch every page
+      planes.push_back(must(device::DeviceBuffer::allocate(fill.size()), "plane"));
+      (void)device::copy_h2d(stream, planes.back().data(), fill.data(), fill.size());  // touch every page
     }
     (void)stream.synchronize();
   }

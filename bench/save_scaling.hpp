@@ -17,11 +17,11 @@
 #include <thread>
 #include <vector>
 
-#include "hip/copy.hpp"
-#include "hip/device_buffer.hpp"
-#include "hip/event.hpp"
-#include "hip/host_registration.hpp"
-#include "hip/stream.hpp"
+#include "device/copy.hpp"
+#include "device/device_buffer.hpp"
+#include "device/event.hpp"
+#include "device/host_registration.hpp"
+#include "device/stream.hpp"
 #include "connector/connector.hpp"
 #include "reference_geometry.hpp"
 
@@ -128,11 +128,11 @@ inline int raw_client(int fd, int index, std::int64_t start_ns, double seconds) 
   const std::size_t arena = static_cast<std::size_t>(::lseek(fd, 0, SEEK_END));
   void* p = ::mmap(nullptr, arena, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED || arena < (index + 1) * 2 * bytes_per_save) die("raw client: cannot map the shared arena");
-  auto pinned = must(hip::HostRegistration::register_range(p, arena), "host registration");
-  auto dev = must(hip::DeviceBuffer::allocate(bytes_per_save), "device");
-  auto stream = must(hip::Stream::create(), "stream");
-  std::vector<hip::Event> events;
-  for (int k = 0; k < 2; ++k) events.push_back(must(hip::Event::create(), "event"));
+  auto pinned = must(device::HostRegistration::register_range(p, arena), "host registration");
+  auto dev = must(device::DeviceBuffer::allocate(bytes_per_save), "device");
+  auto stream = must(device::Stream::create(), "stream");
+  std::vector<device::Event> events;
+  for (int k = 0; k < 2; ++k) events.push_back(must(device::Event::create(), "event"));
   const auto start = Clock::time_point(std::chrono::nanoseconds(start_ns));
   const auto stop = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
   std::this_thread::sleep_until(start);
@@ -141,15 +141,15 @@ inline int raw_client(int fd, int index, std::int64_t start_ns, double seconds) 
   while (Clock::now() < stop || busy[0] || busy[1]) {
     for (int k = 0; k < 2; ++k) {
       if (busy[k]) {
-        const hip::Status q = events[k].query();
-        if (q.code() == hip::Errc::not_ready) continue;
+        const device::Status q = events[k].query();
+        if (q.code() == device::Errc::not_ready) continue;
         if (!q.ok()) die("raw client: a copy failed");
         busy[k] = false;
         if (Clock::now() <= stop) done += bytes_per_save;
       }
       if (Clock::now() < stop) {
         std::byte* slot = pinned.data() + (static_cast<std::size_t>(index) * 2 + k) * bytes_per_save;
-        if (!hip::copy_d2h(stream, slot, dev.data(), bytes_per_save).ok() || !events[k].record(stream).ok())
+        if (!device::copy_d2h(stream, slot, dev.data(), bytes_per_save).ok() || !events[k].record(stream).ok())
           die("raw client: cannot queue a copy");
         busy[k] = true;
       }

@@ -17,12 +17,12 @@
 #include <thread>
 #include <vector>
 
-#include "hip/copy.hpp"
-#include "hip/device.hpp"
-#include "hip/device_buffer.hpp"
-#include "hip/event_pool.hpp"
-#include "hip/pinned_buffer.hpp"
-#include "hip/stream.hpp"
+#include "device/copy.hpp"
+#include "device/device.hpp"
+#include "device/device_buffer.hpp"
+#include "device/event_pool.hpp"
+#include "device/pinned_buffer.hpp"
+#include "device/stream.hpp"
 #include "reactor/poller.hpp"
 
 using namespace kvstrand;
@@ -38,16 +38,16 @@ constexpr std::size_t kPlaneBlockBytes = 739'840 / kPlanes;
 constexpr int kPoolBlocks = 64;
 constexpr int kChunkBlocks = 16;
 
-[[noreturn]] void die(const std::string& what, const hip::Status& s) {
+[[noreturn]] void die(const std::string& what, const device::Status& s) {
   std::fprintf(stderr, "kvstrand-move-chunk: %s: %s\n", what.c_str(), s.describe().c_str());
   std::exit(1);
 }
 template <class T>
-T must(hip::Result<T> r, const char* what) {
+T must(device::Result<T> r, const char* what) {
   if (!r.ok()) die(what, r.status());
   return std::move(r).value();
 }
-void must(const hip::Status& s, const char* what) {
+void must(const device::Status& s, const char* what) {
   if (!s.ok()) die(what, s);
 }
 
@@ -81,55 +81,55 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  const int devices = must(hip::device_count(), "device_count");
+  const int devices = must(device::device_count(), "device_count");
   if (devices == 0) {
     std::fprintf(stderr, "kvstrand-move-chunk: no %s device on this machine; build with -DKVSTRAND_GPU=sim\n",
-                 hip::backend_name());
+                 device::backend_name());
     return 1;
   }
-  must(hip::select_device(0), "select_device");
-  std::printf("kvstrand move-chunk demo: backend %s, device \"%s\"\n", hip::backend_name(),
-              must(hip::device_name(0), "device_name").c_str());
+  must(device::select_device(0), "select_device");
+  std::printf("kvstrand move-chunk demo: backend %s, device \"%s\"\n", device::backend_name(),
+              must(device::device_name(0), "device_name").c_str());
   const std::size_t chunk_bytes = kPlanes * kChunkBlocks * kPlaneBlockBytes;
   std::printf("  geometry: %d planes x %zu B per block, pool of %d blocks, chunk of %d blocks = %.2f MiB\n", kPlanes,
               kPlaneBlockBytes, kPoolBlocks, kChunkBlocks, static_cast<double>(chunk_bytes) / (1 << 20));
 
   // Engine side: the KV pool, one device allocation per plane, random KV.
-  auto stream = must(hip::Stream::create(), "Stream::create");
-  std::vector<hip::DeviceBuffer> planes;
-  auto staging = must(hip::PinnedBuffer::allocate(kPoolBlocks * kPlaneBlockBytes), "PinnedBuffer::allocate");
+  auto stream = must(device::Stream::create(), "Stream::create");
+  std::vector<device::DeviceBuffer> planes;
+  auto staging = must(device::PinnedBuffer::allocate(kPoolBlocks * kPlaneBlockBytes), "PinnedBuffer::allocate");
   std::mt19937_64 fill(7);
-  auto randomize = [&](hip::DeviceBuffer& plane) {
+  auto randomize = [&](device::DeviceBuffer& plane) {
     for (std::size_t i = 0; i + 8 <= staging.size(); i += 8) {
       const std::uint64_t x = fill();
       std::memcpy(staging.data() + i, &x, 8);
     }
-    must(hip::copy_h2d(stream, plane.data(), staging.data(), plane.size()), "copy_h2d");
+    must(device::copy_h2d(stream, plane.data(), staging.data(), plane.size()), "copy_h2d");
     must(stream.synchronize(), "synchronize");
   };
   for (int p = 0; p < kPlanes; ++p) {
-    planes.push_back(must(hip::DeviceBuffer::allocate(kPoolBlocks * kPlaneBlockBytes), "DeviceBuffer::allocate"));
+    planes.push_back(must(device::DeviceBuffer::allocate(kPoolBlocks * kPlaneBlockBytes), "DeviceBuffer::allocate"));
     randomize(planes.back());
   }
-  auto tier_object = must(hip::PinnedBuffer::allocate(chunk_bytes), "PinnedBuffer::allocate");
-  auto expected = must(hip::PinnedBuffer::allocate(chunk_bytes), "PinnedBuffer::allocate");
+  auto tier_object = must(device::PinnedBuffer::allocate(chunk_bytes), "PinnedBuffer::allocate");
+  auto expected = must(device::PinnedBuffer::allocate(chunk_bytes), "PinnedBuffer::allocate");
 
   // Reactor side: one thread, one strand, its poller and event pool.
   asio::io_context ctx;
   auto work = asio::make_work_guard(ctx);
   common::Strand strand = asio::make_strand(ctx);
   reactor::Poller poller(strand);
-  std::optional<hip::EventPool> pool;  // created and destroyed on the strand
+  std::optional<device::EventPool> pool;  // created and destroyed on the strand
   std::thread reactor_thread([&] { ctx.run(); });
 
   // One transfer: a batched copy on the reactor's stream, then an awaited event.
-  auto transfer = [&](hip::CopyKind kind, std::vector<hip::Segment> segs) -> asio::awaitable<double> {
+  auto transfer = [&](device::CopyKind kind, std::vector<device::Segment> segs) -> asio::awaitable<double> {
     const auto t0 = Clock::now();
-    must(hip::copy_batch(stream, kind, segs), "copy_batch");
+    must(device::copy_batch(stream, kind, segs), "copy_batch");
     auto ev = must(pool->acquire(), "EventPool::acquire");
     must(ev.record(stream), "Event::record");
     std::error_code ec = co_await poller.ready(ev.event());
-    if (ec) die("transfer", hip::Status(hip::Errc::launch_failure, "poller.ready", ec.message()));
+    if (ec) die("transfer", device::Status(device::Errc::launch_failure, "poller.ready", ec.message()));
     co_return ms_since(t0);
   };
   auto on_strand = [&](auto make) { return asio::co_spawn(strand, make(), asio::use_future).get(); };
@@ -143,7 +143,7 @@ int main(int argc, char** argv) {
   for (int round = 1; round <= rounds; ++round) {
     const auto from = pick_blocks(rng);
     const auto to = pick_blocks(rng);
-    std::vector<hip::Segment> save, load, reference;
+    std::vector<device::Segment> save, load, reference;
     std::size_t off = 0;
     for (int p = 0; p < kPlanes; ++p) {
       for (int b = 0; b < kChunkBlocks; ++b, off += kPlaneBlockBytes) {
@@ -155,22 +155,22 @@ int main(int argc, char** argv) {
     }
     std::printf("  round %d\n", round);
     // What the chunk holds now, for the final comparison.
-    must(hip::copy_batch(stream, hip::CopyKind::device_to_host, reference), "copy_batch");
+    must(device::copy_batch(stream, device::CopyKind::device_to_host, reference), "copy_batch");
     must(stream.synchronize(), "synchronize");
 
-    const double save_ms = on_strand([&] { return transfer(hip::CopyKind::device_to_host, save); });
+    const double save_ms = on_strand([&] { return transfer(device::CopyKind::device_to_host, save); });
     std::printf("    save  blocks [%s] of %d planes -> tier object: %zu segments, %.2f ms (%.1f GB/s)\n",
                 list(from).c_str(), kPlanes, save.size(), save_ms, static_cast<double>(chunk_bytes) / save_ms / 1e6);
     for (auto& plane : planes) randomize(plane);
     std::printf("    evict: overwrote every plane of the pool with other data\n");
-    const double load_ms = on_strand([&] { return transfer(hip::CopyKind::host_to_device, load); });
+    const double load_ms = on_strand([&] { return transfer(device::CopyKind::host_to_device, load); });
     std::printf("    load  tier object -> blocks [%s]: %.2f ms (%.1f GB/s)\n", list(to).c_str(), load_ms,
                 static_cast<double>(chunk_bytes) / load_ms / 1e6);
 
     // Read the destination blocks back and compare with what was saved.
-    std::vector<hip::Segment> check;
+    std::vector<device::Segment> check;
     for (auto& s : load) check.push_back({s.dst, const_cast<void*>(s.src), s.bytes});
-    must(hip::copy_batch(stream, hip::CopyKind::device_to_host, check), "copy_batch");
+    must(device::copy_batch(stream, device::CopyKind::device_to_host, check), "copy_batch");
     must(stream.synchronize(), "synchronize");
     if (std::memcmp(tier_object.data(), expected.data(), chunk_bytes) != 0) {
       std::fprintf(stderr, "kvstrand-move-chunk: MISMATCH: the loaded blocks differ from the saved ones\n");
@@ -181,7 +181,7 @@ int main(int argc, char** argv) {
                 static_cast<double>(chunk_bytes) / (1 << 20));
   }
 
-  const auto stats = on_strand([&]() -> asio::awaitable<std::pair<reactor::PollerStats, hip::EventPool::Stats>> {
+  const auto stats = on_strand([&]() -> asio::awaitable<std::pair<reactor::PollerStats, device::EventPool::Stats>> {
     auto result = std::make_pair(poller.stats(), pool->stats());
     pool.reset();
     co_return result;

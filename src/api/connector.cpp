@@ -1,14 +1,14 @@
 // The public Connector (include/kvstrand/connector.hpp): the reactor's
 // Connector behind a boundary that names no Boost and no vendor type.
-// Native handles become borrowed hip::Stream / hip::Event here.
+// Native handles become borrowed device::Stream / device::Event here.
 #include <kvstrand/connector.hpp>
 #include <kvstrand/sim.hpp>
 
 #include <stdexcept>
 
-#include "hip/event.hpp"
-#include "hip/shared_events.hpp"
-#include "hip/stream.hpp"
+#include "device/event.hpp"
+#include "device/shared_events.hpp"
+#include "device/stream.hpp"
 #include "connector/connector.hpp"
 
 namespace kvstrand {
@@ -30,25 +30,25 @@ struct Connector::Impl {
   // The event a transfer waits for. after_stream: one of this pool's
   // events, recorded on the engine's stream now (the transfer lets go of it
   // when it has seen it complete). Engine thread only.
-  std::shared_ptr<const hip::Event> producer(const Producer& p) {
+  std::shared_ptr<const device::Event> producer(const Producer& p) {
     switch (p.kind()) {
       case Producer::Kind::none: return nullptr;
       case Producer::Kind::event:
         if (p.handle() == 0) throw TransferRefused(TransferErrc::bad_spec, "Producer::after_event(0): no event");
-        return std::make_shared<const hip::Event>(hip::Event::borrow(reinterpret_cast<void*>(p.handle())));
+        return std::make_shared<const device::Event>(device::Event::borrow(reinterpret_cast<void*>(p.handle())));
       case Producer::Kind::stream: break;
     }
     auto made = events.acquire();
     if (!made.ok()) throw TransferRefused(TransferErrc::device_error, "Producer::after_stream: " + made.status().describe());
-    std::shared_ptr<hip::Event> ev = std::move(made).value();
-    hip::Stream engine = hip::Stream::borrow(reinterpret_cast<void*>(p.handle()));
-    if (hip::Status s = ev->record(engine); !s.ok())
+    std::shared_ptr<device::Event> ev = std::move(made).value();
+    device::Stream engine = device::Stream::borrow(reinterpret_cast<void*>(p.handle()));
+    if (device::Status s = ev->record(engine); !s.ok())
       throw TransferRefused(TransferErrc::device_error, "Producer::after_stream: " + s.describe());
     return ev;
   }
 
   connector::Connector conn;
-  hip::SharedEvents events;
+  device::SharedEvents events;
 };
 
 Connector::Connector(ConnectorOptions options) : impl_(std::make_unique<Impl>(options)) {}
@@ -72,9 +72,9 @@ void Connector::submit(std::vector<Op> ops) {
   // Ops after the same stream share one event: "what is queued on it now"
   // is one point for the whole step.
   NativeStream shared_stream = 0;
-  std::shared_ptr<const hip::Event> shared;
+  std::shared_ptr<const device::Event> shared;
   for (Op& op : ops) {
-    std::shared_ptr<const hip::Event> ev;
+    std::shared_ptr<const device::Event> ev;
     if (op.producer.kind() == Producer::Kind::stream && shared && op.producer.handle() == shared_stream) {
       ev = shared;
     } else {
@@ -102,7 +102,7 @@ std::vector<std::byte> Connector::export_lease(std::uint64_t lease) { return imp
 std::uint64_t Connector::adopt_lease(std::span<const std::byte> handoff) { return impl_->conn.adopt_lease(handoff); }
 
 LoadOrder Connector::order_after_load(const std::string& request, NativeStream stream, std::uint32_t registration) {
-  hip::Stream engine = hip::Stream::borrow(reinterpret_cast<void*>(stream));
+  device::Stream engine = device::Stream::borrow(reinterpret_cast<void*>(stream));
   return impl_->conn.order_after_load(request, engine, registration);
 }
 

@@ -4,45 +4,45 @@
 #include <stdexcept>
 #include <string>
 
-#include "hip/sim_hooks.hpp"
-#include "hip/stream.hpp"
+#include "device/sim_hooks.hpp"
+#include "device/stream.hpp"
 
 namespace kvstrand::sim {
 
 namespace {
 
 // Stream 0 is the legacy default stream: it can be neither held nor delayed.
-hip::Stream borrowed(NativeStream s, const char* hook) {
+device::Stream borrowed(NativeStream s, const char* hook) {
   if (s == 0) throw std::runtime_error(std::string("kvstrand::sim::") + hook + ": stream 0 (the default stream)");
-  return hip::Stream::borrow(reinterpret_cast<void*>(s));
+  return device::Stream::borrow(reinterpret_cast<void*>(s));
 }
 
-void must(const hip::Status& s, const char* hook) {
+void must(const device::Status& s, const char* hook) {
   if (!s.ok()) throw std::runtime_error(std::string("kvstrand::sim::") + hook + ": " + s.describe());
 }
 
 }  // namespace
 
-bool available() noexcept { return hip::sim::available(); }
+bool available() noexcept { return device::sim::available(); }
 
 void set_stream_delay(NativeStream stream, std::chrono::microseconds delay) {
-  hip::Stream s = borrowed(stream, "set_stream_delay");
-  must(hip::sim::set_stream_delay(s, delay), "set_stream_delay");
+  device::Stream s = borrowed(stream, "set_stream_delay");
+  must(device::sim::set_stream_delay(s, delay), "set_stream_delay");
 }
 
 void hold_stream(NativeStream stream) {
-  hip::Stream s = borrowed(stream, "hold_stream");
-  must(hip::sim::hold_stream(s), "hold_stream");
+  device::Stream s = borrowed(stream, "hold_stream");
+  must(device::sim::hold_stream(s), "hold_stream");
 }
 
 void release_stream(NativeStream stream) {
-  hip::Stream s = borrowed(stream, "release_stream");
-  must(hip::sim::release_stream(s), "release_stream");
+  device::Stream s = borrowed(stream, "release_stream");
+  must(device::sim::release_stream(s), "release_stream");
 }
 
 void fail_copies(NativeStream stream, int count) {
-  hip::Stream s = borrowed(stream, "fail_copies");
-  must(hip::sim::fail_copies(s, hip::sim::FailAt::execute, hip::Errc::injected_fault, count), "fail_copies");
+  device::Stream s = borrowed(stream, "fail_copies");
+  must(device::sim::fail_copies(s, device::sim::FailAt::execute, device::Errc::injected_fault, count), "fail_copies");
 }
 
 }  // namespace kvstrand::sim

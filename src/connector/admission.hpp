@@ -17,7 +17,7 @@
 #include <vector>
 
 #include <kvstrand/transfer_spec.hpp>
-#include "hip/event.hpp"
+#include "device/event.hpp"
 #include "connector/mailbox.hpp"
 #include "data_path/registration.hpp"
 #include "connector/spare_nodes.hpp"
@@ -29,7 +29,7 @@ namespace kvstrand::connector {
 struct Op {
   TransferKind kind = TransferKind::save;
   kv::TransferSpec spec;
-  std::shared_ptr<const hip::Event> producer;  // null: nothing to wait for
+  std::shared_ptr<const device::Event> producer;  // null: nothing to wait for
 };
 
 // A transfer posted and not yet drained, with the blocks and image slots it
@@ -49,7 +49,7 @@ struct LiveTransfer {
   // other load until this thread has taken the end: QueuedEvents). Moved
   // only before the strand knows the entry.
   struct QueuedNotice {
-    std::atomic<const hip::Event*> event{nullptr};
+    std::atomic<const device::Event*> event{nullptr};
     QueuedNotice() = default;
     QueuedNotice(QueuedNotice&& o) noexcept : event(o.event.load(std::memory_order_relaxed)) {}
     QueuedNotice& operator=(QueuedNotice&& o) noexcept {

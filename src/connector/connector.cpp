@@ -8,9 +8,9 @@
 #include <stdexcept>
 
 #include <kvstrand/namespace_id.hpp>
-#include "hip/keep_for_process_life.hpp"
-#include "hip/copy.hpp"
-#include "hip/load_path.hpp"
+#include "device/keep_for_process_life.hpp"
+#include "device/copy.hpp"
+#include "device/load_path.hpp"
 #include "proto/lease_handoff.hpp"
 #include "connector/debug_routes.hpp"
 #include "reactor/handoff_queue.hpp"
@@ -65,7 +65,7 @@ std::optional<kv::ConfigError> validate(const ConnectorOptions& o) {
     return kv::ConfigError{"reactor_idle_spin", "must be >= 0 us, got " + std::to_string(o.reactor_idle_spin.count())};
   if (o.max_live_lookups == 0) return kv::ConfigError{"max_live_lookups", "must be > 0"};
   if (!o.http && o.debug_port > 65535) return kv::ConfigError{"debug_port", "must be <= 65535"};
-  if (!hip::parse_load_path(o.load_path))
+  if (!device::parse_load_path(o.load_path))
     return kv::ConfigError{"load_path", "must be rule, measure, kernel or dma-batch, got '" + o.load_path + "'"};
   if (auto h = http_of(o))
     if (auto e = validate(*h)) return e;
@@ -80,7 +80,7 @@ Connector::Connector(ConnectorOptions options)
       admission_(options_.max_live_transfers),
       lookups_(options_.max_live_lookups, !options_.server_socket.empty()) {
   if (auto err = validate(options_)) throw std::invalid_argument(err->describe());
-  if (hip::Status s = hip::use_load_path(*hip::parse_load_path(options_.load_path), options_.device); !s.ok())
+  if (device::Status s = device::use_load_path(*device::parse_load_path(options_.load_path), options_.device); !s.ok())
     throw std::invalid_argument(kv::ConfigError{"load_path", s.describe()}.describe());
   options_.reactor.device = options_.device;
   options_.reactor.poller.idle_spin = options_.reactor_idle_spin;
@@ -132,9 +132,9 @@ std::uint32_t Connector::register_layout(Registration registration) {
       if (registration.state_parts.empty()) sizes.push_back(registration.layout.checkpoint.image_bytes);
       for (const StateMemory& m : registration.state_parts) sizes.push_back(m.slot_bytes);
     }
-    if (hip::Status s = hip::measure_load_paths_for(std::move(sizes), options_.device); !s.ok())
+    if (device::Status s = device::measure_load_paths_for(std::move(sizes), options_.device); !s.ok())
       spdlog::warn("kvstrand: load_path=measure: the probe failed ({}); loads follow the built-in rule: {}",
-                   s.describe(), hip::fastest_batch_path());
+                   s.describe(), device::fastest_batch_path());
   }
   admission_.add(std::move(registration));
   return id;
@@ -172,13 +172,13 @@ void Connector::post_after_submissions(F f) {
 
 // ---- transfers --------------------------------------------------------------
 
-void Connector::save(kv::TransferSpec spec, std::shared_ptr<const hip::Event> producer) {
+void Connector::save(kv::TransferSpec spec, std::shared_ptr<const device::Event> producer) {
   std::vector<Op> ops;
   ops.push_back({TransferKind::save, std::move(spec), std::move(producer)});
   submit(std::move(ops));
 }
 
-void Connector::load(kv::TransferSpec spec, std::shared_ptr<const hip::Event> producer) {
+void Connector::load(kv::TransferSpec spec, std::shared_ptr<const device::Event> producer) {
   std::vector<Op> ops;
   ops.push_back({TransferKind::load, std::move(spec), std::move(producer)});
   submit(std::move(ops));
@@ -220,15 +220,15 @@ void Connector::submit(std::vector<Op> ops) {
     });
 }
 
-LoadOrder Connector::order_after_load(const std::string& request, hip::Stream& stream, std::uint32_t registration) {
+LoadOrder Connector::order_after_load(const std::string& request, device::Stream& stream, std::uint32_t registration) {
   CallTimer timed(step_calls_.get());
   raise_fail_stop();
   const LiveTransfer* live = admission_.find(TransferKeyView{request, TransferKind::load, registration});
   if (live == nullptr) return LoadOrder::no_live_load;
   // Alive while the entry is: the transfer, then its undrained end, holds it.
-  const hip::Event* ev = live->queued.event.load(std::memory_order_acquire);
+  const device::Event* ev = live->queued.event.load(std::memory_order_acquire);
   if (ev == nullptr) return LoadOrder::not_queued_yet;
-  if (hip::Status s = stream.wait(*ev); !s.ok())
+  if (device::Status s = stream.wait(*ev); !s.ok())
     throw TransferRefused(TransferErrc::device_error, "order_after_load of request '" + request + "': " + s.describe());
   return LoadOrder::ordered;
 }
@@ -398,7 +398,7 @@ tier::Index::Stats Connector::tier_stats() {
 }
 
 void* Connector::load_stream_native() {
-  hip::Stream* s = tier_streams().load;
+  device::Stream* s = tier_streams().load;
   return s ? s->native() : nullptr;
 }
 
@@ -420,9 +420,9 @@ reactor::PollerStats Connector::poller_stats() {
       [r = reactor_.get()]() -> asio::awaitable<reactor::PollerStats> { co_return r->poller().stats(); });
 }
 
-hip::EventPool::Stats Connector::event_stats() {
+device::EventPool::Stats Connector::event_stats() {
   if (stopped_) return {};
-  return reactor_->call([r = reactor_.get()]() -> asio::awaitable<hip::EventPool::Stats> { co_return r->events().stats(); });
+  return reactor_->call([r = reactor_.get()]() -> asio::awaitable<device::EventPool::Stats> { co_return r->events().stats(); });
 }
 
 }  // namespace kvstrand::connector

@@ -39,7 +39,7 @@
 #include <kvstrand/transfer_spec.hpp>
 #include "common/debug_http.hpp"
 #include "common/metrics.hpp"
-#include "hip/stream.hpp"
+#include "device/stream.hpp"
 #include "connector/admission.hpp"
 #include "connector/lookup_book.hpp"
 #include "connector/mailbox.hpp"
@@ -100,8 +100,8 @@ class Connector {
   // two saves may read the same ones). kvstrand refuses rather than orders
   // them: the engine's scheduler decides which goes first. A FailStop
   // already set is raised here too.
-  void save(kv::TransferSpec spec, std::shared_ptr<const hip::Event> producer = nullptr);
-  void load(kv::TransferSpec spec, std::shared_ptr<const hip::Event> producer = nullptr);
+  void save(kv::TransferSpec spec, std::shared_ptr<const device::Event> producer = nullptr);
+  void load(kv::TransferSpec spec, std::shared_ptr<const device::Event> producer = nullptr);
   // A whole step's transfers in one post. All are checked first; if one is
   // refused, none is posted.
   void submit(std::vector<Op> ops);
@@ -119,7 +119,7 @@ class Connector {
   // The load's outcome still arrives in finished(); a load whose copies are
   // queued fails only by a fail-stop (its deadline), which every later call
   // raises. Never waits.
-  LoadOrder order_after_load(const std::string& request, hip::Stream& stream, std::uint32_t registration = 0);
+  LoadOrder order_after_load(const std::string& request, device::Stream& stream, std::uint32_t registration = 0);
 
   // Hands a lookup's lease to another process (a worker that loads what
   // this scheduler looked up): plain bytes the engine carries in its own
@@ -212,7 +212,7 @@ class Connector {
   std::vector<TransferInfo> transfers();
   tier::Index::Stats tier_stats();
   reactor::PollerStats poller_stats();
-  hip::EventPool::Stats event_stats();
+  device::EventPool::Stats event_stats();
   // The native stream the tier queues loads' copies on (null: a tier with
   // none, or none yet): what the sim's fault hooks hold or fail in tests of
   // an engine that reaches kvstrand through its public API only.
@@ -220,8 +220,8 @@ class Connector {
   // The tier's save and load streams (null before the first registration or
   // after close): what tests hold, delay or fail with the sim's hooks.
   struct TierStreams {
-    hip::Stream* save = nullptr;
-    hip::Stream* load = nullptr;
+    device::Stream* save = nullptr;
+    device::Stream* load = nullptr;
   };
   TierStreams tier_streams();
   // The node tier's arena (how many times it was mapped and pinned, how

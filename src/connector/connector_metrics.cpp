@@ -4,7 +4,7 @@
 
 #include <kvstrand/version.hpp>
 
-#include "hip/backend.hpp"
+#include "device/backend.hpp"
 #include "connector/connector.hpp"
 #include "index_plane/transfer_error.hpp"
 
@@ -60,7 +60,7 @@ std::string transfers_json(const std::vector<TransferInfo>& live, std::string_vi
   return json::serialize(a);
 }
 
-std::string events_json(const hip::EventPool::Stats& e, const reactor::PollerStats& p) {
+std::string events_json(const device::EventPool::Stats& e, const reactor::PollerStats& p) {
   json::object o{{"live", e.live},
                  {"in_use", e.in_use},
                  {"idle", e.idle},
@@ -114,22 +114,22 @@ std::string tier_json(std::string_view kind, const tier::Index::Stats& t, const 
   return json::serialize(o);
 }
 
-std::string load_path_json(const hip::LoadPaths* paths) {
-  if (!paths) return json::serialize(json::object{{"how", "the built-in rule"}, {"rule", hip::backend::fastest_batch_path()}});
+std::string load_path_json(const device::LoadPaths* paths) {
+  if (!paths) return json::serialize(json::object{{"how", "the built-in rule"}, {"rule", device::backend::fastest_batch_path()}});
   json::array classes;
-  for (const hip::LoadPathClass& c : paths->classes)
+  for (const device::LoadPathClass& c : paths->classes)
     classes.push_back(json::object{{"segment_bytes", c.segment_bytes},
                                    {"kernel_gbps", c.kernel_gbps},
                                    {"dma_batch_gbps", c.dma_batch_gbps},
-                                   {"chosen", hip::to_string(c.chosen)}});
+                                   {"chosen", device::to_string(c.chosen)}});
   return json::serialize(json::object{{"how", paths->how}, {"classes", classes}});
 }
 
 std::string prometheus(const ConnectorMetrics& m, const Histogram& step_calls, const tier::Index::Stats& tier,
-                       const hip::EventPool::Stats& events, std::size_t live_transfers) {
+                       const device::EventPool::Stats& events, std::size_t live_transfers) {
   PromText p;
   p.info("kvstrand_build_info", "This library's version and device backend",
-         labels({{"version", KVSTRAND_VERSION_STRING}, {"backend", hip::backend::name()}}));
+         labels({{"version", KVSTRAND_VERSION_STRING}, {"backend", device::backend::name()}}));
   p.counter("kvstrand_transfers_total", "Transfers that ended, by kind and outcome", m.transfers);
   p.counter("kvstrand_transfer_bytes_total", "Bytes moved by transfers that completed, by kind", m.bytes);
   p.counter("kvstrand_lookups_total", "Tier lookups by result (hit: every key, partial, miss)", m.lookups);
@@ -139,13 +139,13 @@ std::string prometheus(const ConnectorMetrics& m, const Histogram& step_calls, c
   p.gauge("kvstrand_tier_used_bytes", "Bytes of the embedded tier in use", static_cast<double>(tier.used_bytes));
   p.gauge("kvstrand_tier_objects", "Objects committed in the embedded tier", static_cast<double>(tier.objects));
   p.gauge("kvstrand_events_live", "Device events the pool holds", static_cast<double>(events.live));
-  if (const hip::LoadPaths* paths = hip::load_paths()) {
+  if (const device::LoadPaths* paths = device::load_paths()) {
     LabeledCounter rate, chosen;
-    for (const hip::LoadPathClass& c : paths->classes) {
+    for (const device::LoadPathClass& c : paths->classes) {
       const std::string size = std::to_string(c.segment_bytes);
-      for (const hip::LoadPath path : {hip::LoadPath::kernel, hip::LoadPath::dma_batch}) {
-        const std::string l = labels({{"segment_bytes", size}, {"path", hip::to_string(path)}});
-        const double gbps = path == hip::LoadPath::kernel ? c.kernel_gbps : c.dma_batch_gbps;
+      for (const device::LoadPath path : {device::LoadPath::kernel, device::LoadPath::dma_batch}) {
+        const std::string l = labels({{"segment_bytes", size}, {"path", device::to_string(path)}});
+        const double gbps = path == device::LoadPath::kernel ? c.kernel_gbps : c.dma_batch_gbps;
         rate[l] = static_cast<std::uint64_t>(gbps * 1e9);
         chosen[l] = c.chosen == path ? 1 : 0;
       }

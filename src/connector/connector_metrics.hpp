@@ -9,8 +9,8 @@
 #include <system_error>
 #include <vector>
 
-#include "hip/event_pool.hpp"
-#include "hip/load_path.hpp"
+#include "device/event_pool.hpp"
+#include "device/load_path.hpp"
 #include "tier/index.hpp"
 #include "common/metrics.hpp"
 #include "reactor/poller.hpp"
@@ -42,12 +42,12 @@ struct ConnectorMetrics {
 std::string_view outcome_label(std::error_code ec);
 
 std::string transfers_json(const std::vector<TransferInfo>& live, std::string_view tier);
-std::string events_json(const hip::EventPool::Stats& events, const reactor::PollerStats& poller);
+std::string events_json(const device::EventPool::Stats& events, const reactor::PollerStats& poller);
 std::string tier_json(std::string_view kind, const tier::Index::Stats& tier, const ConnectorMetrics& m);
-// What the process's loads follow (hip/load_path.hpp): null is the
+// What the process's loads follow (device/load_path.hpp): null is the
 // backend's built-in rule.
-std::string load_path_json(const hip::LoadPaths* paths);
+std::string load_path_json(const device::LoadPaths* paths);
 std::string prometheus(const ConnectorMetrics& m, const Histogram& step_calls, const tier::Index::Stats& tier,
-                       const hip::EventPool::Stats& events, std::size_t live_transfers);
+                       const device::EventPool::Stats& events, std::size_t live_transfers);
 
 }  // namespace kvstrand::connector

@@ -25,7 +25,7 @@ common::HttpRoutes debug_routes(std::shared_ptr<TransferTable> table,
     return HttpResponse{200, "application/json", tier_json(table->tier().index().kind(), table->tier().index().stats(), table->metrics())};
   };
   routes["/debug/load-path"] = [] {
-    return HttpResponse{200, "application/json", load_path_json(hip::load_paths())};
+    return HttpResponse{200, "application/json", load_path_json(device::load_paths())};
   };
   routes["/metrics"] = [table, r, steps = std::move(step_calls)] {
     return HttpResponse{200, "text/plain; version=0.0.4",

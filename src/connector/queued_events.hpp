@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "hip/event.hpp"
+#include "device/event.hpp"
 #include "connector/mailbox.hpp"
 
 namespace kvstrand::connector {
@@ -30,22 +30,22 @@ class QueuedEvents {
 
   // A free event (one made when none is free); none if the device cannot
   // make one.
-  hip::Event* lend() {
+  device::Event* lend() {
     // Only when none is free: collect() reads the ring's head, a line the
     // engine's thread writes on every drain.
     if (free_.empty()) collect();
     if (!free_.empty()) {
-      hip::Event* e = free_.back();
+      device::Event* e = free_.back();
       free_.pop_back();
       return e;
     }
-    auto made = hip::Event::create();
+    auto made = device::Event::create();
     if (!made.ok()) return nullptr;
-    return all_.emplace_back(std::make_unique<hip::Event>(std::move(made).value())).get();
+    return all_.emplace_back(std::make_unique<device::Event>(std::move(made).value())).get();
   }
 
   // `e` is free again once the end `r` names has been taken.
-  void give_back(hip::Event* e, EndReceipt r) { (r.in_ring ? in_ring_ : in_overflow_).emplace_back(e, r); }
+  void give_back(device::Event* e, EndReceipt r) { (r.in_ring ? in_ring_ : in_overflow_).emplace_back(e, r); }
 
   // Events made so far (each lent to at most one load at a time).
   std::size_t made() const noexcept { return all_.size(); }
@@ -61,9 +61,9 @@ class QueuedEvents {
   }
 
   const Mailbox& mailbox_;
-  std::vector<std::unique_ptr<hip::Event>> all_;
-  std::vector<hip::Event*> free_;
-  std::deque<std::pair<hip::Event*, EndReceipt>> in_ring_, in_overflow_;
+  std::vector<std::unique_ptr<device::Event>> all_;
+  std::vector<device::Event*> free_;
+  std::deque<std::pair<device::Event*, EndReceipt>> in_ring_, in_overflow_;
 };
 
 }  // namespace kvstrand::connector

@@ -14,7 +14,7 @@
 #include <string_view>
 #include <system_error>
 
-#include "hip/event.hpp"
+#include "device/event.hpp"
 #include <kvstrand/finished.hpp>
 #include <kvstrand/transfer_spec.hpp>
 
@@ -77,15 +77,15 @@ struct Transfer {
   const kv::TransferSpec* engine_spec = nullptr;
   // The engine's event after the last forward touching these blocks; held
   // until it is seen complete (Connector's producer contract).
-  std::shared_ptr<const hip::Event> producer;
+  std::shared_ptr<const device::Event> producer;
   // A load: recorded after its copies once they are queued, then named in
   // `queued_notice` (Connector::order_after_load waits on it). Lent by the
   // strand's QueuedEvents, given back with the transfer's end.
-  hip::Event* queued_event = nullptr;
+  device::Event* queued_event = nullptr;
   // The engine's live entry's (Connector::Uses::queued): the one word of
   // the engine's memory the strand writes, once, before the end; the entry
   // outlives it (dropped only once the end is drained).
-  std::atomic<const hip::Event*>* queued_notice = nullptr;
+  std::atomic<const device::Event*>* queued_notice = nullptr;
   TransferState state = TransferState::queued;
   Clock::time_point posted{};
   Clock::time_point deadline{};

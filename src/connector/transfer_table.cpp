@@ -8,7 +8,7 @@
 #include <algorithm>
 
 #include "common/log_escaped.hpp"
-#include "hip/keep_for_process_life.hpp"
+#include "device/keep_for_process_life.hpp"
 #include "reactor/handoff_queue.hpp"
 #include "index_plane/transfer_error.hpp"
 
@@ -117,7 +117,7 @@ asio::awaitable<void> TransferTable::run(std::shared_ptr<TransferTable> self, st
     // A load's copies-queued event is the one recorded after its copies:
     // the poller awaits it, and the engine may order its own stream after
     // it (Connector::order_after_load) once it is published here.
-    hip::Event* queued = t->queued_notice != nullptr ? t->queued_event : nullptr;
+    device::Event* queued = t->queued_notice != nullptr ? t->queued_event : nullptr;
     if (self->tier_->post(copy, queued) != nullptr) {
       t->state = TransferState::pending;
       if (copy.recorded(queued)) t->queued_notice->store(t->queued_event, std::memory_order_release);
@@ -375,7 +375,7 @@ void TransferTable::release_tier() {
   if (!stuck_.empty()) {
     spdlog::warn("kvstrand: close: {} transfer(s) never seen to end; the tier's memory is left allocated on purpose",
                  stuck_.size());
-    hip::keep_for_process_life(std::move(tier_));
+    device::keep_for_process_life(std::move(tier_));
     return;
   }
   tier_.reset();

@@ -48,8 +48,8 @@ namespace kvstrand::connector {
 struct Submission {
   TransferKind kind = TransferKind::save;
   const kv::TransferSpec* spec = nullptr;
-  std::atomic<const hip::Event*>* queued_notice = nullptr;  // a load's live entry's (LiveTransfer::queued)
-  std::shared_ptr<const hip::Event> producer;
+  std::atomic<const device::Event*>* queued_notice = nullptr;  // a load's live entry's (LiveTransfer::queued)
+  std::shared_ptr<const device::Event> producer;
   PackedSpec packed;
 };
 

@@ -10,10 +10,10 @@ namespace kvstrand::data_path {
 
 namespace asio = boost::asio;
 
-DeviceCopy DeviceCopy::post(reactor::Reactor& reactor, hip::Stream& stream, hip::CopyKind kind,
-                            std::vector<hip::Segment> segs, hip::Event* after) {
+DeviceCopy DeviceCopy::post(reactor::Reactor& reactor, device::Stream& stream, device::CopyKind kind,
+                            std::vector<device::Segment> segs, device::Event* after) {
   DeviceCopy c(reactor, stream);
-  if (hip::Status s = hip::copy_batch(stream, kind, segs); !s.ok()) {
+  if (device::Status s = device::copy_batch(stream, kind, segs); !s.ok()) {
     c.failure_ = index_plane::Failure{TransferErrc::device_error, s.describe()};
     return c;
   }
@@ -37,7 +37,7 @@ DeviceCopy DeviceCopy::post(reactor::Reactor& reactor, hip::Stream& stream, hip:
 
 asio::awaitable<CopyEnd> DeviceCopy::wait() {
   if (!queued_) co_return CopyEnd{failure_};
-  const hip::Event* event = lent_ != nullptr ? lent_ : event_ ? &event_->event() : nullptr;
+  const device::Event* event = lent_ != nullptr ? lent_ : event_ ? &event_->event() : nullptr;
   if (event == nullptr) {
     // The copy is queued but has no event to await (only a broken runtime
     // gets here). The strand never waits on the device: poll the stream
@@ -45,8 +45,8 @@ asio::awaitable<CopyEnd> DeviceCopy::wait() {
     // transfer's deadline still bounds what the engine waits.
     asio::steady_timer poll(reactor_->strand());
     for (;;) {
-      const hip::Status q = stream_->query();
-      if (q.code() != hip::Errc::not_ready) break;
+      const device::Status q = stream_->query();
+      if (q.code() != device::Errc::not_ready) break;
       poll.expires_after(std::chrono::microseconds(200));
       boost::system::error_code ec;
       co_await poll.async_wait(asio::redirect_error(asio::use_awaitable, ec));

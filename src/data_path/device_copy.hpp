@@ -7,9 +7,9 @@
 #include <optional>
 #include <vector>
 
-#include "hip/copy.hpp"
-#include "hip/event_pool.hpp"
-#include "hip/stream.hpp"
+#include "device/copy.hpp"
+#include "device/event_pool.hpp"
+#include "device/stream.hpp"
 #include "index_plane/failure.hpp"
 #include "reactor/reactor.hpp"
 
@@ -30,24 +30,24 @@ class DeviceCopy {
   // instead of one from the pool (a load's copies-queued event: one record
   // serves the engine's stream and the poller). No one may record it again
   // before wait() completed.
-  static DeviceCopy post(reactor::Reactor& reactor, hip::Stream& stream, hip::CopyKind kind,
-                         std::vector<hip::Segment> segs, hip::Event* after = nullptr);
+  static DeviceCopy post(reactor::Reactor& reactor, device::Stream& stream, device::CopyKind kind,
+                         std::vector<device::Segment> segs, device::Event* after = nullptr);
   bool queued() const noexcept { return queued_; }
   // Whether `e` was recorded after the copy (the `after` given to post).
-  bool recorded(const hip::Event* e) const noexcept { return e != nullptr && lent_ == e; }
-  hip::Stream& stream() const noexcept { return *stream_; }
+  bool recorded(const device::Event* e) const noexcept { return e != nullptr && lent_ == e; }
+  device::Stream& stream() const noexcept { return *stream_; }
   // On the strand: completes once the copy is seen to end (or the wait is
   // cut short by shutdown: seen == false).
   boost::asio::awaitable<CopyEnd> wait();
 
  private:
-  DeviceCopy(reactor::Reactor& r, hip::Stream& s) : reactor_(&r), stream_(&s) {}
+  DeviceCopy(reactor::Reactor& r, device::Stream& s) : reactor_(&r), stream_(&s) {}
   reactor::Reactor* reactor_;
-  hip::Stream* stream_;
+  device::Stream* stream_;
   bool queued_ = false;
   index_plane::Failure failure_;                // why it was not queued, or why it has no event
-  std::optional<hip::EventPool::Lease> event_;  // recorded after the copy
-  hip::Event* lent_ = nullptr;                   // or the caller's, recorded instead
+  std::optional<device::EventPool::Lease> event_;  // recorded after the copy
+  device::Event* lent_ = nullptr;                   // or the caller's, recorded instead
 };
 
 }  // namespace kvstrand::data_path

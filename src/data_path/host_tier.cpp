@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "data_path/registration.hpp"
-#include "hip/keep_for_process_life.hpp"
+#include "device/keep_for_process_life.hpp"
 #include "index_plane/transfer_error.hpp"
 
 namespace kvstrand::data_path {
@@ -29,22 +29,22 @@ HostTier::~HostTier() {
   // up on it) can still be queued here. Waiting for it could be forever and
   // freeing under it would let it write freed memory: the streams and the
   // memory it may touch are kept for the life of the process instead.
-  const auto busy = [](std::optional<hip::Stream>& s) { return s && s->query().code() == hip::Errc::not_ready; };
+  const auto busy = [](std::optional<device::Stream>& s) { return s && s->query().code() == device::Errc::not_ready; };
   if (busy(save_stream_) || busy(load_stream_)) kept_.push_back(index_->memory());
   if (kept_.empty()) return;
   spdlog::warn("kvstrand: the {} tier: a copy on its streams never ended; its streams and the memory that copy may "
                "touch are left allocated on purpose",
                index_->kind());
-  for (auto& m : kept_) hip::keep_shared_for_process_life(std::move(m));
-  if (save_stream_) hip::keep_for_process_life(std::move(*save_stream_));
-  if (load_stream_) hip::keep_for_process_life(std::move(*load_stream_));
+  for (auto& m : kept_) device::keep_shared_for_process_life(std::move(m));
+  if (save_stream_) device::keep_for_process_life(std::move(*save_stream_));
+  if (load_stream_) device::keep_for_process_life(std::move(*load_stream_));
 }
 
 asio::awaitable<index_plane::Failure> HostTier::attach(Registration reg) {
   if (!save_stream_) {
-    auto saves = hip::Stream::create();
-    auto loads = hip::Stream::create();
-    for (const hip::Status& s : {saves.status(), loads.status()})
+    auto saves = device::Stream::create();
+    auto loads = device::Stream::create();
+    for (const device::Status& s : {saves.status(), loads.status()})
       if (!s.ok())
         co_return index_plane::Failure{TransferErrc::device_error,
                                        std::string("the ") + index_->kind() + " tier's copy streams: " + s.describe()};
@@ -107,16 +107,16 @@ asio::awaitable<void> HostTier::prepare_load(Copy& c) {
   if (s.with_state) c.images_.back() = true;
 }
 
-hip::Stream* HostTier::post(Copy& c, hip::Event* after) {
+device::Stream* HostTier::post(Copy& c, device::Event* after) {
   if (!c.to_post()) return nullptr;
   c.posted_ = true;
   const kv::TransferSpec& s = *c.spec_;
   const Registration& reg = index_->registrations().at(s.registration);
   if (c.kind_ == TransferKind::save) {
-    c.copy_ = DeviceCopy::post(reactor_, *save_stream_, hip::CopyKind::device_to_host,
+    c.copy_ = DeviceCopy::post(reactor_, *save_stream_, device::CopyKind::device_to_host,
                                segments(reg, s, c.places_.objects, true, c.images_), after);
   } else {
-    c.copy_ = DeviceCopy::post(reactor_, *load_stream_, hip::CopyKind::host_to_device,
+    c.copy_ = DeviceCopy::post(reactor_, *load_stream_, device::CopyKind::host_to_device,
                                segments(reg, s, c.held_.objects, false, c.images_), after);
   }
   return c.copy_->queued() ? &c.copy_->stream() : nullptr;

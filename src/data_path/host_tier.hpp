@@ -25,7 +25,7 @@
 #include <system_error>
 #include <vector>
 
-#include "hip/stream.hpp"
+#include "device/stream.hpp"
 #include "data_path/device_copy.hpp"
 #include "index_plane/failure.hpp"
 #include "index_plane/index_plane.hpp"
@@ -76,7 +76,7 @@ class HostTier {
     // outcome already: a failure, or a save with nothing new to store).
     bool to_post() const noexcept { return !outcome_.error && !posted_ && has_copy_; }
     // Whether `e` (post()'s `after`) was recorded after the queued copies.
-    bool recorded(const hip::Event* e) const noexcept { return copy_ && copy_->recorded(e); }
+    bool recorded(const device::Event* e) const noexcept { return copy_ && copy_->recorded(e); }
 
    private:
     friend class HostTier;
@@ -98,15 +98,15 @@ class HostTier {
   // queued, complete() says why). Never waits. `after` (a load's
   // copies-queued event, or null): recorded after the copies and awaited by
   // complete(), in place of an event from the pool (DeviceCopy::post).
-  hip::Stream* post(Copy& c, hip::Event* after = nullptr);
+  device::Stream* post(Copy& c, device::Event* after = nullptr);
   // Awaits what post() queued, then publishes (a save) or releases (a
   // load); without post(), gives back what prepare() took.
   boost::asio::awaitable<TierOutcome> complete(Copy c);
 
   // The streams the tier copies on, once a registration is attached (tests
   // hold them with the sim hooks).
-  hip::Stream* save_stream() { return save_stream_ ? &*save_stream_ : nullptr; }
-  hip::Stream* load_stream() { return load_stream_ ? &*load_stream_ : nullptr; }
+  device::Stream* save_stream() { return save_stream_ ? &*save_stream_ : nullptr; }
+  device::Stream* load_stream() { return load_stream_ ? &*load_stream_ : nullptr; }
 
  private:
   boost::asio::awaitable<void> prepare_save(Copy& c);
@@ -116,8 +116,8 @@ class HostTier {
 
   reactor::Reactor& reactor_;
   std::unique_ptr<index_plane::IndexPlane> index_;
-  std::optional<hip::Stream> save_stream_;
-  std::optional<hip::Stream> load_stream_;
+  std::optional<device::Stream> save_stream_;
+  std::optional<device::Stream> load_stream_;
   std::vector<std::shared_ptr<void>> kept_;  // memory a copy never seen to end may touch
 };
 

@@ -122,12 +122,12 @@ std::optional<std::string> Registration::check_load(const kv::TransferSpec& s) c
 
 namespace kvstrand::data_path {
 
-std::vector<hip::Segment> segments(const Registration& reg, const kv::TransferSpec& s,
+std::vector<device::Segment> segments(const Registration& reg, const kv::TransferSpec& s,
                                    const std::vector<std::byte*>& objects, bool save, const std::vector<bool>& images) {
-  std::vector<hip::Segment> segs;
+  std::vector<device::Segment> segs;
   segs.reserve(s.blocks.size() * reg.planes.size() + objects.size());
   tier::for_each_piece(reg, s, objects, save, images, [&](std::byte* dev, std::byte* obj, std::uint64_t bytes) {
-    segs.push_back(save ? hip::Segment{dev, obj, bytes} : hip::Segment{obj, dev, bytes});
+    segs.push_back(save ? device::Segment{dev, obj, bytes} : device::Segment{obj, dev, bytes});
   });
   return segs;
 }

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include <kvstrand/registration.hpp>
-#include "hip/copy.hpp"
+#include "device/copy.hpp"
 #include "tier/object_format.hpp"
 
 namespace kvstrand::data_path {
@@ -21,7 +21,7 @@ using kvstrand::StateMemory;
 // object i of the spec's keys at objects[i] (nullptr: skip that chunk).
 // `images[i]`: copy chunk i's image (save); for a load the image goes with
 // the last object.
-std::vector<hip::Segment> segments(const Registration& reg, const kv::TransferSpec& s,
+std::vector<device::Segment> segments(const Registration& reg, const kv::TransferSpec& s,
                                    const std::vector<std::byte*>& objects, bool save, const std::vector<bool>& images);
 
 using tier::state_part;

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "hip/host_registration.hpp"
+#include "device/host_registration.hpp"
 
 namespace kvstrand::index_plane {
 
@@ -53,7 +53,7 @@ class ArenaMapping {
     return read_only_ ? bytes_ : static_cast<std::uint64_t>(prefix_) * slab_bytes_;
   }
   bool read_only() const noexcept { return read_only_; }
-  void add_pinned(std::uint32_t slab, hip::HostRegistration r) {
+  void add_pinned(std::uint32_t slab, device::HostRegistration r) {
     slabs_[slab].emplace(std::move(r));
     while (prefix_ < slabs_.size() && slabs_[prefix_]) ++prefix_;
   }
@@ -64,7 +64,7 @@ class ArenaMapping {
   std::uint64_t bytes_ = 0;
   std::uint64_t slab_bytes_ = 0;
   std::uint64_t dev_ = 0, ino_ = 0;  // the mapped file's identity
-  std::vector<std::optional<hip::HostRegistration>> slabs_;  // one per slab, set once pinned
+  std::vector<std::optional<device::HostRegistration>> slabs_;  // one per slab, set once pinned
   std::uint32_t prefix_ = 0;
   bool read_only_ = false;
 };

@@ -9,7 +9,7 @@
 #include <algorithm>
 
 #include "common/log_escaped.hpp"
-#include "hip/device.hpp"
+#include "device/device.hpp"
 #include "index_plane/transfer_error.hpp"
 
 namespace kvstrand::index_plane {
@@ -19,8 +19,8 @@ using common::LogEscaped;
 
 namespace {
 struct PinResult {
-  hip::Status status;
-  std::optional<hip::HostRegistration> reg;
+  device::Status status;
+  std::optional<device::HostRegistration> reg;
 };
 }  // namespace
 
@@ -87,13 +87,13 @@ asio::awaitable<void> ArenaPinning::pin_slab(std::shared_ptr<ArenaMapping> m, st
   const int device = device_;
   auto work = [at, n, device]() -> asio::awaitable<PinResult> {
     PinResult r;
-    if (hip::Status s = hip::select_device(device); !s.ok()) {
+    if (device::Status s = device::select_device(device); !s.ok()) {
       r.status = s;
       co_return r;
     }
     constexpr int kPopulateWrite = 23;  // MADV_POPULATE_WRITE (Linux 5.14): page tables in one call
     (void)::madvise(at, n, kPopulateWrite);
-    auto reg = hip::HostRegistration::register_range(at, n);
+    auto reg = device::HostRegistration::register_range(at, n);
     if (reg.ok()) {
       r.reg.emplace(std::move(reg).value());
     } else {

@@ -21,10 +21,10 @@ asio::awaitable<Failure> LocalIndex::attach_registration(std::uint32_t id) {
       co_return Failure{TransferErrc::tier_full, "tier_bytes " + std::to_string(capacity_) +
                                                      " cannot hold one object of " + std::to_string(object_bytes) +
                                                      " bytes"};
-    auto arena = hip::PinnedBuffer::allocate(slabs * slab);
+    auto arena = device::PinnedBuffer::allocate(slabs * slab);
     if (!arena.ok())
       co_return Failure{TransferErrc::device_error, "the embedded tier's arena: " + arena.status().describe()};
-    arena_ = std::make_shared<hip::PinnedBuffer>(std::move(arena).value());
+    arena_ = std::make_shared<device::PinnedBuffer>(std::move(arena).value());
     classes_.emplace(slab);
     for (std::uint64_t i = 0; i < slabs; ++i) classes_->add_slab(static_cast<std::uint32_t>(i));
   }

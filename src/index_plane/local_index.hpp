@@ -8,7 +8,7 @@
 #include <optional>
 #include <vector>
 
-#include "hip/pinned_buffer.hpp"
+#include "device/pinned_buffer.hpp"
 #include "index_plane/index_plane.hpp"
 #include "tier/index.hpp"
 #include "tier/size_classes.hpp"
@@ -49,7 +49,7 @@ class LocalIndex : public IndexPlane {  // not final: tests' index doubles deriv
 
   std::uint64_t capacity_;
   std::vector<tier::Index*> indexes_;  // by registration id: its objects' size class
-  std::shared_ptr<hip::PinnedBuffer> arena_;
+  std::shared_ptr<device::PinnedBuffer> arena_;
   std::optional<tier::SizeClasses> classes_;
 };
 

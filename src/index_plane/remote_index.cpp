@@ -12,7 +12,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
-#include "hip/device.hpp"
+#include "device/device.hpp"
 #include <kvstrand/chunk_keys.hpp>
 #include <kvstrand/namespace_id.hpp>
 #include "index_plane/transfer_error.hpp"

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "hip/event.hpp"
+#include "device/event.hpp"
 
 namespace kvstrand::reactor {
 
@@ -28,12 +28,12 @@ struct Poller::Impl : std::enable_shared_from_this<Poller::Impl> {
   // vectors relocate by moving), assignment is deleted, and waiters live in
   // a std::list, which erases without shifting elements.
   struct Waiter {
-    const hip::Event* event = nullptr;
+    const device::Event* event = nullptr;
     Handler handler;
     std::uint64_t id = 0;
     asio::cancellation_slot slot;
 
-    Waiter(const hip::Event* e, Handler h, std::uint64_t i, asio::cancellation_slot s) noexcept
+    Waiter(const device::Event* e, Handler h, std::uint64_t i, asio::cancellation_slot s) noexcept
         : event(e), handler(std::move(h)), id(i), slot(s) {}
     Waiter(Waiter&&) noexcept = default;
     Waiter& operator=(Waiter&&) = delete;
@@ -53,7 +53,7 @@ struct Poller::Impl : std::enable_shared_from_this<Poller::Impl> {
 
   Impl(Strand s, PollerOptions o) : strand(std::move(s)), timer(strand), options(o), backoff(o.min_backoff) {}
 
-  void add(const hip::Event* event, Handler handler) {
+  void add(const device::Event* event, Handler handler) {
     if (stopped) {
       ++stats.cancelled;
       deliver_one(std::move(handler), canceled());
@@ -81,8 +81,8 @@ struct Poller::Impl : std::enable_shared_from_this<Poller::Impl> {
       if (s->poll()) progress();
     std::vector<Completion> ready;
     for (auto it = waiters.begin(); it != waiters.end();) {
-      hip::Status st = it->event->query();
-      if (st.code() == hip::Errc::not_ready) {
+      device::Status st = it->event->query();
+      if (st.code() == device::Errc::not_ready) {
         ++it;
         continue;
       }
@@ -227,7 +227,7 @@ Poller::~Poller() {
   asio::dispatch(impl_->strand, [impl = impl_] { impl->shutdown(); });
 }
 
-void Poller::start_wait(const hip::Event* event, Handler handler) {
+void Poller::start_wait(const device::Event* event, Handler handler) {
   asio::dispatch(impl_->strand, [impl = impl_, event, h = std::move(handler)]() mutable {
     impl->add(event, std::move(h));
   });

@@ -41,7 +41,7 @@
 #include <memory>
 #include <system_error>
 
-namespace kvstrand::hip {
+namespace kvstrand::device {
 class Event;
 }
 
@@ -96,13 +96,13 @@ class Poller {
   Poller& operator=(const Poller&) = delete;
 
   template <asio::completion_token_for<void(std::error_code)> Token>
-  auto async_ready(const hip::Event& event, Token&& token) {
+  auto async_ready(const device::Event& event, Token&& token) {
     return asio::async_initiate<Token, void(std::error_code)>(
         [this, ev = &event](auto handler) { start_wait(ev, Handler(std::move(handler))); }, token);
   }
 
   // The awaitable form: `std::error_code ec = co_await poller.ready(ev);`
-  auto ready(const hip::Event& event) { return async_ready(event, asio::use_awaitable); }
+  auto ready(const device::Event& event) { return async_ready(event, asio::use_awaitable); }
 
   // On the strand: completes every outstanding wait with operation_canceled;
   // later waits complete at once the same way. Drops every poll source.
@@ -122,7 +122,7 @@ class Poller {
   const Strand& strand() const noexcept;
 
  private:
-  void start_wait(const hip::Event* event, Handler handler);
+  void start_wait(const device::Event* event, Handler handler);
 
   struct Impl;
   std::shared_ptr<Impl> impl_;

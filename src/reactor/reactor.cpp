@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "hip/device.hpp"
+#include "device/device.hpp"
 
 namespace kvstrand::reactor {
 
@@ -27,16 +27,16 @@ Reactor::Reactor(ReactorOptions options)
   // The reactor thread's current device: streams and events it creates
   // belong to it (CUDA and HIP keep the current device per thread). Without
   // it they would be made on another device: refused, not warned about.
-  const hip::Status selected =
-      call([this]() -> asio::awaitable<hip::Status> { co_return hip::select_device(options_.device); });
+  const device::Status selected =
+      call([this]() -> asio::awaitable<device::Status> { co_return device::select_device(options_.device); });
   if (!selected.ok()) {
     stop();  // the thread is running: a constructor that throws must end it
     throw std::invalid_argument("device: cannot select device " + std::to_string(options_.device) + ": " +
                                 selected.describe());
   }
   call([this]() -> asio::awaitable<void> {
-    pool_.emplace(hip::EventPool::Options{.warm = options_.warm_events});
-    if (hip::Status s = pool_->warm_up(); !s.ok()) spdlog::warn("kvstrand: event pool warm-up: {}", s.describe());
+    pool_.emplace(device::EventPool::Options{.warm = options_.warm_events});
+    if (device::Status s = pool_->warm_up(); !s.ok()) spdlog::warn("kvstrand: event pool warm-up: {}", s.describe());
     co_return;
   });
 }

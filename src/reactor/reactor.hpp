@@ -13,8 +13,8 @@
 #include <optional>
 #include <thread>
 
-#include "hip/event_pool.hpp"
-#include "hip/status.hpp"
+#include "device/event_pool.hpp"
+#include "device/status.hpp"
 #include "reactor/poller.hpp"
 
 namespace kvstrand::reactor {
@@ -38,7 +38,7 @@ class Reactor {
   // For I/O objects (sockets, timers, signals) whose handlers run on the strand.
   asio::io_context& context() noexcept { return ctx_; }
   Poller& poller() noexcept { return *poller_; }     // on the strand
-  hip::EventPool& events() noexcept { return *pool_; }  // on the strand
+  device::EventPool& events() noexcept { return *pool_; }  // on the strand
   bool on_strand() const noexcept { return strand_.running_in_this_thread(); }
 
   // Runs `make()`'s coroutine on the strand and blocks until it finishes.
@@ -58,7 +58,7 @@ class Reactor {
   asio::executor_work_guard<asio::io_context::executor_type> work_;
   Strand strand_;
   std::unique_ptr<Poller> poller_;
-  std::optional<hip::EventPool> pool_;
+  std::optional<device::EventPool> pool_;
   std::thread thread_;
   bool stopped_ = false;
 };

@@ -170,7 +170,7 @@ class Index {
   // All keys committed: read-locks them (no eviction, no erase, until the
   // matching read_unlock) and returns their slots. Otherwise locks nothing.
   // Each read_lock needs its own read_unlock. ("Pin" is kept for page-locking
-  // host memory, src/hip's HostRegistration.)
+  // host memory, src/device's HostRegistration.)
   std::optional<std::vector<std::uint32_t>> read_lock(std::span<const kv::ChunkKey> keys);
   void read_unlock(std::span<const kv::ChunkKey> keys);
   // One key: read-locked if committed (true).

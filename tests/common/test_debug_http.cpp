@@ -136,7 +136,7 @@ TEST_CASE("debug http: a transfer in flight shows in /debug/transfers, a fail-st
   if (!sim_hooks_present() || !curl_present()) return;
   Rig rig(with_http(300ms));
   const auto port = rig.conn->http_port();
-  require_ok(hip::sim::hold_stream(rig.save_stream()));
+  require_ok(device::sim::hold_stream(rig.save_stream()));
   rig.conn->save(rig.save_spec("stuck", 1, 0, 1, Rig::block_range(0, 4)));
   Got g;
   eventually([&] {
@@ -153,7 +153,7 @@ TEST_CASE("debug http: a transfer in flight shows in /debug/transfers, a fail-st
   REQUIRE(curl(port, "/metrics").body.find("kvstrand_fail_stops_total 1\n") != std::string::npos);
   // Past its deadline and still not seen to end: still listed, as such.
   REQUIRE(boost::json::parse(curl(port, "/debug/transfers").body).as_array().at(0).at("past_deadline").as_bool());
-  require_ok(hip::sim::release_stream(rig.save_stream()));
+  require_ok(device::sim::release_stream(rig.save_stream()));
 }
 
 TEST_CASE("debug http: a non-loopback address is refused unless allowed, naming the option", "[http]") {

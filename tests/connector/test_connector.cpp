@@ -10,7 +10,7 @@
 #include <future>
 
 #include "connector_rig.hpp"
-#include "hip/pinned_buffer.hpp"
+#include "device/pinned_buffer.hpp"
 
 using namespace kvstrand;
 using namespace kvstrand::test;
@@ -62,7 +62,7 @@ TEST_CASE("connector: a registration the tier refuses takes no id: the next one'
   big.layout_name = "rig-big";
   big.planes = {{"k", 64 << 10}};
   big.checkpoint = {};
-  hip::DeviceBuffer plane = must(hip::DeviceBuffer::allocate(4 * (64 << 10)));
+  device::DeviceBuffer plane = must(device::DeviceBuffer::allocate(4 * (64 << 10)));
   kvstrand::Registration reg;
   reg.layout = big;
   reg.planes = {{plane.data(), 4}};
@@ -101,7 +101,7 @@ TEST_CASE("connector: each registration is its own pool: same block ids in two g
   if (!device_present() || !sim_hooks_present()) return;
   Rig rig;
   rig.add_swa_group();
-  require_ok(hip::sim::hold_stream(rig.save_stream()));
+  require_ok(device::sim::hold_stream(rig.save_stream()));
   rig.conn->save(rig.save_spec("a", 1, 0, 1, {0, 1, 2, 3}));
   // Block 0 of group 1 is another block than block 0 of group 0.
   kv::TransferSpec other;
@@ -133,7 +133,7 @@ TEST_CASE("connector: each registration is its own pool: same block ids in two g
     REQUIRE(std::string(e.what()).find("registration 2 does not exist") != std::string::npos);
   }
   REQUIRE_THROWS_AS(rig.conn->lookup(rig.keys(1, 0, 1), 2), kvstrand::TransferRefused);
-  require_ok(hip::sim::release_stream(rig.save_stream()));
+  require_ok(device::sim::release_stream(rig.save_stream()));
   auto f = rig.wait_for([](const kvstrand::Finished& f) { return f.saves.size() == 1 && f.loads.size() == 1; });
   REQUIRE(f.saves[0].registration == 0);
   REQUIRE(f.loads[0].registration == rig.swa->id);
@@ -165,17 +165,17 @@ TEST_CASE("connector: order_after_load makes the engine's stream wait on the dev
   rig.randomize(5);
   REQUIRE(rig.conn->order_after_load("a", rig.engine_stream) == kvstrand::LoadOrder::no_live_load);
   // The tier's load stream is held: the load's copies are queued, not run.
-  require_ok(hip::sim::hold_stream(rig.load_stream()));
+  require_ok(device::sim::hold_stream(rig.load_stream()));
   rig.conn->load(rig.load_spec("a", 1, 0, 2, Rig::block_range(20, 8), 9));
   REQUIRE(order_once_queued(rig, "a") == kvstrand::LoadOrder::ordered);
   // Work the engine queues now runs after the copies: a read of the
   // destination (pinned memory, so the read itself is asynchronous).
   const std::uint64_t n = 8 * Rig::kPlaneBlockBytes;
-  auto host = must(hip::PinnedBuffer::allocate(n));
-  require_ok(hip::copy_d2h(rig.engine_stream, host.data(), rig.planes[0].data() + 20 * Rig::kPlaneBlockBytes, n));
+  auto host = must(device::PinnedBuffer::allocate(n));
+  require_ok(device::copy_d2h(rig.engine_stream, host.data(), rig.planes[0].data() + 20 * Rig::kPlaneBlockBytes, n));
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  REQUIRE(rig.engine_stream.query().code() == hip::Errc::not_ready);  // waiting for the held copies
-  require_ok(hip::sim::release_stream(rig.load_stream()));
+  REQUIRE(rig.engine_stream.query().code() == device::Errc::not_ready);  // waiting for the held copies
+  require_ok(device::sim::release_stream(rig.load_stream()));
   require_ok(rig.engine_stream.synchronize());
   REQUIRE(std::vector<std::byte>(host.data(), host.data() + n) ==
           std::vector<std::byte>(saved.begin(), saved.begin() + static_cast<std::ptrdiff_t>(n)));
@@ -197,20 +197,20 @@ TEST_CASE("connector: a load's copies-queued event is recorded for no other load
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   REQUIRE(rig.conn->finished_pending());
   // b's copies are queued and held; its event is recorded.
-  require_ok(hip::sim::hold_stream(rig.load_stream()));
+  require_ok(device::sim::hold_stream(rig.load_stream()));
   rig.conn->load(rig.load_spec("b", 2, 0, 2, Rig::block_range(30, 8), 10));
   REQUIRE(order_once_queued(rig, "b") == kvstrand::LoadOrder::ordered);
   // Ordering after a's load waits for a's copies, which have run: had b's
   // load been lent a's event, the engine's stream would wait for b's held
   // copies.
-  auto probe = must(hip::Stream::create());
+  auto probe = must(device::Stream::create());
   REQUIRE(rig.conn->order_after_load("a", probe) == kvstrand::LoadOrder::ordered);
   // The probe completes once the sim's stream thread ran (a loaded host, a
   // sanitizer: not within a fixed 50 ms); b's copies stay held throughout,
   // so a probe lent b's event would never complete.
   for (int i = 0; i < 5000 && !probe.query().ok(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   REQUIRE(probe.query().ok());
-  require_ok(hip::sim::release_stream(rig.load_stream()));
+  require_ok(device::sim::release_stream(rig.load_stream()));
   auto f = rig.wait_for([](const kvstrand::Finished& f) { return f.loads.size() == 2; });
   REQUIRE(f.loads[0].ok);
   REQUIRE(f.loads[1].ok);
@@ -287,9 +287,9 @@ TEST_CASE("connector: refusals are typed and post nothing", "[reactor]") {
       REQUIRE(e.code() == TransferErrc::not_registered);
     }
     REQUIRE(rig.streams.save != nullptr);
-    if (hip::sim::available()) {
-      require_ok(hip::sim::hold_stream(rig.save_stream()));
-      require_ok(hip::sim::hold_stream(rig.load_stream()));
+    if (device::sim::available()) {
+      require_ok(device::sim::hold_stream(rig.save_stream()));
+      require_ok(device::sim::hold_stream(rig.load_stream()));
     }
     rig.conn->save(rig.save_spec("a", 1, 0, 1, Rig::block_range(0, 4)));
     try {
@@ -306,9 +306,9 @@ TEST_CASE("connector: refusals are typed and post nothing", "[reactor]") {
       REQUIRE(e.code() == TransferErrc::bad_spec);
       REQUIRE(std::string(e.what()).find("block 64") != std::string::npos);
     }
-    if (hip::sim::available()) {
-      require_ok(hip::sim::release_stream(rig.save_stream()));
-      require_ok(hip::sim::release_stream(rig.load_stream()));
+    if (device::sim::available()) {
+      require_ok(device::sim::release_stream(rig.save_stream()));
+      require_ok(device::sim::release_stream(rig.load_stream()));
     }
     rig.wait_for([](const kvstrand::Finished& f) { return f.saves.size() == 1 && f.loads.size() == 1; });
     rig.conn->save(rig.save_spec("a", 1, 1, 2, Rig::block_range(4, 4)));  // drained: no longer live
@@ -322,8 +322,8 @@ TEST_CASE("connector: the producer event may be recorded again on its stream, an
   if (!sim_hooks_present()) return;
   Rig rig;
   const auto src = Rig::block_range(0, 8);
-  auto producer = std::make_shared<hip::Event>(must(hip::Event::create()));
-  require_ok(hip::sim::hold_stream(rig.engine_stream));  // the engine's forward has not run yet
+  auto producer = std::make_shared<device::Event>(must(device::Event::create()));
+  require_ok(device::sim::hold_stream(rig.engine_stream));  // the engine's forward has not run yet
   require_ok(producer->record(rig.engine_stream));
   rig.conn->save(rig.save_spec("r", 1, 0, 2, src), producer);
   wait_for_state(*rig.conn, TransferState::waiting_producer);
@@ -331,7 +331,7 @@ TEST_CASE("connector: the producer event may be recorded again on its stream, an
   producer.reset();  // and the engine lets go of it: the Connector still holds it (ASan: no use after free)
   std::this_thread::sleep_for(20ms);
   REQUIRE(rig.conn->transfers().size() == 1);  // still waiting for the engine's stream
-  require_ok(hip::sim::release_stream(rig.engine_stream));
+  require_ok(device::sim::release_stream(rig.engine_stream));
   auto f = rig.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); });
   REQUIRE(f.saves[0].ok);
 }
@@ -340,7 +340,7 @@ TEST_CASE("connector: the producer event is let go once seen complete, not kept 
           "[reactor][gpu]") {
   if (!device_present()) return;
   Rig rig;
-  auto producer = std::make_shared<hip::Event>(must(hip::Event::create()));
+  auto producer = std::make_shared<device::Event>(must(device::Event::create()));
   require_ok(producer->record(rig.engine_stream));
   rig.conn->save(rig.save_spec("r", 1, 0, 1, Rig::block_range(0, 4)), producer);
   auto f = rig.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); });
@@ -422,7 +422,7 @@ TEST_CASE("connector: max_live_transfers and max_live_lookups refuse what would 
   opts.max_live_transfers = 3;
   opts.max_live_lookups = 1;
   Rig rig(opts);
-  require_ok(hip::sim::hold_stream(rig.save_stream()));
+  require_ok(device::sim::hold_stream(rig.save_stream()));
   rig.conn->save(rig.save_spec("a", 1, 0, 1, Rig::block_range(0, 4)));
   rig.conn->save(rig.save_spec("b", 2, 0, 1, Rig::block_range(4, 4)));
   std::vector<connector::Connector::Op> two;
@@ -439,7 +439,7 @@ TEST_CASE("connector: max_live_transfers and max_live_lookups refuse what would 
   rig.conn->save(rig.save_spec("c", 3, 0, 1, Rig::block_range(8, 4)));  // the third fits
   rig.conn->lookup(rig.keys(9, 0, 1));
   REQUIRE_THROWS_AS(rig.conn->lookup(rig.keys(9, 0, 1)), TransferRefused);
-  require_ok(hip::sim::release_stream(rig.save_stream()));
+  require_ok(device::sim::release_stream(rig.save_stream()));
   // Drained, there is room again.
   rig.wait_for([](const kvstrand::Finished& f) { return f.saves.size() == 3 && f.lookups.size() == 1; });
   rig.conn->save(rig.save_spec("d", 4, 0, 1, Rig::block_range(12, 4)));
@@ -452,8 +452,8 @@ TEST_CASE("connector: a save and a load of the same blocks at once are refused (
   Rig rig;
   rig.conn->save(rig.save_spec("stored", 1, 0, 1, Rig::block_range(0, 4)));
   rig.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); });
-  require_ok(hip::sim::hold_stream(rig.save_stream()));
-  require_ok(hip::sim::hold_stream(rig.load_stream()));
+  require_ok(device::sim::hold_stream(rig.save_stream()));
+  require_ok(device::sim::hold_stream(rig.load_stream()));
   rig.conn->load(rig.load_spec("in", 1, 0, 1, Rig::block_range(8, 4), 9));  // writes 8..11 and image slot 9
   rig.conn->save(rig.save_spec("out", 2, 0, 1, Rig::block_range(16, 4)));   // reads 16..19 and image slot 0
   REQUIRE(refused([&] { rig.conn->save(rig.save_spec("a", 3, 0, 1, {20, 21, 22, 11})); }));  // 11 is being loaded
@@ -469,8 +469,8 @@ TEST_CASE("connector: a save and a load of the same blocks at once are refused (
   REQUIRE(refused([&] { rig.conn->submit(std::move(batch)); }));
   rig.conn->save(rig.save_spec("f", 5, 0, 1, Rig::block_range(16, 4)));  // two saves may read the same blocks
   REQUIRE(rig.conn->transfers().size() == 3);
-  require_ok(hip::sim::release_stream(rig.save_stream()));
-  require_ok(hip::sim::release_stream(rig.load_stream()));
+  require_ok(device::sim::release_stream(rig.save_stream()));
+  require_ok(device::sim::release_stream(rig.load_stream()));
   rig.wait_for([](const kvstrand::Finished& f) { return f.saves.size() == 2 && f.loads.size() == 1; });
   rig.conn->save(rig.save_spec("a", 3, 0, 1, {20, 21, 22, 11}));  // drained: the blocks are free again
 }

@@ -11,7 +11,7 @@
 
 #include "connector_rig.hpp"
 #include "faulty_index.hpp"
-#include "hip/pinned_buffer.hpp"
+#include "device/pinned_buffer.hpp"
 
 using namespace kvstrand;
 using namespace kvstrand::test;
@@ -27,10 +27,10 @@ TEST_CASE("F1: a fence covers transfers in every state, and returns only when th
   for (const TransferState state : {TransferState::waiting_producer, TransferState::pending}) {
     INFO("state " << connector::to_string(state));
     Rig rig;
-    auto producer = std::make_shared<hip::Event>(must(hip::Event::create()));
-    hip::Stream* held = &rig.engine_stream;
+    auto producer = std::make_shared<device::Event>(must(device::Event::create()));
+    device::Stream* held = &rig.engine_stream;
     if (state == TransferState::pending) held = &rig.save_stream();
-    require_ok(hip::sim::hold_stream(*held));
+    require_ok(device::sim::hold_stream(*held));
     require_ok(producer->record(rig.engine_stream));
     rig.conn->save(rig.save_spec("r", 1, 0, 2, Rig::block_range(0, 8)), producer);
     wait_for_state(*rig.conn, state);
@@ -38,7 +38,7 @@ TEST_CASE("F1: a fence covers transfers in every state, and returns only when th
     std::thread releaser([&] {
       std::this_thread::sleep_for(50ms);
       released = true;
-      (void)hip::sim::release_stream(*held);
+      (void)device::sim::release_stream(*held);
     });
     rig.conn->fence({"r"}, 10s);
     REQUIRE(released.load());  // it did not return while the save was live
@@ -69,7 +69,7 @@ TEST_CASE("F1: a fence sees a transfer posted just before it, still queued", "[r
 TEST_CASE("F1 and F13: a fence timeout is fail-stop, raised on every later call", "[reactor][sim][fault]") {
   if (!sim_hooks_present()) return;
   Rig rig;
-  require_ok(hip::sim::hold_stream(rig.save_stream()));
+  require_ok(device::sim::hold_stream(rig.save_stream()));
   rig.conn->save(rig.save_spec("r", 1, 0, 1, Rig::block_range(0, 4)));
   try {
     rig.conn->fence({"r"}, 100ms);
@@ -84,7 +84,7 @@ TEST_CASE("F1 and F13: a fence timeout is fail-stop, raised on every later call"
     REQUIRE_THROWS_AS(rig.conn->fence({"other"}, 1s), FailStop);
     REQUIRE_THROWS_AS(rig.conn->save(rig.save_spec("s", 2, 0, 1, Rig::block_range(4, 4))), FailStop);
   }
-  require_ok(hip::sim::release_stream(rig.save_stream()));
+  require_ok(device::sim::release_stream(rig.save_stream()));
 }
 
 TEST_CASE("F23 and F13: a retrieve that never completes ends at its deadline, fail-stop for good", "[reactor][sim][fault]") {
@@ -92,7 +92,7 @@ TEST_CASE("F23 and F13: a retrieve that never completes ends at its deadline, fa
   Rig rig(with_deadline(150ms));
   rig.conn->save(rig.save_spec("a", 1, 0, 1, Rig::block_range(0, 4)));
   rig.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); });
-  require_ok(hip::sim::hold_stream(rig.load_stream()));
+  require_ok(device::sim::hold_stream(rig.load_stream()));
   rig.conn->load(rig.load_spec("a", 1, 0, 1, Rig::block_range(8, 4), 0));
   FailStop e = wait_for_fail_stop(*rig.conn);
   REQUIRE(e.code() == TransferErrc::deadline_exceeded);
@@ -104,7 +104,7 @@ TEST_CASE("F23 and F13: a retrieve that never completes ends at its deadline, fa
   REQUIRE(live[0].past_deadline);  // still shown: its copy never ended
   REQUIRE(live[0].request == "a");   // with what it names: kept past its end, it reads its own copy of the spec
   REQUIRE(live[0].bytes > 0);
-  require_ok(hip::sim::release_stream(rig.load_stream()));
+  require_ok(device::sim::release_stream(rig.load_stream()));
 }
 
 TEST_CASE("F13: close() counts the copies it never saw end, and the memory they read stays mapped",
@@ -112,13 +112,13 @@ TEST_CASE("F13: close() counts the copies it never saw end, and the memory they 
   if (!sim_hooks_present()) return;
   {
     Rig rig(with_deadline(150ms));
-    require_ok(hip::sim::hold_stream(rig.save_stream()));
+    require_ok(device::sim::hold_stream(rig.save_stream()));
     rig.conn->save(rig.save_spec("late", 1, 0, 1, Rig::block_range(0, 4)));
     REQUIRE(wait_for_fail_stop(*rig.conn).code() == TransferErrc::deadline_exceeded);
     // Its copy runs, but only after close() has returned and the rig is gone:
     // the race an engine that freed its blocks at exit would lose.
-    require_ok(hip::sim::set_stream_delay(rig.save_stream(), 200ms));
-    require_ok(hip::sim::release_stream(rig.save_stream()));
+    require_ok(device::sim::set_stream_delay(rig.save_stream(), 200ms));
+    require_ok(device::sim::release_stream(rig.save_stream()));
     REQUIRE(rig.conn->never_ended() == 0);  // not closed yet
     rig.conn->close();
     REQUIRE(rig.conn->never_ended() == 1);
@@ -154,14 +154,14 @@ TEST_CASE("F1 and F13: a coroutine fence that times out throws FailStop: it cann
           "[reactor][sim][fault]") {
   if (!sim_hooks_present()) return;
   Rig rig;
-  require_ok(hip::sim::hold_stream(rig.save_stream()));
+  require_ok(device::sim::hold_stream(rig.save_stream()));
   rig.conn->save(rig.save_spec("r", 1, 0, 1, Rig::block_range(0, 4)));
   asio::io_context engine;
   std::exception_ptr thrown;
   bool went_on = false;
   asio::co_spawn(engine, fence_held(rig, thrown, went_on), asio::detached);
   engine.run();
-  require_ok(hip::sim::release_stream(rig.save_stream()));
+  require_ok(device::sim::release_stream(rig.save_stream()));
   REQUIRE_FALSE(went_on);
   REQUIRE(thrown);
   try {
@@ -185,7 +185,7 @@ TEST_CASE("F23: a fail-stopped connector closes within close_bound while its cop
   if (!sim_hooks_present()) return;
   constexpr auto deadline = 150ms;
   Rig rig(with_deadline(deadline));
-  require_ok(hip::sim::hold_stream(rig.save_stream()));
+  require_ok(device::sim::hold_stream(rig.save_stream()));
   rig.conn->save(rig.save_spec("wedged", 1, 0, 1, Rig::block_range(0, 4)));
   REQUIRE(wait_for_fail_stop(*rig.conn).code() == TransferErrc::deadline_exceeded);
   // close() on another thread, so that a close that waits on the device
@@ -194,10 +194,10 @@ TEST_CASE("F23: a fail-stopped connector closes within close_bound while its cop
   const bool in_bound = closing.wait_for(connector::close_bound(deadline) + 1s) == std::future_status::ready;
   // Let the copy run now (the tier's memory it writes was left allocated),
   // and wait for it to end before the rig frees the planes it reads.
-  hip::Stream& wedged = rig.save_stream();
-  require_ok(hip::sim::release_stream(wedged));
+  device::Stream& wedged = rig.save_stream();
+  require_ok(device::sim::release_stream(wedged));
   closing.wait();
-  while (wedged.query().code() == hip::Errc::not_ready) std::this_thread::sleep_for(1ms);
+  while (wedged.query().code() == device::Errc::not_ready) std::this_thread::sleep_for(1ms);
   REQUIRE(in_bound);
 }
 
@@ -296,7 +296,7 @@ TEST_CASE("F14: an index that gives up at the deadline fails the transfer as the
 TEST_CASE("F5: a completion is observed with no new work arriving", "[reactor][sim]") {
   if (!sim_hooks_present()) return;
   Rig rig;
-  require_ok(hip::sim::set_stream_delay(rig.save_stream(), 30ms));  // past the poller's spin
+  require_ok(device::sim::set_stream_delay(rig.save_stream(), 30ms));  // past the poller's spin
   rig.conn->save(rig.save_spec("a", 1, 0, 1, Rig::block_range(0, 4)));
   // Nothing else is posted: only finished() reads are made.
   auto f = rig.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); });
@@ -313,7 +313,7 @@ TEST_CASE("F17: a load completes while a continuous backlog of saves keeps arriv
   // Saves now take 2 ms of stream time each and two arrive every step (a
   // 0.5 ms forward pass, longer on a loaded machine), so a backlog grows.
   // The load is posted once 20 saves are queued, however long that took.
-  require_ok(hip::sim::set_stream_delay(rig.save_stream(), 2ms));
+  require_ok(device::sim::set_stream_delay(rig.save_stream(), 2ms));
   bool load_done = false, load_posted = false;
   int step = 0, saves_posted = 0, saves_done = 0, steps_after_load = -1, backlog_at_load = 0, backlog_at_done = 0;
   for (; step < 400 && !load_done; ++step) {
@@ -346,7 +346,7 @@ TEST_CASE("F17: a load completes while a continuous backlog of saves keeps arriv
   // machine; the bound leaves room for a loaded one).
   REQUIRE(backlog_at_done >= 10);
   REQUIRE(steps_after_load <= 50);
-  require_ok(hip::sim::set_stream_delay(rig.save_stream(), 0us));
+  require_ok(device::sim::set_stream_delay(rig.save_stream(), 0us));
 }
 
 TEST_CASE("F18: the step thread never waits on the reactor unless it asks to", "[reactor][gpu]") {
@@ -403,13 +403,13 @@ TEST_CASE("F27: an object an in-flight load reads is never evicted for a save", 
   rig.conn->save(rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8)));  // 2 objects
   rig.conn->save(rig.save_spec("b", 2, 0, 2, Rig::block_range(8, 8)));  // 2 more: full
   rig.wait_for([](const kvstrand::Finished& f) { return f.saves.size() == 2; });
-  require_ok(hip::sim::hold_stream(rig.load_stream()));
+  require_ok(device::sim::hold_stream(rig.load_stream()));
   rig.conn->load(rig.load_spec("a", 1, 0, 2, Rig::block_range(40, 8), 5));  // reads a's objects
   wait_for_state(*rig.conn, TransferState::pending);
   rig.randomize(3);
   // Needs 4 objects: only b's 2 may be evicted; a's are being read.
   rig.conn->save(rig.save_spec("c", 3, 0, 4, Rig::block_range(16, 16)));
-  require_ok(hip::sim::release_stream(rig.load_stream()));
+  require_ok(device::sim::release_stream(rig.load_stream()));
   auto f = rig.wait_for([](const kvstrand::Finished& f) { return f.saves.size() == 1 && f.loads.size() == 1; });
   REQUIRE(f.loads[0].ok);
   REQUIRE(rig.snapshot(Rig::block_range(40, 8), {5}) == before);  // a's bytes, intact
@@ -425,8 +425,8 @@ TEST_CASE("F11: close with transfers in flight loses no completion and raises no
     Rig rig;
     rig.conn->save(rig.save_spec("a", 1, 0, 1, Rig::block_range(0, 4)));
     rig.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); });
-    require_ok(hip::sim::set_stream_delay(rig.save_stream(), 20ms));
-    require_ok(hip::sim::set_stream_delay(rig.load_stream(), 20ms));
+    require_ok(device::sim::set_stream_delay(rig.save_stream(), 20ms));
+    require_ok(device::sim::set_stream_delay(rig.load_stream(), 20ms));
     rig.conn->save(rig.save_spec("b", 2, 0, 2, Rig::block_range(4, 8)));
     rig.conn->load(rig.load_spec("a", 1, 0, 1, Rig::block_range(20, 4), 9));  // slot 9: not a save's source
     rig.conn->close();
@@ -467,6 +467,6 @@ TEST_CASE("F10: events come from the pool and are created on the reactor thread 
   REQUIRE(st.in_use == 0);
   // The pool belongs to the reactor thread: this thread cannot take from it.
   auto denied = rig.conn->reactor().events().acquire();
-  REQUIRE(denied.status().code() == hip::Errc::wrong_executor);
+  REQUIRE(denied.status().code() == device::Errc::wrong_executor);
 }
 

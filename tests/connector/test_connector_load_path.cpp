@@ -3,23 +3,23 @@
 // choice byte for byte, the debug endpoint and the metrics say what was
 // chosen; a forced path is followed; the default (the rule) measures
 // nothing; an unknown word is refused by name.
-// The choice itself: tests/hip/test_load_path.cpp.
+// The choice itself: tests/device/test_load_path.cpp.
 #include <boost/json.hpp>
 
 #include "connector_rig.hpp"
 #include "curl.hpp"
-#include "hip/load_path.hpp"
+#include "device/load_path.hpp"
 #include "load_path_reset.hpp"
 
 using namespace kvstrand;
 using namespace kvstrand::test;
 using namespace std::chrono_literals;
-using hip::LoadPath;
+using device::LoadPath;
 
 namespace {
 
 std::pair<std::uint64_t, std::uint64_t> batches() {
-  return {hip::sim::batches_by(LoadPath::kernel), hip::sim::batches_by(LoadPath::dma_batch)};
+  return {device::sim::batches_by(LoadPath::kernel), device::sim::batches_by(LoadPath::dma_batch)};
 }
 
 }  // namespace
@@ -30,14 +30,14 @@ TEST_CASE("connector: load_path=measure on a host whose copy engines are slow fo
           "[reactor][load_path][http]") {
   if (!device_present() || !sim_hooks_present() || !curl_present()) return;
   LoadPathReset reset;
-  hip::forget_load_paths();
-  require_ok(hip::sim::set_load_path_cost(LoadPath::dma_batch, 5us, 0ns));
+  device::forget_load_paths();
+  require_ok(device::sim::set_load_path_cost(LoadPath::dma_batch, 5us, 0ns));
   connector::ConnectorOptions o;
   o.load_path = "measure";
   o.http = common::HttpOptions{};
   Rig rig(o);  // its registration measures here, once for the process
-  REQUIRE(hip::load_paths() != nullptr);
-  REQUIRE(hip::load_paths()->path_for(Rig::kPlaneBlockBytes) == LoadPath::kernel);
+  REQUIRE(device::load_paths() != nullptr);
+  REQUIRE(device::load_paths()->path_for(Rig::kPlaneBlockBytes) == LoadPath::kernel);
   const auto [kernel, dma] = batches();
   rig.round_trip();  // its load's blocks are scattered: a batch of 2 KiB segments
   CHECK(batches().first > kernel);
@@ -70,8 +70,8 @@ TEST_CASE("connector: load_path=dma-batch sends every load to the copy engines, 
   connector::ConnectorOptions o;
   o.load_path = "dma-batch";
   Rig rig(o);
-  REQUIRE(hip::load_paths() != nullptr);
-  CHECK(hip::load_paths()->how == "load_path=dma-batch");
+  REQUIRE(device::load_paths() != nullptr);
+  CHECK(device::load_paths()->how == "load_path=dma-batch");
   const auto [kernel, dma] = batches();
   rig.round_trip();
   CHECK(batches().first == kernel);
@@ -80,9 +80,9 @@ TEST_CASE("connector: load_path=dma-batch sends every load to the copy engines, 
   // The default is the built-in rule: nothing measured, whatever the host.
   {
     LoadPathReset again;
-    require_ok(hip::sim::set_load_path_cost(LoadPath::dma_batch, 5us, 0ns));
+    require_ok(device::sim::set_load_path_cost(LoadPath::dma_batch, 5us, 0ns));
     Rig plain;
-    CHECK(hip::load_paths() == nullptr);
+    CHECK(device::load_paths() == nullptr);
   }
   connector::ConnectorOptions bad;
   bad.load_path = "fastest";

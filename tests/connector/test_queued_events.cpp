@@ -26,13 +26,13 @@ TEST_CASE("queued events: one given back with an end in the ring comes back once
   if (!device_present()) return;
   Mailbox m;
   QueuedEvents q(m);
-  hip::Event* a = q.lend();
+  device::Event* a = q.lend();
   REQUIRE(a != nullptr);
   const EndReceipt r = push_one(m);
   REQUIRE(r.in_ring);
   q.give_back(a, r);
   REQUIRE_FALSE(m.taken(r));
-  hip::Event* b = q.lend();  // the end is not taken yet: another one
+  device::Event* b = q.lend();  // the end is not taken yet: another one
   REQUIRE(b != a);
   REQUIRE(q.made() == 2);
   // Read but not given back (peek) is not taken.
@@ -51,13 +51,13 @@ TEST_CASE("queued events: one given back with an end behind the lock (the ring f
   QueuedEvents q(m);
   std::vector<EndReceipt> in_ring;
   for (std::size_t i = 0; i < Mailbox::kEndSlots; ++i) in_ring.push_back(push_one(m));
-  hip::Event* a = q.lend();
+  device::Event* a = q.lend();
   const EndReceipt r = push_one(m);
   REQUIRE_FALSE(r.in_ring);
   q.give_back(a, r);
-  hip::Event* b = q.lend();
+  device::Event* b = q.lend();
   q.give_back(b, in_ring.back());
-  std::set<hip::Event*> lent{q.lend(), q.lend()};
+  std::set<device::Event*> lent{q.lend(), q.lend()};
   REQUIRE_FALSE(lent.contains(a));  // neither end taken
   REQUIRE_FALSE(lent.contains(b));
   connector::Drained d;

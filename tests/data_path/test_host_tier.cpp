@@ -103,7 +103,7 @@ TEST_CASE("host tier: a save whose device copy failed commits nothing: no half-w
           "[reactor][sim][fault]") {
   if (!sim_hooks_present()) return;
   Rig rig;
-  require_ok(hip::sim::fail_copies(rig.save_stream(), hip::sim::FailAt::execute));
+  require_ok(device::sim::fail_copies(rig.save_stream(), device::sim::FailAt::execute));
   rig.conn->save(rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8)));
   auto f = rig.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); });
   REQUIRE_FALSE(f.saves[0].ok);
@@ -121,7 +121,7 @@ TEST_CASE("host tier: a load whose device copy failed unpins what it pinned", "[
   Rig rig;
   rig.conn->save(rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8)));
   REQUIRE(rig.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
-  require_ok(hip::sim::fail_copies(rig.load_stream(), hip::sim::FailAt::execute));
+  require_ok(device::sim::fail_copies(rig.load_stream(), device::sim::FailAt::execute));
   rig.conn->load(rig.load_spec("b", 1, 0, 2, Rig::block_range(16, 8), 3));
   auto f = rig.wait_for([](const kvstrand::Finished& f) { return !f.loads.empty(); });
   REQUIRE_FALSE(f.loads[0].ok);

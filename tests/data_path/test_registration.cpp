@@ -10,8 +10,8 @@
 #include <numeric>
 #include <random>
 
-#include "hip/copy.hpp"
-#include "hip/segment_grid.hpp"
+#include "device/copy.hpp"
+#include "device/segment_grid.hpp"
 #include "data_path/registration.hpp"
 
 using namespace kvstrand;
@@ -240,7 +240,7 @@ TEST_CASE("registration: an image kept in two state memories takes one slot in e
 TEST_CASE("registration: a paged layout's load, as planned and coalesced, is a grid of planes x blocks",
           "[reactor][registration][grid]") {
   // A 70B TP8 rank: 80 layers x K,V of 4 KiB blocks, 64 blocks in 4 chunks,
-  // the block ids scattered over the pool (hip::kernel::segment_copy sends
+  // the block ids scattered over the pool (device::kernel::segment_copy sends
   // such a load as one launch with its grid in the parameters).
   Registration r;
   r.layout.model_id = "m";
@@ -261,11 +261,11 @@ TEST_CASE("registration: a paged layout's load, as planned and coalesced, is a g
   REQUIRE(!r.check_load(s));
   const std::vector<std::byte*> objects{static_cast<std::byte*>(fake(0x200000000)), static_cast<std::byte*>(fake(0x900000000)),
                                         static_cast<std::byte*>(fake(0x500000000)), static_cast<std::byte*>(fake(0x300000000))};
-  const auto planned = hip::coalesce(data_path::segments(r, s, objects, false, {false, false, false, false}));
-  std::vector<hip::kernel::KernelSegment> table;
-  for (const hip::Segment& g : planned)
+  const auto planned = device::coalesce(data_path::segments(r, s, objects, false, {false, false, false, false}));
+  std::vector<device::kernel::KernelSegment> table;
+  for (const device::Segment& g : planned)
     table.push_back({reinterpret_cast<std::uint64_t>(g.src), reinterpret_cast<std::uint64_t>(g.dst), g.bytes});
-  const auto grid = hip::find_grid(table.data(), table.size(), 384, 768);
+  const auto grid = device::find_grid(table.data(), table.size(), 384, 768);
   REQUIRE(grid);
   CHECK(grid->rows() == 160);
   CHECK(grid->columns.size() * 160 == table.size());

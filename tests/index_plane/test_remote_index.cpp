@@ -15,7 +15,7 @@
 #include "server_process.hpp"
 #include "support.hpp"
 #include "wrong_reply_server.hpp"
-#include "hip/sim_hooks.hpp"
+#include "device/sim_hooks.hpp"
 
 using namespace kvstrand;
 using namespace kvstrand::test;
@@ -83,13 +83,13 @@ TEST_CASE("node tier: a server SIGKILLed during a store: the store fails cleanly
   const std::string path = srv->socket_path();
   Rig rig(remote(*srv));
   REQUIRE(rig.streams.save != nullptr);
-  require_ok(hip::sim::hold_stream(rig.save_stream()));  // the copy waits until released
+  require_ok(device::sim::hold_stream(rig.save_stream()));  // the copy waits until released
   rig.conn->save(rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8)));
   const auto end = std::chrono::steady_clock::now() + 10s;
   while (rig.conn->transfers().empty() || rig.conn->transfers()[0].state != connector::TransferState::pending)
     REQUIRE(std::chrono::steady_clock::now() < end);  // reserved; the copy is queued
   srv->kill(SIGKILL);
-  require_ok(hip::sim::release_stream(rig.save_stream()));
+  require_ok(device::sim::release_stream(rig.save_stream()));
   auto f = rig.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); });
   REQUIRE_FALSE(f.saves[0].ok);  // copied, never committed: not stored, and no fail-stop
   REQUIRE(f.saves[0].error == TransferErrc::tier_unavailable);
@@ -173,7 +173,7 @@ TEST_CASE("node tier: a save reserved on a server that restarted is never commit
   ServerProcess srv(kServerFlags);
   REQUIRE(ready_and_full(srv));
   Rig rig(remote(srv));
-  require_ok(hip::sim::hold_stream(rig.save_stream()));  // reserved; the copy waits
+  require_ok(device::sim::hold_stream(rig.save_stream()));  // reserved; the copy waits
   rig.conn->save(rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8)));
   const auto end = std::chrono::steady_clock::now() + 10s;
   while (rig.conn->transfers().empty() || rig.conn->transfers()[0].state != connector::TransferState::pending)
@@ -190,7 +190,7 @@ TEST_CASE("node tier: a save reserved on a server that restarted is never commit
     REQUIRE(std::chrono::steady_clock::now() < attached);
     std::this_thread::sleep_for(10ms);
   }
-  require_ok(hip::sim::release_stream(rig.save_stream()));
+  require_ok(device::sim::release_stream(rig.save_stream()));
   const auto f = rig.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); });
   CHECK_FALSE(f.saves[0].ok);
   CHECK(f.saves[0].reason.find("restarted") != std::string::npos);

@@ -46,7 +46,7 @@ asio::awaitable<void> sleep_for(Strand& strand, std::chrono::microseconds d) {
   co_await t.async_wait(asio::use_awaitable);
 }
 
-asio::awaitable<void> wait_then(Poller& poller, const hip::Event& ev, std::function<void(std::error_code)> done) {
+asio::awaitable<void> wait_then(Poller& poller, const device::Event& ev, std::function<void(std::error_code)> done) {
   std::error_code ec = co_await poller.ready(ev);
   done(ec);
 }
@@ -54,7 +54,7 @@ asio::awaitable<void> wait_then(Poller& poller, const hip::Event& ev, std::funct
 // Starts a wait on the strand that reports its outcome when resumed. (A
 // coroutine function, not a lambda: a spawned lambda coroutine would outlive
 // its closure.)
-void spawn_wait(Strand& strand, Poller& poller, const hip::Event& ev, std::function<void(std::error_code)> done) {
+void spawn_wait(Strand& strand, Poller& poller, const device::Event& ev, std::function<void(std::error_code)> done) {
   asio::co_spawn(strand, wait_then(poller, ev, std::move(done)), asio::detached);
 }
 
@@ -64,12 +64,12 @@ void sleep_30ms(void*) { std::this_thread::sleep_for(30ms); }
 
 TEST_CASE("poller: waiters resume in completion order, not wait order", "[poller][sim]") {
   if (!sim_hooks_present()) return;
-  std::vector<hip::Stream> streams;
-  std::vector<hip::Event> events;
+  std::vector<device::Stream> streams;
+  std::vector<device::Event> events;
   for (int i = 0; i < 3; ++i) {
-    streams.push_back(must(hip::Stream::create()));
-    events.push_back(must(hip::Event::create()));
-    require_ok(hip::sim::hold_stream(streams[i]));
+    streams.push_back(must(device::Stream::create()));
+    events.push_back(must(device::Event::create()));
+    require_ok(device::sim::hold_stream(streams[i]));
     require_ok(events[i].record(streams[i]));
   }
   std::vector<int> order;
@@ -81,7 +81,7 @@ TEST_CASE("poller: waiters resume in completion order, not wait order", "[poller
       });
     for (int i = 2; i >= 0; --i) {  // ...and complete in the order 2, 1, 0
       const std::size_t before = order.size();
-      require_ok(hip::sim::release_stream(streams[i]));
+      require_ok(device::sim::release_stream(streams[i]));
       while (order.size() == before) co_await sleep_for(strand, 100us);
     }
   });
@@ -91,14 +91,14 @@ TEST_CASE("poller: waiters resume in completion order, not wait order", "[poller
 TEST_CASE("poller: 1500 outstanding waits on one strand all complete", "[poller][gpu]") {
   if (!device_present()) return;
   constexpr int n = 1500;
-  auto s = must(hip::Stream::create());
-  auto dev = must(hip::DeviceBuffer::allocate(1 << 16));
-  auto host = must(hip::PinnedBuffer::allocate(1 << 16));
-  std::vector<hip::Event> events;
-  for (int i = 0; i < n; ++i) events.push_back(must(hip::Event::create()));
-  const bool held = hip::sim::available() && hip::sim::hold_stream(s).ok();
+  auto s = must(device::Stream::create());
+  auto dev = must(device::DeviceBuffer::allocate(1 << 16));
+  auto host = must(device::PinnedBuffer::allocate(1 << 16));
+  std::vector<device::Event> events;
+  for (int i = 0; i < n; ++i) events.push_back(must(device::Event::create()));
+  const bool held = device::sim::available() && device::sim::hold_stream(s).ok();
   for (auto& ev : events) {
-    require_ok(hip::copy_d2h(s, host.data(), dev.data(), 4096));
+    require_ok(device::copy_d2h(s, host.data(), dev.data(), 4096));
     require_ok(ev.record(s));
   }
   int completed = 0;
@@ -111,7 +111,7 @@ TEST_CASE("poller: 1500 outstanding waits on one strand all complete", "[poller]
       });
     co_await sleep_for(strand, 5ms);
     outstanding_while_held = poller.stats().outstanding;
-    if (held) require_ok(hip::sim::release_stream(s));
+    if (held) require_ok(device::sim::release_stream(s));
     while (completed < n) co_await sleep_for(strand, 200us);
     REQUIRE(poller.stats().outstanding == 0);
     REQUIRE(poller.stats().completed == static_cast<std::uint64_t>(n));
@@ -122,28 +122,28 @@ TEST_CASE("poller: 1500 outstanding waits on one strand all complete", "[poller]
 
 TEST_CASE("poller: a failure before the event completes the wait with the device error", "[poller][sim][fault]") {
   if (!sim_hooks_present()) return;
-  auto s = must(hip::Stream::create());
-  auto dev = must(hip::DeviceBuffer::allocate(4096));
-  auto host = must(hip::PinnedBuffer::allocate(4096));
-  auto ev = must(hip::Event::create());
-  require_ok(hip::sim::fail_copies(s, hip::sim::FailAt::execute));
-  require_ok(hip::copy_d2h(s, host.data(), dev.data(), 4096));
+  auto s = must(device::Stream::create());
+  auto dev = must(device::DeviceBuffer::allocate(4096));
+  auto host = must(device::PinnedBuffer::allocate(4096));
+  auto ev = must(device::Event::create());
+  require_ok(device::sim::fail_copies(s, device::sim::FailAt::execute));
+  require_ok(device::copy_d2h(s, host.data(), dev.data(), 4096));
   require_ok(ev.record(s));
   std::error_code got;
   run_on_strand([&](Poller& poller, Strand&) -> asio::awaitable<void> {
     got = co_await poller.ready(ev);  // an error code, not an exception
     REQUIRE(poller.stats().failed == 1);
   });
-  REQUIRE(got == hip::Errc::injected_fault);
+  REQUIRE(got == device::Errc::injected_fault);
 }
 
 TEST_CASE("poller: cancelling one wait ends it alone", "[poller][sim]") {
   if (!sim_hooks_present()) return;
-  auto s = must(hip::Stream::create());
-  auto ev = must(hip::Event::create());
-  require_ok(hip::sim::hold_stream(s));
+  auto s = must(device::Stream::create());
+  auto ev = must(device::Event::create());
+  require_ok(device::sim::hold_stream(s));
   require_ok(ev.record(s));
-  std::error_code cancelled_ec, other_ec{hip::Errc::backend_error};
+  std::error_code cancelled_ec, other_ec{device::Errc::backend_error};
   bool cancelled_done = false, other_done = false;
   run_on_strand([&](Poller& poller, Strand& strand) -> asio::awaitable<void> {
     asio::cancellation_signal sig;
@@ -162,7 +162,7 @@ TEST_CASE("poller: cancelling one wait ends it alone", "[poller][sim]") {
     REQUIRE(cancelled_done);
     REQUIRE(cancelled_ec == std::errc::operation_canceled);
     REQUIRE(poller.stats().outstanding == 1);
-    require_ok(hip::sim::release_stream(s));
+    require_ok(device::sim::release_stream(s));
     while (!other_done) co_await sleep_for(strand, 100us);
   });
   REQUIRE(!other_ec);
@@ -170,9 +170,9 @@ TEST_CASE("poller: cancelling one wait ends it alone", "[poller][sim]") {
 
 TEST_CASE("poller: shutdown ends every wait with operation_canceled, and later ones too", "[poller][sim]") {
   if (!sim_hooks_present()) return;
-  auto s = must(hip::Stream::create());
-  auto ev = must(hip::Event::create());
-  require_ok(hip::sim::hold_stream(s));
+  auto s = must(device::Stream::create());
+  auto ev = must(device::Event::create());
+  require_ok(device::sim::hold_stream(s));
   require_ok(ev.record(s));
   int cancelled = 0;
   run_on_strand([&](Poller& poller, Strand& strand) -> asio::awaitable<void> {
@@ -184,13 +184,13 @@ TEST_CASE("poller: shutdown ends every wait with operation_canceled, and later o
     std::error_code late = co_await poller.ready(ev);
     REQUIRE(late == std::errc::operation_canceled);
   });
-  require_ok(hip::sim::release_stream(s));
+  require_ok(device::sim::release_stream(s));
 }
 
 TEST_CASE("poller: a completion is observed with no new work arriving (F5)", "[poller][gpu]") {
   if (!device_present()) return;
-  auto s = must(hip::Stream::create());
-  auto ev = must(hip::Event::create());
+  auto s = must(device::Stream::create());
+  auto ev = must(device::Event::create());
   reactor::PollerOptions opts;
   opts.spin = 1ms;  // the 30 ms wait outlasts the spin: the backoff timer must find it
   std::uint64_t timer_ticks = 0;
@@ -209,9 +209,9 @@ TEST_CASE("poller: a completion is observed with no new work arriving (F5)", "[p
 
 TEST_CASE("poller: idle costs nothing, and other strand work runs while it spins", "[poller][sim]") {
   if (!sim_hooks_present()) return;
-  auto s = must(hip::Stream::create());
-  auto ev = must(hip::Event::create());
-  require_ok(hip::sim::hold_stream(s));
+  auto s = must(device::Stream::create());
+  auto ev = must(device::Event::create());
+  require_ok(device::sim::hold_stream(s));
   require_ok(ev.record(s));
   // The spin window spans the whole test: with the default 2 ms, a strand
   // slowed past 2 ms before the first tick (TSan, a loaded CI machine) backs
@@ -228,7 +228,7 @@ TEST_CASE("poller: idle costs nothing, and other strand work runs while it spins
     int beats = 0;
     for (; beats < 10; ++beats) co_await sleep_for(strand, 500us);
     REQUIRE(poller.stats().spin_ticks > 0);
-    require_ok(hip::sim::release_stream(s));
+    require_ok(device::sim::release_stream(s));
     while (!done) co_await sleep_for(strand, 100us);
     const auto ticks = poller.stats().ticks;
     co_await sleep_for(strand, 20ms);
@@ -241,11 +241,11 @@ TEST_CASE("poller: a wait that arrives while the poller sleeps its backoff is no
   if (!sim_hooks_present()) return;
   // One event that will not complete keeps the poller backing off; the
   // backoff here is 5 s, so a new wait left to the timer would take 5 s.
-  auto held = must(hip::Stream::create());
-  auto free_stream = must(hip::Stream::create());
-  auto stuck = must(hip::Event::create());
-  auto done_ev = must(hip::Event::create());
-  require_ok(hip::sim::hold_stream(held));
+  auto held = must(device::Stream::create());
+  auto free_stream = must(device::Stream::create());
+  auto stuck = must(device::Event::create());
+  auto done_ev = must(device::Event::create());
+  require_ok(device::sim::hold_stream(held));
   require_ok(stuck.record(held));
   require_ok(done_ev.record(free_stream));
   require_ok(free_stream.synchronize());
@@ -264,7 +264,7 @@ TEST_CASE("poller: a wait that arrives while the poller sleeps its backoff is no
     waited = std::chrono::steady_clock::now() - t0;
     REQUIRE(!ec);
   }, o);
-  require_ok(hip::sim::release_stream(held));
+  require_ok(device::sim::release_stream(held));
   REQUIRE(timer_ticks_before >= 1);  // it was asleep on the timer when the wait came
   // A bound against a needless wait, not a timing: the backoff is 5 s.
   REQUIRE(waited < 2500ms);

@@ -9,7 +9,7 @@
 
 #include "arena_file.hpp"
 #include "connector_rig.hpp"
-#include "hip/sim_hooks.hpp"
+#include "device/sim_hooks.hpp"
 #include "process.hpp"
 #include "server_process.hpp"
 #include "support.hpp"
@@ -109,18 +109,18 @@ TEST_CASE("arena recovery: a server SIGKILLed mid-store and mid-load under two c
   REQUIRE(saved(b, b.save_spec("b1", 2, 0, 2, b_src)));
 
   // Mid-store: a's save of prompt 3 reserved, its copy queued and held.
-  require_ok(hip::sim::hold_stream(a.save_stream()));
+  require_ok(device::sim::hold_stream(a.save_stream()));
   a.conn->save(a.save_spec("a2", 3, 0, 2, Rig::block_range(16, 8)));
   wait_pending(a);
   // Mid-load: b's load of prompt 2 leased, its copy queued and held.
-  require_ok(hip::sim::hold_stream(b.load_stream()));
+  require_ok(device::sim::hold_stream(b.load_stream()));
   b.randomize(3);
   b.conn->load(b.load_spec("b2", 2, 0, 2, Rig::block_range(30, 8), 6));
   wait_pending(b);
   srv->kill(SIGKILL);
   srv->restart(flags(file));
-  require_ok(hip::sim::release_stream(a.save_stream()));
-  require_ok(hip::sim::release_stream(b.load_stream()));
+  require_ok(device::sim::release_stream(a.save_stream()));
+  require_ok(device::sim::release_stream(b.load_stream()));
   auto fa = a.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); });
   REQUIRE_FALSE(fa.saves[0].ok);  // copied, never committed: not stored
   REQUIRE(fa.saves[0].error == TransferErrc::tier_unavailable);

@@ -222,7 +222,7 @@ TEST_CASE("server: kvstrand-server links no device runtime", "[server]") {
   }
   REQUIRE(r.exit_code == 0);
   REQUIRE(r.output.find("kvstrand::tier::Index") != std::string::npos);  // nm read the symbols
-  REQUIRE(r.output.find("kvstrand::hip::") == std::string::npos);
+  REQUIRE(r.output.find("kvstrand::device::") == std::string::npos);
   REQUIRE(r.output.find("hipMemcpy") == std::string::npos);
   REQUIRE(r.output.find("cudaMemcpy") == std::string::npos);
 }

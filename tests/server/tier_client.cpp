@@ -47,15 +47,15 @@
 #include <thread>
 #include <vector>
 
-#include "hip/copy.hpp"
-#include "hip/device.hpp"
-#include "hip/device_buffer.hpp"
-#include "hip/pinned_buffer.hpp"
-#include "hip/stream.hpp"
+#include "device/copy.hpp"
+#include "device/device.hpp"
+#include "device/device_buffer.hpp"
+#include "device/pinned_buffer.hpp"
+#include "device/stream.hpp"
 #include <kvstrand/chunk_keys.hpp>
 #include <kvstrand/namespace_id.hpp>
 #include "random_bytes.hpp"
-#include "hip/sim_hooks.hpp"
+#include "device/sim_hooks.hpp"
 #include "connector/connector.hpp"
 
 using namespace kvstrand;
@@ -76,7 +76,7 @@ constexpr std::uint32_t kPlanes = 2;
 }
 
 template <class T>
-T must(hip::Result<T> r, const char* what) {
+T must(device::Result<T> r, const char* what) {
   if (!r.ok()) die(std::string(what) + ": " + r.status().describe());
   return std::move(r).value();
 }
@@ -88,10 +88,10 @@ std::uint64_t mix(std::uint64_t prompt, std::uint64_t a, std::uint64_t b) {
 struct Client {
   kv::Layout layout;
   kv::Digest ns{};
-  hip::Stream stream = must(hip::Stream::create(), "stream");
-  std::vector<hip::DeviceBuffer> planes;
-  std::optional<hip::DeviceBuffer> state;
-  std::optional<hip::PinnedBuffer> staging;
+  device::Stream stream = must(device::Stream::create(), "stream");
+  std::vector<device::DeviceBuffer> planes;
+  std::optional<device::DeviceBuffer> state;
+  std::optional<device::PinnedBuffer> staging;
   std::unique_ptr<connector::Connector> conn;
   std::uint64_t lease = 0;  // the last lookup's
   kvstrand::Finished pending;  // outcomes drained but not yet asked for
@@ -107,9 +107,9 @@ struct Client {
     layout.dtype = "bf16";
     ns = kv::namespace_of(layout);
     for (std::uint32_t p = 0; p < kPlanes; ++p)
-      planes.push_back(must(hip::DeviceBuffer::allocate(kBlocks * kBlockBytes), "plane"));
-    state.emplace(must(hip::DeviceBuffer::allocate(kSlots * kImageBytes), "state"));
-    staging.emplace(must(hip::PinnedBuffer::allocate(kBlocks * kBlockBytes), "pinned"));
+      planes.push_back(must(device::DeviceBuffer::allocate(kBlocks * kBlockBytes), "plane"));
+    state.emplace(must(device::DeviceBuffer::allocate(kSlots * kImageBytes), "state"));
+    staging.emplace(must(device::PinnedBuffer::allocate(kBlocks * kBlockBytes), "pinned"));
     connector::ConnectorOptions o;
     o.server_socket = socket;
     o.server_request_timeout = 5s;
@@ -130,11 +130,11 @@ struct Client {
 
   void put(void* dev, const std::vector<std::byte>& bytes) {
     std::memcpy(staging->data(), bytes.data(), bytes.size());
-    if (!hip::copy_h2d(stream, dev, staging->data(), bytes.size()).ok() || !stream.synchronize().ok())
+    if (!device::copy_h2d(stream, dev, staging->data(), bytes.size()).ok() || !stream.synchronize().ok())
       die("writing device memory failed");
   }
   std::vector<std::byte> get(const void* dev, std::size_t n) {
-    if (!hip::copy_d2h(stream, staging->data(), dev, n).ok() || !stream.synchronize().ok())
+    if (!device::copy_d2h(stream, staging->data(), dev, n).ok() || !stream.synchronize().ok())
       die("reading device memory failed");
     return {staging->data(), staging->data() + n};
   }
@@ -280,8 +280,8 @@ int run_hold(const std::string& socket, int load_after_s) {
 
 int run_stall_save(const std::string& socket) {
   Client c(socket);
-  hip::Stream* saves = c.conn->tier_streams().save;
-  if (saves == nullptr || !hip::sim::hold_stream(*saves).ok())
+  device::Stream* saves = c.conn->tier_streams().save;
+  if (saves == nullptr || !device::sim::hold_stream(*saves).ok())
     die("--stall-save needs the sim backend's stream hold");
   c.write_prompt(2, kChunks);
   kv::TransferSpec s;
@@ -389,8 +389,8 @@ int main(int argc, char** argv) {
     else die("unknown argument " + a);
   }
   if (socket.empty() || peers < 1 || id < 0 || id >= peers || rounds < 1) die("bad arguments (see the file header)");
-  if (auto n = hip::device_count(); !n.ok() || *n == 0) die("no device");
-  (void)hip::select_device(0);
+  if (auto n = device::device_count(); !n.ok() || *n == 0) die("no device");
+  (void)device::select_device(0);
   try {
     if (stall) return run_stall_save(socket);
     if (!export_to.empty()) return run_export(socket, export_to);

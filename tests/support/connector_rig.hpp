@@ -41,9 +41,9 @@ struct Rig {
 
   kv::Layout layout;
   kv::Digest ns{};
-  hip::Stream engine_stream = must(hip::Stream::create());  // the engine's own stream
-  std::vector<hip::DeviceBuffer> planes;
-  std::optional<hip::DeviceBuffer> state;
+  device::Stream engine_stream = must(device::Stream::create());  // the engine's own stream
+  std::vector<device::DeviceBuffer> planes;
+  std::optional<device::DeviceBuffer> state;
   // The tier's streams, once registered (the sim's hooks hold them).
   connector::Connector::TierStreams streams;
   std::unique_ptr<connector::Connector> conn;
@@ -58,8 +58,8 @@ struct Rig {
     layout.dtype = "bf16";
     layout.tenant = std::move(tenant);
     ns = kv::namespace_of(layout);
-    for (int p = 0; p < 3; ++p) planes.push_back(must(hip::DeviceBuffer::allocate(kBlocks * kPlaneBlockBytes)));
-    state.emplace(must(hip::DeviceBuffer::allocate(kSlots * 512)));
+    for (int p = 0; p < 3; ++p) planes.push_back(must(device::DeviceBuffer::allocate(kBlocks * kPlaneBlockBytes)));
+    state.emplace(must(device::DeviceBuffer::allocate(kSlots * 512)));
     randomize(1);
     if (!opts.make_index && opts.server_socket.empty()) {
       const std::uint64_t bytes = tier_objects * layout.object_bytes(true);
@@ -78,14 +78,14 @@ struct Rig {
     if (!conn) return;
     conn->close();
     if (conn->never_ended() == 0) return;
-    static auto* forever = new std::vector<hip::DeviceBuffer>;
+    static auto* forever = new std::vector<device::DeviceBuffer>;
     for (auto& p : planes) forever->push_back(std::move(p));
     if (state) forever->push_back(std::move(*state));
     if (swa) forever->push_back(std::move(swa->plane));
   }
   Rig(const Rig&) = delete;
-  hip::Stream& save_stream() { return *streams.save; }
-  hip::Stream& load_stream() { return *streams.load; }
+  device::Stream& save_stream() { return *streams.save; }
+  device::Stream& load_stream() { return *streams.load; }
   Rig& operator=(const Rig&) = delete;
 
   kvstrand::Registration registration() {
@@ -217,7 +217,7 @@ struct Rig {
   struct Group {
     kv::Layout layout;
     kv::Digest ns{};
-    hip::DeviceBuffer plane;
+    device::DeviceBuffer plane;
     std::uint32_t id = 0;
   };
   std::optional<Group> swa;
@@ -230,7 +230,7 @@ struct Rig {
     l.planes = {{"swa", kSwaBlockBytes}};
     l.block_tokens = 32;
     l.checkpoint = {};
-    swa.emplace(Group{l, kv::namespace_of(l), must(hip::DeviceBuffer::allocate(kSwaBlocks * kSwaBlockBytes)), 0});
+    swa.emplace(Group{l, kv::namespace_of(l), must(device::DeviceBuffer::allocate(kSwaBlocks * kSwaBlockBytes)), 0});
     write_device(engine_stream, swa->plane.data(), random_bytes(swa->plane.size(), 77));
     kvstrand::Registration reg;
     reg.layout = l;
