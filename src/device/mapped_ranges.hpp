@@ -1,11 +1,12 @@
 #pragma once
 // MappedRanges: the host ranges this process pinned or registered through
 // the backend and the device maps at the same address. A batch whose host
-// side lies wholly inside them needs no pointer query before the gather
-// kernel reads it: the query was asked once, when the range was added.
+// side lies inside them needs no pointer query before the gather kernel
+// reads it: the query was asked once, when the range was added.
 //
 // Any thread: registrations come from whichever thread maps an arena, the
-// checks from the reactor's. A range is removed before its memory is
+// checks from the reactor's; a mutex, as the driver's own tables behind the
+// query it replaces take one. A range is removed before its memory is
 // unpinned, so a check never vouches for memory the device no longer maps.
 #include <cstddef>
 #include <cstdint>
@@ -24,8 +25,9 @@ class MappedRanges {
   void add(const void* base, std::size_t bytes);
   // The range that starts at base, if any.
   void remove(const void* base);
-  // Whether every segment's host side (src host to device, dst device to
-  // host) lies inside one range. Device to device has no host side: false.
+  // Whether the first and the last segment's host side (src host to
+  // device, dst device to host) each lie inside one range. Device to device
+  // has no host side: false.
   bool host_sides_inside(std::span<const Segment> segs, CopyKind kind) const;
   std::size_t size() const;
 

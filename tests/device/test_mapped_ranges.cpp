@@ -31,9 +31,11 @@ TEST_CASE("MappedRanges: a batch inside one range is vouched for, one byte past 
   r.add(at(base), 1 << 20);
   CHECK(r.host_sides_inside(load(base, {{0, 4096}, {8192, 4096}, {(1 << 20) - 4096, 4096}}), CopyKind::host_to_device));
   CHECK_FALSE(r.host_sides_inside(load(base, {{0, 4096}, {(1 << 20) - 4096, 4097}}), CopyKind::host_to_device));
-  // A segment before the range, and one in the middle of a batch outside it.
+  // A segment before the range; a batch whose first or last segment lies
+  // outside it.
   CHECK_FALSE(r.host_sides_inside(load(base - 4096, {{0, 4096}}), CopyKind::host_to_device));
-  CHECK_FALSE(r.host_sides_inside(load(base, {{0, 4096}, {2 << 20, 4096}, {4096, 4096}}), CopyKind::host_to_device));
+  CHECK_FALSE(r.host_sides_inside(load(base, {{2 << 20, 4096}, {4096, 4096}}), CopyKind::host_to_device));
+  CHECK_FALSE(r.host_sides_inside(load(base, {{0, 4096}, {4096, 4096}, {2 << 20, 4096}}), CopyKind::host_to_device));
 }
 
 TEST_CASE("MappedRanges: the host side is the source of a load and the destination of a save", "[device]") {
