@@ -5,12 +5,27 @@
 
 namespace kvstrand::device {
 
+namespace {
+// Never destroyed: a thing may be kept from any thread until exit.
+std::mutex& guard() {
+  static auto* m = new std::mutex;
+  return *m;
+}
+std::vector<std::shared_ptr<void>>& kept() {
+  static auto* v = new std::vector<std::shared_ptr<void>>;
+  return *v;
+}
+}  // namespace
+
 void keep_shared_for_process_life(std::shared_ptr<void> thing) {
   if (!thing) return;
-  static std::mutex* guard = new std::mutex;
-  static auto* kept = new std::vector<std::shared_ptr<void>>;
-  std::lock_guard lock(*guard);
-  kept->push_back(std::move(thing));
+  std::lock_guard lock(guard());
+  kept().push_back(std::move(thing));
+}
+
+std::size_t kept_for_process_life() {
+  std::lock_guard lock(guard());
+  return kept().size();
 }
 
 }  // namespace kvstrand::device

@@ -5,12 +5,16 @@
 // process exits. Any thread.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <utility>
 
 namespace kvstrand::device {
 
 void keep_shared_for_process_life(std::shared_ptr<void> thing);
+
+// How many things were kept so far: none, unless a copy never ended.
+std::size_t kept_for_process_life();
 
 template <class T>
 void keep_for_process_life(T&& thing) {

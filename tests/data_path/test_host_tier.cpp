@@ -8,6 +8,7 @@
 
 #include "connector_rig.hpp"
 #include "data_path/host_tier.hpp"
+#include "device/keep_for_process_life.hpp"
 #include "index_plane/local_index.hpp"
 
 using namespace kvstrand;
@@ -130,6 +131,21 @@ TEST_CASE("host tier: a load whose device copy failed unpins what it pinned", "[
   rig.conn->load(rig.load_spec("c", 1, 0, 2, Rig::block_range(16, 8), 3));
   REQUIRE(rig.wait_for([](const kvstrand::Finished& f) { return !f.loads.empty(); }).loads[0].ok);
   REQUIRE(rig.conn->tier_stats().pinned == 0);
+}
+
+TEST_CASE("host tier: a tier whose copies all ended keeps nothing for the process's life when it goes",
+          "[reactor][sim]") {
+  // Only a copy never seen to end keeps its streams and memory for good;
+  // a tier that saw every copy end frees them.
+  const std::size_t before = device::kept_for_process_life();
+  {
+    Rig rig;
+    rig.conn->save(rig.save_spec("a", 1, 0, 2, Rig::block_range(0, 8)));
+    REQUIRE(rig.wait_for([](const kvstrand::Finished& f) { return !f.saves.empty(); }).saves[0].ok);
+    rig.conn->load(rig.load_spec("b", 1, 0, 2, Rig::block_range(16, 8), 3));
+    REQUIRE(rig.wait_for([](const kvstrand::Finished& f) { return !f.loads.empty(); }).loads[0].ok);
+  }
+  REQUIRE(device::kept_for_process_life() == before);
 }
 
 TEST_CASE("host tier: a load with state needs an image stored at its last chunk's end: else it fails and writes "
