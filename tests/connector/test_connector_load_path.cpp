@@ -31,7 +31,11 @@ TEST_CASE("connector: load_path=measure on a host whose copy engines are slow fo
   if (!device_present() || !sim_hooks_present() || !curl_present()) return;
   LoadPathReset reset;
   device::forget_load_paths();
-  require_ok(device::sim::set_load_path_cost(LoadPath::dma_batch, 5us, 0ns));
+  // 5 us a segment, and 2 ms a MiB, so that the copy engines lose every
+  // class however slow the host's own copies run: once, in a loaded TSan
+  // suite, the load went by them (the load's adjacent blocks coalesce into
+  // 4-8 KiB runs, classes the probe times on this host's memmove).
+  require_ok(device::sim::set_load_path_cost(LoadPath::dma_batch, 5us, 2ms));
   connector::ConnectorOptions o;
   o.load_path = "measure";
   o.http = common::HttpOptions{};
@@ -80,7 +84,11 @@ TEST_CASE("connector: load_path=dma-batch sends every load to the copy engines, 
   // The default is the built-in rule: nothing measured, whatever the host.
   {
     LoadPathReset again;
-    require_ok(device::sim::set_load_path_cost(LoadPath::dma_batch, 5us, 0ns));
+    // 5 us a segment, and 2 ms a MiB, so that the copy engines lose every
+  // class however slow the host's own copies run: once, in a loaded TSan
+  // suite, the load went by them (the load's adjacent blocks coalesce into
+  // 4-8 KiB runs, classes the probe times on this host's memmove).
+  require_ok(device::sim::set_load_path_cost(LoadPath::dma_batch, 5us, 2ms));
     Rig plain;
     CHECK(device::load_paths() == nullptr);
   }
