@@ -10,6 +10,7 @@
 #include <future>
 
 #include "connector_rig.hpp"
+#include "device/keep_for_process_life.hpp"
 #include "faulty_index.hpp"
 #include "device/pinned_buffer.hpp"
 
@@ -184,6 +185,7 @@ TEST_CASE("F23: a fail-stopped connector closes within close_bound while its cop
           "[reactor][sim][fault]") {
   if (!sim_hooks_present()) return;
   constexpr auto deadline = 150ms;
+  const std::size_t kept_before = device::kept_for_process_life();
   Rig rig(with_deadline(deadline));
   require_ok(device::sim::hold_stream(rig.save_stream()));
   rig.conn->save(rig.save_spec("wedged", 1, 0, 1, Rig::block_range(0, 4)));
@@ -197,6 +199,7 @@ TEST_CASE("F23: a fail-stopped connector closes within close_bound while its cop
   device::Stream& wedged = rig.save_stream();
   require_ok(device::sim::release_stream(wedged));
   closing.wait();
+  REQUIRE(device::kept_for_process_life() > kept_before);  // the wedged copy's streams and memory
   while (wedged.query().code() == device::Errc::not_ready) std::this_thread::sleep_for(1ms);
   REQUIRE(in_bound);
 }
