@@ -115,6 +115,7 @@ check-backends:
 bench: build
 	./build/bench/bench_poller
 	./build/bench/bench_chunk_keys
+	./build/bench/bench_deadlines
 	./build/bench/bench_step
 	./build/bench/bench_transfer
 	./build/bench/bench_index

@@ -42,7 +42,8 @@ TransferTable::TransferTable(reactor::Reactor& r, std::unique_ptr<data_path::Hos
       // it when the reactor stops, before the Connector lets the table go.
       submissions_(std::make_shared<reactor::HandoffQueue<Submission>>(kSubmissionSlots, r.poller(),
                                                                        [this](Submission& p) { start(p); })),
-      queued_events_(*mailbox_) {}
+      queued_events_(*mailbox_),
+      deadline_timer_(r.strand()) {}
 
 // The submission stays in the ring's slot for the engine's thread to
 // write over; only the producer's reference is taken out, so that the
@@ -59,12 +60,9 @@ void TransferTable::start(Submission& p) {
     t->queued_notice = p.queued_notice;
   t->posted = Clock::now();
   t->deadline = t->posted + deadline_;
-  Live& live = transfers_[t->id];
-  live.t = t;
-  live.deadline = std::make_unique<asio::steady_timer>(reactor_.strand(), t->deadline);
-  live.deadline->async_wait([self = shared_from_this(), id = t->id](const boost::system::error_code& ec) {
-    if (!ec) self->deadline_passed(id);
-  });
+  transfers_[t->id].t = t;
+  deadlines_.emplace_back(t->deadline, t->id);
+  if (!deadline_armed_) arm_deadlines();
   ++live_per_request_[t->spec.request];
   // An exception escaping the transfer's coroutine fails that transfer
   // with its cause; nothing is left waiting for a deadline.
@@ -140,8 +138,40 @@ void TransferTable::finish(Transfer& t, std::error_code ec) {
   }
   t.state = ec ? TransferState::failed : TransferState::done;
   t.error = ec;
-  transfers_.erase(t.id);  // the entry owns the deadline timer: erasing it cancels it
+  transfers_.erase(t.id);
+  forget_ended_deadlines();
   deliver(t);
+}
+
+void TransferTable::forget_ended_deadlines() {
+  while (!deadlines_.empty() && !transfers_.contains(deadlines_.front().second)) deadlines_.pop_front();
+}
+
+// The timer is not cancelled when the transfers it watches end: it fires
+// once at the oldest one's deadline and is armed again for the next live
+// one's, if any. Its handler holds the table weakly: an armed timer never
+// keeps the table past the Connector's close.
+void TransferTable::arm_deadlines() {
+  forget_ended_deadlines();
+  if (deadlines_.empty()) return;
+  deadline_armed_ = true;
+  deadline_timer_.expires_at(deadlines_.front().first);
+  deadline_timer_.async_wait([weak = weak_from_this()](const boost::system::error_code& ec) {
+    if (auto self = weak.lock()) {
+      self->deadline_armed_ = false;
+      if (!ec) self->deadlines_due();
+    }
+  });
+}
+
+void TransferTable::deadlines_due() {
+  const auto now = Clock::now();
+  while (!deadlines_.empty() && deadlines_.front().first <= now) {
+    const std::uint64_t id = deadlines_.front().second;
+    deadlines_.pop_front();
+    deadline_passed(id);  // nothing where that transfer has ended
+  }
+  if (!deadline_armed_) arm_deadlines();
 }
 
 void TransferTable::deadline_passed(std::uint64_t id) {
@@ -157,6 +187,7 @@ void TransferTable::deadline_passed(std::uint64_t id) {
   set_fail_stop(TransferErrc::deadline_exceeded, what);
   stuck_[id] = t;
   transfers_.erase(it);
+  forget_ended_deadlines();
   deliver(*t);
 }
 
@@ -279,6 +310,7 @@ void TransferTable::close_timed_out(std::uint64_t id, std::chrono::milliseconds 
     stuck_[t->id] = t;
     transfers_.erase(t->id);
   }
+  forget_ended_deadlines();
   const std::string what = "kvstrand: close() gave up after " + std::to_string(bound.count()) +
                            " ms on transfers still live (kept as stuck, their memory left alone):" + names;
   spdlog::error("{}", what);

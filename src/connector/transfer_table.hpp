@@ -12,6 +12,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <list>
 #include <map>
 #include <memory>
@@ -120,7 +121,6 @@ class TransferTable : public std::enable_shared_from_this<TransferTable> {
  private:
   struct Live {
     std::shared_ptr<Transfer> t;
-    std::unique_ptr<boost::asio::steady_timer> deadline;
   };
   // Boost 1.81's any_completion_handler must not be move-assigned (it
   // recurses), so fences live in a list and are only moved-constructed.
@@ -144,6 +144,14 @@ class TransferTable : public std::enable_shared_from_this<TransferTable> {
                                                    std::uint32_t registration, std::uint64_t lease,
                                                    std::vector<kv::ChunkKey> keys);
   void finish(Transfer& t, std::error_code ec);
+  // Every transfer's deadline is its start plus the one transfer_deadline,
+  // so the deadlines come in start order: one timer, armed for the oldest
+  // live transfer's, fails each at its own (nothing another transfer does
+  // moves it), without a timer per transfer (a timerfd update on the
+  // strand's path to each copy, docs/PERFORMANCE.md).
+  void arm_deadlines();
+  void deadlines_due();
+  void forget_ended_deadlines();
   void deadline_passed(std::uint64_t id);
   void set_fail_stop(std::error_code code, const std::string& what);
   std::uint64_t bytes_of(const Transfer& t) const;
@@ -171,6 +179,12 @@ class TransferTable : public std::enable_shared_from_this<TransferTable> {
   std::uint64_t next_id_ = 1;
   std::uint64_t next_fence_ = 1;
   std::map<std::uint64_t, Live> transfers_;                   // live
+  // (deadline, id) of every live transfer in start order, and of ended ones
+  // behind the oldest live one until it ends; the timer is armed while it
+  // is not empty, for a time no later than its front's.
+  std::deque<std::pair<std::chrono::steady_clock::time_point, std::uint64_t>> deadlines_;
+  boost::asio::steady_timer deadline_timer_;
+  bool deadline_armed_ = false;
   std::map<std::uint64_t, std::shared_ptr<Transfer>> stuck_;  // failed by deadline, copy not seen to end
   std::map<std::string, std::uint32_t> live_per_request_;
   std::list<Fence> fences_;
