@@ -94,22 +94,18 @@ test-sanitize: test-asan test-tsan
 
 # Only src/device/backend_gpu.cpp (and the cuda kernel) differ between
 # backends: every other file compiles the same for sim, hip and cuda. So the
-# check compiles the backend, links it into the installable library and
-# links two programs against them: the device-runtime probe (every backend
-# call, statically) and the public-API test (the shared library, so none of
-# its symbols is left undefined).
-BACKEND_TARGETS = kvstrand test_device_runtime test_public_api
-# A compile and link check, never run here: build type None (no -O, no -g)
-# compiles in half the time of Release; build-cuda stays gpu-pack's Release.
-# One directory for both backends: the cuda configure after the hip build
-# recompiles backend_gpu.cpp (and the kernel; both outside the unity
-# batches) and relinks, nothing more.
+# check compiles that file for hip and for cuda in the sim build `make test`
+# builds, and links each into the installable library and two programs
+# against this build's other libraries (cmake/backend_check.cmake says how):
+# the device-runtime probe (every backend call, statically) and the
+# public-API test (the shared library, so none of its symbols is left
+# undefined). A compile and link check, never run here.
 check-backends:
 	@scripts/bootstrap.sh --hip
-	$(CONFIGURE) -B build-backends -DKVSTRAND_GPU=hip -DCMAKE_BUILD_TYPE=None -DKVSTRAND_PYTHON=OFF $(UNITY)
-	cmake --build build-backends -j $(JOBS) --target $(BACKEND_TARGETS)
-	$(CONFIGURE) -B build-backends -DKVSTRAND_GPU=cuda
-	cmake --build build-backends -j $(JOBS) --target $(BACKEND_TARGETS)
+	$(CONFIGURE) -B build -DKVSTRAND_GPU=sim $(UNITY) -DKVSTRAND_CHECK_BACKENDS=ON
+	cmake --build build -j $(JOBS) --target kvstrand-backend-checks
+	@# Each library exports the public API and nothing of its inside, as the sim build's (CTest "abi: ...").
+	for b in hip cuda; do cmake -DLIBRARY=build/tests/libkvstrand_check_$$b.so -P tests/api/exported_symbols.cmake || exit 1; done
 	@echo "check-backends: hip and cuda backends compiled and linked"
 
 bench: build
@@ -163,4 +159,4 @@ mutants-diff:
 	scripts/diff_mutants.py --base $(BASE) $(MUTANTS_DIFF_ARGS)
 
 clean:
-	rm -rf build build-asan build-tsan build-backends build-cuda build-fuzz
+	rm -rf build build-asan build-tsan build-cuda build-fuzz
