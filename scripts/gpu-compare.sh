@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # This tree (new/) against a base commit (base/) in one lease, three rounds
-# alternating which goes first: bench_step, and bench_transfer with one
+# alternating which goes first: bench_step, bench_poller where packed (how
+# late the strand sees a completed event), and bench_transfer with one
 # client (the load embedded and through the node tier, the save), both at
 # their defaults; then new/'s load path measured, and the embedded load's
 # own time split (--split, awake and after 5 ms idle) of both; the GPU
@@ -8,7 +9,7 @@
 # under OUT as it ends.
 #
 # Here, for each of the two commits (a worktree for the older one):
-#   cmake --build build-cuda --target bench_transfer bench_step kvstrand-server
+#   cmake --build build-cuda --target bench_transfer bench_step bench_poller kvstrand-server
 #   (new/ also bench_gather test_device_runtime test_connector_load_path)
 # then one pack: PACK/{base,new}/{bench,tests}/..., PACK/{base,new}/kvstrand-server,
 # PACK/{base,new}/lib/ (libspdlog, libfmt) and this script. There:
@@ -30,6 +31,7 @@ for ((n = 1; n <= rounds; n++)); do
   order="new base"; ((n % 2 == 0)) && order="base new"
   for w in $order; do
     run "step_${w}_$n" 60 "$w" "$w/bench/bench_step"
+    [[ -x $w/bench/bench_poller ]] && run "poller_${w}_$n" 60 "$w" "$w/bench/bench_poller" 300
     run "transfer_${w}_$n" 60 "$w" "$w/bench/bench_transfer" --iterations 200 --seconds 1 --clients 1
   done
   run "transfer_measure_new_$n" 60 new new/bench/bench_transfer --iterations 200 --seconds 1 --clients 1 --load-path measure
