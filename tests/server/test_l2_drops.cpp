@@ -116,3 +116,43 @@ TEST_CASE("l2: a purge that fails on a stopped master is retried until it ends, 
   const auto again = a.store(keys(1, 1), 1);
   eventually([&] { return redis_keys(redis) == 1; }, "the new value written behind");
 }
+
+TEST_CASE("l2: a value whose namespace's marker could not be set is not written, and a later save writes both",
+          "[l2][server][fault]") {
+  if (!redis_present() || !curl_present()) return;
+  // A drop scans only the masters a marker says a node wrote the namespace
+  // to: a value in Redis without its marker would outlive the drop.
+  RedisNodes redis(3, true);
+  int marker_master = -1;
+  {
+    Node a(redis.url());
+    store_prompts(a, redis, 1);
+    for (int i = 0; i < 3; ++i)
+      if (redis_markers(redis, i) == 1) marker_master = i;
+  }
+  REQUIRE(marker_master >= 0);
+  // What the two other masters hold (DBSIZE, a read, is served while writes
+  // are paused; no marker is on them).
+  auto on_others = [&] {
+    std::size_t n = 0;
+    for (int i = 0; i < 3; ++i)
+      if (i != marker_master) n += std::stoul(redis.cli(i, {"DBSIZE"}));
+    return n;
+  };
+  const std::size_t before = on_others();
+  // A fresh node has marked nothing: its first batch sets the marker again,
+  // which the marker's master, its writes paused, does not answer in time.
+  Node b(redis.url());
+  redis.cli(marker_master, {"CLIENT", "PAUSE", "3000", "WRITE"});
+  for (int p = 2; p <= 13; ++p) b.store(keys(p, 1), p);
+  eventually([&] { return b.counter("write_failed_total") >= 12 || on_others() > before; },
+             "the batch given up, or written");
+  REQUIRE(on_others() == before);
+  REQUIRE(b.counter("write_failed_total") == 12);
+  redis.cli(marker_master, {"CLIENT", "UNPAUSE"});
+  // The next save marks its namespace and is written.
+  const std::size_t values = redis_keys(redis);
+  const auto again = b.store(keys(14, 1), 14);
+  eventually([&] { return redis_keys(redis) == values + 1; }, "the next save written behind");
+  REQUIRE(b.load(keys(14, 1), again) == 1);
+}
