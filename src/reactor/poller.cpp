@@ -18,6 +18,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 std::error_code canceled() { return std::make_error_code(std::errc::operation_canceled); }
+
+// Spin ticks between two yields of the CPU (schedule()).
+constexpr std::uint32_t kYieldEvery = 16;
 }  // namespace
 
 struct Poller::Impl : std::enable_shared_from_this<Poller::Impl> {
@@ -114,10 +117,16 @@ struct Poller::Impl : std::enable_shared_from_this<Poller::Impl> {
       for (const auto& s : sources) s->awake();
       // The thread that completes the work we wait for (a runtime callback
       // thread, the sim's stream thread, the engine thread posting work) is
-      // often woken onto this CPU; yielding lets it run now rather than when
+      // often woken onto this CPU; yielding lets it run soon rather than when
       // the scheduler next balances, which on a 2-core machine was the whole
-      // spin window (docs/PERFORMANCE.md).
-      std::this_thread::yield();
+      // spin window (docs/PERFORMANCE.md). Every kYieldEvery-th tick only:
+      // the system call lengthens every tick (a tick took 3-4 times as long
+      // with it on this 2-core VM, a quarter longer on an H100 host), and a
+      // tick's length is how late a submission or a completion is seen.
+      if (++ticks_since_yield >= kYieldEvery) {
+        ticks_since_yield = 0;
+        std::this_thread::yield();
+      }
       post_tick();
       return;
     }
@@ -214,6 +223,7 @@ struct Poller::Impl : std::enable_shared_from_this<Poller::Impl> {
   bool running = false;  // a tick is posted, armed on the timer, or executing
   bool timer_armed = false;
   bool stopped = false;
+  std::uint32_t ticks_since_yield = 0;
   std::uint64_t next_id = 1;
   std::chrono::microseconds backoff;
   Clock::time_point last_progress{};
