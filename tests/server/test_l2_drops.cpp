@@ -143,7 +143,7 @@ TEST_CASE("l2: a value whose namespace's marker could not be set is not written,
   // A fresh node has marked nothing: its first batch sets the marker again,
   // which the marker's master, its writes paused, does not answer in time.
   Node b(redis.url());
-  redis.cli(marker_master, {"CLIENT", "PAUSE", "3000", "WRITE"});
+  redis.cli(marker_master, {"CLIENT", "PAUSE", "10000", "WRITE"});  // ended below
   for (int p = 2; p <= 13; ++p) b.store(keys(p, 1), p);
   eventually([&] { return b.counter("write_failed_total") >= 12 || on_others() > before; },
              "the batch given up, or written");
