@@ -42,6 +42,12 @@
 // bench thread then polls two calls more in its loop, so the load figures
 // of a --split run are not the plain ones'.
 //
+// --trace: each load's steps timed (common::LoadTrace, points through the
+// Connector, the strand and the copy) and each step's p50 and p99 printed
+// after the load figures: where kvstrand's own share of a load goes. With
+// --split, also how long after the bench saw its own event (recorded after
+// the load's copies) complete the strand saw the load's.
+//
 // --idle-spin US: the reactor's idle spin (ConnectorOptions::reactor_idle_spin)
 // of the measured loads' Connectors, embedded and node tier.
 //
@@ -55,7 +61,7 @@
 // usage: bench_transfer [--iterations N] [--pool-blocks N] [--clients 1,2,4,8]
 //                       [--seconds S] [--no-server] [--client-path fastest|per-segment|dma-batch] [--split]
 //                       [--load-path rule|measure|kernel|dma-batch]
-//                       [--idle-spin US] [--idle-ms MS]
+//                       [--idle-spin US] [--idle-ms MS] [--trace]
 #include <spawn.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -86,6 +92,7 @@
 #include <kvstrand/chunk_keys.hpp>
 #include <kvstrand/namespace_id.hpp>
 #include "percentile.hpp"
+#include "common/load_trace.hpp"
 #include "connector/connector.hpp"
 #include "reference_geometry.hpp"
 #include "save_scaling.hpp"
@@ -116,6 +123,11 @@ struct LoadFigures {
   // --idle-ms: one contiguous copy and the batch alone, each after the same
   // idle as the load's lookup: what waking costs without kvstrand.
   std::vector<double> idle_copy_us, idle_batch_us;
+  // --trace: per step, from the point before it (common::LoadTrace); and
+  // with --split, from the bench's own event done to the strand's `seen`.
+  std::vector<std::vector<double>> step_us = std::vector<std::vector<double>>(common::LoadTrace::kPoints);
+  std::vector<double> seen_after_done_us;
+  std::vector<double> ticks;  // --trace: the poller's ticks during each load
 };
 
 // Host memory as kvstrand-server's arena is: a memfd mapped shared, its
@@ -166,6 +178,7 @@ class SharedSource {
 };
 
 bool split = false;  // --split
+bool trace = false;  // --trace
 std::chrono::microseconds idle_spin = connector::ConnectorOptions{}.reactor_idle_spin;  // --idle-spin
 std::chrono::milliseconds idle_before_lookup{0};                                     // --idle-ms
 
@@ -231,6 +244,9 @@ LoadFigures measure_loads(connector::Connector& conn, Pool& pool, const kv::Layo
         answered = true;
       }
     auto us_since = [](Clock::time_point t) { return std::chrono::duration<double, std::micro>(Clock::now() - t).count(); };
+    common::LoadTrace::clear();
+    const std::uint64_t ticks_before = trace ? conn.poller_stats().ticks : 0;
+    std::int64_t done_ns = 0;
     const auto t0 = Clock::now();
     conn.load(std::move(s));
     kvstrand::Finished f;
@@ -241,7 +257,10 @@ LoadFigures measure_loads(connector::Connector& conn, Pool& pool, const kv::Layo
           queued = us_since(t0);
           (void)ev.record(stream);
         }
-        if (queued >= 0 && done < 0 && ev.query().ok()) done = us_since(t0);
+        if (queued >= 0 && done < 0 && ev.query().ok()) {
+          done = us_since(t0);
+          done_ns = common::LoadTrace::now_ns();
+        }
         f = conn.finished();
         if (!f.loads.empty()) break;
       }
@@ -254,6 +273,16 @@ LoadFigures measure_loads(connector::Connector& conn, Pool& pool, const kv::Layo
       fig.load_us.push_back(us_since(t0));
     }
     if (!f.loads[0].ok) die("load failed: " + f.loads[0].reason);
+    if (trace) {
+      using T = common::LoadTrace;
+      for (int p = 1; p < T::kPoints; ++p) {
+        const std::int64_t a = T::at(static_cast<T::Point>(p - 1)), b = T::at(static_cast<T::Point>(p));
+        if (a != 0 && b != 0) fig.step_us[p].push_back(static_cast<double>(b - a) / 1e3);
+      }
+      fig.ticks.push_back(static_cast<double>(conn.poller_stats().ticks - ticks_before));
+      if (done_ns != 0 && T::at(T::seen) != 0)
+        fig.seen_after_done_us.push_back(static_cast<double>(T::at(T::seen) - done_ns) / 1e3);
+    }
     // One contiguous copy of the load's bytes, timed into `into`.
     auto contiguous = [&](std::vector<double>& into) {
       const auto t1 = Clock::now();
@@ -322,6 +351,24 @@ LoadRatios report(const char* path, const LoadFigures& f) {
                 "then the end seen p50 %.1f p99 %.1f later\n",
                 "", pct(f.queued_us, 0.5), pct(f.queued_us, 0.99), pct(f.done_us, 0.5), pct(f.done_us, 0.99),
                 pct(tail, 0.5), pct(tail, 0.99));
+  }
+  if (trace) {
+    using T = common::LoadTrace;
+    std::string steps;
+    for (int p = 1; p < T::kPoints; ++p) {
+      if (f.step_us[p].empty()) continue;
+      char one[96];
+      std::snprintf(one, sizeof one, "%s%s %.2f/%.1f", steps.empty() ? "" : ", ", T::name(static_cast<T::Point>(p)),
+                    pct(f.step_us[p], 0.5), pct(f.step_us[p], 0.99));
+      steps += one;
+    }
+    std::printf("  %-22s trace, us from the step before, p50/p99: %s\n", "", steps.c_str());
+    std::printf("  %-22s trace: the poller ticked p50 %.0f times a load (%.2f us a tick)\n", "", pct(f.ticks, 0.5),
+                pct(f.load_us, 0.5) / std::max(1.0, pct(f.ticks, 0.5)));
+    if (!f.seen_after_done_us.empty())
+      std::printf("  %-22s trace: the strand saw the copies done p50 %.2f p99 %.1f us after the bench saw its own "
+                  "event (recorded after them) done\n",
+                  "", pct(f.seen_after_done_us, 0.5), pct(f.seen_after_done_us, 0.99));
   }
   if (!f.idle_copy_us.empty())
     std::printf("  %-22s after the same idle, without kvstrand (to the contiguous copy above): one contiguous copy "
@@ -408,6 +455,7 @@ int main(int argc, char** argv) {
     else if (a == "--seconds") seconds = std::max(0.2, std::stod(value()));
     else if (a == "--no-server") use_server = false;
     else if (a == "--split") split = true;
+    else if (a == "--trace") trace = true;
     else if (a == "--idle-spin") idle_spin = std::chrono::microseconds(std::max(0, std::stoi(value())));
     else if (a == "--idle-ms") idle_before_lookup = std::chrono::milliseconds(std::max(0, std::stoi(value())));
     else if (a == "--save-client") client_socket = value();
@@ -418,6 +466,7 @@ int main(int argc, char** argv) {
     else if (a == "--start-ns") start_ns = std::stoll(value());
     else die("unknown argument " + a + " (see the file header)");
   }
+  common::LoadTrace::enable(trace);
   if (auto n = device::device_count(); !n.ok() || *n == 0) die(std::string("no ") + device::backend_name() + " device");
   (void)device::select_device(0);
   if (client_path != "fastest" && client_path != "per-segment" && client_path != "dma-batch")

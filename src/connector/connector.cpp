@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include <kvstrand/namespace_id.hpp>
+#include "common/load_trace.hpp"
 #include "device/keep_for_process_life.hpp"
 #include "device/copy.hpp"
 #include "device/load_path.hpp"
@@ -179,9 +180,11 @@ void Connector::save(kv::TransferSpec spec, std::shared_ptr<const device::Event>
 }
 
 void Connector::load(kv::TransferSpec spec, std::shared_ptr<const device::Event> producer) {
+  common::LoadTrace::mark(common::LoadTrace::called);
   std::vector<Op> ops;
   ops.push_back({TransferKind::load, std::move(spec), std::move(producer)});
   submit(std::move(ops));
+  common::LoadTrace::mark(common::LoadTrace::returned);
 }
 
 void Connector::submit(std::vector<Op> ops) {
@@ -258,6 +261,7 @@ Finished Connector::finished() {
   f.lookups = std::move(drained_.lookups);
   drained_.lookups.clear();
   lookups_.answered(f, admission_.registrations());
+  if (!f.loads.empty()) common::LoadTrace::mark(common::LoadTrace::drained);
   return f;
 }
 

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "common/load_trace.hpp"
 #include "common/log_escaped.hpp"
 #include "device/keep_for_process_life.hpp"
 #include "reactor/handoff_queue.hpp"
@@ -50,6 +51,7 @@ TransferTable::TransferTable(reactor::Reactor& r, std::unique_ptr<data_path::Hos
 // engine's event is released once seen complete, not when the slot comes
 // round again.
 void TransferTable::start(Submission& p) {
+  if (p.kind == TransferKind::load) common::LoadTrace::mark(common::LoadTrace::taken);
   auto t = std::make_shared<Transfer>();
   t->id = next_id_++;
   t->kind = p.kind;
@@ -89,6 +91,8 @@ void TransferTable::start(Submission& p) {
 
 // One transfer: producer event -> submit -> completion -> terminal.
 asio::awaitable<void> TransferTable::run(std::shared_ptr<TransferTable> self, std::shared_ptr<Transfer> t) {
+  const bool load = t->kind == TransferKind::load;
+  if (load) common::LoadTrace::mark(common::LoadTrace::running);
   if (t->producer != nullptr) {
     t->state = TransferState::waiting_producer;
     const auto t0 = Clock::now();
@@ -111,6 +115,7 @@ asio::awaitable<void> TransferTable::run(std::shared_ptr<TransferTable> self, st
   // may pass while the tier waits for its index: then no byte is copied
   // into, or out of, blocks the engine was told about).
   data_path::HostTier::Copy copy = co_await self->tier_->prepare(t->kind, t->spec, t->deadline);
+  if (load) common::LoadTrace::mark(common::LoadTrace::held);
   if (!t->terminal()) {
     // A load's copies-queued event is the one recorded after its copies:
     // the poller awaits it, and the engine may order its own stream after
@@ -119,6 +124,7 @@ asio::awaitable<void> TransferTable::run(std::shared_ptr<TransferTable> self, st
     if (self->tier_->post(copy, queued) != nullptr) {
       t->state = TransferState::pending;
       if (copy.recorded(queued)) t->queued_notice->store(t->queued_event, std::memory_order_release);
+      if (load) common::LoadTrace::mark(common::LoadTrace::published);
     }
   }
   data_path::TierOutcome o = co_await self->tier_->complete(std::move(copy));
@@ -228,6 +234,7 @@ void TransferTable::deliver(Transfer& t) {
     e.reason.assign(t.reason);
     e.spec = t.engine_spec;
   });
+  if (t.kind == TransferKind::load) common::LoadTrace::mark(common::LoadTrace::delivered);
   // No record after the end (the transfer is terminal); the engine may
   // wait on the event until it has taken the end. A load failed by its
   // deadline (or cut short by shutdown) keeps its event for good: its

@@ -4,6 +4,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include "common/load_trace.hpp"
 #include "index_plane/transfer_error.hpp"
 
 namespace kvstrand::data_path {
@@ -12,16 +13,20 @@ namespace asio = boost::asio;
 
 DeviceCopy DeviceCopy::post(reactor::Reactor& reactor, device::Stream& stream, device::CopyKind kind,
                             std::vector<device::Segment> segs, device::Event* after) {
+  const bool load = kind == device::CopyKind::host_to_device;
+  if (load) common::LoadTrace::mark(common::LoadTrace::planned);
   DeviceCopy c(reactor, stream);
   if (device::Status s = device::copy_batch(stream, kind, segs); !s.ok()) {
     c.failure_ = index_plane::Failure{TransferErrc::device_error, s.describe()};
     return c;
   }
+  if (load) common::LoadTrace::mark(common::LoadTrace::launched);
   c.queued_ = true;
   if (after != nullptr) {
     if (after->record(stream).ok()) c.lent_ = after;
     else
       c.failure_ = index_plane::Failure{TransferErrc::device_error, "event record failed"};
+    if (load) common::LoadTrace::mark(common::LoadTrace::recorded);
     return c;
   }
   auto lease = reactor.events().acquire();
@@ -32,6 +37,7 @@ DeviceCopy DeviceCopy::post(reactor::Reactor& reactor, device::Stream& stream, d
   } else {
     c.event_.emplace(std::move(lease).value());
   }
+  if (load) common::LoadTrace::mark(common::LoadTrace::recorded);
   return c;
 }
 

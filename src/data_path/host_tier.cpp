@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "common/load_trace.hpp"
 #include "data_path/registration.hpp"
 #include "device/keep_for_process_life.hpp"
 #include "index_plane/transfer_error.hpp"
@@ -165,12 +166,14 @@ asio::awaitable<void> HostTier::complete_load(Copy& c) {
     co_return;
   }
   CopyEnd copy = co_await c.copy_->wait();
+  common::LoadTrace::mark(common::LoadTrace::seen);
   if (!copy.seen) {
     kept_.push_back(std::move(c.held_.memory));  // and the hold stays: the copy may still read those objects
     c.outcome_.fail(std::move(copy.failure));
     co_return;
   }
   index_->release(s, c.held_);  // the copy is done: nothing else needs the index for its outcome
+  common::LoadTrace::mark(common::LoadTrace::released);
   if (copy.failure) c.outcome_.fail(std::move(copy.failure));
 }
 
