@@ -32,17 +32,58 @@ std::string_view outcome_label(std::error_code ec) {
   return "other";
 }
 
+namespace {
+constexpr std::size_t kOther = ConnectorMetrics::kOutcomes - 1;
+constexpr std::array<const char*, 3> kResults = {"hit", "partial", "miss"};
+
+std::size_t outcome_index(std::error_code ec) {
+  if (!ec) return 0;
+  if (ec.category() != transfer_category() || ec.value() <= 0 || static_cast<std::size_t>(ec.value()) >= kOther)
+    return kOther;
+  return static_cast<std::size_t>(ec.value());
+}
+
+std::string_view outcome_at(std::size_t i) {
+  if (i == 0) return "ok";
+  if (i == kOther) return "other";
+  return outcome_label(static_cast<TransferErrc>(i));
+}
+
+std::size_t kind_index(TransferKind k) { return k == TransferKind::load ? 1 : 0; }
+}  // namespace
+
 void ConnectorMetrics::transfer_ended(TransferKind kind, std::error_code ec, std::uint64_t n, double seconds) {
-  const std::string_view k = to_string(kind);
-  ++transfers[labels({{"kind", k}, {"outcome", outcome_label(ec)}})];
+  ++ended[kind_index(kind)][outcome_index(ec)];
   if (ec) return;
-  bytes[labels({{"kind", k}})] += n;
+  bytes_moved[kind_index(kind)] += n;
   (kind == TransferKind::load ? load_seconds : save_seconds).observe(seconds);
 }
 
 void ConnectorMetrics::lookup_answered(std::size_t keys, std::size_t chunks_hit) {
-  const char* r = chunks_hit == 0 ? "miss" : chunks_hit >= keys ? "hit" : "partial";
-  ++lookups[labels({{"result", r}})];
+  ++answered[chunks_hit == 0 ? 2 : chunks_hit >= keys ? 0 : 1];
+}
+
+LabeledCounter ConnectorMetrics::transfers() const {
+  LabeledCounter out;
+  for (TransferKind k : {TransferKind::save, TransferKind::load})
+    for (std::size_t o = 0; o < kOutcomes; ++o)
+      if (const std::uint64_t n = ended[kind_index(k)][o]; n != 0)
+        out[labels({{"kind", to_string(k)}, {"outcome", outcome_at(o)}})] = n;
+  return out;
+}
+
+LabeledCounter ConnectorMetrics::bytes() const {
+  LabeledCounter out;
+  for (TransferKind k : {TransferKind::save, TransferKind::load})
+    if (ended[kind_index(k)][0] != 0) out[labels({{"kind", to_string(k)}})] = bytes_moved[kind_index(k)];
+  return out;
+}
+
+LabeledCounter ConnectorMetrics::lookups() const {
+  LabeledCounter out;
+  for (std::size_t r = 0; r < kResults.size(); ++r)
+    if (answered[r] != 0) out[labels({{"result", kResults[r]}})] = answered[r];
+  return out;
 }
 
 std::string transfers_json(const std::vector<TransferInfo>& live, std::string_view tier) {
@@ -98,8 +139,8 @@ static std::string label_values(const std::string& l) {
 
 std::string tier_json(std::string_view kind, const tier::Index::Stats& t, const ConnectorMetrics& m) {
   json::object lookups, transfers;
-  for (const auto& [l, v] : m.lookups) lookups[label_values(l)] = v;
-  for (const auto& [l, v] : m.transfers) transfers[label_values(l)] = v;
+  for (const auto& [l, v] : m.lookups()) lookups[label_values(l)] = v;
+  for (const auto& [l, v] : m.transfers()) transfers[label_values(l)] = v;
   json::object o{{"kind", kind},
                  {"capacity_bytes", t.capacity_bytes},
                  {"used_bytes", t.used_bytes},
@@ -130,9 +171,9 @@ std::string prometheus(const ConnectorMetrics& m, const Histogram& step_calls, c
   PromText p;
   p.info("kvstrand_build_info", "This library's version and device backend",
          labels({{"version", KVSTRAND_VERSION_STRING}, {"backend", device::backend::name()}}));
-  p.counter("kvstrand_transfers_total", "Transfers that ended, by kind and outcome", m.transfers);
-  p.counter("kvstrand_transfer_bytes_total", "Bytes moved by transfers that completed, by kind", m.bytes);
-  p.counter("kvstrand_lookups_total", "Tier lookups by result (hit: every key, partial, miss)", m.lookups);
+  p.counter("kvstrand_transfers_total", "Transfers that ended, by kind and outcome", m.transfers());
+  p.counter("kvstrand_transfer_bytes_total", "Bytes moved by transfers that completed, by kind", m.bytes());
+  p.counter("kvstrand_lookups_total", "Tier lookups by result (hit: every key, partial, miss)", m.lookups());
   p.counter("kvstrand_fail_stops_total", "Fail-stop errors set (0 or 1 per connector)", m.fail_stops);
   p.counter("kvstrand_tier_evictions_total", "Objects the embedded tier evicted", tier.evictions);
   p.gauge("kvstrand_transfers_live", "Transfers not yet terminal", static_cast<double>(live_transfers));

@@ -4,10 +4,13 @@
 // and their JSON and Prometheus renderings.
 #pragma once
 
+#include <array>
 #include <string>
 #include <string_view>
 #include <system_error>
 #include <vector>
+
+#include <kvstrand/errors.hpp>
 
 #include "device/event_pool.hpp"
 #include "device/load_path.hpp"
@@ -26,16 +29,24 @@ using common::LabeledCounter;
 
 struct TransferInfo;
 
-// On the strand.
+// On the strand. Each end and each answer is counted by index (no label
+// string made, no map searched: a load's end is on its latency path,
+// bench_transfer --trace); the labelled views are made when rendered.
 struct ConnectorMetrics {
-  LabeledCounter transfers;  // kind, outcome
-  LabeledCounter bytes;      // kind (transfers that completed)
-  LabeledCounter lookups;    // result: hit (every key), partial, miss
+  // "ok", each TransferErrc by its value, "other" last.
+  static constexpr std::size_t kOutcomes = static_cast<std::size_t>(kvstrand::TransferErrc::blocks_in_use) + 2;
+  std::array<std::array<std::uint64_t, kOutcomes>, 2> ended{};  // [kind][outcome]
+  std::array<std::uint64_t, 2> bytes_moved{};                   // [kind], transfers that completed
+  std::array<std::uint64_t, 3> answered{};                      // lookups: hit (every key), partial, miss
   std::uint64_t fail_stops = 0;
   Histogram load_seconds, save_seconds, producer_wait_seconds;
 
   void transfer_ended(TransferKind kind, std::error_code ec, std::uint64_t bytes, double seconds);
   void lookup_answered(std::size_t keys, std::size_t chunks_hit);
+  // The labelled views (those counted at least once).
+  LabeledCounter transfers() const;  // kind, outcome
+  LabeledCounter bytes() const;      // kind
+  LabeledCounter lookups() const;    // result
 };
 
 // The short label of a transfer's ending: "ok" or the TransferErrc's name.
