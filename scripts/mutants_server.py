@@ -354,7 +354,7 @@ MUTANTS = [
      [("test_host_tier", "host tier: a load with state needs an image*")],
      "a load with state where no image is stored at its end reports ok and writes garbage into the state slot"),
     ("embedded-image-first-chunk", "src/index_plane/local_index.cpp",
-     "index.has_image(s.keys.back());", "index.has_image(s.keys.front());",
+     "index.image_at(slots->back());", "index.image_at(slots->front());",
      [("test_host_tier", "host tier: a load with state needs an image*")],
      "the embedded index checks the first chunk's image flag, not the last's"),
     # ... a lease handed off.

@@ -114,7 +114,14 @@ asio::awaitable<void> TransferTable::run(std::shared_ptr<TransferTable> self, st
   // copy is queued only while the transfer still wants it (its deadline
   // may pass while the tier waits for its index: then no byte is copied
   // into, or out of, blocks the engine was told about).
-  data_path::HostTier::Copy copy = co_await self->tier_->prepare(t->kind, t->spec, t->deadline);
+  // At once where the index answers at once (the embedded tier's loads):
+  // no coroutine of the tier's to start, run and return from.
+  std::optional<data_path::HostTier::Copy> prepared = self->tier_->prepare_now(t->kind, t->spec, t->deadline);
+  if (!prepared) {
+    data_path::HostTier::Copy awaited = co_await self->tier_->prepare(t->kind, t->spec, t->deadline);
+    prepared.emplace(std::move(awaited));
+  }
+  data_path::HostTier::Copy& copy = *prepared;
   if (load) common::LoadTrace::mark(common::LoadTrace::held);
   if (!t->terminal()) {
     // A load's copies-queued event is the one recorded after its copies:

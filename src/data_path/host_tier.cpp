@@ -87,12 +87,27 @@ asio::awaitable<void> HostTier::prepare_save(Copy& c) {
   for (std::size_t i = 0; i < c.images_.size(); ++i) c.images_[i] = c.images_[i] && objects[i] != nullptr;
 }
 
+std::optional<HostTier::Copy> HostTier::prepare_now(TransferKind kind, const kv::TransferSpec& spec,
+                                                    Clock::time_point deadline) {
+  if (kind != TransferKind::load || index_->registrations().find(spec.registration) == nullptr) return std::nullopt;
+  std::optional<index_plane::IndexPlane::Held> held = index_->hold_now(spec);
+  if (!held) return std::nullopt;
+  std::optional<Copy> c(Copy(kind, spec, deadline));
+  c->held_ = std::move(*held);
+  took(*c);
+  return c;
+}
+
 asio::awaitable<void> HostTier::prepare_load(Copy& c) {
+  c.held_ = co_await index_->hold(*c.spec_, c.deadline_);
+  took(c);
+}
+
+void HostTier::took(Copy& c) {
   const kv::TransferSpec& s = *c.spec_;
-  c.held_ = co_await index_->hold(s, c.deadline_);
   if (c.held_.failure) {
     c.outcome_.fail(std::move(c.held_.failure));
-    co_return;
+    return;
   }
   const auto& objects = c.held_.objects;
   const bool whole = objects.size() == s.keys.size() &&
@@ -101,7 +116,7 @@ asio::awaitable<void> HostTier::prepare_load(Copy& c) {
     index_->release(s, c.held_);
     c.outcome_.fail({TransferErrc::missing_chunk, whole ? "no checkpoint image stored at the load's end"
                                                         : "the tier no longer holds every chunk of the load"});
-    co_return;
+    return;
   }
   c.has_copy_ = true;
   c.images_.assign(objects.size(), false);
@@ -123,15 +138,15 @@ device::Stream* HostTier::post(Copy& c, device::Event* after) {
   return c.copy_->queued() ? &c.copy_->stream() : nullptr;
 }
 
+// Not a coroutine itself: each kind's is the one frame a transfer's end
+// takes here (a load's end is on its latency path, bench_transfer --trace).
 asio::awaitable<TierOutcome> HostTier::complete(Copy c) {
-  if (!c.outcome_.error && c.has_copy_) {
-    if (c.kind_ == TransferKind::save) {
-      co_await complete_save(c);
-    } else {
-      co_await complete_load(c);
-    }
-  }
-  if (c.kind_ == TransferKind::save && !c.outcome_.error && c.places_.refused > 0)
+  return c.kind_ == TransferKind::save ? complete_save(std::move(c)) : complete_load(std::move(c));
+}
+
+asio::awaitable<TierOutcome> HostTier::complete_save(Copy c) {
+  if (!c.outcome_.error && c.has_copy_) co_await save_ended(c);
+  if (!c.outcome_.error && c.places_.refused > 0)
     // The chunks that existed are not rewritten: no error for them.
     c.outcome_.fail({TransferErrc::tier_full, std::to_string(c.places_.refused) + " of " +
                                                   std::to_string(c.spec_->keys.size()) +
@@ -139,7 +154,7 @@ asio::awaitable<TierOutcome> HostTier::complete(Copy c) {
   co_return std::move(c.outcome_);
 }
 
-asio::awaitable<void> HostTier::complete_save(Copy& c) {
+asio::awaitable<void> HostTier::save_ended(Copy& c) {
   const kv::TransferSpec& s = *c.spec_;
   if (!c.posted_) {  // not wanted any more: the places go back, nothing was written
     co_await index_->commit(s.registration, s.keys, c.places_, false, c.deadline_);
@@ -158,23 +173,25 @@ asio::awaitable<void> HostTier::complete_save(Copy& c) {
   if (copied && committed) c.outcome_.fail({committed.ec, "copied, but not committed: " + committed.why});
 }
 
-asio::awaitable<void> HostTier::complete_load(Copy& c) {
+asio::awaitable<TierOutcome> HostTier::complete_load(Copy c) {
+  if (c.outcome_.error || !c.has_copy_) co_return std::move(c.outcome_);
   const kv::TransferSpec& s = *c.spec_;
   if (!c.posted_) {  // not wanted any more: nothing was written into the engine's blocks
     index_->release(s, c.held_);
     c.outcome_.fail(unwanted());
-    co_return;
+    co_return std::move(c.outcome_);
   }
   CopyEnd copy = co_await c.copy_->wait();
   common::LoadTrace::mark(common::LoadTrace::seen);
   if (!copy.seen) {
     kept_.push_back(std::move(c.held_.memory));  // and the hold stays: the copy may still read those objects
     c.outcome_.fail(std::move(copy.failure));
-    co_return;
+    co_return std::move(c.outcome_);
   }
   index_->release(s, c.held_);  // the copy is done: nothing else needs the index for its outcome
   common::LoadTrace::mark(common::LoadTrace::released);
   if (copy.failure) c.outcome_.fail(std::move(copy.failure));
+  co_return std::move(c.outcome_);
 }
 
 }  // namespace kvstrand::data_path

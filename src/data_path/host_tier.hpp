@@ -94,6 +94,9 @@ class HostTier {
   };
   // Reserves (a save) or holds (a load) what the copy needs.
   boost::asio::awaitable<Copy> prepare(TransferKind kind, const kv::TransferSpec& spec, Clock::time_point deadline);
+  // The same, at once, where nothing needs awaiting (a load whose index
+  // answers at once: IndexPlane::hold_now); else none, and prepare() it is.
+  std::optional<Copy> prepare_now(TransferKind kind, const kv::TransferSpec& spec, Clock::time_point deadline);
   // Queues the copies; returns the stream they are on (null: nothing was
   // queued, complete() says why). Never waits. `after` (a load's
   // copies-queued event, or null): recorded after the copies and awaited by
@@ -111,8 +114,10 @@ class HostTier {
  private:
   boost::asio::awaitable<void> prepare_save(Copy& c);
   boost::asio::awaitable<void> prepare_load(Copy& c);
-  boost::asio::awaitable<void> complete_save(Copy& c);
-  boost::asio::awaitable<void> complete_load(Copy& c);
+  void took(Copy& c);  // a load's hold answered (c.held_): whole, or given back
+  boost::asio::awaitable<TierOutcome> complete_save(Copy c);
+  boost::asio::awaitable<void> save_ended(Copy& c);  // a save's copy awaited, its places committed or given back
+  boost::asio::awaitable<TierOutcome> complete_load(Copy c);
 
   reactor::Reactor& reactor_;
   std::unique_ptr<index_plane::IndexPlane> index_;

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include <kvstrand/chunk_keys.hpp>
@@ -112,6 +113,11 @@ class IndexPlane {
                                                  const Places& places, bool copied, Clock::time_point deadline) = 0;
   // The objects of a load's keys (with its lookup's lease, if any).
   virtual boost::asio::awaitable<Held> hold(const kv::TransferSpec& spec, Clock::time_point deadline) = 0;
+  // The same answer at once where no wait can be needed (the embedded
+  // index), else none and hold() it is: a load then takes no coroutine
+  // of its own to hold its objects (kvstrand's own share of a load,
+  // bench_transfer --trace).
+  virtual std::optional<Held> hold_now(const kv::TransferSpec& /*spec*/) { return std::nullopt; }
   virtual void release(const kv::TransferSpec& spec, const Held& held) = 0;
 
   // The memory copies go to now: kept for good when a copy on it was not

@@ -81,16 +81,22 @@ asio::awaitable<Failure> LocalIndex::commit(std::uint32_t registration, const st
 }
 
 asio::awaitable<IndexPlane::Held> LocalIndex::hold(const kv::TransferSpec& s, Clock::time_point) {
+  // This class's own answer (always one), not an override's.
+  co_return *LocalIndex::hold_now(s);
+}
+
+std::optional<IndexPlane::Held> LocalIndex::hold_now(const kv::TransferSpec& s) {
   Held h;
-  if (s.registration >= indexes_.size()) co_return h;
+  if (s.registration >= indexes_.size()) return h;
   tier::Index& index = *indexes_[s.registration];
   auto slots = index.read_lock(s.keys);  // read locks: all of them or none
-  if (!slots) co_return h;
+  if (!slots) return h;
   h.hold = 1;
   h.memory = arena_;
+  h.objects.reserve(slots->size());
   for (std::uint32_t slot : *slots) h.objects.push_back(object(index, slot));
-  h.image_at_end = !s.keys.empty() && index.has_image(s.keys.back());
-  co_return h;
+  h.image_at_end = !s.keys.empty() && index.image_at(slots->back());
+  return h;
 }
 
 void LocalIndex::release(const kv::TransferSpec& s, const Held& held) {

@@ -26,6 +26,7 @@ class LocalIndex : public IndexPlane {  // not final: tests' index doubles deriv
   boost::asio::awaitable<Failure> commit(std::uint32_t registration, const std::vector<kv::ChunkKey>& keys,
                                          const Places& places, bool copied, Clock::time_point deadline) override;
   boost::asio::awaitable<Held> hold(const kv::TransferSpec& spec, Clock::time_point deadline) override;
+  std::optional<Held> hold_now(const kv::TransferSpec& spec) override;
   void release(const kv::TransferSpec& spec, const Held& held) override;
   boost::asio::awaitable<Dropped> drop(std::uint32_t registration) override;
   std::shared_ptr<void> memory() const override { return arena_; }

@@ -21,7 +21,7 @@ namespace asio = boost::asio;
 namespace {
 
 // LocalIndex, except that while `late` is set a load's hold and a save's
-// reserve answer only after `delay`.
+// reserve answer only after `delay` (and a hold never at once).
 class LateIndex final : public index_plane::LocalIndex {
  public:
   LateIndex(reactor::Reactor& r, std::uint64_t bytes, std::atomic<bool>& late, std::chrono::milliseconds delay)
@@ -36,6 +36,11 @@ class LateIndex final : public index_plane::LocalIndex {
   asio::awaitable<Held> hold(const kv::TransferSpec& spec, Clock::time_point deadline) override {
     co_await stall();
     co_return co_await LocalIndex::hold(spec, deadline);
+  }
+  // Late, it has no answer at once: the load awaits hold().
+  std::optional<Held> hold_now(const kv::TransferSpec& spec) override {
+    if (late_) return std::nullopt;
+    return LocalIndex::hold_now(spec);
   }
   const char* kind() const noexcept override { return "late"; }
 
