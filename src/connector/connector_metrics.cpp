@@ -43,10 +43,9 @@ std::size_t outcome_index(std::error_code ec) {
   return static_cast<std::size_t>(ec.value());
 }
 
+// 0 is no error: outcome_label's "ok".
 std::string_view outcome_at(std::size_t i) {
-  if (i == 0) return "ok";
-  if (i == kOther) return "other";
-  return outcome_label(static_cast<TransferErrc>(i));
+  return i == kOther ? "other" : outcome_label(static_cast<TransferErrc>(i));
 }
 
 std::size_t kind_index(TransferKind k) { return k == TransferKind::load ? 1 : 0; }

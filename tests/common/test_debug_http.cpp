@@ -110,6 +110,11 @@ TEST_CASE("debug http: a connector's endpoints answer curl, promtool accepts /me
   g = curl(port, "/metrics");
   REQUIRE(g.code == 200);
   REQUIRE(g.body.find("kvstrand_transfers_total{kind=\"save\",outcome=\"ok\"} 1\n") != std::string::npos);
+  REQUIRE(g.body.find("kvstrand_lookups_total{result=\"partial\"} 1\n") != std::string::npos);
+  const std::string saved = "kvstrand_transfer_bytes_total{kind=\"save\"} ";
+  const auto at = g.body.find(saved);
+  REQUIRE(at != std::string::npos);
+  CHECK(std::stod(g.body.substr(at + saved.size())) > 0);
   REQUIRE(g.body.find("kvstrand_save_seconds_count 1\n") != std::string::npos);
   REQUIRE(g.body.find("kvstrand_step_call_seconds_bucket{le=\"+Inf\"}") != std::string::npos);
   REQUIRE(g.body.find("kvstrand_build_info{version=\"" KVSTRAND_VERSION_STRING "\",backend=\"") != std::string::npos);
