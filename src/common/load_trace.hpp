@@ -29,7 +29,7 @@ class LoadTrace {
     published,    // strand: the copies-queued event published to the engine
     seen,         // strand: the event seen complete, the transfer resumed
     released,     // strand: the hold released
-    delivered,    // strand: the end in the Mailbox
+    delivered,    // strand: the end handed to the Mailbox
     drained,      // engine: finished() returns it
     kPoints
   };

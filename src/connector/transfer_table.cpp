@@ -233,6 +233,8 @@ void TransferTable::deliver(Transfer& t) {
   // failure or a shutdown that cut the wait short: the copy may still run.
   const bool may_still_copy = t.error == TransferErrc::deadline_exceeded || t.error == std::errc::operation_canceled;
   const bool source_safe = t.kind == TransferKind::save && !may_still_copy;
+  // Before the push: once pushed, the engine's thread may take it.
+  if (t.kind == TransferKind::load) common::LoadTrace::mark(common::LoadTrace::delivered);
   const EndReceipt receipt = mailbox_->push_end([&](TransferEnd& e) {
     e.kind = t.kind;
     e.ok = t.state == TransferState::done;
@@ -241,7 +243,6 @@ void TransferTable::deliver(Transfer& t) {
     e.reason.assign(t.reason);
     e.spec = t.engine_spec;
   });
-  if (t.kind == TransferKind::load) common::LoadTrace::mark(common::LoadTrace::delivered);
   // No record after the end (the transfer is terminal); the engine may
   // wait on the event until it has taken the end. A load failed by its
   // deadline (or cut short by shutdown) keeps its event for good: its
