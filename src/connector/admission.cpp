@@ -38,7 +38,7 @@ void Admission::check(TransferKind kind, const kv::TransferSpec& spec) const {
                                                              spec.request + "': " + *err);
 }
 
-void Admission::admit(const std::vector<Op>& ops, const Mailbox& mailbox) {
+void Admission::admit(std::span<const Op> ops, const Mailbox& mailbox) {
   batch_.clear();
   for (const Op& op : ops) {
     check(op.kind, op.spec);
@@ -129,7 +129,7 @@ void Admission::count(const Op& op, int delta) {
   });
 }
 
-std::optional<std::string> Admission::claim(const std::vector<Op>& ops) {
+std::optional<std::string> Admission::claim(std::span<const Op> ops) {
   for (std::size_t i = 0; i < ops.size(); ++i) {
     if (auto refusal = conflict(ops[i])) {
       for (std::size_t j = 0; j < i; ++j) count(ops[j], -1);

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -74,7 +75,7 @@ class Admission {
   // counting nothing, for the first refusal. A transfer whose end already
   // waits in `mailbox` uses nothing: on a conflict those are forgotten and
   // the batch tried once more.
-  void admit(const std::vector<Op>& ops, const Mailbox& mailbox);
+  void admit(std::span<const Op> ops, const Mailbox& mailbox);
   // Moves an admitted op's spec into its live entry; returns that entry.
   LiveTransfer& add_live(Op& op);
   // The live entry of a transfer, if any.
@@ -89,7 +90,7 @@ class Admission {
   // Why `op` cannot use its blocks and slots now; none if it can.
   std::optional<std::string> conflict(const Op& op) const;
   // Counts every op's uses, or none of them: the first refusal, if any.
-  std::optional<std::string> claim(const std::vector<Op>& ops);
+  std::optional<std::string> claim(std::span<const Op> ops);
   void forget_uses(const std::vector<TransferKey>& terminal);
   void count(const LiveTransfer& u, int delta);
   void count(const Op& op, int delta);

@@ -173,21 +173,22 @@ void Connector::post_after_submissions(F f) {
 
 // ---- transfers --------------------------------------------------------------
 
+// One transfer is a batch of one, on the stack: no vector to allocate.
 void Connector::save(kv::TransferSpec spec, std::shared_ptr<const device::Event> producer) {
-  std::vector<Op> ops;
-  ops.push_back({TransferKind::save, std::move(spec), std::move(producer)});
-  submit(std::move(ops));
+  Op op{TransferKind::save, std::move(spec), std::move(producer)};
+  submit_ops({&op, 1});
 }
 
 void Connector::load(kv::TransferSpec spec, std::shared_ptr<const device::Event> producer) {
   common::LoadTrace::mark(common::LoadTrace::called);
-  std::vector<Op> ops;
-  ops.push_back({TransferKind::load, std::move(spec), std::move(producer)});
-  submit(std::move(ops));
+  Op op{TransferKind::load, std::move(spec), std::move(producer)};
+  submit_ops({&op, 1});
   common::LoadTrace::mark(common::LoadTrace::returned);
 }
 
-void Connector::submit(std::vector<Op> ops) {
+void Connector::submit(std::vector<Op> ops) { submit_ops(ops); }
+
+void Connector::submit_ops(std::span<Op> ops) {
   CallTimer timed(step_calls_.get());
   // The ring slots this batch will write were last read by the strand:
   // their lines come over while the checks below run. (The fields and the

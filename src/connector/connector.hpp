@@ -238,6 +238,9 @@ class Connector {
   // Fail-stop, closed, then the registration: what every post checks first.
   void raise_fail_stop() const;
   void check_open() const;
+  // submit()'s work, for a batch held anywhere (save() and load(): one Op
+  // on the stack).
+  void submit_ops(std::span<Op> ops);
   void start_fence(std::vector<std::string> requests, std::chrono::milliseconds timeout, Handler handler);
   // What a fence that completed with `ec` throws (null: nothing).
   static std::exception_ptr fence_exception(const Mailbox& mailbox, std::error_code ec);

@@ -79,9 +79,8 @@ void pack(const kv::TransferSpec& s, PackedSpec& into) {
   }
 }
 
-kv::TransferSpec unpack(std::span<const std::uint32_t> packed) {
+void unpack_into(std::span<const std::uint32_t> packed, kv::TransferSpec& s) {
   const std::uint32_t* w = packed.data();
-  kv::TransferSpec s;
   s.registration = w[registration];
   s.tokens = {w[tokens_begin], w[tokens_end]};
   s.with_state = w[with_state] != 0;
@@ -104,6 +103,11 @@ kv::TransferSpec unpack(std::span<const std::uint32_t> packed) {
     e.assign(reinterpret_cast<const char*>(p), bytes);
     p += words_of(bytes);
   }
+}
+
+kv::TransferSpec unpack(std::span<const std::uint32_t> packed) {
+  kv::TransferSpec s;
+  unpack_into(packed, s);
   return s;
 }
 

@@ -1,8 +1,10 @@
 // One save or load, owned by the reactor strand from post to terminal.
 //
 // queued -> waiting_producer -> submitted -> pending -> terminal (done/failed)
-// Only the strand reads or writes a Transfer. Its deadline is its own: a
-// timer per transfer, so nothing another transfer does can delay it.
+// Only the strand reads or writes a Transfer. Its deadline is its own (its
+// start plus the one transfer_deadline): nothing another transfer does can
+// delay it. An ended Transfer may be reused for a later start
+// (TransferTable::keep_ended).
 #pragma once
 
 #include <atomic>

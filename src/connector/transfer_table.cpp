@@ -52,41 +52,87 @@ TransferTable::TransferTable(reactor::Reactor& r, std::unique_ptr<data_path::Hos
 // round again.
 void TransferTable::start(Submission& p) {
   if (p.kind == TransferKind::load) common::LoadTrace::mark(common::LoadTrace::taken);
-  auto t = std::make_shared<Transfer>();
+  std::shared_ptr<Transfer> t = fresh_transfer();
   t->id = next_id_++;
   t->kind = p.kind;
-  t->spec = unpack(p.packed.words());  // all the strand reads of the spec, once
+  unpack_into(p.packed.words(), t->spec);  // all the strand reads of the spec, once
   t->engine_spec = p.spec;
   t->producer = std::move(p.producer);
   if (t->kind == TransferKind::load && p.queued_notice != nullptr && (t->queued_event = queued_events_.lend()))
     t->queued_notice = p.queued_notice;
   t->posted = Clock::now();
   t->deadline = t->posted + deadline_;
-  transfers_[t->id].t = t;
+  transfers_.push_back(t);
   deadlines_.emplace_back(t->deadline, t->id);
   if (!deadline_armed_) arm_deadlines();
-  ++live_per_request_[t->spec.request];
+  add_request(t->spec.request);
   // An exception escaping the transfer's coroutine fails that transfer
-  // with its cause; nothing is left waiting for a deadline.
-  auto escaped = [self = shared_from_this(), t](std::exception_ptr e) {
-    if (!e) return;
-    LogEscaped{"a transfer"}(e);
-    try {
-      std::rethrow_exception(e);
-    } catch (const std::exception& x) {
-      t->reason = std::string("exception: ") + x.what();
-    } catch (...) {
-      t->reason = "unknown exception";
+  // with its cause; nothing is left waiting for a deadline. Either way the
+  // coroutine has ended: the Transfer may be kept for reuse.
+  auto ended = [self = shared_from_this(), t](std::exception_ptr e) {
+    if (e) {
+      LogEscaped{"a transfer"}(e);
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& x) {
+        t->reason = std::string("exception: ") + x.what();
+      } catch (...) {
+        t->reason = "unknown exception";
+      }
+      self->finish(*t, TransferErrc::device_error);
     }
-    self->finish(*t, TransferErrc::device_error);
+    self->keep_ended(t);
   };
   // The engine thread refuses posts after close(), and close's own work is
   // posted after every earlier post: a closing gate here is a bug caught
   // as a refusal, not a transfer left running past close.
-  if (!gate_.spawn(run(shared_from_this(), t), std::move(escaped))) {
+  if (!gate_.spawn(run(shared_from_this(), t), std::move(ended))) {
     t->reason = "the connector is closed";
     finish(*t, TransferErrc::closed);
   }
+}
+
+std::shared_ptr<Transfer> TransferTable::fresh_transfer() {
+  if (spare_transfers_.empty()) return std::make_shared<Transfer>();
+  std::shared_ptr<Transfer> t = std::move(spare_transfers_.back());
+  spare_transfers_.pop_back();
+  // Everything start() does not write; the spec is unpacked over.
+  t->producer.reset();
+  t->queued_event = nullptr;
+  t->queued_notice = nullptr;
+  t->state = TransferState::queued;
+  t->error = {};
+  t->reason.clear();
+  return t;
+}
+
+void TransferTable::keep_ended(const std::shared_ptr<Transfer>& t) {
+  // Anyone else's reference (stuck_, a coroutine frame not yet gone) means
+  // the Transfer may still be read: it is not reused then, only freed.
+  if (t.use_count() == 1 && t->terminal() && spare_transfers_.size() < kSpareTransfers)
+    spare_transfers_.push_back(t);
+}
+
+std::vector<std::shared_ptr<Transfer>>::iterator TransferTable::live(std::uint64_t id) {
+  auto it = std::lower_bound(transfers_.begin(), transfers_.end(), id,
+                             [](const std::shared_ptr<Transfer>& t, std::uint64_t i) { return t->id < i; });
+  return it != transfers_.end() && (*it)->id == id ? it : transfers_.end();
+}
+
+void TransferTable::add_request(const std::string& request) {
+  if (auto r = live_per_request_.find(request); r != live_per_request_.end()) {
+    ++r->second;
+    return;
+  }
+  spare_requests_.insert(live_per_request_, [&](std::string& key, std::uint32_t& n) {
+    key.assign(request);
+    n = 1;
+  });
+}
+
+void TransferTable::drop_request(const std::string& request) {
+  auto r = live_per_request_.find(request);
+  if (r != live_per_request_.end() && --r->second == 0) spare_requests_.erase(live_per_request_, r);
 }
 
 // One transfer: producer event -> submit -> completion -> terminal.
@@ -151,13 +197,13 @@ void TransferTable::finish(Transfer& t, std::error_code ec) {
   }
   t.state = ec ? TransferState::failed : TransferState::done;
   t.error = ec;
-  transfers_.erase(t.id);
+  if (auto it = live(t.id); it != transfers_.end()) transfers_.erase(it);
   forget_ended_deadlines();
   deliver(t);
 }
 
 void TransferTable::forget_ended_deadlines() {
-  while (!deadlines_.empty() && !transfers_.contains(deadlines_.front().second)) deadlines_.pop_front();
+  while (!deadlines_.empty() && !is_live(deadlines_.front().second)) deadlines_.pop_front();
 }
 
 // The timer is not cancelled when the transfers it watches end: it fires
@@ -188,9 +234,9 @@ void TransferTable::deadlines_due() {
 }
 
 void TransferTable::deadline_passed(std::uint64_t id) {
-  auto it = transfers_.find(id);
+  auto it = live(id);
   if (it == transfers_.end()) return;
-  std::shared_ptr<Transfer> t = it->second.t;
+  std::shared_ptr<Transfer> t = *it;
   const std::string what = std::string("kvstrand: ") + to_string(t->kind) + " of request '" + t->spec.request +
                            "' (transfer " + std::to_string(id) + ") passed its " +
                            std::to_string(deadline_.count()) + " ms deadline while " + to_string(t->state);
@@ -226,8 +272,7 @@ std::uint64_t TransferTable::bytes_of(const Transfer& t) const {
 // its entry from then on (the strand reads only its own spec).
 void TransferTable::deliver(Transfer& t) {
   metrics_.transfer_ended(t.kind, t.error, bytes_of(t), std::chrono::duration<double>(Clock::now() - t.posted).count());
-  auto r = live_per_request_.find(t.spec.request);
-  if (r != live_per_request_.end() && --r->second == 0) live_per_request_.erase(r);
+  drop_request(t.spec.request);
   // A save frees its source blocks once its copy out of them is known to
   // have ended (done, failed, or never queued). Never after a deadline
   // failure or a shutdown that cut the wait short: the copy may still run.
@@ -294,10 +339,10 @@ void TransferTable::fence_timed_out(std::uint64_t id, std::chrono::milliseconds 
     if (it->id != id) continue;
     std::string what = "kvstrand: fence timed out after " + std::to_string(timeout.count()) +
                        " ms with transfers still live:";
-    for (const auto& [tid, live] : transfers_)
-      if (it->requests.contains(live.t->spec.request))
-        what += " " + std::to_string(tid) + " (" + to_string(live.t->kind) + " of '" + live.t->spec.request +
-                "', " + to_string(live.t->state) + ")";
+    for (const auto& t : transfers_)
+      if (it->requests.contains(t->spec.request))
+        what += " " + std::to_string(t->id) + " (" + to_string(t->kind) + " of '" + t->spec.request + "', " +
+                to_string(t->state) + ")";
     set_fail_stop(TransferErrc::fence_timeout, what);
     Handler h = std::move(it->handler);
     fences_.erase(it);
@@ -313,8 +358,8 @@ void TransferTable::fence_timed_out(std::uint64_t id, std::chrono::milliseconds 
 void TransferTable::close_timed_out(std::uint64_t id, std::chrono::milliseconds bound) {
   if (std::none_of(fences_.begin(), fences_.end(), [id](const Fence& f) { return f.id == id; })) return;
   std::string names;
-  std::vector<std::shared_ptr<Transfer>> abandoned;
-  for (auto& [tid, live] : transfers_) abandoned.push_back(live.t);
+  std::vector<std::shared_ptr<Transfer>> abandoned = std::move(transfers_);
+  transfers_.clear();
   for (const auto& t : abandoned) {
     names += " " + std::to_string(t->id) + " (" + to_string(t->kind) + " of '" + t->spec.request + "', " +
              to_string(t->state) + ")";
@@ -323,7 +368,6 @@ void TransferTable::close_timed_out(std::uint64_t id, std::chrono::milliseconds 
     t->reason = "kvstrand: close() abandoned it after " + std::to_string(bound.count()) +
                 " ms: its copy was never seen to end";
     stuck_[t->id] = t;
-    transfers_.erase(t->id);
   }
   forget_ended_deadlines();
   const std::string what = "kvstrand: close() gave up after " + std::to_string(bound.count()) +
@@ -351,7 +395,7 @@ std::vector<TransferInfo> TransferTable::snapshot() const {
     i.past_deadline = past;
     out.push_back(i);
   };
-  for (const auto& [id, live] : transfers_) add(*live.t, false);
+  for (const auto& t : transfers_) add(*t, false);
   for (const auto& [id, t] : stuck_) add(*t, true);
   return out;
 }

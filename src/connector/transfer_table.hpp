@@ -28,6 +28,7 @@
 #include "connector/mailbox.hpp"
 #include "connector/packed_spec.hpp"
 #include "connector/queued_events.hpp"
+#include "connector/spare_nodes.hpp"
 #include "reactor/reactor.hpp"
 #include "data_path/registration.hpp"
 #include "data_path/host_tier.hpp"
@@ -111,6 +112,9 @@ class TransferTable : public std::enable_shared_from_this<TransferTable> {
   std::size_t live_count() const noexcept { return transfers_.size() + stuck_.size(); }
   // Transfers failed by their deadline whose copy was never seen to end.
   std::size_t stuck_count() const noexcept { return stuck_.size(); }
+  // Ended transfers kept for reuse (tests: a transfer's end gives its
+  // Transfer back).
+  std::size_t spare_transfers() const noexcept { return spare_transfers_.size(); }
   reactor::Reactor& reactor() const noexcept { return reactor_; }
   data_path::HostTier& tier() const noexcept { return *tier_; }
   const ConnectorMetrics& metrics() const noexcept { return metrics_; }
@@ -119,9 +123,6 @@ class TransferTable : public std::enable_shared_from_this<TransferTable> {
   bool failed() const noexcept { return fail_code_.has_value(); }
 
  private:
-  struct Live {
-    std::shared_ptr<Transfer> t;
-  };
   // Boost 1.81's any_completion_handler must not be move-assigned (it
   // recurses), so fences live in a list and are only moved-constructed.
   struct Fence {
@@ -138,6 +139,17 @@ class TransferTable : public std::enable_shared_from_this<TransferTable> {
   };
 
   static boost::asio::awaitable<void> run(std::shared_ptr<TransferTable> self, std::shared_ptr<Transfer> t);
+  // A Transfer for the next start: an ended one's, its spec's vectors and
+  // strings with their capacity, where one is kept; a new one otherwise.
+  std::shared_ptr<Transfer> fresh_transfer();
+  // Keeps an ended transfer for reuse once nothing else holds it (`t` is
+  // then the last reference: not stuck, its coroutine's frame gone).
+  void keep_ended(const std::shared_ptr<Transfer>& t);
+  // The live transfer `id`, or transfers_.end().
+  std::vector<std::shared_ptr<Transfer>>::iterator live(std::uint64_t id);
+  bool is_live(std::uint64_t id) { return live(id) != transfers_.end(); }
+  void add_request(const std::string& request);
+  void drop_request(const std::string& request);
   static boost::asio::awaitable<void> answer_lookup(std::shared_ptr<TransferTable> self, std::uint64_t id,
                                                     std::uint32_t registration, std::vector<kv::ChunkKey> keys);
   static boost::asio::awaitable<void> answer_adopt(std::shared_ptr<TransferTable> self, std::uint64_t id,
@@ -178,7 +190,14 @@ class TransferTable : public std::enable_shared_from_this<TransferTable> {
   QueuedEvents queued_events_;
   std::uint64_t next_id_ = 1;
   std::uint64_t next_fence_ = 1;
-  std::map<std::uint64_t, Live> transfers_;                   // live
+  // Live, in start order (ids ascend): a transfer is appended at its start
+  // and found by its id's binary search; no node to allocate a transfer.
+  std::vector<std::shared_ptr<Transfer>> transfers_;
+  // Ended transfers kept for the next starts (at most kSpareTransfers), so
+  // that a load's start allocates nothing on the strand: docs/PERFORMANCE.md
+  // ("kvstrand's own share").
+  static constexpr std::size_t kSpareTransfers = 64;
+  std::vector<std::shared_ptr<Transfer>> spare_transfers_;
   // (deadline, id) of every live transfer in start order, and of ended ones
   // behind the oldest live one until it ends; the timer is armed while it
   // is not empty, for a time no later than its front's.
@@ -186,7 +205,10 @@ class TransferTable : public std::enable_shared_from_this<TransferTable> {
   boost::asio::steady_timer deadline_timer_;
   bool deadline_armed_ = false;
   std::map<std::uint64_t, std::shared_ptr<Transfer>> stuck_;  // failed by deadline, copy not seen to end
+  // Live transfers by request (what a fence waits for); an ended request's
+  // node, with its string's capacity, is kept for the next one.
   std::map<std::string, std::uint32_t> live_per_request_;
+  SpareNodes<std::map<std::string, std::uint32_t>> spare_requests_;
   std::list<Fence> fences_;
   std::optional<std::error_code> fail_code_;
   std::string fail_what_;

@@ -79,3 +79,22 @@ TEST_CASE("packed spec: an empty spec, and a small one packed over a larger one,
   connector::pack(small, buf);
   require_same(connector::unpack(buf.words()), small);
 }
+
+TEST_CASE("packed spec: unpacked over a larger spec, a small one comes back exactly", "[reactor]") {
+  connector::PackedSpec buf;
+  kv::TransferSpec into = full("a-long-request-name-that-is-not-short-string-optimised", 8);
+  kv::TransferSpec small = full("x", 1);
+  small.with_state = false;
+  small.state_slots.clear();
+  small.lease = 0;
+  small.tier_lease = 0;
+  small.chunk_events.clear();
+  connector::pack(small, buf);
+  connector::unpack_into(buf.words(), into);
+  require_same(into, small);
+  // And back: every field of the larger one, over the small one.
+  const kv::TransferSpec large = full("another-long-request-name-not-short-string-optimised", 5);
+  connector::pack(large, buf);
+  connector::unpack_into(buf.words(), into);
+  require_same(into, large);
+}
