@@ -12,7 +12,7 @@ namespace kvstrand::data_path {
 namespace asio = boost::asio;
 
 DeviceCopy DeviceCopy::post(reactor::Reactor& reactor, device::Stream& stream, device::CopyKind kind,
-                            std::vector<device::Segment> segs, device::Event* after) {
+                            std::span<const device::Segment> segs, device::Event* after) {
   const bool load = kind == device::CopyKind::host_to_device;
   if (load) common::LoadTrace::mark(common::LoadTrace::planned);
   DeviceCopy c(reactor, stream);

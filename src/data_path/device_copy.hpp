@@ -5,6 +5,7 @@
 
 #include <boost/asio/awaitable.hpp>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "device/copy.hpp"
@@ -31,7 +32,7 @@ class DeviceCopy {
   // serves the engine's stream and the poller). No one may record it again
   // before wait() completed.
   static DeviceCopy post(reactor::Reactor& reactor, device::Stream& stream, device::CopyKind kind,
-                         std::vector<device::Segment> segs, device::Event* after = nullptr);
+                         std::span<const device::Segment> segs, device::Event* after = nullptr);
   bool queued() const noexcept { return queued_; }
   // Whether `e` was recorded after the copy (the `after` given to post).
   bool recorded(const device::Event* e) const noexcept { return e != nullptr && lent_ == e; }

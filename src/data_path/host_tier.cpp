@@ -128,13 +128,11 @@ device::Stream* HostTier::post(Copy& c, device::Event* after) {
   c.posted_ = true;
   const kv::TransferSpec& s = *c.spec_;
   const Registration& reg = index_->registrations().at(s.registration);
-  if (c.kind_ == TransferKind::save) {
-    c.copy_ = DeviceCopy::post(reactor_, *save_stream_, device::CopyKind::device_to_host,
-                               segments(reg, s, c.places_.objects, true, c.images_), after);
-  } else {
-    c.copy_ = DeviceCopy::post(reactor_, *load_stream_, device::CopyKind::host_to_device,
-                               segments(reg, s, c.held_.objects, false, c.images_), after);
-  }
+  const bool save = c.kind_ == TransferKind::save;
+  segments_into(reg, s, save ? c.places_.objects : c.held_.objects, save, c.images_, planned_);
+  c.copy_ = DeviceCopy::post(reactor_, save ? *save_stream_ : *load_stream_,
+                             save ? device::CopyKind::device_to_host : device::CopyKind::host_to_device, planned_,
+                             after);
   return c.copy_->queued() ? &c.copy_->stream() : nullptr;
 }
 

@@ -124,6 +124,9 @@ class HostTier {
   std::optional<device::Stream> save_stream_;
   std::optional<device::Stream> load_stream_;
   std::vector<std::shared_ptr<void>> kept_;  // memory a copy never seen to end may touch
+  // The copy being posted, as segments: one buffer for every post (the
+  // strand posts one at a time, and copy_batch keeps none of it).
+  std::vector<device::Segment> planned_;
 };
 
 }  // namespace kvstrand::data_path

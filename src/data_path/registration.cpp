@@ -125,11 +125,17 @@ namespace kvstrand::data_path {
 std::vector<device::Segment> segments(const Registration& reg, const kv::TransferSpec& s,
                                    const std::vector<std::byte*>& objects, bool save, const std::vector<bool>& images) {
   std::vector<device::Segment> segs;
-  segs.reserve(s.blocks.size() * reg.planes.size() + objects.size());
-  tier::for_each_piece(reg, s, objects, save, images, [&](std::byte* dev, std::byte* obj, std::uint64_t bytes) {
-    segs.push_back(save ? device::Segment{dev, obj, bytes} : device::Segment{obj, dev, bytes});
-  });
+  segments_into(reg, s, objects, save, images, segs);
   return segs;
+}
+
+void segments_into(const Registration& reg, const kv::TransferSpec& s, const std::vector<std::byte*>& objects,
+                   bool save, const std::vector<bool>& images, std::vector<device::Segment>& into) {
+  into.clear();
+  into.reserve(s.blocks.size() * reg.planes.size() + objects.size());
+  tier::for_each_piece(reg, s, objects, save, images, [&](std::byte* dev, std::byte* obj, std::uint64_t bytes) {
+    into.push_back(save ? device::Segment{dev, obj, bytes} : device::Segment{obj, dev, bytes});
+  });
 }
 
 std::uint32_t state_slot_count(const Registration& reg) {

@@ -23,6 +23,10 @@ using kvstrand::StateMemory;
 // the last object.
 std::vector<device::Segment> segments(const Registration& reg, const kv::TransferSpec& s,
                                    const std::vector<std::byte*>& objects, bool save, const std::vector<bool>& images);
+// The same, written over `into` (its capacity kept: HostTier plans every
+// copy into one buffer, so a copy's plan allocates nothing).
+void segments_into(const Registration& reg, const kv::TransferSpec& s, const std::vector<std::byte*>& objects,
+                   bool save, const std::vector<bool>& images, std::vector<device::Segment>& into);
 
 using tier::state_part;
 using tier::state_part_bytes;
