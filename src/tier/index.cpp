@@ -361,6 +361,7 @@ kv::HitSource Index::lookup(std::span<const kv::ChunkKey> keys, std::uint32_t ch
 
 std::optional<std::vector<std::uint32_t>> Index::read_lock(std::span<const kv::ChunkKey> keys) {
   std::vector<std::uint32_t> slots;
+  slots.reserve(keys.size());  // one allocation, not one per doubling: a load's hold is on its latency path
   for (const kv::ChunkKey& k : keys) {
     const std::uint32_t s = find(k, hash_of(k));
     if (s == kNone || !objects_[s].committed || objects_[s].dropped) return std::nullopt;
