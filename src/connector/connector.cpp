@@ -397,6 +397,11 @@ std::vector<TransferInfo> Connector::transfers() {
   });
 }
 
+std::size_t Connector::kept_transfers() {
+  if (stopped_) return 0;
+  return reactor_->call([table = table_]() -> asio::awaitable<std::size_t> { co_return table->spare_transfers(); });
+}
+
 tier::Index::Stats Connector::tier_stats() {
   if (stopped_) return {};
   return reactor_->call([table = table_]() -> asio::awaitable<tier::Index::Stats> { co_return table->tier().index().stats(); });

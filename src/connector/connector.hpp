@@ -210,6 +210,9 @@ class Connector {
 
   // Debug views (they hop to the strand and back: not for the step loop).
   std::vector<TransferInfo> transfers();
+  // Ended transfers the strand keeps for its next starts (TransferTable::
+  // keep_ended; at most TransferTable::kSpareTransfers).
+  std::size_t kept_transfers();
   tier::Index::Stats tier_stats();
   reactor::PollerStats poller_stats();
   device::EventPool::Stats event_stats();

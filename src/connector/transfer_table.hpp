@@ -76,6 +76,8 @@ class TransferTable : public std::enable_shared_from_this<TransferTable> {
 
   // Transfers of submit() not yet taken by the strand; more wait in posts.
   static constexpr std::size_t kSubmissionSlots = 256;
+  // Ended transfers kept for the next starts, at most.
+  static constexpr std::size_t kSpareTransfers = 64;
 
   // The engine thread's submit()s, taken on every poller tick. Everything
   // else the engine thread posts polls it first (Connector's
@@ -196,7 +198,6 @@ class TransferTable : public std::enable_shared_from_this<TransferTable> {
   // Ended transfers kept for the next starts (at most kSpareTransfers), so
   // that a load's start allocates nothing on the strand: docs/PERFORMANCE.md
   // ("kvstrand's own share").
-  static constexpr std::size_t kSpareTransfers = 64;
   std::vector<std::shared_ptr<Transfer>> spare_transfers_;
   // (deadline, id) of every live transfer in start order, and of ended ones
   // behind the oldest live one until it ends; the timer is armed while it

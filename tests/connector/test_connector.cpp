@@ -374,7 +374,9 @@ TEST_CASE("connector: a batch submitted to a sleeping reactor is taken with noth
   }
 }
 
-TEST_CASE("connector: more ends than the ring holds wait behind it, none lost, each once", "[reactor][gpu]") {
+TEST_CASE("connector: more ends than the ring holds wait behind it, none lost, each once, and a bounded number of "
+          "ended transfers is kept for reuse",
+          "[reactor][gpu]") {
   if (!device_present()) return;
   // Every save ends before the engine drains any: the mailbox's ring fills
   // and the rest wait behind its lock.
@@ -399,6 +401,14 @@ TEST_CASE("connector: more ends than the ring holds wait behind it, none lost, e
   rig.conn->save(rig.save_spec("after", 5000, 0, 1, Rig::block_range(0, 4)));
   f = rig.wait_for([](const kvstrand::Finished& f) { return f.saves.size() == 1; });
   REQUIRE(f.saves[0].request == "after");
+  // Every ended Transfer is kept for a later start (its coroutine's end
+  // comes a strand turn after the transfer's): as many as the table keeps,
+  // never more, whatever number ended at once.
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (rig.conn->kept_transfers() < connector::TransferTable::kSpareTransfers &&
+         std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(1ms);
+  REQUIRE(rig.conn->kept_transfers() == connector::TransferTable::kSpareTransfers);
 }
 
 TEST_CASE("connector: a device the reactor cannot select is refused at construction, naming it", "[reactor]") {
