@@ -409,6 +409,8 @@ TEST_CASE("connector: more ends than the ring holds wait behind it, none lost, e
          std::chrono::steady_clock::now() < until)
     std::this_thread::sleep_for(1ms);
   REQUIRE(rig.conn->kept_transfers() == connector::TransferTable::kSpareTransfers);
+  rig.conn->close();
+  REQUIRE(rig.conn->kept_transfers() == 0);  // answered here: no strand to ask once closed
 }
 
 TEST_CASE("connector: a device the reactor cannot select is refused at construction, naming it", "[reactor]") {
