@@ -97,7 +97,6 @@ std::shared_ptr<Transfer> TransferTable::fresh_transfer() {
   std::shared_ptr<Transfer> t = std::move(spare_transfers_.back());
   spare_transfers_.pop_back();
   // Everything start() does not write; the spec is unpacked over.
-  t->producer.reset();
   t->queued_event = nullptr;
   t->queued_notice = nullptr;
   t->state = TransferState::queued;
@@ -109,11 +108,13 @@ std::shared_ptr<Transfer> TransferTable::fresh_transfer() {
 void TransferTable::keep_ended(const std::shared_ptr<Transfer>& t) {
   // Anyone else's reference (stuck_, a coroutine frame not yet gone) means
   // the Transfer may still be read: it is not reused then, only freed.
-  if (t.use_count() == 1 && t->terminal() && spare_transfers_.size() < kSpareTransfers)
+  if (t.use_count() == 1 && t->terminal() && spare_transfers_.size() < kSpareTransfers) {
+    t->producer.reset();  // nothing of the engine's is kept past the end (a coroutine that threw before its wait)
     spare_transfers_.push_back(t);
+  }
 }
 
-std::vector<std::shared_ptr<Transfer>>::iterator TransferTable::live(std::uint64_t id) {
+std::deque<std::shared_ptr<Transfer>>::iterator TransferTable::live(std::uint64_t id) {
   auto it = std::lower_bound(transfers_.begin(), transfers_.end(), id,
                              [](const std::shared_ptr<Transfer>& t, std::uint64_t i) { return t->id < i; });
   return it != transfers_.end() && (*it)->id == id ? it : transfers_.end();
@@ -358,7 +359,7 @@ void TransferTable::fence_timed_out(std::uint64_t id, std::chrono::milliseconds 
 void TransferTable::close_timed_out(std::uint64_t id, std::chrono::milliseconds bound) {
   if (std::none_of(fences_.begin(), fences_.end(), [id](const Fence& f) { return f.id == id; })) return;
   std::string names;
-  std::vector<std::shared_ptr<Transfer>> abandoned = std::move(transfers_);
+  std::vector<std::shared_ptr<Transfer>> abandoned(transfers_.begin(), transfers_.end());
   transfers_.clear();
   for (const auto& t : abandoned) {
     names += " " + std::to_string(t->id) + " (" + to_string(t->kind) + " of '" + t->spec.request + "', " +

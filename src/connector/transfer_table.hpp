@@ -148,7 +148,7 @@ class TransferTable : public std::enable_shared_from_this<TransferTable> {
   // then the last reference: not stuck, its coroutine's frame gone).
   void keep_ended(const std::shared_ptr<Transfer>& t);
   // The live transfer `id`, or transfers_.end().
-  std::vector<std::shared_ptr<Transfer>>::iterator live(std::uint64_t id);
+  std::deque<std::shared_ptr<Transfer>>::iterator live(std::uint64_t id);
   bool is_live(std::uint64_t id) { return live(id) != transfers_.end(); }
   void add_request(const std::string& request);
   void drop_request(const std::string& request);
@@ -193,8 +193,10 @@ class TransferTable : public std::enable_shared_from_this<TransferTable> {
   std::uint64_t next_id_ = 1;
   std::uint64_t next_fence_ = 1;
   // Live, in start order (ids ascend): a transfer is appended at its start
-  // and found by its id's binary search; no node to allocate a transfer.
-  std::vector<std::shared_ptr<Transfer>> transfers_;
+  // and found by its id's binary search; no node to allocate a transfer,
+  // and the oldest (the usual end) leaves from the front without shifting
+  // the rest (max_live_transfers of them).
+  std::deque<std::shared_ptr<Transfer>> transfers_;
   // Ended transfers kept for the next starts (at most kSpareTransfers), so
   // that a load's start allocates nothing on the strand: docs/PERFORMANCE.md
   // ("kvstrand's own share").
