@@ -114,8 +114,8 @@ class TransferTable : public std::enable_shared_from_this<TransferTable> {
   std::size_t live_count() const noexcept { return transfers_.size() + stuck_.size(); }
   // Transfers failed by their deadline whose copy was never seen to end.
   std::size_t stuck_count() const noexcept { return stuck_.size(); }
-  // Ended transfers kept for reuse (tests: a transfer's end gives its
-  // Transfer back).
+  // Ended transfers kept for reuse (Connector::kept_transfers, a debug
+  // view).
   std::size_t spare_transfers() const noexcept { return spare_transfers_.size(); }
   reactor::Reactor& reactor() const noexcept { return reactor_; }
   data_path::HostTier& tier() const noexcept { return *tier_; }
@@ -199,7 +199,7 @@ class TransferTable : public std::enable_shared_from_this<TransferTable> {
   std::deque<std::shared_ptr<Transfer>> transfers_;
   // Ended transfers kept for the next starts (at most kSpareTransfers), so
   // that a load's start allocates nothing on the strand: docs/PERFORMANCE.md
-  // ("kvstrand's own share").
+  // ("Where a load's time goes").
   std::vector<std::shared_ptr<Transfer>> spare_transfers_;
   // (deadline, id) of every live transfer in start order, and of ended ones
   // behind the oldest live one until it ends; the timer is armed while it
