@@ -13,7 +13,7 @@ constexpr std::size_t kKeyWords = sizeof(kv::ChunkKey) / 4;
 #if defined(__GLIBCXX__) && defined(__x86_64__)
 // Every field of TransferSpec is packed below: one added there must be
 // packed here too (test_packed_spec round-trips each field).
-static_assert(sizeof(kv::TransferSpec) == 168, "TransferSpec changed: pack() and unpack() must carry the new field");
+static_assert(sizeof(kv::TransferSpec) == 168, "TransferSpec changed: pack() and unpack_into() must carry the new field");
 #endif
 
 // The header's words, then the keys, blocks, state slots and the request's
@@ -103,12 +103,6 @@ void unpack_into(std::span<const std::uint32_t> packed, kv::TransferSpec& s) {
     e.assign(reinterpret_cast<const char*>(p), bytes);
     p += words_of(bytes);
   }
-}
-
-kv::TransferSpec unpack(std::span<const std::uint32_t> packed) {
-  kv::TransferSpec s;
-  unpack_into(packed, s);
-  return s;
 }
 
 }  // namespace kvstrand::connector

@@ -46,10 +46,9 @@ class PackedSpec {
 // Writes `spec` over `into`.
 void pack(const kv::TransferSpec& spec, PackedSpec& into);
 
-// The spec `pack` wrote.
-kv::TransferSpec unpack(std::span<const std::uint32_t> packed);
-// The same, written over `into`: every field assigned, its vectors' and
-// strings' capacity kept (a reused Transfer's spec allocates nothing).
+// The spec `pack` wrote, written over `into`: every field assigned, its
+// vectors' and strings' capacity kept (a reused Transfer's spec allocates
+// nothing).
 void unpack_into(std::span<const std::uint32_t> packed, kv::TransferSpec& into);
 
 }  // namespace kvstrand::connector

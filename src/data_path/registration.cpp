@@ -122,13 +122,6 @@ std::optional<std::string> Registration::check_load(const kv::TransferSpec& s) c
 
 namespace kvstrand::data_path {
 
-std::vector<device::Segment> segments(const Registration& reg, const kv::TransferSpec& s,
-                                   const std::vector<std::byte*>& objects, bool save, const std::vector<bool>& images) {
-  std::vector<device::Segment> segs;
-  segments_into(reg, s, objects, save, images, segs);
-  return segs;
-}
-
 void segments_into(const Registration& reg, const kv::TransferSpec& s, const std::vector<std::byte*>& objects,
                    bool save, const std::vector<bool>& images, std::vector<device::Segment>& into) {
   into.clear();

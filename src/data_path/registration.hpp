@@ -21,10 +21,8 @@ using kvstrand::StateMemory;
 // object i of the spec's keys at objects[i] (nullptr: skip that chunk).
 // `images[i]`: copy chunk i's image (save); for a load the image goes with
 // the last object.
-std::vector<device::Segment> segments(const Registration& reg, const kv::TransferSpec& s,
-                                   const std::vector<std::byte*>& objects, bool save, const std::vector<bool>& images);
-// The same, written over `into` (its capacity kept: HostTier plans every
-// copy into one buffer, so a copy's plan allocates nothing).
+// Written over `into` (its capacity kept: HostTier plans every copy into
+// one buffer, so a copy's plan allocates nothing).
 void segments_into(const Registration& reg, const kv::TransferSpec& s, const std::vector<std::byte*>& objects,
                    bool save, const std::vector<bool>& images, std::vector<device::Segment>& into);
 

@@ -56,6 +56,15 @@ bool refused(const std::optional<std::string>& why, const std::string& says) {
   return why && why->find(says) != std::string::npos;
 }
 
+// What HostTier plans for a copy (into a buffer of its own here).
+std::vector<device::Segment> segments_of(const Registration& reg, const kv::TransferSpec& s,
+                                         const std::vector<std::byte*>& objects, bool save,
+                                         const std::vector<bool>& images) {
+  std::vector<device::Segment> segs;
+  data_path::segments_into(reg, s, objects, save, images, segs);
+  return segs;
+}
+
 }  // namespace
 
 TEST_CASE("registration: each bound of a spec refuses one value past it, and accepts the last value inside",
@@ -210,7 +219,7 @@ TEST_CASE("registration: an image kept in two state memories takes one slot in e
     std::vector<std::byte> objects(2 * r.object_bytes());
     std::vector<std::byte*> at{objects.data(), objects.data() + r.object_bytes()};
     const auto save =
-        data_path::segments(r, spec({0, 128}, {0, 1, 2, 3, 4, 5, 6, 7}, 2, {-1, -1, 5, 3}), at, true, {false, true});
+        segments_of(r, spec({0, 128}, {0, 1, 2, 3, 4, 5, 6, 7}, 2, {-1, -1, 5, 3}), at, true, {false, true});
     REQUIRE(save.size() == 8 * 2 + 2);  // two planes' blocks, then the one image in two pieces
     const auto& first = save[save.size() - 2];
     const auto& second = save.back();
@@ -220,7 +229,7 @@ TEST_CASE("registration: an image kept in two state memories takes one slot in e
     REQUIRE(second.src == fake(0x40000000 + 3 * 32));
     REQUIRE(second.dst == at[1] + r.image_offset() + 96);
     REQUIRE(second.bytes == 32);
-    const auto load = data_path::segments(r, spec({0, 64}, {0, 1, 2, 3}, 1, {2, 1}), {at[0]}, false, {true});
+    const auto load = segments_of(r, spec({0, 64}, {0, 1, 2, 3}, 1, {2, 1}), {at[0]}, false, {true});
     REQUIRE(load.back().src == at[0] + r.image_offset() + 96);
     REQUIRE(load.back().dst == fake(0x40000000 + 1 * 32));
   }
@@ -261,7 +270,7 @@ TEST_CASE("registration: a paged layout's load, as planned and coalesced, is a g
   REQUIRE(!r.check_load(s));
   const std::vector<std::byte*> objects{static_cast<std::byte*>(fake(0x200000000)), static_cast<std::byte*>(fake(0x900000000)),
                                         static_cast<std::byte*>(fake(0x500000000)), static_cast<std::byte*>(fake(0x300000000))};
-  const auto planned = device::coalesce(data_path::segments(r, s, objects, false, {false, false, false, false}));
+  const auto planned = device::coalesce(segments_of(r, s, objects, false, {false, false, false, false}));
   std::vector<device::kernel::KernelSegment> table;
   for (const device::Segment& g : planned)
     table.push_back({reinterpret_cast<std::uint64_t>(g.src), reinterpret_cast<std::uint64_t>(g.dst), g.bytes});
