@@ -8,8 +8,10 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include <kvstrand/digest.hpp>
@@ -22,8 +24,13 @@ struct ChunkKey {
   Digest ns{};
   std::uint32_t kv_rank = 0;
   Digest hash{};
-  friend bool operator==(const ChunkKey&, const ChunkKey&) = default;
+  // Whole keys compared at once (the defaulted == goes a byte at a time:
+  // the index compares one for every key it finds).
+  friend bool operator==(const ChunkKey& a, const ChunkKey& b) noexcept {
+    return std::memcmp(&a, &b, sizeof(ChunkKey)) == 0;
+  }
 };
+static_assert(std::has_unique_object_representations_v<ChunkKey>, "== compares bytes: no padding");
 
 // The rank part of keys: with replicated_across_tp every rank maps to rank 0.
 std::uint32_t kv_rank_of(const Layout& layout) noexcept;
