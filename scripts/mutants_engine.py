@@ -24,8 +24,8 @@ MUTANTS = [
      "an adopted lease still dies with its exporter"),
     # A namespace drop (an online weight update).
     ("drop-still-found", "src/tier/index.cpp",
-     "    if (s == kNone || !objects_[s].committed || objects_[s].dropped) break;\n    Object& o = objects_[s];",
-     "    if (s == kNone || !objects_[s].committed) break;\n    Object& o = objects_[s];",
+     "    if (s == kNone || !objects_[s].committed || objects_[s].dropped) break;\n    if (const std::size_t next",
+     "    if (s == kNone || !objects_[s].committed) break;\n    if (const std::size_t next",
      [("test_index", "index: a namespace drop*")], "a lookup hits an object of a dropped namespace that someone holds"),
     ("drop-commits-old", "src/tier/index.cpp",
      "  if (o.dropped) {  // written before the drop came: never readable",

@@ -3,6 +3,7 @@
 #include <sys/random.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 
 namespace kvstrand::tier {
@@ -113,6 +114,15 @@ std::uint32_t Index::find(const kv::ChunkKey& key, std::uint32_t hash) const noe
     const auto slot = static_cast<std::uint32_t>((e & 0xffffffffu) - 1);
     if (objects_[slot].key == key) return slot;
   }
+}
+
+std::uint32_t Index::find_after(const kv::ChunkKey& key, std::uint32_t hash, std::uint32_t before) const noexcept {
+  // Keys are unique and a used object is in the table: the table's answer.
+  if (before != kNone && before + 1 < slots_) {
+    const Object& o = objects_[before + 1];
+    if (o.used && o.hash == hash && o.key == key) return before + 1;
+  }
+  return find(key, hash);
 }
 
 void Index::table_insert(std::uint32_t hash, std::uint32_t slot) {
@@ -323,22 +333,31 @@ std::size_t Index::drop_namespace(const kv::Digest& ns, const std::function<void
 
 kv::HitSource Index::run(std::span<const kv::ChunkKey> keys, std::uint32_t chunk_tokens,
                          std::vector<std::uint32_t>* locked) {
-  // Fetched ahead in two stages (a key's table entry, then the object it
-  // names), so that a large index's cache misses overlap instead of adding up.
+  // Fetched ahead, so that a large index's cache misses overlap instead of
+  // adding up: the table entry of a key kTable on (unless the slots run in
+  // order as far), then kObject on the object that entry names.
   constexpr std::size_t kTable = 16, kObject = 8;
   std::vector<std::uint32_t> hashes(keys.size());
   for (std::size_t i = 0; i < keys.size(); ++i) hashes[i] = hash_of(keys[i]);
+  std::array<bool, kTable> by_table;  // by key number mod kTable: its table entry was fetched
+  by_table.fill(true);
   for (std::size_t i = 0; i < std::min(kTable, keys.size()); ++i) prefetch(hashes[i]);
   kv::HitSource h;
   std::uint32_t n = 0;
+  std::uint32_t s = kNone;
   for (std::size_t i = 0; i < keys.size(); ++i) {
-    if (i + kTable < keys.size()) prefetch(hashes[i + kTable]);
-    if (i + kObject < keys.size()) prefetch_object(hashes[i + kObject]);
+    if (i + kObject < keys.size() && by_table[(i + kObject) % kTable]) prefetch_object(hashes[i + kObject]);
     // Token counts are 32-bit: a run ends before the chunk whose end would
     // not fit (a wrapped count once leased 8 KiB as "0 tokens" past a quota).
     if ((static_cast<std::uint64_t>(n) + 1) * chunk_tokens > UINT32_MAX) break;
-    const std::uint32_t s = find(keys[i], hashes[i]);
+    const std::uint32_t before = s;
+    s = find_after(keys[i], hashes[i], before);
     if (s == kNone || !objects_[s].committed || objects_[s].dropped) break;
+    if (const std::size_t next = i + kTable; next < keys.size()) {
+      // The slot kTable on is read only where the slots run in order: elsewhere it is one more cache miss.
+      by_table[next % kTable] = before == kNone || s != before + 1 || !may_hold(std::uint64_t{s} + kTable, hashes[next]);
+      if (by_table[next % kTable]) prefetch(hashes[next]);
+    }
     Object& o = objects_[s];
     o.referenced = true;
     if (locked) {
@@ -362,8 +381,9 @@ kv::HitSource Index::lookup(std::span<const kv::ChunkKey> keys, std::uint32_t ch
 std::optional<std::vector<std::uint32_t>> Index::read_lock(std::span<const kv::ChunkKey> keys) {
   std::vector<std::uint32_t> slots;
   slots.reserve(keys.size());  // one allocation, not one per doubling: a load's hold is on its latency path
+  std::uint32_t s = kNone;
   for (const kv::ChunkKey& k : keys) {
-    const std::uint32_t s = find(k, hash_of(k));
+    s = find_after(k, hash_of(k), s);
     if (s == kNone || !objects_[s].committed || objects_[s].dropped) return std::nullopt;
     slots.push_back(s);
   }
@@ -375,8 +395,9 @@ std::optional<std::vector<std::uint32_t>> Index::read_lock(std::span<const kv::C
 }
 
 void Index::read_unlock(std::span<const kv::ChunkKey> keys) {
+  std::uint32_t s = kNone;
   for (const kv::ChunkKey& k : keys)
-    if (const std::uint32_t s = find(k, hash_of(k)); s != kNone) drop_reader(objects_[s]);
+    if ((s = find_after(k, hash_of(k), s)) != kNone) drop_reader(objects_[s]);
 }
 
 bool Index::has_image(const kv::ChunkKey& key) const {
@@ -388,8 +409,9 @@ bool Index::has_image(const kv::ChunkKey& key) const {
 
 std::size_t Index::present_run(std::span<const kv::ChunkKey> keys) const {
   std::size_t n = 0;
+  std::uint32_t s = kNone;
   for (const kv::ChunkKey& k : keys) {
-    const std::uint32_t s = find(k, hash_of(k));
+    s = find_after(k, hash_of(k), s);
     if (s == kNone || !objects_[s].committed || objects_[s].dropped) break;
     ++n;
   }
