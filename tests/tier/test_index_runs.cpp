@@ -56,6 +56,18 @@ TEST_CASE("index: a prefix is found in any slot order, the slot after the chunk 
   REQUIRE(s.stats().pinned == 0);
 }
 
+TEST_CASE("index: a run whose chunk before sits in the last slot looks no further than the slots", "[tier][index]") {
+  // Four slots exactly (the objects' vector sized to them): a look past the
+  // last is a read past the vector's end (ASan's build reports it).
+  Index s(4 * 100, 100);
+  for (int i : {1, 2, 3, 0}) reserve_commit(s, i);
+  const kv::ChunkKey ks[] = {key(0), key(1)};
+  REQUIRE(s.lookup(ks, 16).tokens == 32);
+  REQUIRE(s.present_run(ks) == 2);
+  REQUIRE(s.read_lock(ks));
+  s.read_unlock(ks);
+}
+
 TEST_CASE("index: a run of keys agrees with each key looked up alone, over saves, aborts, erases and evictions",
           "[tier][index]") {
   // Keys of two kinds: half share one table hash (hash bytes 0-1 only), half
