@@ -71,10 +71,11 @@ TEST_CASE("index: a run whose chunk before sits in the last slot looks no furthe
 TEST_CASE("index: a run of keys agrees with each key looked up alone, over saves, aborts, erases and evictions",
           "[tier][index]") {
   // Keys of two kinds: half share one table hash (hash bytes 0-1 only), half
-  // spread over the table; saves of 1-6 keys in a row of a 24-key pool fill
-  // 16 slots, so the layout a run is found in keeps changing.
+  // spread over the table; saves of 1-24 keys in a row of a 48-key pool fill
+  // 32 slots, so the layout a run is found in keeps changing, and runs of 24
+  // are longer than the lookup's fetch-ahead (16 keys).
   std::vector<kv::ChunkKey> pool;
-  for (int i = 0; i < 24; ++i) {
+  for (int i = 0; i < 48; ++i) {
     kv::ChunkKey k = key(i + 1);
     if (i % 2) k.hash[4] = static_cast<std::byte>(0x40 + i);
     pool.push_back(k);
@@ -82,10 +83,10 @@ TEST_CASE("index: a run of keys agrees with each key looked up alone, over saves
   std::mt19937 rng(99);
   const auto next = [&rng] { return static_cast<std::size_t>(rng()); };
   for (int round = 0; round < 100; ++round) {
-    Index s(16 * 100, 100);
+    Index s(32 * 100, 100);
     for (int op = 0; op < 60; ++op) {
       const std::size_t first = next() % pool.size();
-      const std::size_t n = 1 + next() % 6;
+      const std::size_t n = 1 + next() % 24;
       std::vector<kv::ChunkKey> run;
       for (std::size_t i = 0; i < n; ++i) run.push_back(pool[(first + i) % pool.size()]);
       switch (next() % 4) {
@@ -103,7 +104,7 @@ TEST_CASE("index: a run of keys agrees with each key looked up alone, over saves
         std::vector<kv::ChunkKey> keys;
         const std::size_t at = next() % pool.size();
         const bool down = probe % 2;
-        for (std::size_t i = 0; i < 8; ++i) keys.push_back(pool[(at + (down ? pool.size() - i : i)) % pool.size()]);
+        for (std::size_t i = 0; i < 24; ++i) keys.push_back(pool[(at + (down ? pool.size() - i : i)) % pool.size()]);
         std::size_t alone = 0;
         while (alone < keys.size() && s.absent(std::span(&keys[alone], 1)) == 0) ++alone;
         INFO("round " << round << ", op " << op << ", probe " << probe);
