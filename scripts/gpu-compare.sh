@@ -6,14 +6,16 @@
 # their defaults; then new/'s load path measured, and the embedded load's
 # own time split (--split, awake and after 5 ms idle) of both; the GPU
 # tests of new/ first, bench_gather once at the end. Each output a file
-# under OUT as it ends.
+# under OUT as it ends, and OUT.tgz remade after each: a call cut off by
+# its time limit still brings back everything that ended (the device tool
+# returns a few files only).
 #
 # Here, for each of the two commits (a worktree for the older one):
 #   cmake --build build-cuda --target bench_transfer bench_step bench_poller kvstrand-server
 #   (new/ also bench_gather test_device_runtime test_connector_load_path)
 # then one pack: PACK/{base,new}/{bench,tests}/..., PACK/{base,new}/kvstrand-server,
 # PACK/{base,new}/lib/ (libspdlog, libfmt) and this script. There:
-#   cd PACK && ./gpu-compare.sh $OUT [ROUNDS]
+#   cd PACK && ./gpu-compare.sh $OUT/r [ROUNDS]   (results in $OUT/r.tgz)
 set -u
 out=${1:?usage: gpu-compare.sh OUT [ROUNDS]}; rounds=${2:-3}
 mkdir -p "$out"
@@ -24,6 +26,7 @@ run() {  # name limit pack cmd...
   LD_LIBRARY_PATH=$PWD/$pack/lib timeout "$limit" "$@" >"$out/$name.txt" 2>&1
   echo "exit $? after $((SECONDS - t0)) s" >>"$out/$name.txt"
   echo "$name: $(tail -1 "$out/$name.txt")"
+  tar -czf "$out.tgz" -C "$(dirname "$out")" "$(basename "$out")"
 }
 run device_runtime 90 new new/tests/test_device_runtime
 run connector_load_path 60 new new/tests/test_connector_load_path
